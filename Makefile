@@ -1,0 +1,51 @@
+# llmcap — two commands on a fresh machine: `make plan` and `make test`.
+SHELL := /bin/bash
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+VENV := $(ROOT)/.venv
+PY := $(VENV)/bin/python
+WORK := $(ROOT)/.work
+
+# uv: use the one on PATH, else bootstrap it with pip into .tools/ (no manual installs).
+UV := $(shell command -v uv 2>/dev/null || echo $(ROOT)/.tools/bin/uv)
+
+# Measured gotchas of the stack (DEVELOPERS.md, DESIGN.md §5): everything writable lives in .work/.
+export PREFECT_HOME := $(WORK)/prefect
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_LOGGING_LEVEL := WARNING
+export MLFLOW_TRACKING_URI := sqlite:///$(WORK)/mlflow.db
+export MLFLOW_DISABLE_TELEMETRY := true
+export DVC_NO_ANALYTICS := 1
+export DVC_SITE_CACHE_DIR := $(WORK)/dvc-site-cache
+export MPLCONFIGDIR := $(WORK)/matplotlib
+export MPLBACKEND := Agg
+export GIT_AUTHOR_NAME ?= llmcap
+export GIT_AUTHOR_EMAIL ?= llmcap@localhost
+export GIT_COMMITTER_NAME ?= llmcap
+export GIT_COMMITTER_EMAIL ?= llmcap@localhost
+export PYTHONHASHSEED := 0
+
+.PHONY: plan test bench setup clean-work
+
+setup: $(VENV)/.synced
+
+$(ROOT)/.tools/bin/uv:
+	python3 -m venv $(ROOT)/.tools
+	$(ROOT)/.tools/bin/pip install --quiet uv
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --python 3.11
+	@mkdir -p $(WORK) $(PREFECT_HOME) $(DVC_SITE_CACHE_DIR) $(MPLCONFIGDIR)
+	@touch $@
+
+plan: setup
+	$(PY) -m flows.replan
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean-work:
+	rm -rf $(WORK)

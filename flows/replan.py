@@ -1,0 +1,121 @@
+"""Prefect flow `replan`: run the DVC pipeline (unchanged stages are skipped) and say where results are.
+
+    python -m flows.replan [--force]      (what `make plan` and `llmcap plan` run)
+
+The flow opens a parent MLflow run tagged with the git commit; stage runs nest under it. DVC decides
+what to re-run from dvc.lock, so killing a run and running again resumes after the last finished
+stage and gives the same outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from stages.env import ROOT, apply_defaults
+
+apply_defaults()  # before Prefect/MLflow read their settings
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
+
+from stages import tracking  # noqa: E402
+
+OUTPUTS = {
+    "canonical trace": "data/interim/trace.parquet",
+    "quarantine": "data/interim/quarantine.parquet",
+    "clean report": "data/reports/clean/clean_report.json",
+    "workload summary": "data/processed/workload.json",
+    "workload report": "data/reports/workload/workload.md",
+}
+
+
+@task(name="dvc-repro")
+def reproduce(root: str, force: bool) -> list[str]:
+    """Run `dvc repro`; return the stages that actually ran (the rest were up to date)."""
+    import logging
+
+    from dvc.repo import Repo
+
+    logging.getLogger("dvc").propagate = False  # DVC prints its own progress; do not log it twice
+
+    # Stage commands call `python`: make it this interpreter's, whatever PATH the caller had.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    with Repo(root) as repo:
+        stages = repo.reproduce(force=force)
+    return [s.addressing for s in stages]
+
+
+@task(name="collect-results")
+def collect(root: str) -> dict:
+    base = Path(root)
+    missing = [p for p in OUTPUTS.values() if not (base / p).exists()]
+    if missing:
+        raise FileNotFoundError(f"pipeline finished but outputs are missing: {missing}")
+    return {
+        "clean": json.loads((base / OUTPUTS["clean report"]).read_text()),
+        "workload": json.loads((base / OUTPUTS["workload summary"]).read_text()),
+    }
+
+
+@flow(name="replan", log_prints=True)
+def replan(root: str = str(ROOT), force: bool = False) -> dict:
+    """The planning loop, every step built so far: clean → characterise."""
+    import mlflow
+
+    logger = get_run_logger()
+    mlflow.set_experiment(tracking.EXPERIMENT)
+    tags = {**tracking.git_state(Path(root)), "llmcap.kind": "replan"}
+    with mlflow.start_run(run_name="replan", tags=tags) as run:
+        os.environ[tracking.PARENT_ENV] = run.info.run_id
+        try:
+            ran = reproduce(root, force)
+        finally:
+            os.environ.pop(tracking.PARENT_ENV, None)
+        results = collect(root)
+        skipped = sorted(set(_all_stages(root)) - set(ran))
+        mlflow.set_tags({"dvc.stages_ran": ",".join(ran) or "none", "dvc.stages_skipped": ",".join(skipped) or "none"})
+        mlflow.log_artifact(str(Path(root) / "dvc.lock"))
+        w, c = results["workload"], results["clean"]
+        mlflow.log_metrics({"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]})
+        logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
+        create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
+        return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
+
+
+def _all_stages(root: str) -> list[str]:
+    import yaml
+
+    return list(yaml.safe_load((Path(root) / "dvc.yaml").read_text())["stages"])
+
+
+def _markdown(results: dict, ran: list[str], run_id: str) -> str:
+    c, w = results["clean"], results["workload"]
+    return (
+        f"**{c['source_file']}** ({c['source_format']}): {c['rows_in']:,} rows in = {c['rows_kept']:,} kept + "
+        f"{c['rows_quarantined']:,} quarantined; {w['rows']:,} requests at {w['mean_rps']:.3f} req/s mean, "
+        f"ISL p99 {w['isl']['p99']:,.0f}, OSL p99 {w['osl']['p99']:,.0f}.\n\n"
+        f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="flows.replan", description="Run the llmcap planning loop.")
+    ap.add_argument("--force", action="store_true", help="re-run every stage")
+    args = ap.parse_args(argv)
+    result = replan(force=args.force)
+    print()
+    print(f"stages run: {', '.join(result['ran']) or 'none (all up to date)'}")
+    for name, rel in OUTPUTS.items():
+        print(f"  {name:<17} {ROOT / rel}")
+    print(f"  plots             {ROOT / 'data/reports/workload'}/*.png")
+    print(f"  MLflow run        {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
+    print(f"                    browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""llmcap: LLM inference capacity planning."""

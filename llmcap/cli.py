@@ -1,0 +1,26 @@
+"""The `llmcap` command line (typer + rich).
+
+Sub-commands live in `llmcap.commands.*`, one module per concept; this file only wires them up.
+User errors print one line on stderr and exit with code 2 (see `commands._common.user_errors`).
+"""
+
+from __future__ import annotations
+
+import typer
+
+from llmcap.commands import plan as plan_cmd
+from llmcap.commands import trace as trace_cmd
+
+app = typer.Typer(
+    name="llmcap",
+    help="LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(trace_cmd.app, name="trace")
+app.command("plan")(plan_cmd.plan)
+
+
+def main() -> None:
+    app()

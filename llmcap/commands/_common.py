@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: user errors → one line on stderr + exit code 2; JSON on stdout."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from llmcap.errors import LlmcapError
+
+err_console = Console(stderr=True)
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Turn `LlmcapError` into `error: <message>` on stderr and exit code 2 — never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LlmcapError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Infinity: emit null instead so every consumer can parse the output."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    return json.dumps(_finite(obj), indent=indent, sort_keys=False, allow_nan=False)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(dumps(obj) + "\n")

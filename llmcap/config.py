@@ -1,0 +1,105 @@
+"""Typed models of `params.yaml` (the knobs; `dvc.yaml` owns the paths).
+
+Each stage reads only its own section. Unknown keys are errors, so a typo in params.yaml fails loudly
+instead of silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from llmcap.errors import InputFileError
+
+TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "csv", "jsonl", "parquet"]
+TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
+CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "hash_ids", "model", "adapter", "tenant", "session", "deadline_s")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ArrivalSpec(_Strict):
+    """An arrival process: used for length-only traces and for what-if synthesis."""
+
+    process: Literal["poisson", "gamma"] = "poisson"
+    rate_rps: float = Field(1.0, gt=0, description="mean arrival rate, requests per second")
+    cv: float = Field(1.0, gt=0, description="inter-arrival coefficient of variation (gamma only; 1 = Poisson)")
+    diurnal_amplitude: float = Field(0.0, ge=0, lt=1, description="relative sinusoidal rate swing, 0 = flat")
+    diurnal_period_s: float = Field(86_400.0, gt=0)
+    seed: int = 0
+
+
+class TraceParams(_Strict):
+    """How to read the input trace."""
+
+    file: str = Field(description="trace file, relative to the raw-data directory dvc.yaml passes in")
+    format: TraceFormat = "auto"
+    time_unit: TimeUnit = Field("auto", description="unit of the arrival column for generic formats")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="generic formats: canonical name (arrival, isl, osl, hash_ids, model, ...) -> source column",
+    )
+    block_size: int | None = Field(None, gt=0, description="prefix block size for hash_ids (Mooncake: 512)")
+    arrivals: ArrivalSpec = ArrivalSpec()
+
+    @field_validator("columns")
+    @classmethod
+    def _known_targets(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(CANONICAL_MAPPABLE))
+        if unknown:
+            raise ValueError(f"unknown canonical column(s) {unknown}; expected a subset of {list(CANONICAL_MAPPABLE)}")
+        return value
+
+
+class ExcludeRule(_Strict):
+    """Quarantine rows whose `field` matches `pattern` (a regular expression, full match) as test traffic."""
+
+    field: Literal["model", "adapter", "tenant", "session"]
+    pattern: str
+
+
+class CleanParams(_Strict):
+    max_context_tokens: int = Field(262_144, gt=0, description="ISL+OSL above this is quarantined")
+    window_start_s: float | None = Field(None, description="keep arrivals at or after this (s from first request)")
+    window_end_s: float | None = Field(None, description="keep arrivals before this (s from first request)")
+    exclude: list[ExcludeRule] = Field(default_factory=list)
+    drop_duplicates: bool = True
+
+
+class CharacteriseParams(_Strict):
+    rps_windows_s: list[float] = Field(default_factory=lambda: [1.0, 60.0, 300.0])
+    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0])
+    lru_cache_blocks: list[int] = Field(default_factory=lambda: [4_096, 16_384, 65_536])
+    length_bucket_base: float = Field(2.0, gt=1, description="joint ISL/OSL buckets are powers of this")
+
+
+class Params(_Strict):
+    """The whole of params.yaml."""
+
+    seed: int = 0
+    trace: TraceParams
+    clean: CleanParams = CleanParams()
+    characterise: CharacteriseParams = CharacteriseParams()
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate params.yaml; a bad key or value is one clear error naming the field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InputFileError(path, "params file not found") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise InputFileError(path, f"not valid YAML: {exc}", line=None if line is None else line + 1) from None
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise InputFileError(path, err["msg"], field=field) from None

@@ -1,0 +1,25 @@
+"""User-facing errors: one clear line, naming the file, line and field where known.
+
+The CLI turns any `LlmcapError` into that single line on stderr and exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class LlmcapError(Exception):
+    """An error the user can fix (bad input, bad params). Printed as one line, exit code 2."""
+
+
+class InputFileError(LlmcapError):
+    """A file that cannot be used at all. Names the file and, where known, the line and field."""
+
+    def __init__(self, path: str | Path, message: str, *, line: int | None = None, field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.reason = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f" field '{field}':" if field else ""
+        super().__init__(f"{where}:{what} {message}")

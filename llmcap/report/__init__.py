@@ -1,0 +1,1 @@
+"""Human-readable reports (Markdown; HTML later) rendered from stage outputs."""

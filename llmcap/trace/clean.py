@@ -1,0 +1,247 @@
+"""Cleaning: RawTrace → canonical trace + quarantine, with exact accounting.
+
+Each row gets at most one reason: the first check it fails, in the order of `REASONS`. Kept rows are
+sorted by arrival (stable, so ties keep file order), re-based so the first kept request arrives at 0,
+and numbered. rows_in = rows_kept + rows_quarantined is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llmcap.config import CleanParams
+from llmcap.errors import LlmcapError
+from llmcap.trace import schema
+from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
+from llmcap.trace.readers import RawTrace
+
+#: Every reason a row can be quarantined for, in the order they are checked.
+REASONS: tuple[str, ...] = (
+    "malformed_record",
+    "invalid_arrival",
+    "isl_missing",
+    "isl_not_finite",
+    "isl_negative",
+    "isl_zero",
+    "isl_not_integer",
+    "osl_missing",
+    "osl_not_finite",
+    "osl_not_integer",
+    "failed_request",
+    "osl_below_1",
+    "hash_ids_invalid",
+    "exceeds_max_context",
+    "outside_window",
+    "test_traffic",
+    "duplicate",
+)
+
+
+@dataclass(frozen=True)
+class CleanReport:
+    source_file: str
+    source_format: str
+    rows_in: int
+    rows_kept: int
+    rows_quarantined: int
+    by_reason: dict[str, int]
+    out_of_order_rows: int  # kept rows that arrived earlier than a row before them in the file
+    start: str
+    duration_s: float
+    block_size: int | None
+    generated_arrivals: bool
+    accounting_ok: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accounting_ok", self.rows_in == self.rows_kept + self.rows_quarantined)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    trace: pa.Table
+    quarantine: pa.Table
+    report: CleanReport
+
+    def require_rows(self) -> None:
+        """Fail clearly when nothing survived cleaning (after the quarantine has been written)."""
+        if self.report.rows_kept == 0:
+            top = ", ".join(f"{k}={v}" for k, v in sorted(self.report.by_reason.items(), key=lambda kv: -kv[1])[:3])
+            raise LlmcapError(f"{self.report.source_file}: all {self.report.rows_in} rows were quarantined ({top})")
+
+
+def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
+    n = raw.rows
+    reason = np.full(n, None, dtype=object)
+    detail = np.full(n, None, dtype=object)
+
+    def flag(mask: np.ndarray, why: str, text: str | np.ndarray | Callable | None = None) -> None:
+        new = np.flatnonzero(mask & (reason == None))  # noqa: E711 — elementwise on an object array
+        if new.size == 0:
+            return
+        reason[new] = why
+        if callable(text):
+            detail[new] = np.array(text(new), dtype=object)
+        elif text is not None:
+            detail[new] = text[new] if isinstance(text, np.ndarray) else text
+
+    has_error = raw.parse_error != None  # noqa: E711
+    flag(has_error, "malformed_record", raw.parse_error)
+    flag(~np.isfinite(raw.arrival_s), "invalid_arrival", "missing or unparseable arrival time")
+    _flag_lengths(flag, "isl", raw.isl)
+    _flag_lengths(flag, "osl", raw.osl, zero_reason=raw.zero_osl_reason)
+    if "hash_ids" in raw.labels:
+        flag(pc.is_null(raw.labels["hash_ids"]).to_numpy(zero_copy_only=False), "hash_ids_invalid", "hash_ids missing or not a list of integers")
+    with np.errstate(invalid="ignore"):
+        total = raw.isl + raw.osl
+        flag(total > params.max_context_tokens, "exceeds_max_context", _fmt("ISL+OSL=", total, f" > {params.max_context_tokens}"))
+        if params.window_start_s is not None:
+            flag(raw.arrival_s < params.window_start_s, "outside_window", f"before window_start_s={params.window_start_s}")
+        if params.window_end_s is not None:
+            flag(raw.arrival_s >= params.window_end_s, "outside_window", f"at/after window_end_s={params.window_end_s}")
+    for rule in params.exclude:
+        if rule.field in raw.labels:
+            matched = pc.match_substring_regex(raw.labels[rule.field], f"^(?:{rule.pattern})$")
+            flag(matched.fill_null(False).to_numpy(zero_copy_only=False), "test_traffic", f"{rule.field} matches {rule.pattern!r}")
+        else:
+            re.compile(rule.pattern)  # still reject a broken pattern loudly
+    if params.drop_duplicates:
+        flag(_duplicates(raw, reason == None), "duplicate", "exact duplicate of an earlier row")  # noqa: E711
+
+    keep = reason == None  # noqa: E711
+    kept_rows = np.flatnonzero(keep)
+    order = kept_rows[np.argsort(raw.arrival_s[kept_rows], kind="stable")]
+    arrival = raw.arrival_s[kept_rows]
+    out_of_order = int((arrival < np.maximum.accumulate(arrival)).sum()) if arrival.size else 0
+    trace = _canonical(raw, order)
+    quarantine = _quarantine(raw, np.flatnonzero(~keep), reason, detail)
+    counts = pd.Series(reason[~keep], dtype=object).value_counts()
+    by_reason = {r: int(counts[r]) for r in REASONS if r in counts.index}
+    arrivals = trace.column("arrival_s").to_numpy()
+    report = CleanReport(
+        source_file=raw.path.name,
+        source_format=raw.format,
+        rows_in=n,
+        rows_kept=trace.num_rows,
+        rows_quarantined=quarantine.num_rows,
+        by_reason=by_reason,
+        out_of_order_rows=out_of_order,
+        start=_start_of(raw, order),
+        duration_s=float(arrivals[-1]) if arrivals.size else 0.0,
+        block_size=raw.block_size,
+        generated_arrivals=raw.generated_arrivals,
+    )
+    if not report.accounting_ok:  # an internal bug, never a user error: fail loudly
+        raise AssertionError(f"row accounting broken: {n} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined")
+    trace = trace.replace_schema_metadata(
+        schema.metadata(source_format=raw.format, source_file=raw.path.name, block_size=raw.block_size, start=report.start)
+    )
+    return CleanResult(trace=trace, quarantine=quarantine, report=report)
+
+
+def _flag_lengths(flag, name: str, values: np.ndarray, zero_reason: str | None = None) -> None:
+    with np.errstate(invalid="ignore"):
+        flag(np.isnan(values), f"{name}_missing", f"{name} missing or not a number")
+        flag(np.isinf(values), f"{name}_not_finite", _fmt(f"{name}=", values))
+        if name == "isl":
+            flag(values < 0, "isl_negative", _fmt("isl=", values))
+            flag(values == 0, "isl_zero", "isl=0")
+            flag(values != np.floor(values), "isl_not_integer", _fmt("isl=", values))
+        else:
+            flag(values != np.floor(values), "osl_not_integer", _fmt("osl=", values))
+            flag(values == 0, zero_reason or "osl_below_1", "osl=0")
+            flag(values < 1, "osl_below_1", _fmt("osl=", values, " < 1"))
+
+
+def _fmt(prefix: str, values: np.ndarray, suffix: str = ""):
+    """Detail text for the flagged rows only (formatting every row would put Python on the hot path)."""
+    return lambda rows: [f"{prefix}{v:.6g}{suffix}" for v in values[rows]]
+
+
+def _duplicates(raw: RawTrace, candidates: np.ndarray) -> np.ndarray:
+    """Rows identical to an earlier candidate row in every canonical field (the first one is kept)."""
+    cols = {"arrival_s": raw.arrival_s, "isl": raw.isl, "osl": raw.osl}
+    for name, arr in raw.labels.items():
+        if name != "hash_ids":
+            cols[name] = arr.to_numpy(zero_copy_only=False)
+    frame = pd.DataFrame(cols)[candidates]
+    dup = np.zeros(raw.rows, dtype=bool)
+    maybe = frame.duplicated(keep=False)
+    if not maybe.any():
+        return dup
+    # Scalar fields tie: compare the (few) tied rows' hash lists exactly.
+    tied = frame[maybe]
+    if "hash_ids" in raw.labels:
+        hashes = raw.labels["hash_ids"].take(pa.array(tied.index.to_numpy())).to_pylist()
+        tied = tied.assign(_hashes=[tuple(h) if h is not None else None for h in hashes])
+    repeated = tied.duplicated(keep="first")
+    dup[tied.index[repeated.to_numpy()].to_numpy()] = True
+    return dup
+
+
+def _canonical(raw: RawTrace, order: np.ndarray) -> pa.Table:
+    idx = pa.array(order)
+    arrival = raw.arrival_s[order]
+    arrival = arrival - arrival[0] if arrival.size else arrival
+    columns: dict[str, pa.Array] = {
+        "request_id": pa.array(np.arange(order.size, dtype=np.int64)),
+        "arrival_s": pa.array(arrival, pa.float64()),
+        "isl": pa.array(raw.isl[order].astype(np.int64)),
+        "osl": pa.array(raw.osl[order].astype(np.int64)),
+    }
+    isl = raw.isl[order].astype(np.int64)
+    if "hash_ids" in raw.labels and raw.block_size:
+        hashes = raw.labels["hash_ids"].take(idx)
+        columns["hash_ids"] = hashes
+        columns["prefix_hit_tokens"] = pa.array(hit_tokens(leading_reuse_unbounded(hashes), isl, raw.block_size))
+    else:
+        columns["hash_ids"] = pa.nulls(order.size, pa.list_(pa.int64()))
+        columns["prefix_hit_tokens"] = pa.nulls(order.size, pa.int64())
+    for name in schema.LABEL_COLUMNS:
+        columns[name] = raw.labels[name].take(idx) if name in raw.labels else pa.nulls(order.size, pa.string())
+    columns["deadline_s"] = raw.labels["deadline_s"].take(idx) if "deadline_s" in raw.labels else pa.nulls(order.size, pa.float64())
+    columns["source_row"] = pa.array(raw.source_row[order])
+    return pa.table(columns, schema=schema.CANONICAL_SCHEMA)
+
+
+def _quarantine(raw: RawTrace, rows: np.ndarray, reason: np.ndarray, detail: np.ndarray) -> pa.Table:
+    idx = pa.array(rows)
+
+    def label(name: str) -> pa.Array:
+        return raw.labels[name].take(idx) if name in raw.labels else pa.nulls(rows.size, pa.string())
+
+    return pa.table(
+        {
+            "source_row": pa.array(raw.source_row[rows]),
+            "line": pa.array(raw.line[rows]),
+            "reason": pa.array(reason[rows].tolist(), pa.string()),
+            "detail": pa.array(detail[rows].tolist(), pa.string()),
+            "arrival_s": pa.array(raw.arrival_s[rows], from_pandas=True),
+            "isl": pa.array(raw.isl[rows], from_pandas=True),
+            "osl": pa.array(raw.osl[rows], from_pandas=True),
+            "model": label("model"),
+            "tenant": label("tenant"),
+            "raw": pa.array(raw.raw(rows), pa.string()),
+        },
+        schema=schema.QUARANTINE_SCHEMA,
+    )
+
+
+def _start_of(raw: RawTrace, order: np.ndarray) -> str:
+    """Absolute start of the cleaned trace: the source start shifted to the first kept request."""
+    if order.size == 0:
+        return raw.start
+    offset = float(raw.arrival_s[order[0]])
+    if raw.start.startswith("+"):
+        return f"+{float(raw.start[1:-1]) + offset:.3f}s"
+    base = np.datetime64(raw.start, "ns") + np.timedelta64(int(round(offset * 1e9)), "ns")
+    return str(base)

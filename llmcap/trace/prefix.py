@@ -1,0 +1,113 @@
+"""Prefix reuse from per-request block hashes (Mooncake-style `hash_ids`).
+
+For each request, in arrival order, the reusable prefix is the run of *leading* blocks whose hashes
+were already seen in earlier requests: a KV prefix cache can only reuse a prefix, so the first miss
+ends the run. Two caches: unbounded (the ideal hit ratio) and LRU with a fixed number of blocks.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def _flat(hash_ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    arr = hash_ids.combine_chunks() if isinstance(hash_ids, pa.ChunkedArray) else hash_ids
+    arr = pc.fill_null(arr, pa.scalar([], type=arr.type))
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return values, offsets - offsets[0]
+
+
+def leading_reuse_unbounded(hash_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Leading blocks of each request already seen in an earlier request (infinite cache). Vectorised."""
+    values, offsets = _flat(hash_ids)
+    n = offsets.size - 1
+    lengths = np.diff(offsets)
+    if values.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    row = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    _, inverse = np.unique(values, return_inverse=True)
+    first_row = np.full(inverse.max() + 1, n, dtype=np.int64)
+    np.minimum.at(first_row, inverse, row)
+    seen_before = first_row[inverse] < row
+    position = np.arange(values.size, dtype=np.int64) - np.repeat(offsets[:-1], lengths)
+    first_miss = np.where(seen_before, np.iinfo(np.int64).max, position)
+    reuse = np.zeros(n, dtype=np.int64)
+    nonempty = lengths > 0
+    mins = np.minimum.reduceat(first_miss, offsets[:-1][nonempty])
+    reuse[nonempty] = np.minimum(mins, lengths[nonempty])
+    return reuse
+
+
+def leading_reuse_lru(hash_ids: pa.Array | pa.ChunkedArray, capacity_blocks: int) -> np.ndarray:
+    """Leading blocks of each request found in an LRU cache of `capacity_blocks` blocks.
+
+    Sequential by nature (each request changes the cache the next one sees): one pass over blocks,
+    not tokens. Every block of a request is inserted/refreshed after its lookup.
+    """
+    values, offsets = _flat(hash_ids)
+    cache: OrderedDict[int, None] = OrderedDict()
+    reuse = np.zeros(offsets.size - 1, dtype=np.int64)
+    vals = values.tolist()
+    for r, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        blocks = vals[lo:hi]
+        k = 0
+        for h in blocks:
+            if h not in cache:
+                break
+            k += 1
+        reuse[r] = k
+        for h in blocks:
+            cache[h] = None
+            cache.move_to_end(h)
+        while len(cache) > capacity_blocks:
+            cache.popitem(last=False)
+    return reuse
+
+
+def hit_tokens(reuse_blocks: np.ndarray, isl: np.ndarray, block_size: int) -> np.ndarray:
+    """Reusable tokens: whole blocks, but never more than the prompt itself."""
+    return np.minimum(reuse_blocks * block_size, isl)
+
+
+@dataclass(frozen=True)
+class PrefixSummary:
+    block_size: int
+    ideal_hit_ratio: float  # Σ hit tokens / Σ ISL, unbounded cache
+    ideal_block_hit_ratio: float
+    requests_reusing_ge1_block: float
+    requests_reusing_ge2_blocks: float
+    unique_blocks: int
+    total_blocks: int
+    lru_hit_ratio: dict[int, float]  # capacity in blocks -> token hit ratio
+
+    def as_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["lru_hit_ratio"] = {str(k): v for k, v in self.lru_hit_ratio.items()}
+        return out
+
+
+def summarise_prefix(
+    hash_ids: pa.Array | pa.ChunkedArray, isl: np.ndarray, block_size: int, lru_capacities: list[int]
+) -> PrefixSummary:
+    values, offsets = _flat(hash_ids)
+    reuse = leading_reuse_unbounded(hash_ids)
+    total_isl = float(isl.sum())
+    lru = {
+        c: float(hit_tokens(leading_reuse_lru(hash_ids, c), isl, block_size).sum() / total_isl) for c in lru_capacities
+    }
+    return PrefixSummary(
+        block_size=block_size,
+        ideal_hit_ratio=float(hit_tokens(reuse, isl, block_size).sum() / total_isl),
+        ideal_block_hit_ratio=float(reuse.sum() / max(values.size, 1)),
+        requests_reusing_ge1_block=float((reuse >= 1).mean()),
+        requests_reusing_ge2_blocks=float((reuse >= 2).mean()),
+        unique_blocks=int(np.unique(values).size),
+        total_blocks=int(values.size),
+        lru_hit_ratio=lru,
+    )

@@ -1,0 +1,394 @@
+"""Readers: any supported trace file → one `RawTrace` of canonical columns, not yet cleaned.
+
+Every format is a *preset*: the container (CSV / JSONL / Parquet), which source column feeds which
+canonical column, and the unit of the arrival clock. Known formats are presets; the generic
+containers take the mapping from params (default: the canonical names themselves, so llmcap's own
+outputs read back). Files are parsed by pyarrow in bulk; Python only looks at individual lines on the
+degraded path, to name and quarantine records pyarrow could not parse.
+
+Values that cannot be parsed become nulls here, and cleaning quarantines them with a reason; a file
+that cannot be used at all raises one `InputFileError` naming the file, line and field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from llmcap.config import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
+from llmcap.errors import InputFileError
+from llmcap.trace._lines import LineIndex
+from llmcap.trace.arrivals import generate_arrivals
+from llmcap.trace.detect import Sniff, detect_format
+
+REQUIRED = ("isl", "osl")
+
+
+@dataclass(frozen=True)
+class Preset:
+    container: str
+    columns: dict[str, str]  # canonical -> source column
+    time_unit: str  # s | ms | us | ns | datetime | auto
+    block_size: int | None = None
+    zero_osl_reason: str = "osl_below_1"  # BurstGPT marks failed requests with 0 response tokens
+
+
+PRESETS: dict[str, Preset] = {
+    "mooncake": Preset(
+        "jsonl",
+        {"arrival": "timestamp", "isl": "input_length", "osl": "output_length", "hash_ids": "hash_ids"},
+        "ms",
+        block_size=512,
+    ),
+    "azure": Preset("csv", {"arrival": "TIMESTAMP", "isl": "ContextTokens", "osl": "GeneratedTokens"}, "datetime"),
+    "burstgpt": Preset(
+        "csv",
+        {"arrival": "Timestamp", "isl": "Request tokens", "osl": "Response tokens", "model": "Model", "tenant": "Log Type"},
+        "s",
+        zero_osl_reason="failed_request",
+    ),
+    "lengths": Preset("csv", {"isl": "num_prefill_tokens", "osl": "num_decode_tokens"}, "s"),
+}
+
+_DEFAULT_GENERIC = {"arrival": "arrival_s", **{c: c for c in CANONICAL_MAPPABLE if c != "arrival"}}
+_UNITS_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}  # divide: exact for integer ms
+
+
+@dataclass
+class RawTrace:
+    """Canonical columns as read (one entry per source record, in file order), before cleaning."""
+
+    path: Path
+    format: str
+    arrival_s: np.ndarray  # float64 seconds from the earliest parseable arrival; NaN when unparseable
+    isl: np.ndarray  # float64; NaN when missing/unparseable
+    osl: np.ndarray
+    labels: dict[str, pa.Array]  # model/adapter/tenant/session (string), deadline_s (float64), hash_ids (list)
+    source_row: np.ndarray  # int64, 0-based record index
+    line: np.ndarray  # int64 1-based line in the file (row index + 1 for Parquet)
+    parse_error: np.ndarray  # object: None, or why the record could not be parsed
+    raw_text: dict[int, str] = field(default_factory=dict)  # source_row -> raw record, for unparsable records
+    start: str = "+0.000s"
+    block_size: int | None = None
+    zero_osl_reason: str = "osl_below_1"
+    generated_arrivals: bool = False
+    line_index: LineIndex | None = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.source_row.size)
+
+    def raw(self, rows: np.ndarray) -> list[str | None]:
+        """The original text of the given source rows (for the quarantine file)."""
+        out: list[str | None] = []
+        for r, ln in zip(rows.tolist(), self.line[rows].tolist(), strict=True):
+            if r in self.raw_text:
+                out.append(self.raw_text[r])
+            elif self.line_index is not None:
+                out.append(self.line_index.text(ln))
+            else:
+                out.append(None)
+        return out
+
+
+def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
+    """Read `path` (format auto-detected unless `params.format` forces one) into a `RawTrace`."""
+    path = Path(path)
+    params = params or TraceParams(file=str(path))
+    fmt, found = detect_format(path, params.format)
+    preset = _preset_for(fmt, params)
+    source_cols = {canon: src for canon, src in preset.columns.items()}
+    if fmt not in PRESETS:  # generic: only the mapped columns that exist; required ones must
+        source_cols = {c: s for c, s in source_cols.items() if s in found.fields or c in params.columns}
+    for canon in REQUIRED:
+        if canon not in source_cols or source_cols[canon] not in found.fields:
+            wanted = source_cols.get(canon, _DEFAULT_GENERIC[canon])
+            raise InputFileError(path, f"required column for '{canon}' is missing (have: {', '.join(found.fields)})", line=1, field=wanted)
+    if "arrival" in source_cols and source_cols["arrival"] not in found.fields:
+        if fmt in PRESETS:
+            raise InputFileError(path, "required arrival-time column is missing", line=1, field=source_cols["arrival"])
+        del source_cols["arrival"]
+
+    reader = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet}[preset.container]
+    table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
+    if table.num_rows == 0 and not parse_errors:
+        raise InputFileError(path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1)
+
+    n = table.num_rows + len(parse_errors)
+    ok_rows = np.setdiff1d(np.arange(n, dtype=np.int64), np.fromiter(parse_errors, dtype=np.int64, count=len(parse_errors)))
+    error = np.full(n, None, dtype=object)
+    for r, why in parse_errors.items():
+        error[r] = why
+
+    def scatter_float(name: str) -> np.ndarray:
+        out = np.full(n, np.nan)
+        if name in source_cols:
+            out[ok_rows] = _to_float(table.column(source_cols[name]))
+        return out
+
+    labels: dict[str, pa.Array] = {}
+    for name in ("model", "adapter", "tenant", "session"):
+        if name in source_cols:
+            labels[name] = _scatter_arrow(pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string())
+    if "deadline_s" in source_cols:
+        labels["deadline_s"] = pa.array(scatter_float("deadline_s"), from_pandas=True)
+    block_size = params.block_size or preset.block_size
+    if "hash_ids" in source_cols:
+        hashes = table.column(source_cols["hash_ids"])
+        if not pa.types.is_list(hashes.type):
+            raise InputFileError(path, f"hash_ids must be a list of integers, got {hashes.type}", field=source_cols["hash_ids"])
+        labels["hash_ids"] = _scatter_arrow(pc.cast(hashes, pa.list_(pa.int64())), ok_rows, n, pa.list_(pa.int64()))
+        if block_size is None:
+            raise InputFileError(path, "the trace has prefix hashes but no block size; set trace.block_size", field="hash_ids")
+
+    generated = "arrival" not in source_cols
+    if generated:
+        arrival_s = generate_arrivals(n, params.arrivals, np.random.default_rng(params.arrivals.seed))
+        start = "+0.000s"
+    else:
+        column = table.column(source_cols["arrival"])
+        unit = _resolve_time_unit(path, source_cols["arrival"], column, preset.time_unit)
+        values, start = _arrival_seconds(column, unit)
+        arrival_s = np.full(n, np.nan)
+        arrival_s[ok_rows] = values
+
+    return RawTrace(
+        path=path,
+        format=fmt,
+        arrival_s=arrival_s,
+        isl=scatter_float("isl"),
+        osl=scatter_float("osl"),
+        labels=labels,
+        source_row=np.arange(n, dtype=np.int64),
+        line=lines,
+        parse_error=error,
+        raw_text=raw_text,
+        start=start,
+        block_size=block_size if "hash_ids" in labels else None,
+        zero_osl_reason=preset.zero_osl_reason,
+        generated_arrivals=generated,
+        line_index=line_index,
+    )
+
+
+def _preset_for(fmt: str, params: TraceParams) -> Preset:
+    if fmt in PRESETS:
+        return PRESETS[fmt]
+    return Preset(fmt, {**_DEFAULT_GENERIC, **params.columns}, params.time_unit, params.block_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# containers: each returns (table of the mapped source columns for parseable records,
+#             {record index: error} for unparseable ones, {record index: raw text}, LineIndex|None,
+#             1-based line number per record)
+
+
+def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
+    wanted = list(dict.fromkeys(cols.values()))
+    bad_lines: list[tuple[int | None, str, int, int]] = []
+
+    def on_invalid(row) -> str:
+        bad_lines.append((row.number, row.text, row.expected_columns, row.actual_columns))
+        return "skip"
+
+    try:
+        table = pacsv.read_csv(
+            path,
+            read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 24),
+            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
+            convert_options=pacsv.ConvertOptions(
+                include_columns=wanted, column_types={c: pa.string() for c in wanted}, strings_can_be_null=True
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        raise InputFileError(path, f"cannot parse CSV: {_arrow_msg(exc)}") from None
+    index = LineIndex(path)
+    record_lines = index.nonempty_lines[1:]  # line 1 (first non-empty) is the header
+    n = record_lines.size
+    bad_line_nos = {ln for ln, *_ in bad_lines if ln is not None}
+    if len(bad_line_nos) != len(bad_lines):  # pyarrow could not number a row: fall back to matching text
+        bad_line_nos = {int(record_lines[i]) for i in range(n) if index.text(int(record_lines[i])) in {t for _, t, *_ in bad_lines}}
+    errors, raw = {}, {}
+    pos = {int(ln): i for i, ln in enumerate(record_lines.tolist()) if int(ln) in bad_line_nos}
+    for ln, text, expected, actual in bad_lines:
+        i = pos.get(ln) if ln is not None else None
+        if i is None:
+            continue
+        errors[i] = f"malformed record: expected {expected} columns, got {actual}"
+        raw[i] = text
+    if table.num_rows + len(errors) != n:
+        raise InputFileError(path, f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines (quoted newlines are not supported)")
+    return table, errors, raw, index, record_lines.astype(np.int64)
+
+
+def _read_jsonl(path: Path, found: Sniff, cols: dict[str, str]):
+    wanted = list(dict.fromkeys(cols.values()))
+    index = LineIndex(path)
+    record_lines = index.nonempty_lines.astype(np.int64)
+    try:
+        with path.open("rb") as fh:
+            if found.bom:
+                fh.seek(3)
+            table = pajson.read_json(fh, read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24))
+        missing = [c for c in wanted if c not in table.column_names]
+        table = _coerce_json_table(table, wanted, missing)
+        if table is not None and table.num_rows == record_lines.size:
+            return table, {}, {}, index, record_lines
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    # Degraded path: some records are not valid JSON objects, or types differ between records.
+    # Parse line by line so each bad record is named and quarantined instead of failing the file.
+    return _read_jsonl_per_line(path, index, record_lines, wanted, list_cols={cols.get("hash_ids")})
+
+
+def _coerce_json_table(table: pa.Table, wanted: list[str], missing: list[str]) -> pa.Table | None:
+    out = {}
+    for name in wanted:
+        if name in missing:
+            out[name] = pa.nulls(table.num_rows)
+            continue
+        col = table.column(name)
+        if pa.types.is_struct(col.type) or (pa.types.is_list(col.type) and not pa.types.is_integer(col.type.value_type) and not pa.types.is_null(col.type.value_type)):
+            return None
+        out[name] = col
+    return pa.table(out)
+
+
+def _read_jsonl_per_line(path: Path, index: LineIndex, record_lines: np.ndarray, wanted: list[str], list_cols: set):
+    values: dict[str, list] = {c: [] for c in wanted}
+    errors: dict[int, str] = {}
+    raw: dict[int, str] = {}
+    for i, ln in enumerate(record_lines.tolist()):
+        text = index.text(ln)
+        try:
+            obj = json.loads(text)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+        except (json.JSONDecodeError, ValueError) as exc:
+            errors[i] = f"malformed record: {getattr(exc, 'msg', str(exc))}"
+            raw[i] = text
+            continue
+        for c in wanted:
+            values[c].append(obj.get(c))
+    columns = {}
+    for c, vals in values.items():
+        if c in list_cols:  # a hash list that is not a list of integers is unusable: null, quarantined later
+            ok = [v if isinstance(v, list) and all(type(x) is int for x in v) else None for v in vals]
+            columns[c] = pa.array(ok, pa.list_(pa.int64()))
+        else:
+            columns[c] = pa.array([None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string())
+    return pa.table(columns), errors, raw, index, record_lines
+
+
+def _read_parquet(path: Path, found: Sniff, cols: dict[str, str]):
+    table = pq.read_table(path, columns=list(dict.fromkeys(cols.values())))
+    n = table.num_rows
+    return table, {}, {}, None, np.arange(1, n + 1, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# value coercion
+
+
+def _to_float(col: pa.ChunkedArray) -> np.ndarray:
+    """Numbers as float64; anything unparseable becomes NaN (cleaning quarantines it)."""
+    if pa.types.is_null(col.type):
+        return np.full(len(col), np.nan)
+    try:
+        return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        series = pd.Series(pc.cast(col, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+        return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _scatter_arrow(col: pa.ChunkedArray, ok_rows: np.ndarray, n: int, typ: pa.DataType) -> pa.Array:
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if ok_rows.size == n:
+        return arr
+    # put parsed values at their record positions; unparseable records get null
+    idx = np.full(n, -1, dtype=np.int64)
+    idx[ok_rows] = np.arange(ok_rows.size)
+    return pc.take(arr, pa.array(np.where(idx >= 0, idx, 0), mask=idx < 0)).cast(typ)
+
+
+def _resolve_time_unit(path: Path, name: str, col: pa.ChunkedArray, unit: str) -> str:
+    if unit != "auto":
+        return unit
+    if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+        return "datetime"
+    values = _to_float(col)
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            return "datetime"
+        raise InputFileError(path, "no parseable arrival times", field=name)
+    if np.isnan(values).mean() > 0.5:  # mostly non-numeric text: date-time strings
+        return "datetime"
+    top = float(np.max(np.abs(finite)))
+    if top >= 1e8:  # epoch clock: the magnitude says the unit (seconds since 1970 ≈ 1.7e9 today)
+        for u in ("s", "ms", "us", "ns"):
+            if 1e8 <= top / _UNITS_PER_SECOND[u] < 1e10:
+                return u
+    span = float(finite.max() - finite.min())
+    n = finite.size
+    if span > 0 and n > 1:
+        plausible = [u for u in ("s", "ms") if 1e-2 <= (n - 1) / (span / _UNITS_PER_SECOND[u]) <= 1e5]
+        if len(plausible) == 1:
+            return plausible[0]
+    raise InputFileError(
+        path,
+        "cannot tell whether arrival times are seconds or milliseconds; set trace.time_unit (or --time-unit)",
+        field=name,
+    )
+
+
+def _arrival_seconds(col: pa.ChunkedArray, unit: str) -> tuple[np.ndarray, str]:
+    """Seconds relative to the earliest parseable arrival, and that start as text."""
+    if unit == "datetime":
+        ns = _to_epoch_ns(col)
+        valid = ns != np.iinfo(np.int64).min
+        if not valid.any():
+            return np.full(ns.size, np.nan), "+0.000s"
+        origin = int(ns[valid].min())
+        rel = np.where(valid, (ns - origin) / 1e9, np.nan)
+        return rel, _iso(origin)
+    values = _to_float(col) / _UNITS_PER_SECOND[unit]
+    finite = np.isfinite(values)
+    if not finite.any():
+        return values, "+0.000s"
+    origin = float(values[finite].min())
+    if abs(origin) >= 1e8:  # epoch clock: keep the absolute start as a date
+        return values - origin, _iso(int(round(origin * 1e9)))
+    return values - origin, f"+{origin:.3f}s"
+
+
+def _to_epoch_ns(col: pa.ChunkedArray) -> np.ndarray:
+    if pa.types.is_timestamp(col.type):
+        return pc.cast(col, pa.timestamp("ns")).cast(pa.int64()).fill_null(np.iinfo(np.int64).min).to_numpy()
+    try:
+        ts = pc.cast(col, pa.timestamp("ns"))
+        return ts.cast(pa.int64()).fill_null(np.iinfo(np.int64).min).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        series = pd.Series(pc.cast(col, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+        parsed = pd.to_datetime(series, errors="coerce", format="ISO8601")
+        return parsed.to_numpy(dtype="datetime64[ns]").view(np.int64)
+
+
+def _iso(epoch_ns: int) -> str:
+    seconds, nanos = divmod(epoch_ns, 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+    return f"{stamp.isoformat(timespec='seconds')}.{nanos:09d}"
+
+
+def _arrow_msg(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0]

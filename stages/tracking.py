@@ -1,0 +1,124 @@
+"""MLflow logging shared by every stage: params, metrics, artifacts and provenance tags.
+
+Tags on every stage run:
+- `git.commit`, `git.dirty`: the code the run came from (reproduce a decision from its commit);
+- `dvc.stage`, `dvc.stage_hash`: sha256 over what DVC decides on (the stage's cmd, the content of its
+  deps and the values of its params) — equal hashes mean DVC would consider the stage unchanged;
+- `input.sha256` per input file: content hash of the trace the numbers came from.
+When the Prefect flow `replan` runs the pipeline it passes its MLflow run id in
+`LLMCAP_MLFLOW_PARENT_RUN_ID`, and stage runs nest under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXPERIMENT = "llmcap"
+PARENT_ENV = "LLMCAP_MLFLOW_PARENT_RUN_ID"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def path_sha256(path: Path) -> str:
+    """Content hash of a file, or of a directory's files (relative names + contents, sorted)."""
+    if path.is_file():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    files = (p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    for f in sorted(files):
+        digest.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
+    return digest.hexdigest()
+
+
+def git_state(root: Path) -> dict[str, str]:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
+
+
+def _dotted(params: dict, key: str) -> Any:
+    value: Any = params
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
+def stage_hash(root: Path, stage: str) -> str:
+    """sha256 over the stage's cmd, its deps' content and its params' values, as declared in dvc.yaml."""
+    spec = yaml.safe_load((root / "dvc.yaml").read_text())["stages"][stage]
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    keys: list[str] = []
+    for entry in spec.get("params", []):
+        if isinstance(entry, str):
+            keys.append(entry)
+        else:  # {params_file: [keys]}
+            keys.extend(k for v in entry.values() for k in v)
+    payload = {
+        "cmd": spec["cmd"],
+        "deps": {d: path_sha256(root / d) for d in spec.get("deps", [])},
+        "params": {k: _dotted(params, k) for k in keys},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def flatten(prefix: str, obj: Any) -> dict[str, float]:
+    """Numeric leaves of a nested dict as MLflow metric names (`isl.p99`, `rps_windows.60s.max`)."""
+    out: dict[str, float] = {}
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(f"{prefix}.{k}" if prefix else str(k), v))
+    elif isinstance(obj, bool):
+        out[prefix] = float(obj)
+    elif isinstance(obj, (int, float)) and obj == obj:  # skips NaN
+        out[prefix] = float(obj)
+    return out
+
+
+@contextlib.contextmanager
+def stage_run(root: Path, stage: str, params: dict, inputs: dict[str, Path]) -> Iterator[Any]:
+    """An MLflow run for one stage execution, tagged with provenance; yields the mlflow module."""
+    import mlflow
+
+    mlflow.set_experiment(EXPERIMENT)
+    tags = {
+        **git_state(root),
+        "llmcap.kind": "stage",
+        "dvc.stage": stage,
+        "dvc.stage_hash": stage_hash(root, stage),
+        **{f"input.{name}.sha256": path_sha256(p) for name, p in inputs.items()},
+        **{f"input.{name}.path": str(p) for name, p in inputs.items()},
+    }
+    parent = os.environ.get(PARENT_ENV)
+    with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent), tags=tags) as run:
+        mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in flatten_params(params).items()})
+        yield mlflow
+        print(f"[{stage}] MLflow run {run.info.run_id} ({os.environ.get('MLFLOW_TRACKING_URI', 'default store')})")
+
+
+def flatten_params(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            out.update(flatten_params(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = obj
+    return out

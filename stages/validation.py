@@ -1,0 +1,113 @@
+"""Great Expectations (1.x) suites for stage outputs, and a deterministic record of the result.
+
+A failed expectation fails the stage with a readable one-line-per-failure summary. The saved result
+keeps only what is a function of the data (expectation, arguments, success, counts), not GX's run ids
+and timestamps, so the same data validates to the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from llmcap.errors import LlmcapError
+
+
+class ValidationFailed(LlmcapError):
+    """Stage output broke its expectation suite."""
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    suite: str
+    success: bool
+    results: list[dict]
+
+    def failures(self) -> list[dict]:
+        return [r for r in self.results if not r["success"]]
+
+    def summary(self) -> str:
+        lines = [f"suite '{self.suite}': {len(self.failures())} of {len(self.results)} expectations failed"]
+        for r in self.failures():
+            args = ", ".join(f"{k}={v}" for k, v in r["kwargs"].items())
+            lines.append(f"  ✗ {r['expectation']}({args}): {r.get('unexpected_count', '?')} unexpected, e.g. {r.get('examples', [])}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({"suite": self.suite, "success": self.success, "results": self.results}, indent=2, default=str) + "\n"
+
+    def write(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.to_json(), encoding="utf-8")
+        return path
+
+
+def _gx():
+    # GX costs seconds to import: only stages that validate pay for it.
+    logging.getLogger("great_expectations").setLevel(logging.ERROR)
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    return gx, gxe, ProgressBarsConfig
+
+
+def canonical_trace_suite(gxe, max_context: int) -> list:
+    """Expectations every canonical trace must meet (the contract later steps rely on)."""
+    not_null = [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("request_id", "arrival_s", "isl", "osl", "source_row")]
+    return [
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        *not_null,
+        gxe.ExpectColumnValuesToBeUnique(column="request_id"),
+        gxe.ExpectColumnValuesToBeUnique(column="source_row"),
+        gxe.ExpectColumnValuesToBeBetween(column="arrival_s", min_value=0),
+        gxe.ExpectColumnValuesToBeIncreasing(column="arrival_s"),
+        gxe.ExpectColumnValuesToBeBetween(column="isl", min_value=1, max_value=max_context),
+        gxe.ExpectColumnValuesToBeBetween(column="osl", min_value=1, max_value=max_context),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="isl", column_B="prefix_hit_tokens", or_equal=True, ignore_row_if="either_value_is_missing"
+        ),
+    ]
+
+
+def quarantine_suite(gxe, reasons: tuple[str, ...]) -> list:
+    return [
+        gxe.ExpectColumnValuesToNotBeNull(column="reason"),
+        gxe.ExpectColumnValuesToBeInSet(column="reason", value_set=list(reasons)),
+        gxe.ExpectColumnValuesToBeUnique(column="source_row"),
+    ]
+
+
+def validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
+    """Run the expectations `build(gxe)` returns on `frame` in an ephemeral GX context."""
+    gx, gxe, progress = _gx()
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = progress(globally=False)
+    batch_def = context.data_sources.add_pandas(suite_name).add_dataframe_asset(suite_name).add_batch_definition_whole_dataframe("all")
+    suite = gx.ExpectationSuite(name=suite_name)
+    for expectation in build(gxe):
+        suite.add_expectation(expectation)
+    result = batch_def.get_batch(batch_parameters={"dataframe": frame}).validate(suite)
+    records = []
+    for r in result.results:
+        kwargs = {k: v for k, v in r.expectation_config.kwargs.items() if k != "batch_id"}
+        entry = {"expectation": r.expectation_config.type, "kwargs": kwargs, "success": bool(r.success)}
+        detail = r.result or {}
+        if "unexpected_count" in detail:
+            entry["unexpected_count"] = int(detail["unexpected_count"])
+            entry["examples"] = [str(v) for v in (detail.get("partial_unexpected_list") or [])[:5]]
+        if "observed_value" in detail:
+            entry["observed_value"] = detail["observed_value"]
+        if r.exception_info and r.exception_info.get("raised_exception"):
+            entry["exception"] = r.exception_info.get("exception_message")
+        records.append(entry)
+    return ValidationRecord(suite=suite_name, success=bool(result.success), results=records)
+
+
+def require(record: ValidationRecord) -> None:
+    if not record.success:
+        raise ValidationFailed(record.summary())
