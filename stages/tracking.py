@@ -1,7 +1,8 @@
 """MLflow logging shared by every stage: params, metrics, artifacts and provenance tags.
 
 Tags on every stage run:
-- `git.commit`, `git.dirty`: the code the run came from (reproduce a decision from its commit);
+- `git.commit`, `git.dirty`: the code the run came from (reproduce a decision from its commit;
+  dirty = tracked files other than dvc.lock differ from the commit);
 - `dvc.stage`, `dvc.stage_hash`: sha256 over what DVC decides on (the stage's cmd, the content of its
   deps and the values of its params) — equal hashes mean DVC would consider the stage unchanged;
 - `input.sha256` per input file: content hash of the trace the numbers came from.
@@ -51,7 +52,8 @@ def git_state(root: Path) -> dict[str, str]:
         return out.stdout.strip() if out.returncode == 0 else ""
 
     commit = git("rev-parse", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    # dvc.lock is rewritten by the pipeline itself after each stage: it is state, not a code change.
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock")
     return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
 
 

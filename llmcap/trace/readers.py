@@ -324,6 +324,9 @@ def _scatter_arrow(col: pa.ChunkedArray, ok_rows: np.ndarray, n: int, typ: pa.Da
 def _resolve_time_unit(path: Path, name: str, col: pa.ChunkedArray, unit: str) -> str:
     if unit != "auto":
         return unit
+    for suffix in ("_s", "_ms", "_us", "_ns"):  # a unit in the column name is the author's own statement
+        if name.lower().endswith(suffix):
+            return suffix[1:]
     if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
         return "datetime"
     values = _to_float(col)

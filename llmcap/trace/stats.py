@@ -100,7 +100,7 @@ def label_mix(table: pa.Table, top: int = 20) -> dict[str, dict[str, float]]:
 
 def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
     """The workload summary of a canonical trace (plain JSON-able dict; keys documented in README)."""
-    arrival = table.column("arrival_s").to_numpy()
+    arrival = np.sort(table.column("arrival_s").to_numpy())  # canonical traces are sorted; be safe
     isl = table.column("isl").to_numpy()
     osl = table.column("osl").to_numpy()
     n = int(arrival.size)

@@ -38,11 +38,11 @@ def scale_rate(table: pa.Table, target_rps: float) -> pa.Table:
 
 
 def resample_joint(table: pa.Table, n: int, rng: np.random.Generator) -> pa.Table:
-    """`n` requests drawn with replacement as whole rows (ISL, OSL, hashes, labels together).
+    """`n` requests drawn with replacement as whole rows: (ISL, OSL, reusable prefix, labels) together.
 
-    Block hashes are rewritten so a resampled request shares with earlier requests exactly the
-    leading blocks its source request shared (its reusable prefix), and the rest of its blocks are
-    fresh: copying hash lists verbatim would turn every repeat draw into a full-prompt cache hit.
+    The reusable prefix is part of the drawn tuple. Hash ids are rebuilt so each synthetic request
+    can reuse exactly its source's number of leading blocks (see `_rebuild_hashes`); copying hash
+    lists verbatim would instead make every repeated draw a free full-prompt cache hit.
     """
     if table.num_rows == 0:
         raise LlmcapError("cannot resample an empty trace")
@@ -51,26 +51,66 @@ def resample_joint(table: pa.Table, n: int, rng: np.random.Generator) -> pa.Tabl
     block_size = schema.block_size_of(table)
     hashes = table.column("hash_ids")
     if block_size and hashes.null_count < len(hashes):
-        out = _rewrite_hashes(table, out, picks, block_size)
+        out = _rebuild_hashes(table, out, picks, block_size)
     return out
 
 
-def _rewrite_hashes(source: pa.Table, out: pa.Table, picks: np.ndarray, block_size: int) -> pa.Table:
-    src = source.column("hash_ids").combine_chunks()
-    shared = leading_reuse_unbounded(src)[picks]
-    lists = src.take(pa.array(picks))
-    lengths = pc.list_value_length(lists).fill_null(0).to_numpy()
-    flat = lists.flatten().to_numpy().astype(np.int64).copy()
-    position = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    fresh = position >= np.repeat(shared, lengths)
-    fresh_base = int(pc.max(src.flatten()).as_py() or 0) + 1
-    flat[fresh] = fresh_base + np.arange(int(fresh.sum()))
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-    new_lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+def _rebuild_hashes(source: pa.Table, out: pa.Table, picks: np.ndarray, block_size: int) -> pa.Table:
+    """Synthetic hash lists whose leading-block reuse follows the source's, request by request.
+
+    Requests are grouped by their source's first block (the shared system prompt / conversation
+    root). Synthetic request j with source reuse k takes its first k blocks from the most recent
+    earlier synthetic request of its group that is at least k blocks long (else the longest prefix
+    it can get) and fresh blocks for the rest; the first request of a group starts cold, as a new
+    replica would. Python work is per request (a few dict/list operations over ≤ 64 length classes);
+    inheritance chains are resolved by vectorised pointer jumping.
+    """
+    src = pc.fill_null(source.column("hash_ids").combine_chunks(), pa.scalar([], pa.list_(pa.int64())))
+    src_len = pc.list_value_length(src).to_numpy().astype(np.int64)
+    first_block = _first_blocks(src, src_len)
+    reuse = leading_reuse_unbounded(src)
+    lengths = src_len[picks]
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    parent = np.arange(offsets[-1], dtype=np.int64)  # each block points at the block it copies
+    # group -> [most recent synthetic request per length class (bit length of its block count)]
+    recent: dict[int, list[int]] = {}
+    lengths_list = lengths.tolist()
+    for j, s in enumerate(picks.tolist()):
+        group = int(first_block[s])
+        if group < 0:
+            continue
+        classes = recent.setdefault(group, [-1] * 64)
+        k = int(reuse[s])
+        if k > 0:
+            cls = k.bit_length()
+            longer = max(classes[cls + 1 :])  # every request in a higher class has more than k blocks
+            same = classes[cls] if classes[cls] >= 0 and lengths_list[classes[cls]] >= k else -1
+            prev = max(longer, same)
+            if prev < 0:  # nobody long enough yet: reuse what the longest earlier request offers
+                prev = max(classes)
+            if prev >= 0:
+                take = min(k, lengths_list[prev], lengths_list[j])
+                parent[offsets[j] : offsets[j] + take] = np.arange(offsets[prev], offsets[prev] + take)
+        classes[lengths_list[j].bit_length()] = j
+    while True:  # pointer jumping: every block ends at the original it was copied from
+        nxt = parent[parent]
+        if np.array_equal(nxt, parent):
+            break
+        parent = nxt
+    new_lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(parent, pa.int64()))
     isl = out.column("isl").to_numpy()
     out = out.set_column(out.schema.get_field_index("hash_ids"), "hash_ids", new_lists)
     hits = hit_tokens(leading_reuse_unbounded(new_lists), isl, block_size)
     return out.set_column(out.schema.get_field_index("prefix_hit_tokens"), "prefix_hit_tokens", pa.array(hits))
+
+
+def _first_blocks(lists: pa.ListArray, lengths: np.ndarray) -> np.ndarray:
+    offsets = lists.offsets.to_numpy().astype(np.int64)
+    flat = lists.flatten().to_numpy().astype(np.int64)
+    first = np.full(lengths.size, -1, dtype=np.int64)
+    has = lengths > 0
+    first[has] = flat[offsets[:-1][has] - offsets[0]]
+    return first
 
 
 def synthesize(table: pa.Table, n: int, arrivals: ArrivalSpec, rng: np.random.Generator) -> pa.Table:

@@ -1,0 +1,3 @@
+from llmcap.cli import main
+
+main()

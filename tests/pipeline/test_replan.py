@@ -1,0 +1,144 @@
+"""End to end, as `make plan` runs it: the Prefect flow `replan` drives the DVC pipeline in a fresh
+copy of the repository; then DVC's skip/rerun behaviour, determinism and kill-and-resume."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _sh(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def _ran(output: str) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", output)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A fresh copy of the repository (tracked + new files, nothing ignored) with its own git history."""
+    dest = tmp_path_factory.mktemp("clone") / "llmcap"
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    work = dest / ".work"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PREFECT_HOME": str(work / "prefect"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+        "DVC_SITE_CACHE_DIR": str(work / "dvc-site-cache"),
+        "MPLCONFIGDIR": str(work / "matplotlib"),
+        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost",
+    }
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fresh clone"]):
+        _sh(cmd, dest, env)
+    return dest, env
+
+
+def _output_hashes(root: Path) -> dict[str, str]:
+    out = {}
+    for base in ("data/interim", "data/processed", "data/reports"):
+        for f in sorted((root / base).rglob("*")):
+            if f.is_file() and f.name != ".gitignore":
+                out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
+    root, env = project
+    stages = list(yaml.safe_load((root / "dvc.yaml").read_text())["stages"])
+
+    # 1. The flow, as `make plan` runs it: every stage runs on a fresh clone, outputs are listed.
+    first = _sh([sys.executable, "-m", "flows.replan"], root, env)
+    assert f"stages run: {', '.join(stages)}" in first.stdout
+    assert "MLflow run" in first.stdout
+    for rel in ("data/interim/trace.parquet", "data/interim/quarantine.parquet", "data/processed/workload.json",
+                "data/reports/workload/workload.md", "data/reports/workload/isl_osl_joint.png"):
+        assert (root / rel).is_file(), rel
+    hashes = _output_hashes(root)
+    _check_mlflow(root, env)
+
+    # 2. Nothing changed: DVC runs nothing.
+    again = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    assert _ran(again.stdout + again.stderr) == []
+
+    # 3. Determinism: forcing every stage again gives byte-identical outputs.
+    _sh([sys.executable, "-m", "dvc", "repro", "--force"], root, env)
+    assert _output_hashes(root) == hashes
+
+    # 4. Kill a run after its first stage and re-run: it resumes and gives the same outputs.
+    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--force"], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = ""
+    deadline = time.monotonic() + 300
+    while "Running stage 'characterise'" not in log and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        log += line
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert "Running stage 'characterise'" in log, log[-3000:]
+    resumed = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    assert "clean" not in _ran(resumed.stdout + resumed.stderr)
+    assert "characterise" in _ran(resumed.stdout + resumed.stderr)
+    assert _output_hashes(root) == hashes
+
+    # 5. A changed param re-runs its stage (and what consumes its outputs), not the stages upstream.
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["characterise"]["lru_cache_blocks"] = [1024]
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    changed = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    ran = _ran(changed.stdout + changed.stderr)
+    assert "clean" not in ran and ran[0] == "characterise"
+    assert '"1024"' in (root / "data/processed/workload.json").read_text()
+
+
+def _check_mlflow(root: Path, env: dict) -> None:
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("llmcap")
+    runs = client.search_runs([experiment.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("llmcap.kind") == "replan"]
+    assert len(parent) == 1
+    children = {r.data.tags["dvc.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
+    assert {"clean", "characterise"} <= set(children)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    raw = root / "data/raw/mooncake/conversation_trace.jsonl"
+    for stage, run in children.items():
+        tags = run.data.tags
+        assert tags["git.commit"] == head and tags["git.dirty"] == "false", stage
+        assert re.fullmatch(r"[0-9a-f]{64}", tags["dvc.stage_hash"]), stage
+    assert children["clean"].data.tags["input.trace.sha256"] == hashlib.sha256(raw.read_bytes()).hexdigest()
+    assert children["clean"].data.metrics["rows_kept"] == 12_030
+    assert children["clean"].data.metrics["rows_quarantined"] == 1
+    assert children["characterise"].data.metrics["prefix.ideal_hit_ratio"] == pytest.approx(0.3736, abs=1e-4)
+    clean_artifacts = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "clean")}
+    assert {"clean/clean_report.json", "clean/validation_trace.json", "clean/validation_quarantine.json"} <= clean_artifacts
+    plots = {a.path for a in client.list_artifacts(children["characterise"].info.run_id, "workload/plots")}
+    assert "workload/plots/prefix_reuse_cdf.png" in plots

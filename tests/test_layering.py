@@ -1,0 +1,42 @@
+"""Layering: the domain library never imports the orchestration/tracking stack (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+FORBIDDEN = {"prefect", "dvc", "mlflow", "great_expectations"}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_llmcap_sources_do_not_import_the_stack() -> None:
+    offenders = {str(p.relative_to(ROOT)): sorted(_imports(p) & FORBIDDEN) for p in (ROOT / "llmcap").rglob("*.py")}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_importing_the_cli_loads_none_of_the_stack() -> None:
+    code = "import sys, llmcap.cli, llmcap.trace.plots; print(sorted(m for m in {%s} if m in sys.modules))" % ",".join(
+        repr(m) for m in FORBIDDEN
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+def test_stages_are_thin() -> None:
+    # a stage is glue: params + paths in, one llmcap call, outputs + validation + logging out
+    for stage in (ROOT / "stages").glob("*.py"):
+        assert len(stage.read_text().splitlines()) < 200, stage
