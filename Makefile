@@ -7,6 +7,7 @@ WORK := $(ROOT)/.work
 
 # uv: use the one on PATH, else bootstrap it with pip into .tools/ (no manual installs).
 UV := $(shell command -v uv 2>/dev/null || echo $(ROOT)/.tools/bin/uv)
+export UV
 
 # Measured gotchas of the stack (DEVELOPERS.md, DESIGN.md §5): everything writable lives in .work/.
 export PREFECT_HOME := $(WORK)/prefect
@@ -24,6 +25,7 @@ export GIT_AUTHOR_EMAIL ?= llmcap@localhost
 export GIT_COMMITTER_NAME ?= llmcap
 export GIT_COMMITTER_EMAIL ?= llmcap@localhost
 export PYTHONHASHSEED := 0
+export PATH := $(VENV)/bin:$(PATH)
 
 .PHONY: plan test bench setup clean-work
 
