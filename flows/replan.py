@@ -30,6 +30,9 @@ OUTPUTS = {
     "clean report": "data/reports/clean/clean_report.json",
     "workload summary": "data/processed/workload.json",
     "workload report": "data/reports/workload/workload.md",
+    "candidates": "data/processed/candidates.parquet",
+    "candidates summary": "data/reports/enumerate/summary.json",
+    "candidates checks": "data/reports/enumerate/validation.json",
 }
 
 
@@ -58,12 +61,13 @@ def collect(root: str) -> dict:
     return {
         "clean": json.loads((base / OUTPUTS["clean report"]).read_text()),
         "workload": json.loads((base / OUTPUTS["workload summary"]).read_text()),
+        "candidates": json.loads((base / OUTPUTS["candidates summary"]).read_text()),
     }
 
 
 @flow(name="replan", log_prints=True)
 def replan(root: str = str(ROOT), force: bool = False) -> dict:
-    """The planning loop, every step built so far: clean → characterise."""
+    """The planning loop, every step built so far: clean → characterise → enumerate."""
     import mlflow
 
     logger = get_run_logger()
@@ -80,7 +84,9 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         mlflow.set_tags({"dvc.stages_ran": ",".join(ran) or "none", "dvc.stages_skipped": ",".join(skipped) or "none"})
         mlflow.log_artifact(str(Path(root) / "dvc.lock"))
         w, c = results["workload"], results["clean"]
+        e = results["candidates"]
         mlflow.log_metrics({"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]})
+        mlflow.log_metrics({"candidates": e["rows"], "candidates_feasible": e["feasible"]})
         logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
         create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
         return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
@@ -93,11 +99,13 @@ def _all_stages(root: str) -> list[str]:
 
 
 def _markdown(results: dict, ran: list[str], run_id: str) -> str:
-    c, w = results["clean"], results["workload"]
+    c, w, e = results["clean"], results["workload"], results["candidates"]
     return (
         f"**{c['source_file']}** ({c['source_format']}): {c['rows_in']:,} rows in = {c['rows_kept']:,} kept + "
         f"{c['rows_quarantined']:,} quarantined; {w['rows']:,} requests at {w['mean_rps']:.3f} req/s mean, "
         f"ISL p99 {w['isl']['p99']:,.0f}, OSL p99 {w['osl']['p99']:,.0f}.\n\n"
+        f"**{e['model']}**: {e['rows']:,} deployment candidates, {e['feasible']:,} feasible "
+        f"(max context {e['max_context_len']:,} tokens).\n\n"
         f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
     )
 
@@ -110,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"stages run: {', '.join(result['ran']) or 'none (all up to date)'}")
     for name, rel in OUTPUTS.items():
-        print(f"  {name:<17} {ROOT / rel}")
-    print(f"  plots             {ROOT / 'data/reports/workload'}/*.png")
-    print(f"  MLflow run        {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
-    print(f"                    browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']}")
+        print(f"  {name:<18} {ROOT / rel}")
+    print(f"  plots              {ROOT / 'data/reports/workload'}/*.png")
+    e = result["candidates"]
+    print(f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}")
+    print(f"  MLflow run         {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
+    print(f"                     browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']}")
     return 0
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from llmcap.commands import memory as memory_cmd
 from llmcap.commands import plan as plan_cmd
 from llmcap.commands import trace as trace_cmd
 
@@ -20,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(trace_cmd.app, name="trace")
 app.command("plan")(plan_cmd.plan)
+app.command("memory")(memory_cmd.memory)
 
 
 def main() -> None:

@@ -6,13 +6,15 @@ instead of silently falling back to a default.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llmcap.errors import InputFileError
+from llmcap.candidates import EnumerationSpec, workload_context_lengths
+from llmcap.errors import InputFileError, LlmcapError
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "csv", "jsonl", "parquet"]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
@@ -78,6 +80,34 @@ class CharacteriseParams(_Strict):
     length_bucket_base: float = Field(2.0, gt=1, description="joint ISL/OSL buckets are powers of this")
 
 
+class EnumerateParams(EnumerationSpec):
+    """Stage `enumerate`: the model to plan for plus the candidate grid (`llmcap.candidates.EnumerationSpec`)."""
+
+    model: str = "Llama-3.1-70B"
+    """Catalog model name (data/catalog/models/) or a path to a config.json or its directory."""
+    max_context_len: int | Literal["model", "workload"] = Field(default="workload")  # type: ignore[assignment]
+    """Longest ISL + OSL a deployment must accept: tokens, "model" (max_position_embeddings) or
+    "workload" (the trace's longest ISL + longest OSL, from the characterise stage's summary)."""
+
+    @field_validator("max_context_len")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be >= 1 token, 'model' or 'workload'")
+        return value
+
+    def grid(self, workload: Mapping[str, Any] | None = None) -> EnumerationSpec:
+        """The plain EnumerationSpec, with max_context_len resolved against the workload summary."""
+        data = self.model_dump(exclude={"model"})
+        if self.max_context_len == "model":
+            data["max_context_len"] = None
+        elif self.max_context_len == "workload":
+            if workload is None:
+                raise LlmcapError("enumerate.max_context_len is 'workload' but no workload summary was given")
+            data["max_context_len"] = workload_context_lengths(workload)["max"]
+        return EnumerationSpec.model_validate(data)
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -85,6 +115,7 @@ class Params(_Strict):
     trace: TraceParams
     clean: CleanParams = CleanParams()
     characterise: CharacteriseParams = CharacteriseParams()
+    enumerate: EnumerateParams = EnumerateParams()
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -34,7 +34,10 @@ class ValidationRecord:
         lines = [f"suite '{self.suite}': {len(self.failures())} of {len(self.results)} expectations failed"]
         for r in self.failures():
             args = ", ".join(f"{k}={v}" for k, v in r["kwargs"].items())
-            lines.append(f"  ✗ {r['expectation']}({args}): {r.get('unexpected_count', '?')} unexpected, e.g. {r.get('examples', [])}")
+            if "exception" in r:
+                lines.append(f"  ✗ {r['expectation']}({args}): raised {r['exception']}")
+            else:
+                lines.append(f"  ✗ {r['expectation']}({args}): {r.get('unexpected_count', '?')} unexpected, e.g. {r.get('examples', [])}")
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -82,6 +85,37 @@ def quarantine_suite(gxe, reasons: tuple[str, ...]) -> list:
     ]
 
 
+def candidates_suite(gxe) -> list:
+    """The candidates table: every row feasible or not; infeasible rows say why, feasible rows hold KV."""
+    from great_expectations.expectations.row_conditions import Column
+
+    infeasible = {"row_condition": Column("feasible") == False}  # noqa: E712 (a GX condition, not a comparison)
+    feasible = {"row_condition": Column("feasible") == True}  # noqa: E712
+    keys = ("row", "mode", "role", "gpu", "weight_quant", "kv_dtype", "feasible", "reasons", "reason_codes")
+    positive = ("tp", "pp", "ep", "dp", "gpus_per_instance", "max_num_seqs", "max_num_batched_tokens", "block_size")
+    return [
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        gxe.ExpectColumnValuesToBeUnique(column="row"),
+        *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in keys],
+        gxe.ExpectColumnValuesToBeOfType(column="feasible", type_="bool"),
+        gxe.ExpectColumnValuesToBeInSet(column="role", value_set=["both", "prefill", "decode"]),
+        *[gxe.ExpectColumnValuesToBeBetween(column=c, min_value=1) for c in positive],
+        gxe.ExpectColumnValueLengthsToBeBetween(column="reasons", min_value=1, **infeasible),
+        gxe.ExpectColumnValuesToMatchRegex(column="reason_codes", regex=r"^[a-z_]+(?:,[a-z_]+)*$", **infeasible),
+        gxe.ExpectColumnValuesToBeInSet(column="reasons", value_set=[""], **feasible),
+        gxe.ExpectColumnValuesToNotBeNull(column="kv_tokens_per_rank", **feasible),
+        gxe.ExpectColumnValuesToBeBetween(column="kv_tokens_per_rank", min_value=1, **feasible),
+        gxe.ExpectColumnValuesToBeBetween(column="max_seqs_at_max_context", min_value=1, **feasible),
+    ]
+
+
+def _condition_text(cond: dict) -> str:
+    """A GX row condition as it reads: `feasible == False`."""
+    if cond.get("type") == "comparison":
+        return f"{cond['column']['name']} {cond['operator']} {cond['parameter']!r}"
+    return json.dumps(cond, sort_keys=True, default=str)
+
+
 def validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
     """Run the expectations `build(gxe)` returns on `frame` in an ephemeral GX context."""
     gx, gxe, progress = _gx()
@@ -95,6 +129,8 @@ def validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
     records = []
     for r in result.results:
         kwargs = {k: v for k, v in r.expectation_config.kwargs.items() if k != "batch_id"}
+        if isinstance(kwargs.get("row_condition"), dict):
+            kwargs["row_condition"] = _condition_text(kwargs["row_condition"])
         entry = {"expectation": r.expectation_config.type, "kwargs": kwargs, "success": bool(r.success)}
         detail = r.result or {}
         if "unexpected_count" in detail:

@@ -1,0 +1,100 @@
+"""`llmcap memory --model M --gpu G [--tp N ...]`: where one rank's HBM goes, and how many KV tokens are left."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.commands._common import print_json, user_errors
+from llmcap.catalog.gpus import GIB
+from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.memory import MemoryParams, Parallelism, plan_memory
+
+
+@user_errors
+def memory(
+    model: Annotated[
+        str,
+        typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
+    ],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from data/catalog/gpus.yaml (e.g. h100).")],
+    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")] = 1,
+    dp: Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")] = 1,
+    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
+    block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens.")] = 16,
+    gpu_memory_utilization: Annotated[
+        float, typer.Option(min=0.01, max=1.0, help="Fraction of HBM the engine may use.")
+    ] = 0.90,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="Largest decode batch (sizes the logits buffer).")] = 256,
+    max_num_batched_tokens: Annotated[
+        int, typer.Option(min=1, help="Largest forward pass in tokens (sizes activations).")
+    ] = 8192,
+    context_len: Annotated[
+        int | None, typer.Option(min=1, help="Also report how many sequences of this total length fit.")
+    ] = None,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Memory per rank: weights, runtime, KV budget and KV token capacity for MODEL on GPU."""
+    spec = load_model(model)
+    g = get_gpu(gpu)
+    params = MemoryParams(
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    plan = plan_memory(spec, g, Parallelism(tp=tp, pp=pp, ep=ep, dp=dp), quant, kv_dtype, block_size, params)
+    p = spec.params
+    out = {
+        "model": spec.name,
+        "gpu": g.name,
+        "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": dp},
+        "weight_format": plan.weight_format.name,
+        "kv_dtype": kv_dtype,
+        "block_size": block_size,
+        "params_total": p.total,
+        "params_active": p.active,
+        "params_active_no_embeddings": p.active_no_embeddings,
+        "params_mtp_excluded": p.mtp,
+        "params_by_component": p.by_component(),
+        "kv_bytes_per_token": spec.kv_bytes_per_token(kv_dtype_bytes(kv_dtype)),
+        "kv_bytes_per_token_per_rank": plan.kv_bytes_per_token_per_rank,
+        "weights_bytes_per_rank": plan.weights_bytes_per_rank,
+        "kv_budget_bytes_per_rank": plan.kv_budget_bytes_per_rank,
+        "kv_blocks_per_rank": plan.kv_blocks_per_rank,
+        "kv_tokens_per_rank": plan.kv_tokens_per_rank,
+        "kv_tokens_per_instance": plan.kv_tokens_per_instance,
+        "breakdown": plan.breakdown.as_dicts(),
+    }
+    if context_len is not None:
+        out["context_len"] = context_len
+        out["max_concurrent_sequences"] = int(plan.max_concurrent_sequences([context_len])[0])
+    if json_out:
+        print_json(out)
+        return
+    console = Console()
+    head = Table(title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV")
+    head.add_column("quantity")
+    head.add_column("value", justify="right")
+    head.add_row("params total", f"{p.total:,}")
+    head.add_row("params active / token", f"{p.active:,}")
+    head.add_row("KV bytes / token (all layers)", f"{out['kv_bytes_per_token']:,.0f}")
+    head.add_row("KV bytes / token / rank", f"{plan.kv_bytes_per_token_per_rank:,.0f}")
+    head.add_row("KV tokens / rank", f"{plan.kv_tokens_per_rank:,}")
+    head.add_row("KV tokens / instance", f"{plan.kv_tokens_per_instance:,}")
+    if context_len is not None:
+        head.add_row(f"sequences of {context_len} tokens", f"{out['max_concurrent_sequences']:,}")
+    console.print(head)
+    table = Table(title=f"memory per rank (PP stage {plan.bottleneck_stage})")
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    table.add_column("bytes", justify="right")
+    for r in plan.breakdown.rows:
+        table.add_row(r.label, f"{r.bytes / GIB:,.2f}", f"{r.bytes:,}")
+    console.print(table)
