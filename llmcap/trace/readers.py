@@ -217,7 +217,8 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
     n = record_lines.size
     bad_line_nos = {ln for ln, *_ in bad_lines if ln is not None}
     if len(bad_line_nos) != len(bad_lines):  # pyarrow could not number a row: fall back to matching text
-        bad_line_nos = {int(record_lines[i]) for i in range(n) if index.text(int(record_lines[i])) in {t for _, t, *_ in bad_lines}}
+        bad_texts = {t for _, t, *_ in bad_lines}
+        bad_line_nos = {int(ln) for ln in record_lines.tolist() if index.text(int(ln)) in bad_texts}
     errors, raw = {}, {}
     pos = {int(ln): i for i, ln in enumerate(record_lines.tolist()) if int(ln) in bad_line_nos}
     for ln, text, expected, actual in bad_lines:
