@@ -15,69 +15,67 @@ import json
 import sys
 from pathlib import Path
 
-from stages.env import ROOT, apply_defaults
+from stages._runner import path, stage_main
+from stages.env import ROOT
+
+ARGUMENTS = [
+    ("--catalog-dir", path(help="holds gpus.yaml and models/")),
+    ("--workload", path(help="the characterise stage's summary JSON")),
+    ("--candidates", path()),
+    ("--report-dir", path()),
+]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="stages.enumerate", description=__doc__)
-    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
-    ap.add_argument("--catalog-dir", type=Path, required=True, help="holds gpus.yaml and models/")
-    ap.add_argument("--workload", type=Path, required=True, help="the characterise stage's summary JSON")
-    ap.add_argument("--candidates", type=Path, required=True)
-    ap.add_argument("--report-dir", type=Path, required=True)
-    args = ap.parse_args(argv)
-    apply_defaults()
-
+def run(args: argparse.Namespace) -> str:
     import pyarrow as pa
 
     from llmcap.candidates import enumerate_candidates, workload_context_lengths
     from llmcap.catalog import load_gpu_catalog, load_model
     from llmcap.config import load_params
-    from llmcap.errors import InputFileError, LlmcapError
+    from llmcap.errors import InputFileError
     from llmcap.trace import write_table
     from stages import tracking, validation
 
+    params = load_params(args.params).enumerate
     try:
-        params = load_params(args.params).enumerate
-        try:
-            workload = json.loads(args.workload.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise InputFileError(args.workload, f"not a readable workload summary ({exc})") from None
-        model = load_model(params.model, models_dir=args.catalog_dir / "models")
-        contexts = workload_context_lengths(workload)
-        result = enumerate_candidates(
-            model, params.grid(workload), contexts, gpu_catalog=load_gpu_catalog(args.catalog_dir / "gpus.yaml")
-        )
-        table, summary = result.table, result.summary
+        workload = json.loads(args.workload.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputFileError(args.workload, f"not a readable workload summary ({exc})") from None
+    model = load_model(params.model, models_dir=args.catalog_dir / "models")
+    contexts = workload_context_lengths(workload)
+    result = enumerate_candidates(
+        model, params.grid(workload), contexts, gpu_catalog=load_gpu_catalog(args.catalog_dir / "gpus.yaml")
+    )
+    table, summary = result.table, result.summary
 
-        arrow = pa.Table.from_pandas(table, preserve_index=False)
-        arrow = arrow.replace_schema_metadata({**arrow.schema.metadata, b"llmcap.model": model.name.encode()})
-        write_table(arrow, args.candidates)
-        args.report_dir.mkdir(parents=True, exist_ok=True)
-        summary_path = args.report_dir / "summary.json"
-        summary_path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        check = validation.validate(table, "candidates", validation.candidates_suite)
-        validation_path = check.write(args.report_dir / "validation.json")
+    arrow = pa.Table.from_pandas(table, preserve_index=False)
+    arrow = arrow.replace_schema_metadata({**arrow.schema.metadata, b"llmcap.model": model.name.encode()})
+    write_table(arrow, args.candidates)
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    summary_path = args.report_dir / "summary.json"
+    summary_path.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    check = validation.validate(table, "candidates", validation.candidates_suite)
+    validation_path = check.write(args.report_dir / "validation.json")
 
-        inputs = {"workload": args.workload, "model_config": Path(model.source), "gpu_catalog": args.catalog_dir / "gpus.yaml"}
-        with tracking.stage_run(ROOT, "enumerate", {"enumerate": params.model_dump(mode="json")}, inputs) as mlflow:
-            metrics = {"candidates": summary["rows"], "feasible": summary["feasible"], "infeasible": summary["infeasible"]}
-            metrics |= {f"infeasible.{code}": n for code, n in summary["infeasible_by_reason"].items()}
-            metrics |= {f"most_kv_tokens.{role}": b["kv_tokens_per_instance"] for role, b in summary["most_kv_per_role"].items()}
-            metrics |= {f"context_len.{k}": v for k, v in summary["context_lengths"].items()}
-            mlflow.log_metrics({k.replace("/", "."): float(v) for k, v in metrics.items()})
-            mlflow.set_tags({"model": model.name, "validation.success": str(check.success).lower()})
-            for path in (summary_path, validation_path, args.candidates):
-                mlflow.log_artifact(str(path), artifact_path="enumerate")
-        validation.require(check)
-    except LlmcapError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(
-        f"[enumerate] {model.name}: {summary['rows']:,} candidates, {summary['feasible']:,} feasible "
+    inputs = {"workload": args.workload, "model_config": Path(model.source), "gpu_catalog": args.catalog_dir / "gpus.yaml"}
+    with tracking.stage_run(ROOT, "enumerate", {"enumerate": params.model_dump(mode="json")}, inputs) as mlflow:
+        metrics = {"candidates": summary["rows"], "feasible": summary["feasible"], "infeasible": summary["infeasible"]}
+        metrics |= {f"infeasible.{code}": n for code, n in summary["infeasible_by_reason"].items()}
+        metrics |= {f"most_kv_tokens.{role}": b["kv_tokens_per_instance"] for role, b in summary["most_kv_per_role"].items()}
+        metrics |= {f"context_len.{k}": v for k, v in summary["context_lengths"].items()}
+        mlflow.log_metrics({k.replace("/", "."): float(v) for k, v in metrics.items()})
+        mlflow.set_tags({"model": model.name, "validation.success": str(check.success).lower()})
+        for artifact in (summary_path, validation_path, args.candidates):
+            mlflow.log_artifact(str(artifact), artifact_path="enumerate")
+    validation.require(check)
+    return (
+        f"{model.name}: {summary['rows']:,} candidates, {summary['feasible']:,} feasible "
         f"(max context {summary['max_context_len']:,} tokens) → {args.candidates}, {summary_path}"
     )
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage_main("enumerate", __doc__, ARGUMENTS, run, argv)
 
 
 if __name__ == "__main__":

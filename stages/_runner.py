@@ -1,0 +1,48 @@
+"""What every stage script shares: argument parsing, environment defaults, and user errors.
+
+A stage declares its path arguments and a `run(args) -> str` body; `stage_main` parses the command
+line (plus the common `--params`), fills in the environment defaults, runs the body and prints its
+one-line summary. An `LlmcapError` becomes `error: <message>` on stderr and exit code 2, so
+`dvc repro` shows the reason instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from stages.env import apply_defaults
+
+Argument = tuple[str, dict]
+
+
+def stage_main(
+    name: str,
+    doc: str | None,
+    arguments: Sequence[Argument],
+    run: Callable[[argparse.Namespace], str],
+    argv: list[str] | None = None,
+) -> int:
+    ap = argparse.ArgumentParser(prog=f"stages.{name}", description=doc)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    for flag, options in arguments:
+        ap.add_argument(flag, **options)
+    args = ap.parse_args(argv)
+    apply_defaults()
+
+    from llmcap.errors import LlmcapError  # after the defaults: stages import lazily on purpose
+
+    try:
+        message = run(args)
+    except LlmcapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"[{name}] {message}")
+    return 0
+
+
+def path(required: bool = True, help: str | None = None) -> dict:
+    """argparse options of a path argument."""
+    return {"type": Path, "required": required, "help": help}
