@@ -1,0 +1,138 @@
+"""Capacity-report plots as PNG bytes (embedded base64 in the HTML report).
+
+matplotlib with the Agg backend; PNG metadata is stripped ("Software": None) and nothing depends on
+the clock, so the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from numpy.typing import ArrayLike  # noqa: E402
+
+from llmcap.sizing.headroom import CapacityPlan  # noqa: E402
+from llmcap.sizing.params import SloParams  # noqa: E402
+from llmcap.sizing.search import SearchResult  # noqa: E402
+
+_PNG_META = {"Software": None}
+_DPI = 100
+
+
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, metadata=_PNG_META)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _empty(ax: plt.Axes, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def plot_attainment(curves: Mapping[str, SearchResult], target: float) -> bytes:
+    """Mean attainment vs arrival rate per candidate; the knee (max feasible rate) marked."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for key in sorted(curves):
+        res = curves[key]
+        pts = res.curve()
+        if not pts:
+            continue
+        x, y = zip(*pts, strict=True)
+        (line,) = ax.plot(x, y, marker="o", ms=3, lw=1, label=f"{key} (λ* {res.max_rate:.3g})")
+        if res.max_rate > 0:
+            knee = next(a for r, a in pts if r == res.max_rate)
+            ax.plot([res.max_rate], [knee], marker="*", ms=12, color=line.get_color())
+    ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("arrival rate λ (req/s)")
+    ax.set_ylabel("SLO attainment (mean over seeds)")
+    ax.set_title("Attainment vs arrival rate (★ = max feasible rate)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_goodput_per_gpu(table: pa.Table) -> bytes:
+    """Goodput per GPU at each candidate's max feasible rate (the planning unit)."""
+    keys = table.column("candidate").to_pylist()
+    vals = [v or 0.0 for v in table.column("goodput_per_gpu").to_pylist()]
+    fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(keys), 3) + 1.2))
+    if keys:
+        y = np.arange(len(keys))
+        ax.barh(y, vals, color="tab:green")
+        ax.set_yticks(y, keys, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("goodput per GPU (qualified req/s/GPU)")
+    else:
+        _empty(ax, "candidates")
+    ax.set_title("Goodput per GPU at the max feasible rate")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_latency_cdfs(records: pa.Table | None, slo: SloParams) -> bytes:
+    """CDFs of per-request TTFT and ITL (the SLO's per-request statistic) at the chosen point, targets marked."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    cols = [("ttft_s", "TTFT", slo.ttft_ms), (f"itl_{slo.itl_stat}_s", f"ITL ({slo.itl_stat} per request)", slo.itl_ms)]
+    for ax, (col, label, target) in zip(axes, cols, strict=True):
+        v = None if records is None else records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
+        v = None if v is None else np.sort(v[~np.isnan(v)]) * 1e3
+        if v is None or v.size == 0:
+            _empty(ax, f"{label} values")
+            continue
+        ax.step(v, np.arange(1, v.size + 1) / v.size, where="post")
+        if target is not None:
+            ax.axvline(target, color="r", ls="--", lw=0.8, label=f"target {target:g} ms")
+            ax.legend(fontsize=8)
+        ax.set_xlabel(f"{label} (ms)")
+        ax.set_ylabel("fraction of requests ≤ x")
+        ax.grid(alpha=0.3)
+    fig.suptitle("Latency CDFs at the chosen operating point")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_kv_usage(series: Mapping[str, tuple[ArrayLike, ArrayLike]] | None) -> bytes:
+    """KV-cache usage (fraction of capacity) over time, one line per replica."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    if not series:
+        _empty(ax, "KV usage series")
+    else:
+        for name in sorted(series):
+            t, u = series[name]
+            ax.step(np.asarray(t, dtype=float), np.asarray(u, dtype=float), where="post", lw=0.8, label=name)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("KV usage")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_title("KV-cache usage over time at the chosen point")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def plot_headroom(plan: CapacityPlan) -> bytes:
+    """Instances stacked by reason: base, then each risk's headroom."""
+    parts = [("base", plan.base_instances)] + [(i.risk, i.instances) for i in plan.items]
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    left = 0
+    for label, n in parts:
+        if n:
+            ax.barh([0], [n], left=left, label=f"{label} {n}")
+            ax.text(left + n / 2, 0, str(n), ha="center", va="center", fontsize=8)
+        left += n
+    ax.set_yticks([])
+    ax.set_xlabel(f"instances ({plan.gpus_per_instance} GPU each) — total {plan.total_instances}, {plan.total_gpus} GPUs")
+    ax.set_title("Headroom by risk")
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    fig.tight_layout()
+    return _png(fig)

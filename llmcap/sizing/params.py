@@ -1,0 +1,119 @@
+"""Knobs of the sizing step (pydantic, frozen, unknown keys rejected), ready to plug into `llmcap.config.Params`.
+
+Times in params are milliseconds where they are SLO targets (how people write SLOs) and seconds
+elsewhere; the code converts once, at the edge.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ItlStat = Literal["p50", "p99", "max"]
+DistMetric = Literal["ttft", "tpot", "e2e", "queue", "itl_p50", "itl_p99", "itl_max"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class DistributionTarget(_Strict):
+    """A distribution-level check across requests, e.g. P99 of TTFT ≤ 2000 ms (reported, not per request)."""
+
+    metric: DistMetric
+    percentile: float = Field(gt=0, le=100)
+    target_ms: float = Field(gt=0)
+
+
+class SloParams(_Strict):
+    """Per-request targets (a request qualifies only if it meets every one that is set) and the attainment goal."""
+
+    ttft_ms: float | None = Field(default=2000.0, gt=0)
+    """Time to first token, per request."""
+    itl_ms: float | None = Field(default=100.0, gt=0)
+    """Inter-token latency per request, at the statistic `itl_stat` of that request's gaps."""
+    itl_stat: ItlStat = "p99"
+    """Which per-request ITL statistic must meet `itl_ms`: the request's median, P99 or largest gap."""
+    tpot_ms: float | None = Field(default=None, gt=0)
+    """Time per output token after the first, per request."""
+    e2e_ms: float | None = Field(default=None, gt=0)
+    """End-to-end deadline, per request."""
+    max_queue_ms: float | None = Field(default=None, gt=0)
+    """Longest time a request may wait before it is first scheduled."""
+    attainment_target: float = Field(default=0.99, gt=0, le=1)
+    """Share of (steady-window) requests that must qualify for a rate to count as feasible."""
+    distribution: tuple[DistributionTarget, ...] = ()
+    """Distribution-level checks across requests, reported beside attainment."""
+    warmup_s: float = Field(default=0.0, ge=0)
+    """Arrivals in the first `warmup_s` of the arrival span are not measured (cold caches, empty queues)."""
+    drain_s: float = Field(default=0.0, ge=0)
+    """Arrivals in the last `drain_s` of the arrival span are not measured (the load is already falling)."""
+    warmup_frac: float = Field(default=0.0, ge=0, lt=1)
+    """Warm-up as a share of the arrival span; the larger of this and `warmup_s` applies (rate-scaled traces
+    shrink in time, so a fraction keeps the same requests out at every rate)."""
+    drain_frac: float = Field(default=0.0, ge=0, lt=1)
+    """Drain as a share of the arrival span; the larger of this and `drain_s` applies."""
+
+    @model_validator(mode="after")
+    def _window_leaves_something(self) -> SloParams:
+        if self.warmup_frac + self.drain_frac >= 1:
+            raise ValueError("warmup_frac + drain_frac must be < 1")
+        return self
+
+
+class SearchParams(_Strict):
+    """Max-feasible-rate search: bracket from an initial guess, then bisection (see `llmcap.sizing.search`)."""
+
+    seeds: tuple[int, ...] = Field(default=(0, 1, 2), min_length=1)
+    """Seeds evaluated at every rate."""
+    feasibility: Literal["all_seeds", "mean"] = "all_seeds"
+    """`all_seeds`: feasible only if every seed meets the attainment target (default, conservative);
+    `mean`: if the mean attainment over seeds does."""
+    rel_tol: float = Field(default=0.02, gt=0, lt=1)
+    """Stop when (infeasible − feasible) ≤ rel_tol × feasible."""
+    initial_rate: float | None = Field(default=None, gt=0)
+    """First rate to try (req/s); None = the analytic guess the caller passes, else 1 req/s."""
+    min_rate: float = Field(default=1e-3, gt=0)
+    """Below this the candidate is declared infeasible (max rate 0)."""
+    max_rate: float = Field(default=1e6, gt=0)
+    """The bracket never expands past this; reaching it is reported, not hidden."""
+    guard_points: int = Field(default=2, ge=0)
+    """Monotonicity guard: after bisection, also evaluate this many rates below the answer."""
+    guard_step: float = Field(default=0.25, gt=0, lt=1)
+    """Guard rates are answer × (1 − i × guard_step), i = 1..guard_points (clipped at min_rate)."""
+    max_evaluations: int = Field(default=64, ge=1)
+    """Rates (not rate × seed) evaluated per search at most."""
+
+
+class HeadroomParams(_Strict):
+    """Headroom by risk (see `llmcap.sizing.headroom`); each risk adds its own computed instances."""
+
+    traffic_method: Literal["peak_to_mean", "forecast_error", "none"] = "peak_to_mean"
+    """How much above the planning rate traffic may go: the trace's windowed peak-to-mean, a forecast-error
+    quantile, or none (the planning rate already is the peak)."""
+    traffic_window_s: float = Field(default=60.0, gt=0)
+    """Window for the peak-to-mean ratio and the demand ramp."""
+    forecast_error: float = Field(default=0.2, ge=0)
+    """Relative forecast error at the chosen quantile (0.2 = actual may be 20% above forecast)."""
+    node_failures: int = Field(default=1, ge=0)
+    """Nodes that may be lost while still carrying the peak."""
+    max_surge: int = Field(default=1, ge=0)
+    """Rolling upgrade: extra instances started before old ones stop (their GPUs must exist)."""
+    max_unavailable: int = Field(default=0, ge=0)
+    """Rolling upgrade: instances down at once (capacity lost while upgrading)."""
+    kv_safe_fraction: float = Field(default=0.9, gt=0, le=1)
+    """P99 active KV tokens per instance must stay below this share of the instance's KV capacity."""
+    t_ready_s: float = Field(default=600.0, ge=0)
+    """Scale-up time: schedule + image + weights + init + graphs + health, until the router admits it."""
+    ramp_rps_per_s: float | None = Field(default=None, ge=0)
+    """Demand growth (req/s per second) to cover during t_ready; None = the trace's largest windowed rise."""
+
+
+class ComputeParams(_Strict):
+    """Where (candidate, rate) evaluations run."""
+
+    dask_address: str | None = None
+    """A Dask scheduler address (tcp://host:8786, or inproc:// in tests); None = local processes."""
+    workers: int = Field(default=1, ge=1)
+    """Local process workers; 1 runs in-process (no pickling, easiest to debug)."""

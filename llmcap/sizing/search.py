@@ -1,0 +1,341 @@
+"""Max feasible arrival rate of one candidate, given a plain `evaluate(rate, seed) -> EvalResult` callable.
+
+The callable is whatever measures attainment at a rate: the simulator on the rate-scaled trace (at
+integration), a live open-loop replay, or a synthetic function in tests. This module only decides
+*which* rates to try and what the answer is.
+
+Algorithm (deterministic: the same evaluate gives the same sequence of rates and the same answer):
+1. Evaluate the initial rate (the caller's analytic guess, clipped to [min_rate, max_rate]).
+2. Bracket: from the bracket (lo = highest feasible rate below every infeasible one, hi = lowest
+   infeasible rate) expand ×2 while nothing is infeasible, shrink ÷2 while nothing is feasible.
+3. Bisect at (lo + hi) / 2 until hi − lo ≤ rel_tol × lo.
+4. Monotonicity guard: evaluate `guard_points` rates below the answer (answer × (1 − i·guard_step)).
+   Any infeasible rate below a feasible one is recorded as a `Violation`; the bracket is recomputed
+   from all points, which is the conservative answer (only rates below the lowest failure count), and
+   the search continues there. It ends when a converged answer's guard points all pass.
+A rate is feasible when **every seed** meets the attainment target (`feasibility="all_seeds"`, the
+default: a capacity promise should hold on each independent draw of the arrivals, not on average), or
+when the mean over seeds does (`"mean"`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Literal
+
+from llmcap.errors import LlmcapError
+from llmcap.sizing.analytic import ceil_count
+from llmcap.sizing.params import SearchParams
+
+if TYPE_CHECKING:
+    from llmcap.sizing.executor import Executor
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """What one (rate, seed) evaluation reports: attainment, plus any summary metrics (ttft_p99_ms, ...)."""
+
+    attainment: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+Evaluate = Callable[[float, int], EvalResult]
+Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations"]
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    rate: float
+    feasible: bool
+    seeds: tuple[int, ...]
+    results: tuple[EvalResult, ...]
+    phase: str  # "initial" | "expand" | "shrink" | "bisect" | "guard"
+
+    @property
+    def attainments(self) -> tuple[float, ...]:
+        return tuple(r.attainment for r in self.results)
+
+    @property
+    def mean_attainment(self) -> float:
+        return sum(self.attainments) / len(self.results)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rate that failed below a rate that passed: attainment is not monotone in λ here."""
+
+    failed_rate: float
+    passed_rate: float
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    max_rate: float  # the highest feasible rate below every infeasible one; 0 when none
+    upper_rate: float | None  # the lowest infeasible rate seen (None: none seen)
+    status: Status
+    points: tuple[RatePoint, ...]  # in evaluation order
+    violations: tuple[Violation, ...]
+    attainment_target: float
+
+    @property
+    def best(self) -> RatePoint | None:
+        return next((p for p in self.points if p.rate == self.max_rate and p.feasible), None)
+
+    def curve(self) -> list[tuple[float, float]]:
+        """(rate, mean attainment) sorted by rate — the attainment-vs-λ curve; the knee is `max_rate`."""
+        return sorted((p.rate, p.mean_attainment) for p in self.points)
+
+
+def _feasible(results: Sequence[EvalResult], target: float, rule: str) -> bool:
+    att = [r.attainment for r in results]
+    return min(att) >= target if rule == "all_seeds" else sum(att) / len(att) >= target
+
+
+def _run_seed(evaluate: Evaluate, rate: float, seed: int) -> EvalResult:
+    return evaluate(rate, seed)
+
+
+def _bracket(points: Mapping[float, RatePoint]) -> tuple[float | None, float | None]:
+    """(lo, hi): the lowest infeasible rate, and the highest feasible rate below it (conservative)."""
+    bad = [r for r, p in points.items() if not p.feasible]
+    hi = min(bad) if bad else None
+    good = [r for r, p in points.items() if p.feasible and (hi is None or r < hi)]
+    return (max(good) if good else None), hi
+
+
+def _violations(points: Mapping[float, RatePoint]) -> tuple[Violation, ...]:
+    bad = sorted(r for r, p in points.items() if not p.feasible)
+    good = sorted(r for r, p in points.items() if p.feasible)
+    return tuple(Violation(f, g) for f in bad for g in good if g > f)
+
+
+def search_max_rate(
+    evaluate: Evaluate,
+    attainment_target: float,
+    params: SearchParams | None = None,
+    initial_rate: float | None = None,
+    executor: Executor | None = None,
+) -> SearchResult:
+    """The max feasible rate of one candidate (module docstring). Seeds of one rate go through `executor`."""
+    p = params or SearchParams()
+    if p.min_rate > p.max_rate:
+        raise LlmcapError(f"search min_rate {p.min_rate:g} > max_rate {p.max_rate:g}")
+    points: dict[float, RatePoint] = {}
+    order: list[float] = []
+
+    def run(rate: float, phase: str) -> None:
+        fn = partial(_run_seed, evaluate, rate)
+        results = tuple(executor.map(fn, list(p.seeds)) if executor is not None else [fn(s) for s in p.seeds])
+        points[rate] = RatePoint(rate, _feasible(results, attainment_target, p.feasibility), p.seeds, results, phase)
+        order.append(rate)
+
+    start = p.initial_rate or initial_rate or 1.0
+    run(min(max(start, p.min_rate), p.max_rate), "initial")
+    guarded: set[float] = set()  # answers whose guard points were evaluated
+    status: Status = "max_evaluations"
+    while len(order) < p.max_evaluations:
+        lo, hi = _bracket(points)
+        if lo is None:
+            assert hi is not None
+            nxt = hi / 2
+            if nxt < p.min_rate:
+                if p.min_rate < hi and p.min_rate not in points:
+                    run(p.min_rate, "shrink")  # the floor itself decides
+                    continue
+                status = "infeasible"
+                break
+            run(nxt, "shrink")
+            continue
+        if hi is None and lo < p.max_rate:
+            run(min(lo * 2, p.max_rate), "expand")
+            continue
+        if hi is not None and hi - lo > p.rel_tol * lo:
+            run((lo + hi) / 2, "bisect")
+            continue
+        # Converged (or pinned at max_rate): the monotonicity guard below the answer.
+        if lo not in guarded:
+            guarded.add(lo)
+            todo = [g for i in range(1, p.guard_points + 1) if (g := lo * (1 - i * p.guard_step)) >= p.min_rate]
+            todo = [g for g in todo if g not in points][: p.max_evaluations - len(order)]
+            for g in todo:
+                run(g, "guard")
+            if todo:
+                continue
+        status = "at_max_rate" if hi is None else "converged"
+        break
+    lo, hi = _bracket(points)
+    return SearchResult(
+        max_rate=0.0 if lo is None else lo,
+        upper_rate=hi,
+        status=status,
+        points=tuple(points[r] for r in order),
+        violations=_violations(points),
+        attainment_target=attainment_target,
+    )
+
+
+# ---------------------------------------------------------------- many candidates, one executor
+
+
+@dataclass(frozen=True)
+class SearchTask:
+    """One candidate's search, shippable to a worker (its evaluate must pickle for process/Dask workers)."""
+
+    key: str
+    evaluate: Evaluate
+    attainment_target: float
+    params: SearchParams = SearchParams()
+    initial_rate: float | None = None
+
+
+def run_search_task(task: SearchTask) -> SearchResult:
+    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate)
+
+
+def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:
+    """Each task's search, spread over `executor` (one task per worker; seeds run inside the task)."""
+    keys = [t.key for t in tasks]
+    if len(set(keys)) != len(keys):
+        raise LlmcapError("search task keys must be unique")
+    results = executor.map(run_search_task, list(tasks)) if executor is not None else [run_search_task(t) for t in tasks]
+    return dict(zip(keys, results, strict=True))
+
+
+# ---------------------------------------------------------------- from a max rate to a deployment
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Instances and GPUs that carry `target_rps`, from a unit's (n instances, g GPUs) max feasible rate."""
+
+    target_rps: float
+    unit_max_rps: float
+    instances_per_unit: int
+    gpus_per_unit: int
+    goodput_per_gpu: float  # unit max rate × mean attainment there ÷ unit GPUs
+    instances: int
+    gpus: int
+    reasoning: str
+
+
+def deployment_for(
+    result: SearchResult, target_rps: float, gpus_per_unit: int, instances_per_unit: int = 1
+) -> Deployment:
+    """Scale the searched unit linearly to the target: instances = ceil(target × n / λ*).
+
+    Linear scaling assumes the router spreads load evenly; validate the final count by evaluating the
+    whole deployment at the target rate (P/D: `fit_pd_at_rate`).
+    """
+    lam = result.max_rate
+    if lam <= 0:
+        raise LlmcapError("the candidate has no feasible rate: it cannot be sized")
+    best = result.best
+    att = best.mean_attainment if best is not None else result.attainment_target
+    n = ceil_count(target_rps * instances_per_unit / lam)
+    g_per_inst = gpus_per_unit / instances_per_unit
+    why = (
+        f"unit of {instances_per_unit} instance(s) on {gpus_per_unit} GPU(s) carries {lam:.4g} req/s; "
+        f"ceil({target_rps:g} × {instances_per_unit} / {lam:.4g}) = {n} instances × {g_per_inst:g} GPUs"
+    )
+    return Deployment(target_rps, lam, instances_per_unit, gpus_per_unit, lam * att / gpus_per_unit, n, int(round(n * g_per_inst)), why)
+
+
+# ---------------------------------------------------------------- disaggregated: the P:D ratio
+
+
+PdFactory = Callable[[int, int], Evaluate]
+"""(prefill instances, decode instances) -> evaluate of that joint P/D unit."""
+
+
+def pd_ratio_candidates(prefill_rps: float, decode_rps: float, max_decode: int = 4) -> list[tuple[int, int]]:
+    """(n_P, n_D) near the balance n_P·G_P = n_D·G_D, for n_D = 1..max_decode (floor and ceil of n_P), sorted."""
+    out: set[tuple[int, int]] = set()
+    for nd in range(1, max_decode + 1):
+        x = nd * decode_rps / prefill_rps
+        for npf in {max(1, math.floor(x + 1e-9)), max(1, ceil_count(x))}:
+            out.add((npf, nd))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class PdRatioResult:
+    n_prefill: int
+    n_decode: int
+    gpus: int
+    result: SearchResult
+    goodput_per_gpu: float
+
+
+def _pd_task(factory: PdFactory, attainment_target: float, params: SearchParams, job: tuple[tuple[int, int], float | None]) -> SearchResult:
+    ratio, guess = job
+    return search_max_rate(factory(*ratio), attainment_target, params, guess)
+
+
+def search_pd_ratios(
+    factory: PdFactory,
+    ratios: Sequence[tuple[int, int]],
+    prefill_gpus: int,
+    decode_gpus: int,
+    attainment_target: float,
+    params: SearchParams | None = None,
+    per_instance_rps: tuple[float, float] | None = None,
+    executor: Executor | None = None,
+) -> list[PdRatioResult]:
+    """Max feasible rate of each joint (n_P, n_D) unit, best goodput per GPU first (ties: fewer GPUs, then ratio).
+
+    `per_instance_rps` = (G_P, G_D) gives each search its analytic start min(n_P·G_P, n_D·G_D).
+    One ratio's whole search is one executor task.
+    """
+    p = params or SearchParams()
+    ratios = list(dict.fromkeys(ratios))
+    jobs = [
+        (r, None if per_instance_rps is None else min(r[0] * per_instance_rps[0], r[1] * per_instance_rps[1]))
+        for r in ratios
+    ]
+    fn = partial(_pd_task, factory, attainment_target, p)
+    results = executor.map(fn, jobs) if executor is not None else [fn(j) for j in jobs]
+    out = []
+    for (npf, nd), res in zip(ratios, results, strict=True):
+        gpus = npf * prefill_gpus + nd * decode_gpus
+        best = res.best
+        gpg = res.max_rate * (best.mean_attainment if best else 0.0) / gpus
+        out.append(PdRatioResult(npf, nd, gpus, res, gpg))
+    return sorted(out, key=lambda r: (-r.goodput_per_gpu, r.gpus, r.n_prefill, r.n_decode))
+
+
+def _feasible_at(factory: PdFactory, rate: float, seeds: Sequence[int], target: float, rule: str, counts: tuple[int, int]) -> bool:
+    ev = factory(*counts)
+    return _feasible([ev(rate, s) for s in seeds], target, rule)
+
+
+def fit_pd_at_rate(
+    factory: PdFactory,
+    target_rps: float,
+    start: tuple[int, int],
+    prefill_gpus: int,
+    decode_gpus: int,
+    attainment_target: float,
+    params: SearchParams | None = None,
+    radius: int = 1,
+    executor: Executor | None = None,
+) -> tuple[int, int] | None:
+    """The cheapest (n_P, n_D) within ±radius of `start` (plus up to 2·radius more) feasible at the target rate.
+
+    Validates the linearly scaled count end to end (P queue, handoff and D KV are coupled). Candidates are
+    tried cheapest first (GPUs, then n_P, n_D); None when none is feasible.
+    """
+    p = params or SearchParams()
+    n0, d0 = start
+    combos = sorted(
+        {(a, b) for a in range(max(1, n0 - radius), n0 + 2 * radius + 1) for b in range(max(1, d0 - radius), d0 + 2 * radius + 1)},
+        key=lambda c: (c[0] * prefill_gpus + c[1] * decode_gpus, c[0], c[1]),
+    )
+    fn = partial(_feasible_at, factory, target_rps, p.seeds, attainment_target, p.feasibility)
+    for c in combos:  # sequential on purpose: stop at the first (cheapest) feasible one
+        ok = executor.map(fn, [c])[0] if executor is not None else fn(c)
+        if ok:
+            return c
+    return None

@@ -1,0 +1,209 @@
+"""SLO attainment and goodput over per-request records (`llmcap.sim.records.REQUEST_SCHEMA`).
+
+Definitions (DESIGN.md §1):
+- A request *qualifies* only if its status is "ok" and it meets EVERY per-request target that is set:
+  TTFT, ITL (at the chosen per-request statistic), TPOT, E2E, queue time. Unfinished or rejected
+  requests never qualify. A request with one output token has no gaps: its ITL/TPOT targets hold
+  vacuously (the columns are null by the schema); a missing TTFT/E2E/queue time on an "ok" row fails.
+- The *measurement window* is over arrival times. With t0 / t1 the first / last arrival, span = t1 − t0,
+  warm-up w = max(warmup_s, warmup_frac × span) and drain d = max(drain_s, drain_frac × span), the steady
+  window is [t0 + w, t1 − d) when d > 0 and [t0 + w, t1] when d = 0 (so no drain keeps the last arrival).
+  Requests are counted by arrival, whatever happens to them later (a request that arrived in the window
+  and never finished counts as a failure).
+- Attainment A = qualified / requests, both over arrivals in the window.
+- Goodput = qualified requests in the window ÷ window length (req/s), and per GPU when a GPU count is given.
+- Distribution-level checks (e.g. P99 TTFT across requests ≤ target) are reported separately; unfinished
+  or rejected requests enter them as +inf (they never got the token), one-token requests drop out of
+  ITL/TPOT percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from llmcap.errors import LlmcapError
+from llmcap.sizing.params import DistMetric, SloParams
+
+_MS = 1e-3
+
+# SloParams field -> records column it bounds (ITL's column depends on itl_stat).
+_TARGET_COLUMNS = {"ttft_ms": "ttft_s", "tpot_ms": "tpot_s", "e2e_ms": "e2e_s", "max_queue_ms": "queue_s"}
+_NULL_PASSES = {"tpot_s", "itl_p50_s", "itl_p99_s", "itl_max_s"}  # null only for osl = 1: no gaps to violate
+_DIST_COLUMNS: dict[DistMetric, str] = {
+    "ttft": "ttft_s",
+    "tpot": "tpot_s",
+    "e2e": "e2e_s",
+    "queue": "queue_s",
+    "itl_p50": "itl_p50_s",
+    "itl_p99": "itl_p99_s",
+    "itl_max": "itl_max_s",
+}
+
+
+def _col(records: pa.Table, name: str) -> NDArray[np.float64]:
+    """A float column with nulls as NaN."""
+    return records.column(name).to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+
+
+def _ok(records: pa.Table) -> NDArray[np.bool_]:
+    return np.asarray(records.column("status").to_numpy(zero_copy_only=False) == "ok", dtype=bool)
+
+
+def targets(slo: SloParams) -> dict[str, float]:
+    """records column -> upper bound in seconds, for every per-request target that is set."""
+    out = {col: getattr(slo, f) * _MS for f, col in _TARGET_COLUMNS.items() if getattr(slo, f) is not None}
+    if slo.itl_ms is not None:
+        out[f"itl_{slo.itl_stat}_s"] = slo.itl_ms * _MS
+    return out
+
+
+def misses(records: pa.Table, slo: SloParams) -> dict[str, NDArray[np.bool_]]:
+    """Per target column, which requests miss it ("status" = not ok). One request may miss several."""
+    ok = _ok(records)
+    out: dict[str, NDArray[np.bool_]] = {"status": ~ok}
+    for col, bound in targets(slo).items():
+        v = _col(records, col)
+        null = np.isnan(v)
+        passed = (v <= bound) | (null & (col in _NULL_PASSES))
+        out[col] = ok & ~passed  # a non-ok request is already counted under "status"
+    return out
+
+
+def qualifies(records: pa.Table, slo: SloParams) -> NDArray[np.bool_]:
+    """True where the request is "ok" and meets every configured per-request target."""
+    m = misses(records, slo)
+    bad = np.zeros(records.num_rows, dtype=bool)
+    for v in m.values():
+        bad |= v
+    return ~bad
+
+
+@dataclass(frozen=True)
+class Window:
+    """Arrival-time window [start_s, end_s), or [start_s, end_s] when closed_end."""
+
+    start_s: float
+    end_s: float
+    closed_end: bool = False
+
+    @property
+    def length_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def mask(self, arrival_s: NDArray[np.float64]) -> NDArray[np.bool_]:
+        hi = arrival_s <= self.end_s if self.closed_end else arrival_s < self.end_s
+        return (arrival_s >= self.start_s) & hi
+
+
+def steady_window(
+    arrival_s: NDArray[np.float64],
+    warmup_s: float = 0.0,
+    drain_s: float = 0.0,
+    warmup_frac: float = 0.0,
+    drain_frac: float = 0.0,
+) -> Window:
+    """The steady window of an arrival span (module docstring); LlmcapError when it is empty."""
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if a.size == 0:
+        raise LlmcapError("no requests: cannot form a measurement window")
+    t0, t1 = float(a.min()), float(a.max())
+    span = t1 - t0
+    w = max(warmup_s, warmup_frac * span)
+    d = max(drain_s, drain_frac * span)
+    win = Window(t0 + w, t1 - d, closed_end=d == 0)
+    if win.end_s < win.start_s or (win.end_s == win.start_s and not win.closed_end):
+        raise LlmcapError(f"warm-up {w:g} s + drain {d:g} s leave nothing of the {span:g} s arrival span")
+    return win
+
+
+def window_for(records: pa.Table, slo: SloParams) -> Window:
+    """The steady window `slo`'s warm-up and drain give for these records."""
+    return steady_window(_col(records, "arrival_s"), slo.warmup_s, slo.drain_s, slo.warmup_frac, slo.drain_frac)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    requests: int  # arrivals in the window
+    qualified: int
+    attainment: float
+    window: Window
+    goodput_rps: float  # qualified / window length
+    goodput_per_gpu: float | None
+    offered_rps: float  # arrivals / window length
+    misses: dict[str, int]  # per target column (and "status"): requests in the window that miss it
+
+
+def _in_window(records: pa.Table, slo: SloParams, window: Window | None) -> tuple[NDArray[np.bool_], Window]:
+    win = window or window_for(records, slo)
+    m = win.mask(_col(records, "arrival_s"))
+    if not m.any():
+        raise LlmcapError(f"no arrivals in the measurement window [{win.start_s:g}, {win.end_s:g}]")
+    return m, win
+
+
+def attainment(records: pa.Table, slo: SloParams, window: Window | None = None) -> float:
+    """Share of requests arriving in `window` (default: the SLO's steady window) that qualify."""
+    m, _ = _in_window(records, slo, window)
+    return float(qualifies(records, slo)[m].mean())
+
+
+def goodput(records: pa.Table, slo: SloParams, window: Window | None = None, gpus: int | None = None) -> Goodput:
+    """Qualified requests per second over the window (and per GPU with `gpus`)."""
+    m, win = _in_window(records, slo, window)
+    q = qualifies(records, slo)[m]
+    n, k = int(m.sum()), int(q.sum())
+    length = win.length_s
+    # A zero-length closed window (all arrivals at one instant) has no rate.
+    rate = k / length if length > 0 else math.inf
+    return Goodput(
+        requests=n,
+        qualified=k,
+        attainment=k / n,
+        window=win,
+        goodput_rps=rate,
+        goodput_per_gpu=None if gpus is None else rate / gpus,
+        offered_rps=n / length if length > 0 else math.inf,
+        misses={c: int(v[m].sum()) for c, v in misses(records, slo).items()},
+    )
+
+
+def percentile_with_inf(values: NDArray[np.float64], q: float) -> float:
+    """numpy's linear-interpolation percentile, where +inf entries stay +inf (np.percentile gives NaN)."""
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if v.size == 0:
+        return math.nan
+    rank = q / 100.0 * (v.size - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    frac = rank - lo
+    if math.isinf(v[hi]) and frac > 0 or math.isinf(v[lo]):
+        return math.inf
+    return float(v[lo] + (v[hi] - v[lo]) * frac)
+
+
+@dataclass(frozen=True)
+class DistributionCheck:
+    metric: str
+    percentile: float
+    target_ms: float
+    observed_ms: float  # inf when the percentile falls on unfinished requests; nan when no values
+    ok: bool
+    requests: int  # values the percentile was taken over
+
+
+def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None = None) -> list[DistributionCheck]:
+    """Each `slo.distribution` target against the percentile across requests in the window."""
+    m, _ = _in_window(records, slo, window)
+    ok = _ok(records)
+    out = []
+    for t in slo.distribution:
+        col = _DIST_COLUMNS[t.metric]
+        v = np.where(ok, _col(records, col), np.inf)[m]
+        v = v[~np.isnan(v)]  # one-token requests have no ITL/TPOT
+        obs = percentile_with_inf(v, t.percentile) / _MS
+        out.append(DistributionCheck(t.metric, t.percentile, t.target_ms, obs, bool(obs <= t.target_ms), int(v.size)))
+    return out

@@ -1,0 +1,47 @@
+"""Deterministic synthetic evaluate functions (module-level dataclasses: they pickle for process/Dask workers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llmcap.sizing.search import EvalResult
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Attainment 1 up to `threshold`, then falling linearly to 0 at 2 × threshold; seeds shift the threshold
+    by `jitter` × (seed − 1) × threshold (seed 0: −jitter, seed 1: 0, seed 2: +jitter)."""
+
+    threshold: float
+    jitter: float = 0.0
+
+    def seed_threshold(self, seed: int) -> float:
+        return self.threshold * (1 + self.jitter * (seed - 1))
+
+    def __call__(self, rate: float, seed: int) -> EvalResult:
+        t = self.seed_threshold(seed)
+        att = 1.0 if rate <= t else max(0.0, 1.0 - (rate - t) / t)
+        return EvalResult(att, {"rate": rate, "ttft_p99_ms": 100.0 + rate})
+
+
+@dataclass(frozen=True)
+class Dips:
+    """Feasible up to `top`, except inside the open-closed intervals `dips` (a non-monotone A(λ))."""
+
+    top: float
+    dips: tuple[tuple[float, float], ...]
+
+    def __call__(self, rate: float, seed: int) -> EvalResult:
+        bad = rate > self.top or any(lo < rate <= hi for lo, hi in self.dips)
+        return EvalResult(0.0 if bad else 1.0)
+
+
+@dataclass(frozen=True)
+class PdUnit:
+    """A joint P/D unit: n_P prefill instances at g_p req/s each, n_D decode at g_d: capacity min(n_P·g_p, n_D·g_d)."""
+
+    g_p: float
+    g_d: float
+
+    def __call__(self, n_p: int, n_d: int) -> Knee:
+        return Knee(min(n_p * self.g_p, n_d * self.g_d))

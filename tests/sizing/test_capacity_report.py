@@ -1,0 +1,84 @@
+"""Capacity table schema and order; parquet / Markdown / HTML writers are deterministic and complete."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow.parquet as pq
+import pytest
+from capacity_fixture import CANDIDATES, SLO, report, searches, table_from
+
+from llmcap.report.capacity import CAPACITY_SCHEMA, SECTIONS, capacity_row, capacity_table, render_html, render_markdown, write_report
+from llmcap.sizing.search import EvalResult, RatePoint, SearchResult
+
+
+@pytest.fixture
+def chosen_records(records):
+    rows = [{"arrival_s": i * 0.1, "ttft_ms": 50 + 10 * i, "itl_ms": 10 + i, "itl_p99_ms": 20 + 2 * i} for i in range(40)]
+    rows[5]["status"] = "unfinished"
+    return records(rows)
+
+
+def test_table_schema_order_and_values():
+    results = searches()
+    t = table_from(results)
+    assert t.schema == CAPACITY_SCHEMA
+    # sorted by goodput per GPU, best first: thresholds per GPU 7/2 = 3.5, 3/1 = 3, 9/4 = 2.25
+    assert t.column("candidate").to_pylist() == ["H100 TP2", "H100 TP1", "H100 TP4"]
+    row = t.to_pylist()[0]
+    res = results["H100 TP2"]
+    assert row["max_rps"] == res.max_rate and row["gpus_per_unit"] == 2
+    assert row["goodput_rps"] == pytest.approx(res.max_rate * res.best.mean_attainment)
+    assert row["goodput_per_gpu"] == pytest.approx(row["goodput_rps"] / 2)
+    # target 20 req/s: base ceil(20 / λ*), failure 8 // 2 = 4, surge 1, control ceil(600 × 0.005 / λ*)
+    base = -(-20 // res.max_rate)
+    assert row["base_instances"] == base
+    assert row["instances"] == base + 4 + 1 + -(-3 // res.max_rate)
+    assert row["gpus"] == 2 * row["instances"] and row["usd_per_hour"] == pytest.approx(2.5 * row["gpus"])
+    assert row["ttft_p50_ms"] is None  # the synthetic evaluate reports no latency metrics
+    with pytest.raises(ValueError):
+        capacity_table([row, row])
+
+
+def test_metrics_are_means_over_seeds_at_the_knee():
+    pts = (RatePoint(5.0, True, (0, 1), (EvalResult(1.0, {"ttft_p99_ms": 100.0, "kv_usage_p99": 0.5}), EvalResult(0.98, {"ttft_p99_ms": 140.0, "kv_usage_p99": 0.7})), "initial"),)
+    res = SearchResult(5.0, None, "at_max_rate", pts, (), 0.95)
+    row = capacity_row("wl", "x", "aggregated", {}, res, gpus_per_unit=2, pd_ratio=(2, 1))
+    assert row["ttft_p99_ms"] == pytest.approx(120.0) and row["kv_usage_p99"] == pytest.approx(0.6)
+    assert row["attainment"] == pytest.approx(0.99) and row["goodput_per_gpu"] == pytest.approx(5 * 0.99 / 2)
+    assert row["pd_ratio"] == "2:1" and row["instances"] is None
+
+
+def test_outputs_are_byte_identical_for_identical_inputs(tmp_path, chosen_records):
+    a = write_report(report(chosen_records), tmp_path / "a")
+    b = write_report(report(chosen_records), tmp_path / "b")
+    for fmt in ("parquet", "md", "html"):
+        assert a[fmt].read_bytes() == b[fmt].read_bytes(), fmt
+    assert pq.read_table(a["parquet"]).schema.remove_metadata() == CAPACITY_SCHEMA
+
+
+def test_html_is_self_contained_with_every_section(chosen_records):
+    rep = report(chosen_records)
+    page = render_html(rep)
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in page, sid
+    assert len(re.findall(r'<img alt="[^"]+" src="data:image/png;base64,[A-Za-z0-9+/=]+">', page)) == 5
+    assert "http" not in page and "<script" not in page  # nothing fetched from anywhere
+    for key in CANDIDATES:
+        assert key in page
+    for item in rep.plan.items:
+        assert item.reasoning.split(";")[0].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in page
+    # a different input changes the page (the plots really depend on the data)
+    other = report(chosen_records.slice(0, 20))
+    assert render_html(other) != page
+
+
+def test_markdown_lists_rows_and_headroom(chosen_records):
+    rep = report(chosen_records)
+    md = render_markdown(rep)
+    assert md.startswith("# Test plan\n")
+    assert all(f"| {k} |" in md for k in CANDIDATES)
+    assert f"**{rep.plan.total_instances} instances, {rep.plan.total_gpus} GPUs**" in md
+    for risk in ("traffic", "failure", "deployment", "memory", "control"):
+        assert f"| {risk} |" in md
+    assert f"TTFT ≤ {SLO.ttft_ms:g} ms" in md

@@ -1,0 +1,141 @@
+"""The max-feasible-rate search on deterministic synthetic evaluate functions."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic import Dips, Knee, PdUnit
+
+from llmcap.errors import LlmcapError
+from llmcap.sizing.params import SearchParams
+from llmcap.sizing.search import (
+    EvalResult,
+    deployment_for,
+    fit_pd_at_rate,
+    pd_ratio_candidates,
+    search_max_rate,
+    search_pd_ratios,
+)
+
+TOL = 0.02
+
+
+def test_known_threshold_is_found_within_tolerance():
+    p = SearchParams(seeds=(0,), rel_tol=TOL)
+    r = search_max_rate(Knee(13.0), 0.99, p, initial_rate=3.0)
+    # feasible iff A = 1 − (λ − 13)/13 ≥ 0.99 ⇔ λ ≤ 13 × 1.01 = 13.13
+    edge = 13.0 * 1.01
+    assert r.status == "converged"
+    assert edge * (1 - TOL) <= r.max_rate <= edge
+    assert r.upper_rate is not None and edge < r.upper_rate <= r.max_rate * (1 + TOL)
+    assert r.violations == ()
+    # bracket from 3: 3 → 6 → 12 → 24 (fails), then bisection; guard points below the answer all pass
+    assert [pt.rate for pt in r.points[:4]] == [3.0, 6.0, 12.0, 24.0]
+    assert [pt.phase for pt in r.points[:4]] == ["initial", "expand", "expand", "expand"]
+    guards = [pt for pt in r.points if pt.phase == "guard"]
+    assert [g.rate for g in guards] == pytest.approx([r.max_rate * 0.75, r.max_rate * 0.5])
+    assert r.best is not None and r.best.feasible
+
+
+def test_shrinks_from_a_high_guess():
+    r = search_max_rate(Knee(5.0), 0.99, SearchParams(seeds=(0,)), initial_rate=100.0)
+    assert [pt.rate for pt in r.points[:4]] == [100.0, 50.0, 25.0, 12.5]
+    assert [pt.phase for pt in r.points[1:4]] == ["shrink"] * 3
+    assert 5.05 * (1 - TOL) <= r.max_rate <= 5.05
+
+
+def test_every_seed_must_pass_by_default_mean_is_optional():
+    ev = Knee(10.0, jitter=0.1)  # seed thresholds 9, 10, 11
+    strict = search_max_rate(ev, 0.99, SearchParams(seeds=(0, 1, 2)), initial_rate=1.0)
+    # all seeds: bounded by the weakest seed: λ ≤ 9 × 1.01 = 9.09
+    assert 9.09 * (1 - TOL) <= strict.max_rate <= 9.09
+    assert all(len(pt.results) == 3 for pt in strict.points)
+    mean = search_max_rate(ev, 0.99, SearchParams(seeds=(0, 1, 2), feasibility="mean"), initial_rate=1.0)
+    assert mean.max_rate > strict.max_rate
+    assert mean.best is not None and mean.best.mean_attainment >= 0.99
+    assert min(mean.best.attainments) < 0.99  # the weakest seed misses at the mean rule's answer
+    upper = [pt for pt in mean.points if pt.rate == mean.upper_rate][0]
+    assert upper.mean_attainment < 0.99
+
+
+def test_non_monotone_attainment_is_recorded_and_the_answer_is_conservative():
+    ev = Dips(top=40.0, dips=((28.0, 32.0),))
+    r = search_max_rate(ev, 0.99, SearchParams(seeds=(0,)), initial_rate=16.0)
+    # 16 passes, 32 (in the dip) fails → bisection converges just under 28. The passing region 32 < λ ≤ 40 above the
+    # first failure is never visited: the search is conservative by construction (it only looks below failures).
+    assert r.status == "converged"
+    assert 28.0 * (1 - TOL) <= r.max_rate <= 28.0
+    assert r.violations == ()
+    assert [pt.rate for pt in r.points[:2]] == [16.0, 32.0]
+
+
+def test_guard_catches_a_dip_below_a_bisection_answer():
+    # 16 passes, 32 passes, 64 fails → bisection converges at ~40; the guard at 40 × 0.75 = 30 falls in the dip
+    ev = Dips(top=40.0, dips=((29.0, 31.0),))
+    r = search_max_rate(ev, 0.99, SearchParams(seeds=(0,)), initial_rate=16.0)
+    assert r.violations, "the failure at ~30 below passes at ~32..40 must be recorded"
+    assert all(v.failed_rate < v.passed_rate for v in r.violations)
+    failed = min(v.failed_rate for v in r.violations)
+    assert 29.0 < failed <= 31.0
+    # conservative: only rates below the lowest failure count → the answer is just under 29
+    assert 29.0 * (1 - TOL) <= r.max_rate <= 29.0
+    assert r.upper_rate is not None and r.upper_rate <= failed
+
+
+def test_deterministic():
+    ev = Knee(7.3, jitter=0.05)
+    a = search_max_rate(ev, 0.99, SearchParams(), initial_rate=2.0)
+    b = search_max_rate(ev, 0.99, SearchParams(), initial_rate=2.0)
+    assert a == b
+
+
+def test_infeasible_everywhere_and_pinned_at_max_rate():
+    never = search_max_rate(lambda rate, seed: EvalResult(0.5), 0.99, SearchParams(seeds=(0,), min_rate=0.1), initial_rate=1.0)
+    assert (never.status, never.max_rate) == ("infeasible", 0.0)
+    assert min(pt.rate for pt in never.points) == 0.1  # the floor itself was tried
+    always = search_max_rate(lambda rate, seed: EvalResult(1.0), 0.99, SearchParams(seeds=(0,), max_rate=50.0), initial_rate=3.0)
+    assert (always.status, always.max_rate, always.upper_rate) == ("at_max_rate", 50.0, None)
+    capped = search_max_rate(Knee(1000.0), 0.99, SearchParams(seeds=(0,), max_evaluations=3), initial_rate=1.0)
+    assert capped.status == "max_evaluations" and len(capped.points) == 3 and capped.max_rate == 4.0
+    with pytest.raises(LlmcapError):
+        search_max_rate(Knee(1.0), 0.99, SearchParams(min_rate=5.0, max_rate=1.0))
+
+
+def test_calls_every_seed_at_every_rate():
+    calls: list[tuple[float, int]] = []
+
+    def ev(rate: float, seed: int) -> EvalResult:
+        calls.append((rate, seed))
+        return Knee(4.0)(rate, seed)
+
+    r = search_max_rate(ev, 0.99, SearchParams(seeds=(7, 8)), initial_rate=1.0)
+    assert calls == [(pt.rate, s) for pt in r.points for s in (7, 8)]
+
+
+def test_deployment_for_target_rate():
+    r = search_max_rate(Knee(5.0), 1.0, SearchParams(seeds=(0,)), initial_rate=5.0)
+    assert r.max_rate == 5.0  # 5 passes, 10 fails, every bisection point above 5 fails (A < 1)
+    d = deployment_for(r, target_rps=12.0, gpus_per_unit=2)
+    # ceil(12 / 5) = 3 instances × 2 GPUs; goodput/GPU = 5 × 1.0 / 2
+    assert (d.instances, d.gpus, d.goodput_per_gpu) == (3, 6, 2.5)
+    unit = deployment_for(r, target_rps=12.0, gpus_per_unit=8, instances_per_unit=4)  # a 4-instance unit at 5 req/s
+    assert (unit.instances, unit.gpus) == (10, 20)  # ceil(12 × 4 / 5) = 10 instances × 2 GPUs
+    never = search_max_rate(Knee(1.0), 0.99, SearchParams(seeds=(0,), min_rate=10.0), initial_rate=10.0)
+    with pytest.raises(LlmcapError):
+        deployment_for(never, 1.0, 1)
+
+
+def test_pd_ratio_search_and_fit():
+    # G_P = 4 req/s (2 GPUs), G_D = 7 req/s (4 GPUs): balance n_P / n_D = 7 / 4
+    ratios = pd_ratio_candidates(4.0, 7.0, max_decode=2)
+    assert ratios == [(1, 1), (2, 1), (3, 2), (4, 2)]  # n_D = 1: 1.75 → 1, 2; n_D = 2: 3.5 → 3, 4
+    res = search_pd_ratios(PdUnit(4.0, 7.0), ratios, 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)), per_instance_rps=(4.0, 7.0))
+    # unit capacity min(n_P·4, n_D·7) per GPUs: (1,1) 4/6, (2,1) 7/8, (3,2) 12/14, (4,2) 14/16 → (2,1) and (4,2) tie at
+    # 0.875; fewer GPUs wins
+    got = {(x.n_prefill, x.n_decode): x.goodput_per_gpu for x in res}
+    assert got == pytest.approx({(1, 1): 4 / 6, (2, 1): 7 / 8, (3, 2): 12 / 14, (4, 2): 14 / 16})
+    assert (res[0].n_prefill, res[0].n_decode, res[0].gpus) == (2, 1, 8)
+    # scale (2, 1) at 7 req/s to 12 req/s: ceil(12·2/7) = 4 P, ceil(12·1/7) = 2 D; the cheapest feasible nearby is
+    # (3, 2): min(12, 14) ≥ 12 on 14 GPUs (cheaper combos: (3,1) 7, (1,2) 4, (2,2) 8 req/s all fall short)
+    fit = fit_pd_at_rate(PdUnit(4.0, 7.0), 12.0, (4, 2), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)))
+    assert fit == (3, 2)
+    assert fit_pd_at_rate(PdUnit(4.0, 7.0), 100.0, (1, 1), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,))) is None
