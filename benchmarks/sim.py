@@ -1,0 +1,116 @@
+"""`make bench` (simulator part): requests and simulated seconds per wall-second, and peak memory.
+
+- Mooncake conversation trace (data/raw/mooncake, 12,031 rows; 12,030 after cleaning) on 4 and 8
+  replicas of Llama-3.1-8B / H100 TP1, KV blocks from the memory plan, least-outstanding-tokens routing;
+  with the catalog-derived LinearStepModel stand-in (the simulator's fast path) and, when
+  `llmcap.perf.build_step_model` exists, with the roofline model (a numpy call per step: much slower).
+- 1,000,000 synthetic requests (jointly resampled from Mooncake, written once to .work/bench/, Poisson at 2 x the source rate (8 replicas: twice the 4-replica load)) on 8
+  replicas, simulated in a child process so its peak RSS is the simulation's (synthesis peaks on its own).
+Each wall time is the best of `REPEATS` runs (the 1M run: one).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.memory import Parallelism, plan_memory
+from llmcap.sim import EngineConfig, SimConfig, simulate
+from llmcap.sim.standin import analytic_step_model
+
+ROOT = Path(__file__).resolve().parent.parent
+CONVERSATION = ROOT / "data/raw/mooncake/conversation_trace.jsonl"
+MODEL, GPU = "Llama-3.1-8B", "h100"
+REPEATS = 3
+SYNTH_N = 1_000_000
+SYNTH_FILE = ROOT / ".work" / "bench" / "mooncake_synth_1m.parquet"
+
+
+def _config(replicas: int) -> SimConfig:
+    spec, g = load_model(MODEL), get_gpu(GPU)
+    blocks = plan_memory(spec, g, Parallelism(tp=1)).kv_blocks_per_rank
+    engine = EngineConfig(num_blocks=blocks, kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes("bf16")))
+    return SimConfig(engine=engine, replicas=replicas)
+
+
+def _best(fn, repeats: int = REPEATS):
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def _conversation():
+    from llmcap.trace import ingest
+
+    return ingest(CONVERSATION).trace
+
+
+def synthetic_trace() -> None:
+    """Run in a child (synthesis has its own memory peak): write the 1M-request trace once."""
+    from llmcap.config import ArrivalSpec
+    from llmcap.trace import mean_rate, synthesize, write_table
+
+    source = _conversation()
+    trace = synthesize(source, SYNTH_N, ArrivalSpec(rate_rps=2 * mean_rate(source), seed=0), np.random.default_rng(0))
+    write_table(trace, SYNTH_FILE)
+
+
+def synthetic_child() -> None:
+    """Run in a child: load the 1M trace, simulate, print one JSON line with the figures."""
+    from llmcap.trace import load_trace
+
+    trace = load_trace(SYNTH_FILE)
+    start = time.perf_counter()
+    r = simulate(trace, analytic_step_model(MODEL, GPU), _config(8), rng=np.random.default_rng(0))
+    wall = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"wall_s": wall, "sim_s": r.summary["duration_s"], "completed": r.summary["completed"], "peak_bytes": peak}))
+
+
+def main() -> None:
+    trace = _conversation()
+    models = {"linear stand-in": analytic_step_model(MODEL, GPU)}
+    import llmcap.perf as perf
+
+    if hasattr(perf, "build_step_model"):
+        models["roofline"] = perf.build_step_model(MODEL, GPU)
+    print(f"simulator: Mooncake conversation ({trace.num_rows:,} requests), {MODEL} on {GPU} TP1")
+    print(f"{'step model':<16} {'replicas':>8} {'wall s':>8} {'req/wall-s':>11} {'sim-s/wall-s':>13} {'completed':>10} {'ttft p99 ms':>12}")
+    for name, model in models.items():
+        for replicas in (4, 8):
+            cfg = _config(replicas)
+            wall, r = _best(lambda m=model, c=cfg: simulate(trace, m, c, rng=np.random.default_rng(0)), 1 if name == "roofline" else REPEATS)
+            s = r.summary
+            print(
+                f"{name:<16} {replicas:>8} {wall:>8.3f} {trace.num_rows / wall:>11,.0f} {s['duration_s'] / wall:>13,.0f}"
+                f" {s['completed']:>10,} {s['ttft_ms']['p99']:>12,.0f}"
+            )
+    if not SYNTH_FILE.exists():
+        subprocess.run([sys.executable, "-m", "benchmarks.sim", "--make-synthetic"], cwd=ROOT, check=True)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sim", "--synthetic"], capture_output=True, text=True, cwd=ROOT, check=True)
+    f = json.loads(out.stdout.strip().splitlines()[-1])
+    print(
+        f"simulator: {SYNTH_N:,} synthetic requests, 8 replicas, linear stand-in: {f['wall_s']:.1f} s wall, "
+        f"{SYNTH_N / f['wall_s']:,.0f} req/wall-s, {f['sim_s'] / f['wall_s']:,.0f} sim-s/wall-s, "
+        f"peak RSS {f['peak_bytes'] / 2**30:.2f} GiB (whole child process: trace loaded from Parquet + simulation)"
+    )
+
+
+if __name__ == "__main__":
+    if "--make-synthetic" in sys.argv:
+        synthetic_trace()
+    elif "--synthetic" in sys.argv:
+        synthetic_child()
+    else:
+        main()

@@ -1,0 +1,150 @@
+"""`llmcap perf --model M --gpu G --tp N --isl I --osl O`: roofline step times, to sanity-check against
+published numbers before trusting any capacity plan built on them.
+
+Max throughput is the steady state at the largest batch B the KV cache (and max_num_seqs) allows: every
+sequence decodes OSL tokens at a mean context of ISL + OSL/2, and for every B·OSL tokens decoded the engine
+also prefills B prompts of ISL tokens (run alone, not piggy-backed on decode steps, so this leans low):
+
+    tokens/s = B·OSL / (OSL · t_decode(B, ISL + OSL/2) + B · t_prefill(ISL))
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmcap.catalog.gpus import GIB
+from llmcap.commands._common import print_json, user_errors
+from llmcap.errors import LlmcapError
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
+from llmcap.perf.roofline import OpCost, RooflineModel
+
+
+def batch_sizes(max_batch: int) -> list[int]:
+    """1, 2, 4, ... below `max_batch`, then `max_batch` itself."""
+    sizes = [1 << i for i in range(max(max_batch, 1).bit_length()) if (1 << i) < max_batch]
+    return sizes + [max_batch]
+
+
+def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int) -> float:
+    """Output tokens/s at `batch` concurrent sequences of ISL/OSL (formula in the module docstring)."""
+    t_dec = float(decode_step_time(model, batch, isl + osl / 2)[0])
+    t_pre = float(prefill_time(model, isl)[0])
+    return batch * osl / (osl * t_dec + batch * t_pre)
+
+
+@user_errors
+def perf(
+    model: Annotated[
+        str,
+        typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
+    ],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from data/catalog/gpus.yaml (e.g. h100).")],
+    isl: Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")],
+    osl: Annotated[int, typer.Option(min=1, help="Output length in tokens.")],
+    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP).")] = 1,
+    weight_quant: Annotated[
+        str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")
+    ] = "bf16",
+    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")] = 256,
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."""
+    rm = build_step_model(model, gpu, tp=tp, pp=pp, ep=ep, weight_quant=weight_quant, kv_dtype=kv_dtype)
+    plan = plan_memory(rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs))
+    context = isl + osl
+    max_batch_kv = int(plan.max_concurrent_sequences([context])[0])
+    if max_batch_kv < 1:
+        raise LlmcapError(
+            f"{rm.model.name} on {rm.gpu.name} ({rm.parallelism.label()}, {rm.policy.weights.name}): no room for the KV "
+            f"cache of one {context}-token sequence (KV budget {plan.kv_budget_bytes_per_rank / GIB:.2f} GiB per rank)"
+        )
+    batch = min(max_batch_kv, max_num_seqs)
+    mean_ctx = isl + osl / 2
+    sizes = batch_sizes(batch)
+    dec = decode_step_time(rm, sizes, mean_ctx)
+    t_prefill = float(prefill_time(rm, isl)[0])
+    decode_rows = [
+        {"batch": b, "step_time_s": float(t), "output_tokens_per_s": b / float(t)} for b, t in zip(sizes, dec)
+    ]
+    pf = StepBatch.build(isl, causal_pairs(isl, 0))
+    out = {
+        "model": rm.model.name,
+        "gpu": rm.gpu.name,
+        "parallelism": {"tp": tp, "pp": pp, "ep": ep},
+        "weight_quant": rm.policy.weights.name,
+        "compute_dtype": rm.compute_dtype,
+        "kv_dtype": kv_dtype,
+        "isl": isl,
+        "osl": osl,
+        "weights_bytes_per_rank": plan.weights_bytes_per_rank,
+        "kv_tokens_per_instance": plan.kv_tokens_per_instance,
+        "prefill_time_s": t_prefill,
+        "decode_mean_context": mean_ctx,
+        "decode": decode_rows,
+        "max_batch_kv": max_batch_kv,
+        "max_num_seqs": max_num_seqs,
+        "throughput": {
+            "batch": batch,
+            "output_tokens_per_s": steady_throughput(rm, batch, isl, osl),
+            "formula": "B*OSL / (OSL*t_decode(B, ISL+OSL/2) + B*t_prefill(ISL))",
+        },
+        "breakdown": {
+            "prefill": [r.as_dict() for r in rm.breakdown(pf)],
+            "decode_batch_1": [r.as_dict() for r in rm.breakdown(_decode(1, mean_ctx))],
+            "decode_max_batch": [r.as_dict() for r in rm.breakdown(_decode(batch, mean_ctx))],
+        },
+        "params": rm.params.model_dump(),
+    }
+    if json_out:
+        print_json(out)
+        return
+    _print_tables(out, rm, {k: rm.breakdown(b) for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))})
+
+
+def _decode(batch: int, mean_ctx: float) -> StepBatch:
+    return StepBatch.build(decode_seqs=batch, decode_context=batch * mean_ctx, decode_max_context=mean_ctx)
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:,.3f}"
+
+
+def _print_tables(out: dict, rm: RooflineModel, ops: dict[str, list[OpCost]]) -> None:
+    console = Console()
+    tput = out["throughput"]
+    head = Table(
+        title=f"{out['model']} on {out['gpu']} — {rm.parallelism.label()}, {out['weight_quant']} weights "
+        f"({out['compute_dtype']} math), {out['kv_dtype']} KV, ISL {out['isl']} / OSL {out['osl']} (roofline)"
+    )
+    head.add_column("quantity")
+    head.add_column("value", justify="right")
+    head.add_row("weights / rank (GiB)", f"{out['weights_bytes_per_rank'] / GIB:,.2f}")
+    head.add_row("KV tokens / instance", f"{out['kv_tokens_per_instance']:,}")
+    head.add_row(f"prefill {out['isl']} tokens (ms)", _ms(out["prefill_time_s"]))
+    head.add_row(f"max batch by KV (ISL+OSL = {out['isl'] + out['osl']})", f"{out['max_batch_kv']:,}")
+    head.add_row(f"max throughput at batch {tput['batch']} (output tok/s)", f"{tput['output_tokens_per_s']:,.0f}")
+    console.print(head)
+    console.print(f"throughput = {tput['formula']}", highlight=False)
+    dec = Table(title=f"decode step vs batch (mean context {out['decode_mean_context']:g} tokens)")
+    for col in ("batch", "step = ITL (ms)", "output tok/s"):
+        dec.add_column(col, justify="right")
+    for r in out["decode"]:
+        dec.add_row(f"{r['batch']:,}", _ms(r["step_time_s"]), f"{r['output_tokens_per_s']:,.0f}")
+    console.print(dec)
+    labels = {"prefill": f"prefill of {out['isl']} tokens", "1": "decode step, batch 1", "B": f"decode step, batch {tput['batch']}"}
+    for key, rows in ops.items():
+        total = sum(r.time_s for r in rows)
+        table = Table(title=f"{labels[key]}: {_ms(total)} ms, per op on one rank")
+        for col in ("op", "ms", "share", "GFLOP", "MB", "bound"):
+            table.add_column(col, justify="left" if col in ("op", "bound") else "right", no_wrap=True)
+        for r in rows:
+            table.add_row(r.op, _ms(r.time_s), f"{r.time_s / total:.0%}", f"{r.flops / 1e9:,.1f}", f"{r.bytes / 1e6:,.1f}", r.bound)
+        console.print(table)

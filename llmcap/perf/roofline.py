@@ -1,0 +1,442 @@
+"""Analytic roofline step-time model: one engine iteration, op by op, on one GPU of the instance.
+
+Each op of a decoder layer costs max(FLOPs / (peak x eff_matmul(rows)), bytes / (HBM bw x eff_hbm)) on one
+rank; communication ops cost an alpha-beta time on the link they use (llmcap.perf.comm). A step is:
+
+    embed -> L x [norms, qkv_proj, attn_prefill, attn_decode, o_proj, TP all-reduce,
+                  dense MLP | (router, shared experts, routed experts, EP all-to-all), TP all-reduce]
+          -> final norm, lm_head (+ logits gather over TP) ; + fixed per-step overhead
+
+What each op reads and computes, per rank (tensor shapes and sharding from llmcap.catalog / llmcap.memory,
+so the weights read are exactly the weights held, quantisation scales included):
+- matmuls: weight bytes + activations in and out (rows x (in + out) x activation bytes); 2 x rows x out x in
+  FLOPs. Rows are the step's tokens (prefill tokens + one per decode sequence). Quantised weights run on
+  their tensor-core dtype when the GPU has one (fp8 -> fp8, int8 -> int8, nvfp4/mxfp4 -> fp4) and on bf16
+  otherwise (int4 AWQ/GPTQ are weight-only: fewer bytes, bf16 FLOPs).
+- routed experts: weights of the experts actually touched. T tokens each pick top-k of E experts, so an
+  expert is untouched with probability (1 - k/E)^T and E(1 - (1 - k/E)^T) are read in expectation (uniform
+  routing). FLOPs follow the T·k (token, expert) pairs; GEMM efficiency uses the rows per touched expert.
+  With EP the busiest rank carries `moe_load_imbalance` x the mean routed tokens (compute and all-to-all).
+- attention prefill: causal FLOPs 2 x heads x (qk + v dims) x query-key pairs (StepBatch.prefill_pairs),
+  at the attention efficiency; bytes: new KV written, Q read, output written.
+- attention decode: reads every context token's KV (decode_context x KV bytes per token, layer and rank).
+- lm_head: only rows that produce logits (one per decode sequence and per prefill chunk); the embedding is
+  a gather of T rows, not a read of the table. vLLM's vocab-parallel embedding adds one all-reduce and the
+  sharded lm_head a logits gather when TP > 1.
+- TP: 2 ring all-reduces of T x hidden activations per layer (after attention and after the MLP). With EP
+  the MoE output returns through the combine all-to-all instead of the second all-reduce.
+- PP: the step's sequences are spread over m = min(pp, sequences) micro-batches in flight (vLLM's virtual
+  engines). A micro-batch crosses all stages (sum of stage times + (pp-1) send/recv of hidden states and
+  residual); a stage serves the m micro-batches in turn, so the step (every sequence advancing one
+  token) takes max(traversal, m x slowest stage). The difference is the pipeline bubble.
+
+Approximations (to be corrected by calibration): uniform expert routing; sliding-window layers use
+min(context sum, sequences x window) as the attended context; MLA attention uses the un-absorbed FLOPs
+and reads the latent cache; norms, rotary and activation functions are counted as memory traffic only
+where listed (norms) and otherwise ignored; kernels do not overlap (no compute/communication overlap).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from llmcap.catalog.gpus import GpuSpec, get_gpu
+from llmcap.catalog.models import ModelSpec, Tensor, load_model
+from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
+
+# The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
+from llmcap.memory import (
+    QUANTIZED_COMPONENTS,
+    VOCAB_PADDING,
+    Parallelism,
+    _shard,
+    _tensor_bytes,
+    kv_bytes_per_token_layer_rank,
+    pp_stage_layers,
+    validate_parallelism,
+)
+from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
+from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
+from llmcap.perf.model import StepBatch
+
+F64 = NDArray[np.float64]
+Bound = Literal["compute", "memory", "communication", "overhead"]
+
+# Breakdown order (ops absent from a configuration are left out).
+OPS = (
+    "embed",
+    "norms",
+    "qkv_proj",
+    "attn_prefill",
+    "attn_decode",
+    "o_proj",
+    "mlp",
+    "router",
+    "shared_experts",
+    "moe_experts",
+    "lm_head",
+    "tp_allreduce",
+    "logits_gather",
+    "ep_all_to_all",
+    "pp_send_recv",
+    "pp_bubble",
+    "overhead",
+)
+COMM_OPS = ("tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv")
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One op of one step on one rank: its time, FLOPs and bytes (summed over the layers of all stages for
+    one micro-batch; with pp = 1 that is exactly what one GPU of the TP group does), and what bounds it."""
+
+    op: str
+    time_s: float
+    flops: float
+    bytes: float  # HBM bytes for compute ops; bytes each rank sends for communication ops
+    bound: Bound
+
+    def as_dict(self) -> dict[str, object]:
+        return {"op": self.op, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes, "bound": self.bound}
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """A group of matmuls on one rank: weight bytes, and FLOPs / activation bytes per row (token)."""
+
+    weight_bytes: float
+    flops_per_row: float
+    act_bytes_per_row: float
+    peak_flops: float
+
+
+@dataclass(frozen=True)
+class _LayerKind:
+    """Per-rank constants of one kind of decoder layer (MoE or dense, sliding window or full)."""
+
+    is_moe: bool
+    window: int | None
+    qkv: _Gemm
+    o: _Gemm
+    norm_weight_bytes: float
+    mlp: _Gemm | None
+    router: _Gemm | None
+    shared: _Gemm | None
+    expert: _Gemm | None  # ONE local expert: its weights; FLOPs / activations per (token, expert) pair
+
+
+class _Acc:
+    """Per-op arrays over batches: time, compute-time, memory-time, FLOPs, bytes."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.ops: dict[str, list[F64]] = {}
+
+    def add(self, op: str, t: F64, tc: F64, tm: F64, flops: F64, nbytes: F64, scale: float | F64 = 1.0) -> None:
+        vals = [np.broadcast_to(np.asarray(v, dtype=np.float64) * scale, (self.n,)) for v in (t, tc, tm, flops, nbytes)]
+        if op in self.ops:
+            self.ops[op] = [a + b for a, b in zip(self.ops[op], vals)]
+        else:
+            self.ops[op] = [np.array(v) for v in vals]
+
+    def time(self) -> F64:
+        return sum((v[0] for v in self.ops.values()), np.zeros(self.n))
+
+
+class RooflineModel:
+    """`StepTimeModel` from first principles: catalog specs x achieved-efficiency curves (`RooflineParams`).
+
+    `step_time(batch)` is vectorised over the batches of a `StepBatch`; `breakdown(batch, i)` lists every op
+    of batch i with its time, FLOPs, bytes and bound, summing to `step_time`.
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        parallelism: Parallelism | None = None,
+        weight_quant: str | WeightFormat = "bf16",
+        kv_dtype: str = "bf16",
+        params: RooflineParams | None = None,
+    ) -> None:
+        par = parallelism or Parallelism()
+        if par.dp != 1:
+            raise ValueError("RooflineModel times one data-parallel replica; use dp = 1")
+        validate_parallelism(model, par)
+        fmt = weight_quant if isinstance(weight_quant, WeightFormat) else weight_format(weight_quant)
+        self.model = model
+        self.gpu = gpu
+        self.parallelism = par
+        self.policy = QuantPolicy(fmt)
+        self.kv_dtype = kv_dtype
+        self.params = params or RooflineParams()
+        self.compute_dtype = _compute_dtype(fmt, gpu)
+        self._peak_bf16 = gpu.peak_flops("bf16")
+        self._peak_q = gpu.peak_flops(self.compute_dtype)
+        self._kv_layer_rank = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
+        self._heads_rank = -(-model.num_heads // par.tp)
+        if model.mla is not None:
+            d = model.mla
+            self._attn_dims = d.qk_nope_head_dim + d.qk_rope_head_dim + d.v_head_dim
+        else:
+            self._attn_dims = 2 * model.head_dim
+        self._kinds, self._stage_counts = self._layer_kinds()
+        first, last = model.edge_tensors()
+        head = [t for t in last if t.component == "lm_head"] or [
+            Tensor("lm_head", "lm_head(tied)", first[0].out_features, first[0].in_features, "vocab", quantizable=False)
+        ]
+        self._lm_head = self._gemm(head)
+        self._vocab_padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
+        self._link_tp = link_for(gpu, par.tp, self.params)
+        self._link_ep = link_for(gpu, par.ep, self.params)
+        self._link_pp = link_for(gpu, par.tp * par.pp, self.params)
+
+    # ---------------------------------------------------------------- construction
+
+    def _gemm(self, tensors: list[Tensor]) -> _Gemm:
+        wb = flops = act = 0.0
+        quantized = False
+        for t in tensors:
+            wb += _tensor_bytes(t, self.model, self.parallelism, self.policy)
+            out, inn, cnt = _shard(t, self.model, self.parallelism)
+            if inn > 1:  # a matrix (vectors: norms, biases, router bias have in_features = 1)
+                flops += 2.0 * cnt * out * inn
+                act += self.params.activation_bytes * cnt * (out + inn)
+                quantized |= t.quantizable and t.component in QUANTIZED_COMPONENTS and self.policy.weights.is_quantized
+        return _Gemm(wb, flops, act, self._peak_q if quantized else self._peak_bf16)
+
+    def _layer_kinds(self) -> tuple[list[_LayerKind], NDArray[np.int64]]:
+        m, par = self.model, self.parallelism
+        keys: list[tuple[bool, int | None]] = []
+        kinds: list[_LayerKind] = []
+        stages = pp_stage_layers(m.num_layers, par.pp)
+        counts = np.zeros((par.pp, 0), dtype=np.int64)
+        for s, layers in enumerate(stages):
+            for layer in layers:
+                key = (m.layer_is_moe[layer], m.layer_window[layer])
+                if key not in keys:
+                    keys.append(key)
+                    kinds.append(self._kind(layer))
+                    counts = np.column_stack([counts, np.zeros(par.pp, dtype=np.int64)])
+                counts[s, keys.index(key)] += 1
+        return kinds, counts
+
+    def _kind(self, layer: int) -> _LayerKind:
+        ts = self.model.layer_tensors(layer)
+        by: dict[str, list[Tensor]] = {}
+        for t in ts:
+            op = t.component
+            if t.component == "attention":
+                op = "o" if t.name.startswith("o_") else "qkv"
+            by.setdefault(op, []).append(t)
+        is_moe = self.model.layer_is_moe[layer]
+        expert = None
+        if is_moe and "routed_experts" in by:
+            g = self._gemm(by["routed_experts"])
+            local = -(-self.model.moe.num_experts // self.parallelism.ep)  # type: ignore[union-attr]
+            expert = _Gemm(g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops)
+        norm_bytes = sum(_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
+        return _LayerKind(
+            is_moe=is_moe,
+            window=self.model.layer_window[layer],
+            qkv=self._gemm(by["qkv"]),
+            o=self._gemm(by["o"]),
+            norm_weight_bytes=float(norm_bytes),
+            mlp=self._gemm(by["dense_mlp"]) if "dense_mlp" in by else None,
+            router=self._gemm(by["router"]) if "router" in by else None,
+            shared=self._gemm(by["shared_experts"]) if "shared_experts" in by else None,
+            expert=expert,
+        )
+
+    # ---------------------------------------------------------------- costing
+
+    def _roofline(self, acc: _Acc, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0) -> F64:
+        tc = flops / (peak * eff)
+        tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * self.params.hbm_efficiency)
+        t = np.maximum(tc, tm)
+        acc.add(op, t, tc, tm, flops, nbytes, scale)
+        return t
+
+    def _matmul(self, acc: _Acc, op: str, g: _Gemm, rows: F64, scale: float = 1.0) -> F64:
+        p = self.params
+        live = rows > 0  # an op with no rows does not run (and reads no weights)
+        flops = g.flops_per_row * rows
+        nbytes = np.where(live, g.weight_bytes + g.act_bytes_per_row * rows, 0.0)
+        eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
+        return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale)
+
+    def _comm(self, acc: _Acc, op: str, t: F64, sent: F64, scale: float = 1.0) -> F64:
+        acc.add(op, t, np.zeros_like(t), np.zeros_like(t), np.zeros_like(t), sent, scale)
+        return t
+
+    def _layer(self, acc: _Acc, k: _LayerKind, mb: StepBatch, scale: float) -> F64:
+        """Cost one layer of kind `k` for micro-batch `mb`, added to `acc` x scale (layers of this kind)."""
+        m, p, par = self.model, self.params, self.parallelism
+        act, h = p.activation_bytes, m.hidden_size
+        rows = mb.tokens
+        total = np.zeros(len(mb))
+        # two RMSNorms: weights + read and write of T x hidden each
+        nb = np.where(rows > 0, k.norm_weight_bytes + 2 * 2 * act * h * rows, 0.0)
+        total += self._roofline(acc, "norms", np.zeros_like(rows), nb, self._peak_bf16, np.ones_like(rows), scale)
+        total += self._matmul(acc, "qkv_proj", k.qkv, rows, scale)
+        # attention
+        q_width = self._heads_rank * m.head_dim
+        per_pair = 2.0 * self._heads_rank * self._attn_dims
+        att_eff_p = matmul_efficiency(mb.prefill_tokens, p.attention_efficiency_max, p.matmul_half_tokens)
+        pairs = mb.prefill_pairs if k.window is None else np.minimum(mb.prefill_pairs, mb.prefill_tokens * k.window)
+        pf_bytes = mb.prefill_tokens * (self._kv_layer_rank + 2 * q_width * act)  # KV written, Q in, O out
+        total += self._roofline(acc, "attn_prefill", per_pair * pairs, pf_bytes, self._peak_bf16, att_eff_p, scale)
+        ctx = mb.decode_context if k.window is None else np.minimum(mb.decode_context, mb.decode_seqs * k.window)
+        dc_bytes = ctx * self._kv_layer_rank + mb.decode_seqs * (self._kv_layer_rank + 2 * q_width * act)
+        # decode attention parallelises over the context (split-KV kernels), not over rows: no ramp
+        att_eff_d = np.full(len(mb), p.attention_efficiency_max)
+        total += self._roofline(acc, "attn_decode", per_pair * ctx, dc_bytes, self._peak_bf16, att_eff_d, scale)
+        total += self._matmul(acc, "o_proj", k.o, rows, scale)
+        msg = rows * h * act
+        n_ar = 1 if (k.is_moe and par.ep > 1) else 2
+        if par.tp > 1:
+            total += self._comm(acc, "tp_allreduce", n_ar * ring_allreduce_time(msg, par.tp, self._link_tp), n_ar * msg, scale)
+        if k.mlp is not None:
+            total += self._matmul(acc, "mlp", k.mlp, rows, scale)
+        if k.router is not None:
+            total += self._matmul(acc, "router", k.router, rows, scale)
+        if k.shared is not None:
+            total += self._matmul(acc, "shared_experts", k.shared, rows, scale)
+        if k.expert is not None:
+            total += self._experts(acc, k.expert, rows, scale)
+        return total
+
+    def _experts(self, acc: _Acc, g: _Gemm, rows: F64, scale: float) -> F64:
+        moe = self.model.moe
+        assert moe is not None
+        p, par = self.params, self.parallelism
+        e, k = moe.num_experts, moe.top_k
+        imb = p.moe_load_imbalance if par.ep > 1 else 1.0
+        touched_frac = 1.0 - (1.0 - k / e) ** rows  # chance a given expert gets >= 1 of the T·k picks
+        local = -(-e // par.ep)
+        pairs_rank = rows * k / par.ep  # (token, expert) pairs this rank computes, on average
+        per_expert_rows = np.divide(rows * k, e * touched_frac, out=np.zeros_like(rows), where=touched_frac > 0)
+        flops = pairs_rank * g.flops_per_row
+        nbytes = local * touched_frac * g.weight_bytes + pairs_rank * g.act_bytes_per_row
+        eff = matmul_efficiency(per_expert_rows, p.matmul_efficiency_max, p.matmul_half_tokens)
+        tc = imb * flops / (g.peak_flops * eff)
+        tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * p.hbm_efficiency)
+        t = np.maximum(tc, tm)
+        acc.add("moe_experts", t, tc, tm, flops, nbytes, scale)
+        if par.ep > 1:
+            # dispatch + combine: each rank sends its T/ep tokens' k copies, (ep-1)/ep of them off-rank
+            sent = imb * (rows / par.ep) * k * self.model.hidden_size * p.activation_bytes * (par.ep - 1) / par.ep
+            t_a2a = 2 * all_to_all_time(sent, par.ep, self._link_ep)
+            t = t + self._comm(acc, "ep_all_to_all", t_a2a, 2 * sent, scale)
+        return t
+
+    def _evaluate(self, batch: StepBatch) -> tuple[_Acc, F64]:
+        n, m, p, par = len(batch), self.model, self.params, self.parallelism
+        act, h = p.activation_bytes, m.hidden_size
+        micro = np.clip(batch.prefill_seqs + batch.decode_seqs, 1.0, float(par.pp))
+        mb = StepBatch(
+            batch.prefill_tokens / micro,
+            batch.prefill_pairs / micro,
+            batch.prefill_seqs / micro,
+            batch.decode_seqs / micro,
+            batch.decode_context / micro,
+            batch.decode_max_context,
+        )
+        rows = mb.tokens
+        acc = _Acc(n)
+        stage_t = np.zeros((par.pp, n))
+        for j, kind in enumerate(self._kinds):
+            layers = self._stage_counts[:, j]
+            layer_t = self._layer(acc, kind, mb, float(layers.sum()))
+            stage_t += layers[:, None] * layer_t[None, :]
+        # first stage: embedding gather (read + write T rows) and, with TP, vLLM's vocab-parallel all-reduce
+        emb = 2 * rows * h * act
+        stage_t[0] += self._roofline(acc, "embed", np.zeros(n), emb, self._peak_bf16, np.ones(n))
+        if par.tp > 1:
+            stage_t[0] += self._comm(acc, "tp_allreduce", ring_allreduce_time(rows * h * act, par.tp, self._link_tp), rows * h * act)
+        # last stage: final norm, lm_head over the rows that produce logits, logits gather over TP
+        nb = np.where(rows > 0, h * act + 2 * act * h * rows, 0.0)
+        stage_t[-1] += self._roofline(acc, "norms", np.zeros(n), nb, self._peak_bf16, np.ones(n))
+        logit_rows = mb.decode_seqs + mb.prefill_seqs
+        stage_t[-1] += self._matmul(acc, "lm_head", self._lm_head, logit_rows)
+        if par.tp > 1:
+            logits = logit_rows * self._vocab_padded * act
+            stage_t[-1] += self._comm(acc, "logits_gather", gather_time(logits, par.tp, self._link_tp), logits / par.tp)
+        traversal = stage_t.sum(axis=0)
+        if par.pp > 1:
+            msg = 2 * rows * h * act  # hidden states + residual
+            hops = (par.pp - 1) * p2p_time(msg, self._link_pp)
+            traversal = traversal + self._comm(acc, "pp_send_recv", hops, (par.pp - 1) * msg)
+            bubble = np.maximum(0.0, micro * stage_t.max(axis=0) - traversal)
+            acc.add("pp_bubble", bubble, np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n))
+            traversal = traversal + bubble
+        acc.add("overhead", np.full(n, p.step_overhead_s), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n))
+        return acc, traversal + p.step_overhead_s
+
+    # ---------------------------------------------------------------- public
+
+    def step_time(self, batch: StepBatch) -> F64:
+        """Seconds per engine iteration for every batch in `batch`."""
+        return self._evaluate(batch)[1]
+
+    def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
+        """Every op of batch `index` that does work (time, FLOPs, bytes, bound), in execution order; their
+        times sum to its step time. Ops the configuration lacks (TP all-reduce at tp = 1, experts in a dense
+        model) or the batch does not use (prefill attention in a pure-decode step) are left out."""
+        if not 0 <= index < len(batch):
+            raise IndexError(f"batch index {index} out of range for {len(batch)} batches")
+        acc, _ = self._evaluate(batch)
+        rows = []
+        for op in OPS:
+            if op not in acc.ops:
+                continue
+            t, tc, tm, flops, nbytes = (float(a[index]) for a in acc.ops[op])
+            if t == 0.0 and flops == 0.0 and nbytes == 0.0:
+                continue
+            if op in COMM_OPS:
+                bound: Bound = "communication"
+            elif op in ("overhead", "pp_bubble"):
+                bound = "overhead"
+            else:
+                bound = "compute" if tc > tm else "memory"
+            rows.append(OpCost(op, t, flops, nbytes, bound))
+        return rows
+
+
+def _compute_dtype(fmt: WeightFormat, gpu: GpuSpec) -> str:
+    """Tensor-core dtype quantised matmuls run in: the weights' own when the GPU has it, else bf16."""
+    name = fmt.name
+    if name.startswith("fp8"):
+        want = "fp8"
+    elif name == "int8":
+        want = "int8"
+    elif name in ("nvfp4", "mxfp4"):
+        want = "fp4"
+    else:
+        return "bf16"  # bf16/fp16 models, and weight-only int4 (AWQ / GPTQ dequantise into bf16 GEMMs)
+    return want if want in gpu.dense_flops else "bf16"
+
+
+def build_step_model(
+    model: str | Path | ModelSpec,
+    gpu: str | GpuSpec,
+    tp: int = 1,
+    pp: int = 1,
+    ep: int = 1,
+    weight_quant: str = "bf16",
+    kv_dtype: str = "bf16",
+    params: RooflineParams | None = None,
+) -> RooflineModel:
+    """A `RooflineModel` from catalog names (or a config.json path / directory for the model, or specs).
+
+    Unknown model, GPU, weight format or KV dtype, or a parallelism the model cannot use: LlmcapError.
+    """
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    g = gpu if isinstance(gpu, GpuSpec) else get_gpu(gpu)
+    kv_dtype_bytes(kv_dtype)  # validate early: one clear error
+    return RooflineModel(spec, g, Parallelism(tp=tp, pp=pp, ep=ep), weight_quant, kv_dtype, params)

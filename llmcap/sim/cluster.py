@@ -1,0 +1,176 @@
+"""The event loop: arrivals, replica decisions and KV handoffs, in (time, priority, tie) order.
+
+Priorities at equal times: arrivals (0), then handoff landings (1), then replica decisions (2), so
+a replica deciding at t sees everything that arrived at t. Ties within a kind go by request index,
+handoff number and replica index — never by push order, so runs of one or many steps order events
+the same way. Replicas keep their own clocks; a decision entry is stale once the replica's version
+moved on (an arrival cut its run short).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from heapq import heappop, heappush
+
+import numpy as np
+
+from llmcap.sim.config import SimConfig
+from llmcap.sim.engine import INF, Replica, Req
+from llmcap.sim.pd import Link
+from llmcap.sim.recorder import REJECTED, Recorder
+from llmcap.sim.routers import Router
+from llmcap.sim.steptime import StepTimer
+from llmcap.sim.workload import Workload
+
+ARRIVAL, LANDING, DECISION = 0, 1, 2
+PROGRESS_EVERY = 4096
+EXACT_ITL_MAX_REQUESTS = 200_000  # itl_exact=None: exact (value, weight) pairs up to this many requests
+
+
+@dataclass
+class ClusterRun:
+    recorder: Recorder
+    replicas: list[Replica]  # prefill pool first (P/D), then decode pool
+    roles: list[str]
+    links: list[Link]
+    end_s: float
+
+
+def _blocks(tokens: np.ndarray, bs: int) -> np.ndarray:
+    return -(-tokens // bs)
+
+
+def run_cluster(
+    work: Workload,
+    timer: StepTimer,
+    cfg: SimConfig,
+    rng: np.random.Generator | None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ClusterRun:
+    n = work.n
+    rec = Recorder(n)
+    pd = cfg.pd
+    ecfg = cfg.engine
+    exact = cfg.itl_exact if cfg.itl_exact is not None else n <= EXACT_ITL_MAX_REQUESTS
+    common = dict(
+        reference=cfg.reference, max_run_steps=cfg.max_run_steps, resolution_s=cfg.timeseries_resolution_s,
+        segments=work.segments if work.offsets is not None else None, itl_exact=exact,
+    )  # fmt: skip
+    if pd is None:
+        front = [Replica(j, ecfg, timer, rec, **common) for j in range(cfg.replicas)]
+        back: list[Replica] = []
+        fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
+    else:
+        dcfg = pd.decode_engine or ecfg
+        at_handoff = pd.first_token_from == "decode"
+        front = [Replica(j, ecfg, timer, rec, role="prefill", first_token_at_handoff=at_handoff, **common) for j in range(pd.prefill_replicas)]
+        back = [Replica(j, dcfg, timer, rec, role="decode", first_token_at_handoff=at_handoff, **common) for j in range(pd.decode_replicas)]
+        fits = (_blocks(work.isl, ecfg.block_size) <= ecfg.num_blocks) & (
+            _blocks(work.isl + work.osl - 1, dcfg.block_size) <= dcfg.num_blocks
+        )
+    replicas = front + back
+    for gid, r in enumerate(replicas):
+        r.gid = gid  # type: ignore[attr-defined]
+    router = Router(cfg.router, front, n, rng, cfg.prefix_load_penalty)
+    back_policy = "round_robin" if cfg.router == "round_robin" else "least_outstanding_tokens"
+    back_router = Router(back_policy, back, n, None, 0.0) if back else None
+    links = [Link(pd.link) for _ in front] if pd is not None else []
+    kv_bytes = ecfg.kv_bytes_per_token
+    use_hashes = ecfg.enable_prefix_caching and work.offsets is not None
+    prefix_router = cfg.router == "prefix_aware"
+    arrival, isl, osl = work.arrival, work.isl.tolist(), work.osl.tolist()
+    fits_l = fits.tolist()
+    arr_l = arrival.tolist()
+    heap: list[tuple] = []
+    handoffs = 0
+    max_t = cfg.max_time_s
+    now = 0.0
+
+    def push(r: Replica) -> None:
+        if r.next_time < INF:
+            heappush(heap, (r.next_time, DECISION, r.gid, r.version, r))
+
+    def handoff(p: Replica, req: Req, t: float) -> None:
+        nonlocal handoffs
+        i = req.i
+        if osl[i] == 1:  # nothing to decode: done at the prefill side, its one token goes out now
+            rec.first_token[i] = t
+            rec.finish[i] = t
+            rec.status[i] = 0
+            if p.release(req, t):
+                push(p)
+            return
+        assert back_router is not None
+        d = back_router.choose(req, t)
+        rec.decode_replica[i] = d
+        back_router.pending[d] += osl[i] - 1
+        land, secs = links[p.index].send(t, kv_bytes * isl[i])
+        rec.transfer[i] = secs
+        handoffs += 1
+        heappush(heap, (land, LANDING, handoffs, 0, (p, d, req)))
+
+    ai = 0
+    stopped = False
+    while True:
+        ta = arr_l[ai] if ai < n else INF
+        if heap and heap[0][0] < ta:
+            t, kind, _, payload, obj = heappop(heap)
+            if t > max_t:
+                stopped = True
+                break
+            now = t
+            if kind == DECISION:
+                r = obj
+                if payload != r.version:  # stale: the run was cut short
+                    continue
+                r.horizon = ta
+                r.advance()
+                if r.outputs:
+                    outs, r.outputs = r.outputs, []
+                    for req in outs:
+                        handoff(r, req, t)
+                push(r)
+            else:  # a handoff landed
+                p, d, req = obj
+                if p.release(req, t):
+                    push(p)
+                i = req.i
+                dreq = Req(i, isl[i], osl[i], [], [])  # the decode side does no prefix caching
+                dreq.g, dreq.n_comp, dreq.xfer = 1, isl[i], True
+                dreq.last_tok = float(rec.first_token[i])
+                assert back_router is not None
+                back_router.pending[d] -= osl[i] - 1
+                dr = back[d]
+                if dr.add(dreq, t):
+                    push(dr)
+            continue
+        if ai >= n:
+            break
+        if ta > max_t:
+            stopped = True
+            break
+        now = ta
+        i = ai
+        ai += 1
+        if progress is not None and ai % PROGRESS_EVERY == 0:
+            progress(ai, n)
+        if not fits_l[i]:
+            rec.status[i] = REJECTED
+            continue
+        req = Req(i, isl[i], 1 if pd is not None else osl[i])
+        if prefix_router and use_hashes:
+            req.keys, req.his = work.segments(i)
+        j = router.choose(req, ta)
+        rec.prefill_replica[i] = j
+        if pd is None:
+            rec.decode_replica[i] = j
+        r = front[j]
+        if r.add(req, ta):
+            push(r)
+    end = max_t if stopped else now
+    for r in replicas:
+        r.sample_until(end)
+    if progress is not None:
+        progress(n, n)
+    return ClusterRun(rec, replicas, [r.role for r in replicas], links, end)

@@ -1,0 +1,78 @@
+"""Simulator knobs: one engine (replica), the links of a disaggregated deployment, and the run itself.
+
+Defaults follow vLLM v1 where it has one (max_num_seqs 256, max_num_batched_tokens 8192, block 16).
+`num_blocks` has no default: it comes from the memory plan (`llmcap.memory.plan_memory`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Router = Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"]
+ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Frozen):
+    """One replica: scheduler limits, paged KV cache, prefix cache and its optional host-memory tier."""
+
+    num_blocks: int = Field(gt=0, description="KV blocks of the replica (all ranks hold the same sequences)")
+    block_size: int = Field(default=16, gt=0, description="tokens per KV block")
+    max_num_seqs: int = Field(default=256, gt=0, description="most sequences running at once")
+    max_num_batched_tokens: int = Field(default=8192, gt=0, description="token budget of one step (chunked prefill)")
+    enable_prefix_caching: bool = True
+    host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
+    host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")
+    kv_bytes_per_token: float = Field(default=0.0, ge=0, description="KV bytes per token (host loads, P/D handoff)")
+
+    @model_validator(mode="after")
+    def _budget_covers_decodes(self) -> EngineConfig:
+        # vLLM requires it too: otherwise a full decode batch could not be scheduled in one step
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs ({self.max_num_seqs})"
+            )
+        return self
+
+
+class LinkConfig(_Frozen):
+    """A KV-transfer link: transfers queue FIFO on it; each occupies it for bytes / bandwidth, then
+    lands `latency_s` later (the latency is pipelined, the bandwidth is not)."""
+
+    bandwidth_bytes_s: float = Field(default=50e9, gt=0)
+    latency_s: float = Field(default=0.0, ge=0)
+
+
+class PDConfig(_Frozen):
+    """Disaggregated prefill/decode: two pools; every prefill replica owns one outgoing link."""
+
+    prefill_replicas: int = Field(gt=0)
+    decode_replicas: int = Field(gt=0)
+    link: LinkConfig = LinkConfig()
+    first_token_from: Literal["prefill", "decode"] = "prefill"
+    decode_engine: EngineConfig | None = None  # None: the same engine config as the prefill pool
+
+
+class SimConfig(_Frozen):
+    """A whole run. `reference=True` advances one engine step per event (the slow oracle used in tests)."""
+
+    engine: EngineConfig
+    replicas: int = Field(default=1, gt=0, description="aggregated replicas (ignored with pd)")
+    router: Router = "least_outstanding_tokens"
+    prefix_load_penalty: float = Field(default=0.5, ge=0, description="prefix_aware: score = hit tokens - penalty x outstanding tokens")
+    pd: PDConfig | None = None
+    reference: bool = False
+    timeseries_resolution_s: float = Field(default=1.0, gt=0)
+    max_time_s: float = Field(default=math.inf, gt=0, description="stop the clock here; unfinished requests say so")
+    max_run_steps: int = Field(default=1 << 16, gt=0, description="longest multi-step decode advance")
+    itl_exact: bool | None = Field(
+        default=None,
+        description="token-weighted ITL as exact (value, weight) pairs (memory grows with engine steps) or a "
+        "log-binned histogram (1000 bins/decade, 0.23% wide); None: exact up to 200,000 requests",
+    )

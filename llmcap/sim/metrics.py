@@ -1,0 +1,187 @@
+"""Outputs of a run: the per-request table, the token-weighted ITL distribution, per-replica time
+series and the summary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from llmcap.sim.cluster import ClusterRun
+from llmcap.sim.engine import HIST_BINS_PER_DECADE, HIST_MIN_S, itl_histogram
+from llmcap.sim.recorder import OK, STATUS_NAMES
+from llmcap.sim.records import REQUEST_SCHEMA
+
+TIMESERIES_SCHEMA = pa.schema(
+    [
+        pa.field("replica", pa.int32(), nullable=False),
+        pa.field("role", pa.string(), nullable=False),
+        pa.field("t_s", pa.float64(), nullable=False),  # bin start; gauges are sampled here
+        pa.field("running", pa.int32(), nullable=False),
+        pa.field("waiting", pa.int32(), nullable=False),
+        pa.field("kv_used_blocks", pa.int64(), nullable=False),
+        pa.field("kv_usage", pa.float64(), nullable=False),
+        pa.field("tokens", pa.int64(), nullable=False),  # tokens computed by steps ending in the bin
+        pa.field("steps", pa.int64(), nullable=False),
+        pa.field("prefix_hit_tokens", pa.int64(), nullable=False),
+        pa.field("preemptions", pa.int64(), nullable=False),
+        pa.field("finished", pa.int64(), nullable=False),
+    ]
+)
+
+
+def _col(values: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.array(values, type=typ, mask=np.isnan(values))
+
+
+def records_table(run: ClusterRun, request_id: np.ndarray, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray, pd: bool) -> pa.Table:
+    r = run.recorder
+    f64 = pa.float64()
+    prefilled = ~np.isnan(r.prefill_done)
+    transfer = r.transfer if pd else np.where(prefilled, 0.0, np.nan)
+    visible = (r.decode_admitted - r.prefill_done) if pd else np.where(prefilled, 0.0, np.nan)
+    osl_f = osl.astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(osl > 1, (r.finish - r.first_token) / (osl_f - 1.0), np.nan)
+    cols = {
+        "request_id": pa.array(request_id, pa.int64()),
+        "arrival_s": pa.array(arrival, f64),
+        "admitted_s": _col(r.admitted, f64),
+        "first_token_s": _col(r.first_token, f64),
+        "finish_s": _col(r.finish, f64),
+        "isl": pa.array(isl, pa.int64()),
+        "osl": pa.array(osl, pa.int64()),
+        "cached_tokens": pa.array(r.cached, pa.int64()),
+        "host_cached_tokens": pa.array(r.host_cached, pa.int64()),
+        "preemptions": pa.array(r.preemptions, pa.int32()),
+        "prefill_replica": pa.array(r.prefill_replica, pa.int32(), mask=r.prefill_replica < 0),
+        "decode_replica": pa.array(r.decode_replica, pa.int32(), mask=r.decode_replica < 0),
+        "queue_s": _col(r.admitted - arrival, f64),
+        "prefill_s": _col(r.prefill_done - r.admitted, f64),
+        "transfer_s": _col(transfer, f64),
+        "visible_wait_s": _col(visible, f64),
+        "decode_s": _col(r.finish - r.first_token, f64),
+        "ttft_s": _col(r.first_token - arrival, f64),
+        "tpot_s": _col(tpot, f64),
+        "e2e_s": _col(r.finish - arrival, f64),
+        "itl_p50_s": _col(r.itl_p50, f64),
+        "itl_p99_s": _col(r.itl_p99, f64),
+        "itl_max_s": _col(r.itl_max, f64),
+        "status": pa.array(np.array(STATUS_NAMES, dtype=object)[r.status], pa.string()),
+    }
+    return pa.Table.from_pydict(cols, schema=REQUEST_SCHEMA)
+
+
+def itl_distribution(run: ClusterRun) -> tuple[np.ndarray, np.ndarray]:
+    """Every inter-token gap as exact (value, weight) pairs: one pair per engine step (its duration,
+    weighted by the decodes whose previous token ended the step before), plus one per irregular gap
+    (the first token after a recompute or a handoff)."""
+    vals, wts = [], []
+    hist = None
+    for rep in run.replicas:
+        d = np.frombuffer(rep.log_dur, dtype=np.float64)
+        w = np.frombuffer(rep.log_w, dtype=np.int64)
+        if rep.hist is not None:
+            h = rep.hist + itl_histogram(d, w)
+            hist = h if hist is None else hist + h
+            del d, w
+            continue
+        keep = w > 0
+        vals.append(d[keep].copy())
+        wts.append(w[keep].copy())
+        del d, w, keep  # release the buffers of the live logs
+    extra = np.asarray(run.recorder.extra_gaps, dtype=np.float64)
+    if hist is not None:  # histogram mode: (geometric bin centre, tokens) for every non-empty bin
+        hist = hist + itl_histogram(extra, np.ones(extra.size, dtype=np.int64))
+        nz = np.flatnonzero(hist)
+        centre = HIST_MIN_S * 10.0 ** ((nz + 0.5) / HIST_BINS_PER_DECADE)
+        return centre, hist[nz]
+    vals.append(extra)
+    wts.append(np.ones(extra.size, dtype=np.int64))
+    return np.concatenate(vals), np.concatenate(wts)
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
+    """Inverted-CDF quantiles of a weighted sample: the smallest value whose cumulative weight reaches q·W."""
+    if values.size == 0 or weights.sum() == 0:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v, cw = values[order], np.cumsum(weights[order])
+    total = cw[-1]
+    return [float(v[min(np.searchsorted(cw, q * total, side="left"), v.size - 1)]) for q in qs]
+
+
+def timeseries_table(run: ClusterRun) -> pa.Table:
+    parts = []
+    for rep in run.replicas:
+        ts = np.frombuffer(rep.ts, dtype=np.int64).reshape(-1, 8).copy()
+        if ts.shape[0] == 0:
+            continue
+        final = np.array(rep.state_at(run.end_s), dtype=np.int64)
+        after = np.vstack([ts[1:], final[None, :]])
+        counts = after[:, 3:] - ts[:, 3:]  # cumulative counters -> per bin
+        m = ts.shape[0]
+        parts.append(
+            {
+                "replica": np.full(m, rep.index, dtype=np.int32),
+                "role": [rep.role] * m,
+                "t_s": np.arange(m) * rep.res,
+                "running": ts[:, 0].astype(np.int32),
+                "waiting": ts[:, 1].astype(np.int32),
+                "kv_used_blocks": ts[:, 2],
+                "kv_usage": ts[:, 2] / rep.kv.num_blocks,
+                "tokens": counts[:, 0],
+                "steps": counts[:, 1],
+                "prefix_hit_tokens": counts[:, 2],
+                "preemptions": counts[:, 3],
+                "finished": counts[:, 4],
+            }
+        )
+    if not parts:
+        return TIMESERIES_SCHEMA.empty_table()
+    return pa.concat_tables([pa.Table.from_pydict(p, schema=TIMESERIES_SCHEMA) for p in parts])
+
+
+def _pcts(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:
+    if x.size == 0:
+        return {"p50": None, "p90": None, "p99": None}
+    p = np.percentile(x, [50, 90, 99]) * scale
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterRun, wall_s: float) -> dict:
+    r = run.recorder
+    ok = r.status == OK
+    n = int(r.status.size)
+    arrival = records.column("arrival_s").to_numpy()
+    finish = r.finish[ok]
+    start = float(arrival.min()) if n else 0.0
+    duration = float(finish.max() - start) if finish.size else 0.0
+    osl = records.column("osl").to_numpy()
+    isl = records.column("isl").to_numpy()
+
+    def col(name: str) -> np.ndarray:
+        return records.column(name).to_numpy(zero_copy_only=False).astype(np.float64)[ok]
+
+    tpot = col("tpot_s")
+    itl_ms = weighted_quantiles(itl[0], itl[1], [0.5, 0.9, 0.99])
+    sim_s = run.end_s - start
+    return {
+        "requests": n,
+        "completed": int(ok.sum()),
+        "rejected": int((r.status == 2).sum()),
+        "unfinished": int((r.status == 1).sum()),
+        "duration_s": duration,
+        "ttft_ms": _pcts(col("ttft_s")),
+        "itl_ms": {k: (v * 1e3 if np.isfinite(v) else None) for k, v in zip(("p50", "p90", "p99"), itl_ms)},
+        "tpot_ms": _pcts(tpot[~np.isnan(tpot)]),
+        "e2e_ms": _pcts(col("e2e_s")),
+        "throughput": {
+            "output_tok_s": float(osl[ok].sum() / duration) if duration > 0 else None,
+            "req_s": float(ok.sum() / duration) if duration > 0 else None,
+        },
+        "preemptions": int(r.preemptions.sum()),
+        "prefix_hit_ratio": float(r.cached.sum() / isl.sum()) if isl.sum() else 0.0,
+        "wall_s": wall_s,
+        "requests_per_wall_s": n / wall_s if wall_s > 0 else None,
+        "simulated_s_per_wall_s": sim_s / wall_s if wall_s > 0 else None,
+    }
