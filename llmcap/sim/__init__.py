@@ -66,12 +66,16 @@ def simulate(
     config: SimConfig,
     rng: np.random.Generator | None = None,
     progress: Callable[[int, int], None] | None = None,
+    decode_model: StepTimeModel | None = None,
 ) -> SimResult:
     """Replay a canonical trace open-loop through the configured cluster. `rng` feeds the
-    power-of-two router (the only random choice); the same inputs give byte-identical outputs."""
+    power-of-two router (the only random choice); the same inputs give byte-identical outputs.
+    `decode_model` times the decode pool of a P/D deployment when its parallelism differs from the
+    prefill pool's (default: `model` for both)."""
     start = time.perf_counter()
     work = workload_from_table(trace, config.engine.block_size, config.engine.enable_prefix_caching)
-    run = run_cluster(work, StepTimer(model), config, rng, progress)
+    decode_timer = None if decode_model is None else StepTimer(decode_model)
+    run = run_cluster(work, StepTimer(model), config, rng, progress, decode_timer)
     ids = trace.column("request_id").to_numpy() if "request_id" in trace.column_names else np.arange(work.n)
     records = records_table(run, ids, work.arrival, work.isl, work.osl, config.pd is not None)
     itl = itl_distribution(run)

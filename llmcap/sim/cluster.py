@@ -47,6 +47,7 @@ def run_cluster(
     cfg: SimConfig,
     rng: np.random.Generator | None,
     progress: Callable[[int, int], None] | None = None,
+    decode_timer: StepTimer | None = None,
 ) -> ClusterRun:
     n = work.n
     rec = Recorder(n)
@@ -65,7 +66,7 @@ def run_cluster(
         dcfg = pd.decode_engine or ecfg
         at_handoff = pd.first_token_from == "decode"
         front = [Replica(j, ecfg, timer, rec, role="prefill", first_token_at_handoff=at_handoff, **common) for j in range(pd.prefill_replicas)]
-        back = [Replica(j, dcfg, timer, rec, role="decode", first_token_at_handoff=at_handoff, **common) for j in range(pd.decode_replicas)]
+        back = [Replica(j, dcfg, decode_timer or timer, rec, role="decode", first_token_at_handoff=at_handoff, **common) for j in range(pd.decode_replicas)]
         fits = (_blocks(work.isl, ecfg.block_size) <= ecfg.num_blocks) & (
             _blocks(work.isl + work.osl - 1, dcfg.block_size) <= dcfg.num_blocks
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 
 from llmcap.perf.model import LinearStepModel, StepBatch
 from llmcap.sim import EngineConfig, SimConfig, simulate, weighted_quantiles
@@ -11,12 +14,15 @@ from tests.sim._workloads import MODEL, random_config, random_trace
 
 
 class Wrapped:
-    """A non-linear-looking StepTimeModel (goes through StepBatch), elementwise so n=1 and n=k agree."""
+    """A non-linear-looking StepTimeModel (goes through StepBatch), elementwise so n=1 and n=k agree;
+    around anything but a LinearStepModel it just hides the inner model from StepTimer's fast paths."""
 
-    def __init__(self, inner: LinearStepModel) -> None:
+    def __init__(self, inner: Any) -> None:
         self.inner = inner
 
     def step_time(self, batch: StepBatch) -> np.ndarray:
+        if not isinstance(self.inner, LinearStepModel):
+            return self.inner.step_time(batch)
         c = self.inner
         return (c.overhead_s + c.per_prefill_token_s * batch.prefill_tokens + c.per_pair_s * batch.prefill_pairs
                 + c.per_prefill_seq_s * batch.prefill_seqs + c.per_decode_seq_s * batch.decode_seqs
@@ -75,3 +81,51 @@ def test_histogram_mode_trims_the_log_and_keeps_per_request_stats(monkeypatch) -
         (e,) = weighted_quantiles(exact.itl_values, exact.itl_weights, [q])
         (h,) = weighted_quantiles(hist.itl_values, hist.itl_weights, [q])
         assert abs(h / e - 1) < 0.0025  # 1000 bins per decade: 0.23% wide
+
+
+def _roofline(**kw):
+    from llmcap.perf import build_step_model
+
+    return build_step_model(**kw)
+
+
+def test_roofline_is_timed_inline_and_consistent_with_the_model() -> None:
+    from llmcap.perf.roofline import CompiledRoofline
+
+    exact = _roofline(model="Mixtral-8x7B", gpu="h100", tp=2, ep=2, pp=2, weight_quant="fp8")
+    timer = StepTimer(exact)
+    assert isinstance(timer.fast, CompiledRoofline) and timer.linear  # the engine may skip decode_max_context
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        args = [float(rng.integers(0, 2048)), 0.0, float(rng.integers(0, 4)), float(rng.integers(0, 300)), 0.0, 0.0]
+        args[1] = args[0] * float(rng.integers(0, 5000)) + args[0] * (args[0] + 1) / 2
+        args[4] = args[3] * float(rng.integers(1, 20000))
+        want = exact.step_time(StepBatch(*(np.array([a]) for a in args)))[0]
+        assert np.isclose(timer.one(*args), want, rtol=1e-12, atol=0)
+    for b, ctx0 in ((1, 500), (3, 9000), (64, 200_000)):  # pp = 2: one and two micro-batches
+        durs, ends = timer.decode_run(3.0, b, ctx0, 0, 30)  # the numpy branch
+        short, short_ends = timer.decode_run(3.0, b, ctx0, 0, 6)  # the Python branch
+        assert durs[:6] == short and ends[:6] == short_ends
+        assert all(durs[j] == timer.one(0.0, 0.0, 0.0, float(b), float(ctx0 + j * b), 0.0) for j in range(30))
+        t = 3.0
+        for d, e in zip(durs, ends):
+            t += d
+            assert e == t
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(model="Llama-3.1-8B", gpu="h100"), dict(model="Qwen3-30B-A3B", gpu="h100", tp=2, pp=2, ep=2)], ids=["dense", "moe-pp2"]
+)
+def test_roofline_simulation_reference_identity_and_exact_model_agreement(kw) -> None:
+    exact = _roofline(**kw)
+    for seed in (0, 1, 3, 7):  # with and without P/D disaggregation, several routers
+        rng = np.random.default_rng(seed)
+        trace = random_trace(rng, 40)
+        cfg = random_config(rng, seed)
+        fast = simulate(trace, exact, cfg, rng=np.random.default_rng(0))
+        ref = simulate(trace, exact, cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0))
+        assert fast.records_parquet() == ref.records_parquet()
+        assert fast.itl_values.tobytes() == ref.itl_values.tobytes()
+        slow = simulate(trace, Wrapped(exact), cfg, rng=np.random.default_rng(0))  # the exact model, a numpy call per step
+        a, b = fast.records.column("finish_s").to_numpy(zero_copy_only=False), slow.records.column("finish_s").to_numpy(zero_copy_only=False)
+        assert np.allclose(a, b, rtol=1e-12, equal_nan=True) and np.isfinite(a).sum() > 0

@@ -1,0 +1,131 @@
+"""CompiledRoofline: the tabulated roofline gives RooflineModel.step_time's numbers, and its scalar,
+array and decode-run paths agree with each other bit for bit."""
+
+import numpy as np
+import pytest
+
+from llmcap.perf import RooflineModel, StepBatch, StepTimeModel, build_step_model, causal_pairs
+from llmcap.perf.roofline import MAX_TABLE_TOKENS, CompiledRoofline
+
+CONFIGS = [
+    dict(model="Llama-3.1-8B", gpu="h100"),
+    dict(model="Llama-3.1-8B", gpu="h100", weight_quant="fp8"),
+    dict(model="Llama-3.1-70B", gpu="h100", tp=4, pp=2),  # PP: micro-batches and the bubble
+    dict(model="Mixtral-8x7B", gpu="h100", tp=2, ep=2, pp=4, weight_quant="fp8"),  # MoE, EP, PP 4
+    dict(model="Mixtral-8x7B", gpu="h100"),  # MoE without EP
+    dict(model="Qwen3-30B-A3B", gpu="h200", tp=2, ep=2),
+    dict(model="Mistral-7B-v0.1", gpu="l40s", tp=2),  # sliding window, PCIe
+    dict(model="DeepSeek-V3", gpu="b200", tp=8, ep=8, weight_quant="fp8-block"),  # MLA, dense + MoE layers
+]
+IDS = [f"{c['model']}-tp{c.get('tp', 1)}-pp{c.get('pp', 1)}-ep{c.get('ep', 1)}-{c.get('weight_quant', 'bf16')}" for c in CONFIGS]
+FIELDS = ("prefill_tokens", "prefill_pairs", "prefill_seqs", "decode_seqs", "decode_context", "decode_max_context")
+
+
+def _sim_like_batches(n: int, seed: int) -> StepBatch:
+    """Integer batches as the simulator builds them: chunks with cached context, few to many sequences
+    (so every micro-batch count 1..pp occurs), pure prefill, pure decode, and empty steps."""
+    rng = np.random.default_rng(seed)
+    chunks = rng.integers(0, 5, n) * (rng.random(n) < 0.6)
+    new = np.where(chunks > 0, rng.integers(1, 8192, n), 0)
+    chunks = np.minimum(chunks, new)
+    cached = rng.integers(0, 32768, n)
+    seqs = np.where(rng.random(n) < 0.3, rng.integers(0, 4, n), rng.integers(0, 512, n))
+    ctx = rng.integers(1, 32768, n)
+    return StepBatch.build(
+        prefill_tokens=new,
+        prefill_pairs=causal_pairs(new, cached),
+        prefill_seqs=chunks,
+        decode_seqs=seqs,
+        decode_context=seqs * ctx,
+        decode_max_context=np.where(seqs > 0, ctx, 0),
+    )
+
+
+def _row(b: StepBatch, i: int) -> list[float]:
+    return [float(getattr(b, f)[i]) for f in FIELDS]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=IDS)
+def models(request) -> tuple[RooflineModel, CompiledRoofline]:
+    exact = build_step_model(**request.param)
+    assert isinstance(exact, RooflineModel)
+    return exact, exact.compile()
+
+
+def test_equals_the_exact_model_on_thousands_of_batches(models) -> None:
+    exact, fast = models
+    assert isinstance(fast, StepTimeModel)
+    b = _sim_like_batches(4000, seed=1)
+    want, got = exact.step_time(b), fast.step_time(b)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert np.all(got > 0)
+
+
+def test_scalar_arrays_and_decode_runs_agree_bit_for_bit(models) -> None:
+    _, fast = models
+    b = _sim_like_batches(1500, seed=2)
+    arrays = fast.step_time(b)
+    scalars = np.array([fast.step_time_scalar(*_row(b, i)) for i in range(len(b))])
+    assert scalars.tobytes() == arrays.tobytes()
+    # a run of pure-decode steps, as the simulator's StepTimer times them
+    for seqs, ctx0 in ((1, 7), (37, 40_000), (256, 1_000_000)):
+        ctx = np.arange(50, dtype=np.float64) * seqs + ctx0
+        zeros = np.zeros(ctx.size)
+        run = fast.decode_times(float(seqs), ctx)
+        assert run.tobytes() == fast.step_time_arrays(zeros, zeros, zeros, np.full(ctx.size, float(seqs)), ctx).tobytes()
+        assert run[17] == fast.step_time_scalar(0.0, 0.0, 0.0, float(seqs), float(ctx[17]))
+
+
+def test_decode_max_context_is_ignored_like_the_roofline_does(models) -> None:
+    exact, fast = models
+    b = _sim_like_batches(200, seed=3)
+    other = StepBatch(*(getattr(b, f) for f in FIELDS[:-1]), np.zeros(len(b)))
+    assert exact.step_time(other).tobytes() == exact.step_time(b).tobytes()
+    assert fast.step_time(other).tobytes() == fast.step_time(b).tobytes()
+    assert not fast.uses_decode_max_context
+
+
+def test_tables_grow_past_their_size_and_stay_exact() -> None:
+    exact = build_step_model("Qwen3-30B-A3B", "h100", tp=2, ep=2)
+    assert isinstance(exact, RooflineModel)
+    fast = exact.compile(max_tokens=100)
+    small = fast._n
+    big = StepBatch.build(
+        prefill_tokens=[20_000.0, 5.0], prefill_pairs=[3e8, 15.0], prefill_seqs=[3.0, 1.0], decode_seqs=[300.0, 0.0], decode_context=[9e5, 0.0]
+    )
+    np.testing.assert_allclose(fast.step_time(big), exact.step_time(big), rtol=1e-12, atol=0)
+    assert fast._n > 20_300 > small
+    # the scalar path grows them too, and an entry does not depend on how its table grew
+    again = exact.compile(max_tokens=10)
+    assert again.step_time_scalar(*_row(big, 0)) == fast.step_time(big)[0]
+    at_once = exact.compile(max_tokens=again._n - 1)
+    assert at_once._n == again._n and at_once._ta.tobytes() == again._ta.tobytes() and at_once._la.tobytes() == again._la.tobytes()
+
+
+def test_off_table_batches_take_the_exact_path() -> None:
+    exact = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2)
+    assert isinstance(exact, RooflineModel)
+    fast = exact.compile()
+    # non-integer counts (a fitted or averaged batch), beyond the table cap, and an empty step
+    b = StepBatch.build(
+        prefill_tokens=[100.5, MAX_TABLE_TOKENS + 10.0, 0.0, 64.0],
+        prefill_pairs=[7000.0, 1e12, 0.0, 2080.0],
+        prefill_seqs=[1.0, 1.0, 0.0, 1.0],
+        decode_seqs=[3.0, 0.0, 0.0, 2.5],
+        decode_context=[3000.0, 0.0, 0.0, 2000.0],
+    )
+    want = exact.step_time(b)
+    got = fast.step_time(b)
+    assert got[[0, 1, 3]].tobytes() == want[[0, 1, 3]].tobytes()  # computed by the exact model itself
+    assert got[2] == pytest.approx(want[2], rel=1e-12) and got[2] == exact.params.step_overhead_s
+    assert [fast.step_time_scalar(*_row(b, i)) for i in range(len(b))] == got.tolist()
+
+
+def test_build_step_model_compiled_keeps_breakdown_and_specs() -> None:
+    fast = build_step_model("Mixtral-8x7B", "h100", tp=2, ep=2, compiled=True)
+    assert isinstance(fast, CompiledRoofline)
+    assert fast.parallelism.ep == 2 and fast.model is fast.exact.model and fast.gpu.name == fast.exact.gpu.name
+    b = _sim_like_batches(10, seed=4)
+    t = fast.step_time(b)
+    for i in range(len(b)):
+        assert sum(r.time_s for r in fast.breakdown(b, i)) == pytest.approx(t[i], rel=1e-12)
