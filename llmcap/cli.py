@@ -9,7 +9,10 @@ from __future__ import annotations
 import typer
 
 from llmcap.commands import memory as memory_cmd
+from llmcap.commands import perf as perf_cmd
 from llmcap.commands import plan as plan_cmd
+from llmcap.commands import profile as profile_cmd
+from llmcap.commands import simulate as simulate_cmd
 from llmcap.commands import trace as trace_cmd
 
 app = typer.Typer(
@@ -22,6 +25,9 @@ app = typer.Typer(
 app.add_typer(trace_cmd.app, name="trace")
 app.command("plan")(plan_cmd.plan)
 app.command("memory")(memory_cmd.memory)
+app.command("simulate")(simulate_cmd.simulate)
+app.command("perf")(perf_cmd.perf)
+app.command("profile")(profile_cmd.profile)
 
 
 def main() -> None:

@@ -108,6 +108,42 @@ class EnumerateParams(EnumerationSpec):
         return EnumerationSpec.model_validate(data)
 
 
+class ProfileParams(_Strict):
+    """Stage `profile`: the environment the plan targets (its fingerprint) and how to (re-)profile it.
+
+    The model is `enumerate.model`. A stored profile is reused only when its fingerprint equals the
+    one these knobs describe; otherwise it is stale and the stage re-profiles `endpoint` (if set) or
+    falls back to the roofline model, loudly.
+    """
+
+    endpoint: str | None = Field(None, description="OpenAI-compatible base URL to profile, e.g. http://127.0.0.1:8000")
+    served_model: str | None = Field(None, description="model name the endpoint serves (default: enumerate.model)")
+    engine: str = "vllm"
+    engine_version: str | None = None
+    engine_commit: str | None = None
+    driver_version: str | None = None
+    runtime_version: str | None = None
+    gpu: str = Field("H100-SXM-80GB", description="catalog GPU name or alias")
+    interconnect: str | None = None
+    model_revision: str | None = None
+    weight_quant: str = "bf16"
+    kv_dtype: str = "bf16"
+    tp: int = Field(4, ge=1)
+    pp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    block_size: int | None = Field(16, ge=1)
+    max_num_seqs: int | None = Field(256, ge=1)
+    max_num_batched_tokens: int | None = Field(8192, ge=1)
+    enable_chunked_prefill: bool | None = True
+    enable_prefix_caching: bool | None = True
+    scheduler: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    isl: list[int] = Field(default_factory=lambda: [128, 512, 2048, 8192], description="profiled prompt lengths")
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16], description="profiled concurrency levels")
+    osl: int = Field(128, ge=2)
+    repeats: int = Field(3, ge=1)
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -116,6 +152,7 @@ class Params(_Strict):
     clean: CleanParams = CleanParams()
     characterise: CharacteriseParams = CharacteriseParams()
     enumerate: EnumerateParams = EnumerateParams()
+    profile: ProfileParams = ProfileParams()
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

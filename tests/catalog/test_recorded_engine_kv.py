@@ -9,7 +9,7 @@ from pathlib import Path
 
 from llmcap.catalog import load_model
 from llmcap.memory import vllm_kv_capacity_tokens
-from tests.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
+from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "engine" / "tiny-llama"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine_kv import parse_cache_config_info, parse_kv_cache_log
+from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
 
 CPU_LOG = """\
 (EngineCore pid=4927) INFO 11-30 04:38:49 [core.py:133] Initializing a V1 LLM engine (v0.32.0)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .engine_kv import parse_kv_cache_log
+from llmcap.live.engine_kv import parse_kv_cache_log
 
 pytestmark = pytest.mark.live
 

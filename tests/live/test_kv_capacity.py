@@ -16,7 +16,7 @@ import pytest
 from llmcap.catalog import load_model
 from llmcap.memory import Parallelism, kv_bytes_per_token_per_rank, vllm_kv_capacity_tokens
 
-from .engine_kv import parse_cache_config_info, parse_kv_cache_log
+from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
 
 pytestmark = pytest.mark.live
 

@@ -1,6 +1,6 @@
 """Parse what a live vLLM engine reports about its KV cache: its startup log and `/metrics`.
 
-Pure functions of text, no I/O, so they can move into the llmcap package unchanged.
+Pure functions of text, no I/O (the live tests and the profiler share them).
 
 The engine logs its KV capacity once at startup, from the engine core:
 

@@ -1,0 +1,92 @@
+"""`llmcap profile --endpoint URL`: measure an OpenAI-compatible server, fit the step model, write the profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmcap.commands._common import print_json, user_errors
+from llmcap.errors import LlmcapError
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise LlmcapError(f"--{what} takes comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise LlmcapError(f"--{what} needs positive integers, got {text!r}")
+    return values
+
+
+@user_errors
+def profile(
+    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000.")],
+    model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
+    isl: Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")] = "128,512,2048",
+    concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,16",
+    osl: Annotated[int, typer.Option(min=2, help="Output tokens per request (exact: max_tokens + ignore_eos).")] = 128,
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per cell (medians across runs).")] = 3,
+    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="The engine's prefill chunk (tokens per step), if known.")
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="Device SKU for the fingerprint, e.g. H100-SXM-80GB.")] = None,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")] = 1,
+    out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."""
+    import asyncio
+
+    from llmcap.live.client import async_client, served_models
+    from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
+
+    base = endpoint.rstrip("/")
+    if model is None:
+        async def first_model() -> list[dict]:
+            async with async_client() as client:
+                return await served_models(client, base)
+
+        models = asyncio.run(first_model())
+        if not models:
+            raise LlmcapError(f"{base}/v1/models lists no model (is the server up?); pass --model")
+        model = str(models[0]["id"])
+    spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
+                            vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
+    m = measure_endpoint(base, model, spec, progress=True)
+    if len(m.failed_runs) == len(m.runs):
+        first = next((r for run in m.runs for r in run.results if r.error), None)
+        raise LlmcapError(f"every request to {base} failed: {first.error if first else 'no tokens came back'}")
+    fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp)
+    try:
+        prof = to_profile(m, fp)
+    except ValueError as exc:
+        raise LlmcapError(f"nothing to fit: {exc}") from None
+    prof.write(out)
+    fit = prof.fit
+    assert fit is not None
+    summary = {
+        "endpoint": base, "model": model, "engine_version": m.version, "out": str(out),
+        "fingerprint_hash": prof.fingerprint_hash, "wall_s": round(m.wall_s, 2), "failed_runs": len(m.failed_runs),
+        "fit": fit.to_dict(), "points": prof.points.to_pylist(),
+    }
+    if json_out:
+        print_json(summary)
+        return
+    console = Console()
+    table = Table(title=f"{model} @ {base} (engine {m.version}) — medians over {repeats} runs")
+    for col in ("ISL", "conc", "TTFT ms", "mean ITL ms", "ITL p99 ms", "runs"):
+        table.add_column(col, justify="right")
+    for cell in m.cells.values():
+        ms = lambda v: "—" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
+        table.add_row(str(cell.isl), str(cell.concurrency), ms(cell.ttft_s), ms(cell.itl_mean_s), ms(cell.itl_p99_s), str(cell.repeats))
+    console.print(table)
+    coef = fit.to_dict()["coefficients"]
+    console.print("fit (NNLS): " + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
+                  + f"; median |rel err| {fit.median_abs_rel_error:.1%}")
+    console.print(f"profile written to {out} (fingerprint {prof.fingerprint_hash[:12]})")

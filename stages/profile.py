@@ -1,0 +1,135 @@
+"""Stage `profile` (step 3): the step-time model the plan uses, and where it came from.
+
+    python -m stages.profile --catalog-dir data/catalog --profile data/profiles/target
+        --step-model data/processed/step_model.json --report-dir data/reports/profile
+
+The target environment (params `profile` + `enumerate.model`) has a fingerprint. A stored profile
+whose fingerprint equals it is reused. Otherwise the stored one is stale (the differing fields are
+listed): with `profile.endpoint` set the endpoint is profiled afresh (written to the report dir),
+without one the stage falls back to the roofline model and says so loudly — on stderr and as
+`source: roofline-fallback` in step_model.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from stages._runner import path, stage_main
+from stages.env import ROOT
+
+ARGUMENTS = [
+    ("--catalog-dir", path(help="holds gpus.yaml and models/")),
+    ("--profile", path(help="the stored profile directory to reuse when its fingerprint matches")),
+    ("--step-model", path(help="output: step_model.json")),
+    ("--report-dir", path()),
+]
+PROFILE_FILES = ("fingerprint.json", "points.parquet", "steps.parquet", "fit.json", "manifest.json")
+
+
+def points_suite(gxe) -> list:
+    """A profile table: positive grid keys, and every measured time positive."""
+    times = ("ttft_s", "itl_mean_s", "itl_p50_s", "itl_p99_s")
+    return [
+        gxe.ExpectTableRowCountToBeBetween(min_value=1),
+        *[gxe.ExpectColumnValuesToBeBetween(column=c, min_value=1) for c in ("isl", "osl", "concurrency", "repeats")],
+        *[gxe.ExpectColumnValuesToBeBetween(column=c, min_value=0, strict_min=True) for c in times],
+        gxe.ExpectColumnValuesToBeBetween(column="cache_hit", min_value=0, max_value=1),
+    ]
+
+
+def target_fingerprint(params, model_name: str, catalog_dir: Path):
+    from llmcap.catalog import get_gpu
+    from llmcap.perf import EnvironmentFingerprint
+
+    gpu = get_gpu(params.gpu, catalog_dir / "gpus.yaml").name
+    keep = ("engine", "engine_version", "engine_commit", "driver_version", "runtime_version", "interconnect",
+            "model_revision", "kv_dtype", "tp", "pp", "ep", "dp", "block_size", "max_num_seqs",
+            "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduler")
+    return EnvironmentFingerprint(**{k: getattr(params, k) for k in keep}, device_sku=gpu, device_count=params.tp * params.pp,
+                                  model_id=model_name, quantization=params.weight_quant)
+
+
+def _loud(message: str) -> None:
+    bar = "!" * 78
+    print(f"{bar}\n[profile] {message}\n{bar}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> str:
+    from llmcap.catalog import get_gpu, load_model
+    from llmcap.config import load_params
+    from llmcap.perf import build_step_model, is_stale, read_profile
+    from stages import tracking, validation
+
+    all_params = load_params(args.params)
+    params, model_name = all_params.profile, all_params.enumerate.model
+    model = load_model(model_name, models_dir=args.catalog_dir / "models")
+    current = target_fingerprint(params, model.name, args.catalog_dir)
+    stored = read_profile(args.profile) if (args.profile / "fingerprint.json").exists() else None
+    changes = is_stale(stored.fingerprint, current) if stored else None
+    out = {"model": model.name, "fingerprint": current.model_dump(mode="json"), "fingerprint_hash": current.tags()["fingerprint.hash"],
+           "stored_profile": str(args.profile), "stored_fingerprint_hash": stored.fingerprint_hash if stored else None,
+           "stale": stored is None or bool(changes), "stale_fields": [c.__dict__ for c in changes or []]}
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    profile = None
+    if stored is not None and not changes:
+        out["source"], profile = "profile", stored
+    elif params.endpoint:
+        from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
+
+        spec = ProfileSpec.grid(params.isl, params.concurrency, osl=params.osl, repeats=params.repeats,
+                                max_num_batched_tokens=params.max_num_batched_tokens)
+        m = measure_endpoint(params.endpoint, params.served_model or model.name, spec, progress=True)
+        declared = current.model_dump(exclude={"engine", "engine_version", "block_size", "enable_prefix_caching", "kv_dtype"})
+        profile = to_profile(m, endpoint_fingerprint(m, **declared))
+        profile.write(args.report_dir / "measured")
+        out["source"], out["measured_profile"] = "profile-measured", str(args.report_dir / "measured")
+        out["measured_fingerprint_changes"] = [c.__dict__ for c in is_stale(current, profile.fingerprint)]
+    else:
+        why = "no stored profile" if stored is None else "stored profile is STALE: " + "; ".join(map(str, changes))
+        _loud(f"{why}; no profile.endpoint to re-profile -> FALLING BACK TO THE ROOFLINE MODEL "
+              f"({model.name} on {current.device_sku} TP{params.tp}). Set profile.endpoint to measure.")
+        gpu = get_gpu(params.gpu, args.catalog_dir / "gpus.yaml")
+        roof = build_step_model(model, gpu, tp=params.tp, pp=params.pp, ep=params.ep,
+                                weight_quant=params.weight_quant, kv_dtype=params.kv_dtype)
+        out["source"] = "roofline-fallback"
+        out["step_model"] = {"kind": "roofline", "gpu": gpu.name, "tp": params.tp, "pp": params.pp, "ep": params.ep,
+                             "weight_quant": params.weight_quant, "kv_dtype": params.kv_dtype,
+                             "params": roof.params.model_dump(mode="json")}
+    check = None
+    if profile is not None:
+        out["step_model"] = profile.fit.to_dict() if profile.fit else None
+        check = validation.validate(profile.points.to_pandas(), "profile_points", points_suite)
+        check.write(args.report_dir / "validation.json")
+    args.step_model.parent.mkdir(parents=True, exist_ok=True)
+    args.step_model.write_text(json.dumps(out, indent=2, default=str) + "\n", encoding="utf-8")
+
+    inputs = {"model_config": Path(model.source), "gpu_catalog": args.catalog_dir / "gpus.yaml"}
+    if stored is not None:
+        inputs["stored_profile"] = args.profile
+    with tracking.stage_run(ROOT, "profile", {"profile": params.model_dump(mode="json")}, inputs) as mlflow:
+        mlflow.set_tags({**current.tags(), "source": out["source"], "stale": str(out["stale"]).lower(),
+                         "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none"})
+        mlflow.log_artifact(str(args.step_model), artifact_path="profile")
+        if profile is not None:
+            src = args.profile if out["source"] == "profile" else args.report_dir / "measured"
+            for name in PROFILE_FILES:
+                if (src / name).exists():
+                    mlflow.log_artifact(str(src / name), artifact_path="profile/table")
+            if profile.fit:
+                mlflow.log_metrics({"fit.median_abs_rel_error": profile.fit.median_abs_rel_error,
+                                    "fit.max_abs_rel_error": profile.fit.max_abs_rel_error})
+    if check is not None:
+        validation.require(check)
+    stale = f"stale ({len(out['stale_fields'])} fields differ)" if stored and changes else ("no stored profile" if stored is None else "fresh")
+    return f"{model.name}: step model from {out['source'].upper()} [{stale}] → {args.step_model}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    return stage_main("profile", __doc__, ARGUMENTS, run, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Issue 4 acceptance on the real vLLM CPU engine: a profile fitted on some (ISL, concurrency) points
+predicts held-out points — single-request TTFT and mean ITL under concurrency within 15% median
+absolute error.
+
+Fit on ISL {64, 256, 1024, 2048} x concurrency {1, 4, 16}; hold out ISL {128, 512, 1536} at
+concurrency 1 (TTFT) and {2, 8} (mean ITL). All cells are measured in one session with repeats in
+the outer loop (noise from the shared machine spreads over every cell) and aggregated by medians.
+Predictions use only the NNLS fit: TTFT = client overhead + prefill of ISL in the engine's chunks;
+mean ITL = one decode step of c sequences at the cell's mean steady context (an input of the cell,
+like its ISL). The measured "mean ITL" of a run is its steady decode step time (median over 8-step
+blocks, robust to the server's held-back streams and to stalls from other load; see
+`Run.steady`), the cell's the median over runs. `pytest -s` prints the predicted-vs-measured
+table, with the table-backed ProfileStepModel's predictions beside the fit's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import platform
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
+from llmcap.perf import decode_step_time, is_stale, read_profile
+from llmcap.perf.profile import ProfileStepModel
+
+pytestmark = pytest.mark.live
+
+FIT_ISL, FIT_CONC = (64, 256, 1024, 2048), (1, 4, 16)
+HOLD_ISL, HOLD_CONC = (128, 512, 1536), (2, 8)
+FIT = list(itertools.product(FIT_ISL, FIT_CONC))
+HOLD = list(itertools.product(HOLD_ISL, (1, *HOLD_CONC)))
+TOLERANCE = 0.15
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+@pytest.fixture(scope="module")
+def measured(vllm_engine):
+    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=128, repeats=int(os.environ.get("LLMCAP_PROFILE_REPEATS", "5")),
+                       vocab_size=1000, max_num_batched_tokens=vllm_engine.max_num_batched_tokens)
+    return measure_endpoint(vllm_engine.base_url, vllm_engine.model, spec, progress=False)
+
+
+def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):
+    m = measured
+    assert not m.failed_runs, [r.results[0].error for r in m.failed_runs]
+    fp = endpoint_fingerprint(m, device_sku=f"cpu:{_cpu_name()}", device_count=1,
+                              runtime_version=f"torch {vllm_engine.packages.get('torch')}",
+                              quantization="bf16", max_num_seqs=128)
+    profile = to_profile(m, fp, fit_cells=FIT, kv_capacity_tokens=vllm_engine.kv.capacity_tokens)
+    fit = profile.fit
+    assert fit is not None and fit.n_observations >= 10
+
+    # the table part of the profile: the fit cells only (the held-out cells are what we predict)
+    fit_keys = set(FIT)
+    mask = [(i, c) in fit_keys for i, c in zip(profile.points.column("isl").to_pylist(), profile.points.column("concurrency").to_pylist())]
+    table_model = ProfileStepModel(profile.points.filter(mask), fit)
+
+    rows, ttft_err, itl_err, itl_err_table = [], [], [], []
+    for (isl, c), cell in m.cells.items():
+        role = "hold" if (isl, c) in HOLD else "fit"
+        if c == 1:
+            assert cell.ttft_s is not None, f"no TTFT measured at ISL {isl}"
+            pred = float(fit.ttft(isl, chunk=vllm_engine.max_num_batched_tokens)[0])
+            rows.append((role, "TTFT", isl, c, cell.ttft_s, pred, None))  # metric column: TTFT / ITL/cli|ser
+            if role == "hold":
+                ttft_err.append(abs(pred / cell.ttft_s - 1))
+        if c > 1 or cell.itl_mean_s is not None:
+            assert cell.itl_mean_s is not None, f"no steady decode window at ISL {isl} x {c}"
+            pred = float(decode_step_time(fit.model, c, cell.decode_context_mean)[0])
+            table = float(decode_step_time(table_model, c, cell.decode_context_mean)[0])
+            rows.append((role, f"ITL/{cell.itl_source[:3]}", isl, c, cell.itl_mean_s, pred, table))
+            if role == "hold" and c > 1:
+                itl_err.append(abs(pred / cell.itl_mean_s - 1))
+                itl_err_table.append(abs(table / cell.itl_mean_s - 1))
+
+    print(f"\n[live] profile of vLLM {m.version} ({m.wall_s:.0f} s, {m.spec.repeats} repeats, OSL {m.spec.osl}); "
+          f"NNLS fit: {', '.join(f'{k}={v:.3g}' for k, v in fit.to_dict()['coefficients'].items())}")
+    print("predicted = the NNLS-fitted LinearStepModel (TTFT: client overhead + chunked prefill; mean ITL: one decode "
+          "step of c sequences at the cell's mean context); table = ProfileStepModel on the fit cells' table; "
+          "ITL/cli = measured from the SSE streams, ITL/ser = engine's /metrics (the server held the streams back)")
+    print(f"{'set':<5} {'metric':<9} {'ISL':>5} {'conc':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>8} "
+          f"{'table ms':>9} {'error':>8}")
+    for role, metric, isl, c, meas, pred, table in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2])):
+        tab = "" if table is None else f"{table * 1e3:>9.2f} {table / meas - 1:>+8.1%}"
+        print(f"{role:<5} {metric:<9} {isl:>5} {c:>4} {meas * 1e3:>12.2f} {pred * 1e3:>13.2f} {pred / meas - 1:>+8.1%} {tab}")
+    mae_ttft, mae_itl = float(np.median(ttft_err)), float(np.median(itl_err))
+    print(f"[live] held-out median |error|: TTFT {mae_ttft:.1%} ({len(ttft_err)} points), mean ITL under concurrency "
+          f"{mae_itl:.1%} ({len(itl_err)} points; table model: {float(np.median(itl_err_table)):.1%})")
+    assert len(ttft_err) == len(HOLD_ISL) and len(itl_err) == len(HOLD_ISL) * len(HOLD_CONC)
+    assert mae_ttft <= TOLERANCE, f"TTFT median abs error {mae_ttft:.1%}"
+    assert mae_itl <= TOLERANCE, f"mean ITL median abs error {mae_itl:.1%}"
+    held = [(c, m.cells[(i, c)].decode_context_mean) for i, c in HOLD if c > 1]
+    decode_step_time(table_model, [c for c, _ in held], [x for _, x in held])
+    print(f"[live] held-out decode lookups outside the fit grid (flagged): {int(table_model.last_extrapolated.sum())} of {len(held)}")
+
+    # the profile round-trips and carries the engine's own version in its fingerprint
+    profile.write(tmp_path / "profile")
+    again = read_profile(tmp_path / "profile")
+    assert again.fingerprint.engine_version == vllm_engine.version == m.version
+    assert again.fingerprint.block_size == vllm_engine.kv.block_size
+    assert is_stale(again.fingerprint, fp) == []
+    assert again.fit == fit
+    points = pq.read_table(tmp_path / "profile" / "points.parquet")
+    assert points.num_rows == len(FIT) + len(HOLD)
+    assert set(points.column("source").to_pylist()) == {"endpoint"}
+    assert again.steps.num_rows == fit.n_observations
+
+
+def test_interpolated_table_brackets_the_held_out_ttft(measured):
+    """The measured table alone (no fit): monotone log-space interpolation of the fit ISLs at the
+    held-out ISLs, flagged as interpolation, and extrapolation beyond 2048 flagged as such."""
+    from llmcap.perf.profile import interpolate
+
+    rows = [{"isl": isl, "concurrency": c, "ttft_s": cell.ttft_s} for (isl, c), cell in measured.cells.items()
+            if (isl, c) in FIT and c == 1]
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows)
+    inside = interpolate(table, "ttft_s", list(HOLD_ISL), 1)
+    assert not inside.extrapolated.any()
+    measured_hold = np.array([measured.cells[(isl, 1)].ttft_s for isl in HOLD_ISL])
+    err = np.abs(inside.value / measured_hold - 1)
+    print(f"\n[live] table interpolation of held-out TTFT: {np.round(inside.value * 1e3, 2)} ms vs measured "
+          f"{np.round(measured_hold * 1e3, 2)} ms; median |error| {np.median(err):.1%}")
+    assert np.median(err) <= 0.25
+    beyond = interpolate(table, "ttft_s", [4096], 1)
+    assert beyond.extrapolated.tolist() == [True]
+    assert beyond.value[0] > inside.value.max()
+
+
+def test_metrics_scrape_reads_the_engine_counters(vllm_engine, measured):
+    after = measured.metrics_after
+    assert after is not None and after.cache_config is not None
+    assert after.cache_config.capacity_tokens == vllm_engine.kv.capacity_tokens
+    assert after.preemptions == 0.0  # 1 GiB of KV holds every cell with room to spare
+    tokens, steps = after.iteration_tokens
+    before_tokens, before_steps = measured.metrics_before.iteration_tokens
+    # every request of the session went through the engine: prompt + output tokens at least
+    sent = sum(r.isl + r.tokens - 1 for run in measured.runs for r in run.results)
+    assert tokens - before_tokens >= sent
+    assert steps > before_steps

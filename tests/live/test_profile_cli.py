@@ -1,0 +1,40 @@
+"""`llmcap profile --endpoint URL` against the real vLLM CPU engine (a small grid)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from llmcap.cli import app
+from llmcap.perf import read_profile
+
+pytestmark = pytest.mark.live
+
+
+def test_profile_command_writes_a_profile_and_prints_json(vllm_engine, tmp_path):
+    out = tmp_path / "prof"
+    result = CliRunner().invoke(app, [
+        "profile", "--endpoint", vllm_engine.base_url, "--isl", "64,512", "--concurrency", "1,4", "--osl", "32",
+        "--repeats", "3", "--max-num-batched-tokens", str(vllm_engine.max_num_batched_tokens), "--device", "cpu",
+        "--out", str(out), "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout.strip().splitlines()[-1])
+    assert doc["model"] == vllm_engine.model  # the server's first (only) model
+    assert doc["engine_version"] == vllm_engine.version
+    assert sorted((p["isl"], p["concurrency"]) for p in doc["points"]) == [(64, 1), (64, 4), (512, 1), (512, 4)]
+    prof = read_profile(out)
+    assert prof.fingerprint_hash == doc["fingerprint_hash"]
+    assert prof.fingerprint.engine_version == vllm_engine.version and prof.fingerprint.device_sku == "cpu"
+    assert prof.fit is not None and prof.fit.to_dict() == doc["fit"]
+    ttft_512 = next(p["ttft_s"] for p in doc["points"] if (p["isl"], p["concurrency"]) == (512, 1))
+    ttft_64 = next(p["ttft_s"] for p in doc["points"] if (p["isl"], p["concurrency"]) == (64, 1))
+    assert 0 < ttft_64 < ttft_512  # a longer prompt takes longer to prefill
+
+
+def test_profile_command_reports_an_unreachable_endpoint_in_one_line():
+    result = CliRunner().invoke(app, ["profile", "--endpoint", "http://127.0.0.1:9", "--osl", "4"])
+    assert result.exit_code == 2
+    assert "error:" in result.output and "/v1/models lists no model" in result.output
