@@ -1,0 +1,112 @@
+"""The simulator as the search's `evaluate(rate, seed)`: replay a rate-scaled excerpt of the trace.
+
+Each seed draws a different excerpt (a run of consecutive requests, so bursts and the joint ISL/OSL/
+prefix structure stay as recorded) and scales its arrival clock so its mean rate is `rate`. The
+simulated per-request records are scored with the SLOs over the steady window (warm-up and drain
+excluded), and the metrics the capacity table shows are measured over the same window.
+
+`SimEvaluate` is a frozen dataclass of plain data (trace table, step model, engine knobs, SLOs), so
+it pickles to process or Dask workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from llmcap.errors import LlmcapError
+from llmcap.perf.model import StepTimeModel
+from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate, weighted_quantiles
+from llmcap.sim.config import Router
+from llmcap.sizing.params import SloParams
+from llmcap.sizing.search import EvalResult
+from llmcap.sizing.slo import attainment, window_for
+from llmcap.trace.synth import scale_rate
+
+
+def excerpt(trace: pa.Table, n: int, seed: int) -> pa.Table:
+    """`n` consecutive requests from a seeded start (the whole trace when it is not longer than `n`)."""
+    if trace.num_rows < 2:
+        raise LlmcapError("the trace needs at least 2 requests to be rate-scaled")
+    if trace.num_rows <= n:
+        return trace
+    start = int(np.random.default_rng(seed).integers(0, trace.num_rows - n + 1))
+    return trace.slice(start, n)
+
+
+def _steady(records: pa.Table, slo: SloParams) -> np.ndarray:
+    return window_for(records, slo).mask(records.column("arrival_s").to_numpy())
+
+
+def _col(records: pa.Table, name: str, mask: np.ndarray) -> np.ndarray:
+    x = records.column(name).to_numpy(zero_copy_only=False).astype(np.float64)[mask]
+    return x[~np.isnan(x)]
+
+
+def _pct_ms(x: np.ndarray, prefix: str) -> dict[str, float]:
+    if x.size == 0:
+        return {}
+    p = np.percentile(x, [50, 90, 99]) * 1e3
+    return {f"{prefix}_p{q}_ms": float(v) for q, v in zip((50, 90, 99), p)}
+
+
+def run_metrics(
+    result: SimResult, slo: SloParams, kv_bytes_per_token: float, block_size: int, disaggregated: bool
+) -> dict[str, float]:
+    """The capacity table's metric columns (and `kv_tokens_p99` for memory headroom) of one simulation."""
+    rec = result.records
+    steady = _steady(rec, slo)
+    ok = steady & (rec.column("status").to_numpy(zero_copy_only=False) == "ok")
+    m: dict[str, float] = {}
+    m |= _pct_ms(_col(rec, "ttft_s", ok), "ttft")
+    m |= _pct_ms(_col(rec, "e2e_s", ok), "e2e")
+    if result.itl_weights.sum() > 0:
+        q = weighted_quantiles(result.itl_values, result.itl_weights, [0.5, 0.9, 0.99])
+        m |= {f"itl_p{p}_ms": float(v) * 1e3 for p, v in zip((50, 90, 99), q)}
+    tput = result.summary["throughput"]["output_tok_s"]
+    if tput is not None:
+        m["tokens_per_s"] = float(tput)
+    ts = result.timeseries
+    if ts.num_rows:
+        m["mean_active"] = float(np.mean(ts.column("running").to_numpy()))
+        m["mean_waiting"] = float(np.mean(ts.column("waiting").to_numpy()))
+        usage = ts.column("kv_usage").to_numpy()
+        m["kv_usage_p50"], m["kv_usage_p99"] = (float(v) for v in np.percentile(usage, [50, 99]))
+        m["kv_tokens_p99"] = float(np.percentile(ts.column("kv_used_blocks").to_numpy(), 99)) * block_size
+    m["preemptions"] = float(result.summary["preemptions"])
+    if disaggregated:  # the whole prompt's KV moves from the prefill to the decode replica
+        m["network_payload_mb"] = float(np.mean(_col(rec, "isl", ok)) * kv_bytes_per_token / 1e6) if ok.any() else 0.0
+        wait = _col(rec, "visible_wait_s", ok)
+        if wait.size:
+            m["visible_wait_ms_p99"] = float(np.percentile(wait, 99) * 1e3)
+    else:
+        m["network_payload_mb"] = 0.0
+    return m
+
+
+@dataclass(frozen=True)
+class SimEvaluate:
+    """evaluate(rate, seed) -> EvalResult by simulating one deployment unit on a rate-scaled excerpt."""
+
+    trace: pa.Table
+    step_model: StepTimeModel
+    engine: EngineConfig
+    slo: SloParams
+    excerpt_requests: int = 2000
+    replicas: int = 1
+    router: Router = "least_outstanding_tokens"
+    pd: PDConfig | None = None
+    decode_model: StepTimeModel | None = None  # P/D: the decode pool's, when its parallelism differs
+
+    def simulate(self, rate: float, seed: int) -> SimResult:
+        part = scale_rate(excerpt(self.trace, self.excerpt_requests, seed), rate)
+        config = SimConfig(engine=self.engine, replicas=self.replicas, router=self.router, pd=self.pd)
+        return simulate(part, self.step_model, config, rng=np.random.default_rng(seed), decode_model=self.decode_model)
+
+    def __call__(self, rate: float, seed: int) -> EvalResult:
+        result = self.simulate(rate, seed)
+        att = attainment(result.records, self.slo)
+        metrics = run_metrics(result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None)
+        return EvalResult(att, metrics)
