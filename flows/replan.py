@@ -33,6 +33,10 @@ OUTPUTS = {
     "candidates": "data/processed/candidates.parquet",
     "candidates summary": "data/reports/enumerate/summary.json",
     "candidates checks": "data/reports/enumerate/validation.json",
+    "step model": "data/processed/step_model.json",
+    "capacity table": "data/processed/capacity.parquet",
+    "capacity summary": "data/reports/capacity/summary.json",
+    "capacity report": "data/reports/capacity/capacity.html",
 }
 
 
@@ -62,12 +66,13 @@ def collect(root: str) -> dict:
         "clean": json.loads((base / OUTPUTS["clean report"]).read_text()),
         "workload": json.loads((base / OUTPUTS["workload summary"]).read_text()),
         "candidates": json.loads((base / OUTPUTS["candidates summary"]).read_text()),
+        "capacity": json.loads((base / OUTPUTS["capacity summary"]).read_text()),
     }
 
 
 @flow(name="replan", log_prints=True)
 def replan(root: str = str(ROOT), force: bool = False) -> dict:
-    """The planning loop, every step built so far: clean → characterise → enumerate."""
+    """The planning loop, every step built so far: clean → characterise → enumerate → profile → size."""
     import mlflow
 
     logger = get_run_logger()
@@ -87,6 +92,9 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         e = results["candidates"]
         mlflow.log_metrics({"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]})
         mlflow.log_metrics({"candidates": e["rows"], "candidates_feasible": e["feasible"]})
+        k = results["capacity"]
+        mlflow.log_metrics({"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]})
+        mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"]})
         logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
         create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
         return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
@@ -99,13 +107,15 @@ def _all_stages(root: str) -> list[str]:
 
 
 def _markdown(results: dict, ran: list[str], run_id: str) -> str:
-    c, w, e = results["clean"], results["workload"], results["candidates"]
+    c, w, e, k = results["clean"], results["workload"], results["candidates"], results["capacity"]
     return (
         f"**{c['source_file']}** ({c['source_format']}): {c['rows_in']:,} rows in = {c['rows_kept']:,} kept + "
         f"{c['rows_quarantined']:,} quarantined; {w['rows']:,} requests at {w['mean_rps']:.3f} req/s mean, "
         f"ISL p99 {w['isl']['p99']:,.0f}, OSL p99 {w['osl']['p99']:,.0f}.\n\n"
         f"**{e['model']}**: {e['rows']:,} deployment candidates, {e['feasible']:,} feasible "
         f"(max context {e['max_context_len']:,} tokens).\n\n"
+        f"**Plan**: {k['chosen']} ({k['mode']}) — {k['gpus']} GPUs ({k['base_instances']} base + "
+        f"{k['instances'] - k['base_instances']} headroom instances) for {k['target_rps']:.3g} req/s, ${k['usd_per_hour']:,.0f}/h.\n\n"
         f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
     )
 
@@ -124,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}")
     print(f"  MLflow run         {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
     print(f"                     browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']}")
+    k = result["capacity"]
+    print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
+          f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")
+    print(f"report: {ROOT / OUTPUTS['capacity report']}")
     return 0
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmcap.candidates import EnumerationSpec, workload_context_lengths
 from llmcap.errors import InputFileError, LlmcapError
+from llmcap.sizing.params import SizeParams
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "csv", "jsonl", "parquet"]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
@@ -153,6 +154,7 @@ class Params(_Strict):
     characterise: CharacteriseParams = CharacteriseParams()
     enumerate: EnumerateParams = EnumerateParams()
     profile: ProfileParams = ProfileParams()
+    size: SizeParams = SizeParams()
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

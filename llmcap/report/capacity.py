@@ -192,7 +192,8 @@ def _chosen_row(report: CapacityReport) -> dict[str, Any]:
 def _slo_line(slo: SloParams) -> str:
     parts = []
     if slo.ttft_ms is not None:
-        parts.append(f"TTFT ≤ {slo.ttft_ms:g} ms")
+        per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else ""
+        parts.append(f"TTFT ≤ {slo.ttft_ms:g} ms{per_1k}")
     if slo.itl_ms is not None:
         parts.append(f"ITL ({slo.itl_stat} per request) ≤ {slo.itl_ms:g} ms")
     for name, label in (("tpot_ms", "TPOT"), ("e2e_ms", "E2E"), ("max_queue_ms", "queue")):

@@ -114,13 +114,17 @@ def peak_to_mean(arrival_s: ArrayLike, window_s: float) -> float:
     return float(counts.max() / counts.mean())
 
 
-def demand_ramp_rate(arrival_s: ArrayLike, window_s: float) -> float:
-    """Largest rise of the windowed arrival rate between consecutive windows, in req/s per second."""
+def demand_growth(arrival_s: ArrayLike, window_s: float, horizon_s: float) -> float:
+    """Largest rise of the windowed arrival rate (req/s) within `horizon_s`: max over lags of 1..k windows
+    (k = horizon ÷ window, at least 1) of rate[i + lag] − rate[i]. What demand can add while a new
+    instance is still starting — measured over the horizon itself, not a short-window slope extrapolated
+    over it (window-to-window noise is not a trend)."""
     counts = window_counts(np.sort(_arr(arrival_s)), window_s)
     if counts.size < 2:
         return 0.0
-    rises = np.diff(counts / window_s)
-    return max(0.0, float(rises.max()) / window_s)
+    rates = counts / window_s
+    k = min(max(1, int(horizon_s // window_s)), rates.size - 1)
+    return max(0.0, max(float((rates[lag:] - rates[:-lag]).max()) for lag in range(1, k + 1)))
 
 
 # ---------------------------------------------------------------- replica counts

@@ -11,7 +11,8 @@ N_base = ceil(λ / G):
               are down at once → max_surge + max_unavailable.
 - memory:     P99 active KV tokens per instance (at N_peak) must stay ≤ kv_safe_fraction × KV capacity;
               spreading the same tokens over more instances: ceil(N_peak · P99 / limit) − N_peak when above.
-- control:    demand grows by ramp·T_ready while a new instance becomes ready: ceil(T_ready · ramp / G).
+- control:    demand grows by ΔR while a new instance becomes ready: ceil(ΔR / G), ΔR = the trace's largest
+              rise of the windowed rate within T_ready (or a given ramp × T_ready).
 The total is N_base + every risk's instances. Risks are summed, not maxed: they can coincide (a node dies
 mid-upgrade during a burst), and the sum is the number an operator can defend line by line.
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from numpy.typing import ArrayLike
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.analytic import ceil_count, demand_ramp_rate, peak_to_mean
+from llmcap.sizing.analytic import ceil_count, demand_growth, peak_to_mean
 from llmcap.sizing.params import HeadroomParams
 
 
@@ -51,11 +52,13 @@ def failure_headroom(peak_instances: int, gpus_per_instance: int, gpus_per_node:
         return HeadroomItem("failure", 0, "no node failures planned for")
     if g <= n:
         per_node = n // g
-        lost = k * per_node
+        on_one_node = min(per_node, peak_instances)  # a deployment smaller than a node puts its spare elsewhere
+        lost = k * on_one_node
         stranded = n - per_node * g
         why = (
             f"a {n}-GPU node holds {n} // {g} = {per_node} instance(s) ({stranded} GPU(s) stranded: instances do "
-            f"not span nodes); losing {k} node(s) loses {k} × {per_node} = {lost} instance(s)"
+            f"not span nodes), of the {peak_instances} needed at most {on_one_node} share one node; losing {k} node(s) "
+            f"loses {k} × {on_one_node} = {lost} instance(s)"
         )
     else:
         span = math.ceil(g / n)
@@ -91,12 +94,11 @@ def memory_headroom(
     return HeadroomItem("memory", need - peak_instances, why)
 
 
-def control_headroom(t_ready_s: float, ramp_rps_per_s: float, per_instance_rps: float, source: str) -> HeadroomItem:
-    growth = t_ready_s * ramp_rps_per_s
-    n = ceil_count(growth / per_instance_rps)
+def control_headroom(t_ready_s: float, growth_rps: float, per_instance_rps: float, source: str) -> HeadroomItem:
+    n = ceil_count(growth_rps / per_instance_rps)
     why = (
-        f"T_ready {t_ready_s:g} s × ramp {ramp_rps_per_s:.4g} req/s² ({source}) = {growth:.4g} req/s arrive before a "
-        f"new instance serves; ceil({growth:.4g} / {per_instance_rps:.4g}) = {n}"
+        f"demand can rise {growth_rps:.4g} req/s within T_ready {t_ready_s:g} s ({source}) before a new instance "
+        f"serves; ceil({growth_rps:.4g} / {per_instance_rps:.4g}) = {n}"
     )
     return HeadroomItem("control", n, why)
 
@@ -165,9 +167,9 @@ def plan_headroom(
         traffic = HeadroomItem("traffic", 0, "planning rate is already the peak")
     peak = base + traffic.instances
     if p.ramp_rps_per_s is not None:
-        ramp, src = p.ramp_rps_per_s, "given"
+        growth, src = p.ramp_rps_per_s * p.t_ready_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
     elif arrival_s is not None:
-        ramp, src = demand_ramp_rate(arrival_s, p.traffic_window_s), f"largest rise between {p.traffic_window_s:g} s windows"
+        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"largest rise of the {p.traffic_window_s:g} s-window rate in the trace"
     else:
         raise LlmcapError("control headroom needs ramp_rps_per_s or the trace's arrival times")
     items = (
@@ -175,6 +177,6 @@ def plan_headroom(
         failure_headroom(peak, gpus_per_instance, gpus_per_node, p.node_failures),
         deployment_headroom(p.max_surge, p.max_unavailable),
         memory_headroom(peak, p99_active_tokens_per_instance, kv_tokens_per_instance, p.kv_safe_fraction),
-        control_headroom(p.t_ready_s, ramp, per_instance_rps, src),
+        control_headroom(p.t_ready_s, growth, per_instance_rps, src),
     )
     return CapacityPlan(rate_rps, per_instance_rps, gpus_per_instance, base, items, usd_per_gpu_hour)

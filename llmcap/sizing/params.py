@@ -30,7 +30,10 @@ class SloParams(_Strict):
     """Per-request targets (a request qualifies only if it meets every one that is set) and the attainment goal."""
 
     ttft_ms: float | None = Field(default=2000.0, gt=0)
-    """Time to first token, per request."""
+    """Time to first token, per request (with `ttft_ms_per_1k_isl`: the part every request gets)."""
+    ttft_ms_per_1k_isl: float = Field(default=0.0, ge=0)
+    """Length-scaled TTFT: request r's target is ttft_ms + this × ISL_r / 1000 (a 100k-token prompt cannot
+    have a chat prompt's TTFT; 0 = one target for all)."""
     itl_ms: float | None = Field(default=100.0, gt=0)
     """Inter-token latency per request, at the statistic `itl_stat` of that request's gaps."""
     itl_stat: ItlStat = "p99"
@@ -117,3 +120,29 @@ class ComputeParams(_Strict):
     """A Dask scheduler address (tcp://host:8786, or inproc:// in tests); None = local processes."""
     workers: int = Field(default=1, ge=1)
     """Local process workers; 1 runs in-process (no pickling, easiest to debug)."""
+
+
+class SizeParams(_Strict):
+    """Stage `size` (step 4): SLOs, the search, headroom, where evaluations run, and how much to simulate."""
+
+    slo: SloParams = SloParams(ttft_ms=2000.0, ttft_ms_per_1k_isl=200.0, warmup_frac=0.1, drain_frac=0.1)
+    search: SearchParams = SearchParams(seeds=(0, 1), rel_tol=0.05)
+    headroom: HeadroomParams = HeadroomParams()
+    compute: ComputeParams = ComputeParams()
+    target_rps: float | None = Field(default=None, gt=0)
+    """Planning rate (req/s); None = the trace's own mean rate (headroom then covers its peaks)."""
+    excerpt_requests: int = Field(default=1500, ge=10)
+    """Requests per search evaluation: each seed replays a different run of this many consecutive requests."""
+    router: Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"] = "least_outstanding_tokens"
+    shortlist: int = Field(default=4, ge=1)
+    """Aggregated candidates simulated: the best by analytic rate bound per GPU (the rest are pruned)."""
+    pd_shortlist: int = Field(default=1, ge=0)
+    """Disaggregated pairings (best prefill row + best decode row of a GPU type) simulated; 0 = none."""
+    pd_ratios: int = Field(default=2, ge=1)
+    """P:D ratios searched per pairing, nearest the analytic balance first."""
+    pd_max_decode: int = Field(default=1, ge=1)
+    """Largest decode-instance count in a searched P/D unit."""
+    pd_link_latency_s: float = Field(default=20e-6, ge=0)
+    """KV-transfer link latency; bandwidth = the prefill instance's NICs (catalog)."""
+    validate_max_extra: int = Field(default=3, ge=0)
+    """End-to-end check of the chosen plan: instances added (one at a time) before giving up."""

@@ -1,7 +1,8 @@
 """The simulator as the search's `evaluate(rate, seed)`: replay a rate-scaled excerpt of the trace.
 
 Each seed draws a different excerpt (a run of consecutive requests, so bursts and the joint ISL/OSL/
-prefix structure stay as recorded) and scales its arrival clock so its mean rate is `rate`. The
+prefix structure stay as recorded), spreads requests that share a quantised timestamp over their tick
+(`llmcap.trace.synth.spread_ties`, seeded) and scales its arrival clock so its mean rate is `rate`. The
 simulated per-request records are scored with the SLOs over the steady window (warm-up and drain
 excluded), and the metrics the capacity table shows are measured over the same window.
 
@@ -23,7 +24,7 @@ from llmcap.sim.config import Router
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, window_for
-from llmcap.trace.synth import scale_rate
+from llmcap.trace.synth import scale_rate, spread_ties
 
 
 def excerpt(trace: pa.Table, n: int, seed: int) -> pa.Table:
@@ -100,9 +101,16 @@ class SimEvaluate:
     pd: PDConfig | None = None
     decode_model: StepTimeModel | None = None  # P/D: the decode pool's, when its parallelism differs
 
+    timeseries_bins: int = 500  # per-replica gauges: about this many bins over the excerpt's span
+
     def simulate(self, rate: float, seed: int) -> SimResult:
-        part = scale_rate(excerpt(self.trace, self.excerpt_requests, seed), rate)
-        config = SimConfig(engine=self.engine, replicas=self.replicas, router=self.router, pd=self.pd)
+        part = scale_rate(spread_ties(excerpt(self.trace, self.excerpt_requests, seed), np.random.default_rng(seed)), rate)
+        arrival = part.column("arrival_s").to_numpy()
+        # a fixed resolution would cost bins ∝ 1/rate at the low rates the search may probe
+        resolution = max(1.0, float(arrival[-1] - arrival[0]) / self.timeseries_bins)
+        config = SimConfig(
+            engine=self.engine, replicas=self.replicas, router=self.router, pd=self.pd, timeseries_resolution_s=resolution
+        )
         return simulate(part, self.step_model, config, rng=np.random.default_rng(seed), decode_model=self.decode_model)
 
     def __call__(self, rate: float, seed: int) -> EvalResult:

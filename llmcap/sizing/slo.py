@@ -55,10 +55,19 @@ def _ok(records: pa.Table) -> NDArray[np.bool_]:
 
 
 def targets(slo: SloParams) -> dict[str, float]:
-    """records column -> upper bound in seconds, for every per-request target that is set."""
+    """records column -> upper bound in seconds, for every per-request target that is set (TTFT: the
+    length-independent part; see `bounds` for the per-request values)."""
     out = {col: getattr(slo, f) * _MS for f, col in _TARGET_COLUMNS.items() if getattr(slo, f) is not None}
     if slo.itl_ms is not None:
         out[f"itl_{slo.itl_stat}_s"] = slo.itl_ms * _MS
+    return out
+
+
+def bounds(records: pa.Table, slo: SloParams) -> dict[str, float | NDArray[np.float64]]:
+    """records column -> each request's upper bound in seconds (TTFT grows with ISL when so configured)."""
+    out: dict[str, float | NDArray[np.float64]] = dict(targets(slo))
+    if "ttft_s" in out and slo.ttft_ms_per_1k_isl > 0:
+        out["ttft_s"] = out["ttft_s"] + slo.ttft_ms_per_1k_isl * _MS * _col(records, "isl") / 1000.0
     return out
 
 
@@ -66,7 +75,7 @@ def misses(records: pa.Table, slo: SloParams) -> dict[str, NDArray[np.bool_]]:
     """Per target column, which requests miss it ("status" = not ok). One request may miss several."""
     ok = _ok(records)
     out: dict[str, NDArray[np.bool_]] = {"status": ~ok}
-    for col, bound in targets(slo).items():
+    for col, bound in bounds(records, slo).items():
         v = _col(records, col)
         null = np.isnan(v)
         passed = (v <= bound) | (null & (col in _NULL_PASSES))

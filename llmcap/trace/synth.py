@@ -123,3 +123,18 @@ def synthesize(table: pa.Table, n: int, arrivals: ArrivalSpec, rng: np.random.Ge
     meta[b"llmcap.source_format"] = b"synthetic"
     meta[b"llmcap.start"] = b"+0.000s"
     return out.replace_schema_metadata(meta)
+
+
+def spread_ties(table: pa.Table, rng: np.random.Generator, min_tie_share: float = 0.5) -> pa.Table:
+    """Undo timestamp quantisation: when most arrivals share their timestamp with the previous one (a trace
+    logged at a coarse tick, e.g. Mooncake's whole seconds), spread each tick's requests uniformly at
+    random over [t, t + tick) — tick = the smallest positive gap — keeping their order. Without this, a
+    rate-scaled trace keeps every tick's requests simultaneous at any rate: bursts no real client sends.
+    Returns the table unchanged when ties are rare (below `min_tie_share` of gaps)."""
+    arrival = table.column("arrival_s").to_numpy()
+    gaps = np.diff(arrival)
+    if gaps.size == 0 or np.mean(gaps == 0) < min_tie_share or not np.any(gaps > 0):
+        return table
+    tick = float(gaps[gaps > 0].min())
+    spread = np.sort(arrival + rng.uniform(0.0, tick, arrival.size))  # same-tick requests stay within their tick
+    return table.set_column(table.schema.get_field_index("arrival_s"), "arrival_s", pa.array(spread))

@@ -43,6 +43,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    # A lighter sizing search than the shipped default (same code path): this test runs the pipeline 3 times.
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    params["size"].update(excerpt_requests=400, shortlist=1, pd_shortlist=0, validate_max_extra=1)
+    params["size"]["search"]["seeds"] = [0]
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     work = dest / ".work"
     env = {
         **os.environ,
@@ -76,7 +81,8 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     assert f"stages run: {', '.join(stages)}" in first.stdout
     assert "MLflow run" in first.stdout
     for rel in ("data/interim/trace.parquet", "data/interim/quarantine.parquet", "data/processed/workload.json",
-                "data/reports/workload/workload.md", "data/reports/workload/isl_osl_joint.png"):
+                "data/reports/workload/workload.md", "data/reports/workload/isl_osl_joint.png",
+                "data/processed/step_model.json", "data/processed/capacity.parquet", "data/reports/capacity/capacity.html"):
         assert (root / rel).is_file(), rel
     hashes = _output_hashes(root)
     _check_mlflow(root, env)

@@ -12,7 +12,7 @@ from llmcap.sizing.analytic import (
     ceil_count,
     decode_tokens_s_bound,
     demand,
-    demand_ramp_rate,
+    demand_growth,
     pd_initial_sizing,
     peak_to_mean,
     rate_bounds,
@@ -81,9 +81,12 @@ def test_windowed_peak_ramp_and_peak_to_mean():
     arr = np.r_[[0, 2], np.linspace(10, 19, 6), [20, 21, 22, 23], [30]].astype(float)
     assert windowed_peak_rate(arr, 10.0) == pytest.approx(0.6)
     assert peak_to_mean(arr, 10.0) == pytest.approx(6 / 4)
-    # rates [0.2, 0.6, 0.4]: largest rise 0.4 req/s over one 10 s window = 0.04 req/s per second
-    assert demand_ramp_rate(arr, 10.0) == pytest.approx(0.04)
-    assert demand_ramp_rate(arr[::-1].copy(), 10.0) == pytest.approx(0.04)  # order of input does not matter
+    # rates [0.2, 0.6, 0.4]: within one window the largest rise is 0.6 − 0.2 = 0.4 req/s; within two windows
+    # the lag-2 rise 0.4 − 0.2 = 0.2 does not beat it; a falling trace has no rise at all
+    assert demand_growth(arr, 10.0, 10.0) == pytest.approx(0.4)
+    assert demand_growth(arr, 10.0, 25.0) == pytest.approx(0.4)
+    assert demand_growth(arr[::-1].copy(), 10.0, 10.0) == pytest.approx(0.4)  # order of input does not matter
+    assert demand_growth(np.r_[np.linspace(0, 9, 6), [10, 15], [20]], 10.0, 10.0) == 0.0  # rates [0.6, 0.2]
     # no full window: fall back to n / span (peak) and 1 (ratio)
     assert windowed_peak_rate([0.0, 1.0, 2.0], 10.0) == pytest.approx(1.5)
     assert peak_to_mean([0.0, 1.0], 10.0) == 1.0

@@ -39,7 +39,7 @@ def test_deployment_memory_control():
     assert memory_headroom(5, 8000, 10000, 0.9).instances == 0
     assert memory_headroom(5, None, 10000, 0.9).instances == 0
     # 600 s × 0.01 req/s² = 6 req/s of growth; ceil(6 / 3) = 2
-    assert control_headroom(600, 0.01, 3, "given").instances == 2
+    assert control_headroom(600, 6.0, 3, "given").instances == 2  # 6 req/s of growth / 3 per instance
 
 
 def test_plan_sums_every_risk_with_cost():
@@ -65,8 +65,9 @@ def test_plan_from_trace_arrivals():
     arr = np.r_[np.linspace(0, 59, 60), np.linspace(60, 119.5, 120), np.linspace(120, 179, 60), [180.0]]
     plan = plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams(t_ready_s=360), arrival_s=arr)
     assert plan.item("traffic").instances == 1  # as in the hand case: 10 × 1.5 / 3 = 5 vs 4
-    # 360 s × 1/60 = 6 req/s → ceil(6 / 3) = 2
-    assert plan.item("control").instances == 2
+    # within T_ready (360 s = up to 6 windows, only 2 lags exist) the rate rises at most 1 → 2 req/s = +1 req/s
+    # → ceil(1 / 3) = 1 (a one-window slope of 1/60 req/s² is not extrapolated over 360 s)
+    assert plan.item("control").instances == 1
     assert "not assessed" in plan.item("memory").reasoning
     none = plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams(traffic_method="none", ramp_rps_per_s=0.0))
     assert none.item("traffic").instances == 0 and none.item("control").instances == 0
@@ -74,3 +75,11 @@ def test_plan_from_trace_arrivals():
         plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams())  # peak_to_mean needs arrivals
     with pytest.raises(LlmcapError):
         plan_headroom(10, 0, 2, 8, 1.0, HeadroomParams(traffic_method="none", ramp_rps_per_s=0.0))
+
+
+def test_failure_headroom_of_a_deployment_smaller_than_a_node():
+    # 1-GPU instances, 8 per node, but only 2 needed: they need not share a node, so a node loss costs at most 2
+    item = failure_headroom(2, 1, 8, 1)
+    assert item.instances == 2
+    # 20 needed: some node holds a full 8 of them → +8
+    assert failure_headroom(20, 1, 8, 1).instances == 8

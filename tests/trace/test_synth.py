@@ -99,3 +99,20 @@ def test_length_only_trace_uses_params_arrivals() -> None:
     params = TraceParams(file="x", arrivals=ArrivalSpec(rate_rps=25.0, seed=4))
     trace = ingest(TRACES["vidur_arxiv"], params, CleanParams()).trace
     assert mean_rate(trace) == pytest.approx(25.0, rel=0.02)
+
+
+def test_spread_ties_undoes_whole_second_timestamps():
+    import numpy as np
+    import pyarrow as pa
+
+    from llmcap.trace.synth import spread_ties
+
+    # Mooncake-like: 3 requests per whole second → 2 of every 3 gaps are zero
+    t = pa.table({"arrival_s": np.repeat(np.arange(10.0), 3), "isl": np.arange(30), "osl": np.ones(30, dtype=np.int64)})
+    out = spread_ties(t, np.random.default_rng(0)).column("arrival_s").to_numpy()
+    assert np.all(np.diff(out) > 0)  # no more simultaneous arrivals, order kept
+    assert np.array_equal(np.floor(out), t.column("arrival_s").to_numpy())  # each stays inside its own 1 s tick
+    assert np.array_equal(out, spread_ties(t, np.random.default_rng(0)).column("arrival_s").to_numpy())  # seeded
+    assert out.tolist() != spread_ties(t, np.random.default_rng(1)).column("arrival_s").to_numpy().tolist()
+    few_ties = pa.table({"arrival_s": [0.0, 0.5, 0.5, 1.7, 2.0]})
+    assert spread_ties(few_ties, np.random.default_rng(0)) is few_ties  # rare ties: a real burst, left alone

@@ -1,0 +1,355 @@
+"""Step 4 end to end: feasible candidates + trace + SLOs → searched max rates → sized, costed deployments.
+
+1. Bound: every feasible candidate gets analytic upper bounds on one instance's rate (prefill compute,
+   decode bandwidth, KV by Little's law) from its step-time model. The best `shortlist` aggregated
+   candidates by bound per GPU — and the best `pd_shortlist` prefill/decode pairings — are simulated;
+   the rest are pruned (listed in the notes with their bound).
+2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
+   (`llmcap.sizing.search`; seeds replay different excerpts); evaluations go through the executor.
+3. Size: each searched unit is scaled to the target rate, plus headroom by risk, with cost. The
+   cheapest plan is checked end to end: its whole deployment simulated on the full trace at the
+   target rate, adding instances until it meets the attainment target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
+from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.errors import LlmcapError
+from llmcap.perf import build_step_model, decode_step_time, prefill_time
+from llmcap.perf.model import StepTimeModel
+from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table
+from llmcap.sim import EngineConfig, LinkConfig, PDConfig
+from llmcap.sizing.analytic import RateBounds, rate_bounds
+from llmcap.sizing.executor import Executor
+from llmcap.sizing.headroom import CapacityPlan, plan_headroom
+from llmcap.sizing.params import SizeParams, SloParams
+from llmcap.sizing.search import SearchResult, SearchTask, pd_ratio_candidates, search_candidates, search_pd_ratios
+from llmcap.sizing.simeval import SimEvaluate
+from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
+from llmcap.trace.schema import block_size_of
+from llmcap.trace.synth import mean_rate, scale_rate
+
+CONFIG_KEYS = ("gpu", "weight_quant", "kv_dtype", "tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "gpus_per_instance")
+
+
+def candidate_key(row: Mapping[str, Any]) -> str:
+    return (
+        f"{row['gpu']}/{row['weight_quant']}/kv-{row['kv_dtype']}/tp{row['tp']}pp{row['pp']}ep{row['ep']}"
+        f"/seqs{row['max_num_seqs']}/mbt{row['max_num_batched_tokens']}/blk{row['block_size']}"
+    )
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The trace's per-request lengths the bounds need; `cached` = ideal (unbounded-cache) prefix hits."""
+
+    isl: np.ndarray
+    osl: np.ndarray
+    cached: np.ndarray
+
+    @classmethod
+    def of(cls, trace: pa.Table) -> Lengths:
+        isl = trace.column("isl").to_numpy().astype(np.float64)
+        osl = trace.column("osl").to_numpy().astype(np.float64)
+        block = block_size_of(trace)
+        if block is None or "hash_ids" not in trace.column_names:
+            return cls(isl, osl, np.zeros_like(isl))
+        reuse = leading_reuse_unbounded(trace.column("hash_ids"))
+        return cls(isl, osl, hit_tokens(reuse, isl, block).astype(np.float64))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One candidate row made simulable: its step model, engine knobs and analytic bounds."""
+
+    key: str
+    row: Mapping[str, Any]
+    gpu: GpuSpec
+    step_model: StepTimeModel
+    engine: EngineConfig
+    bounds: RateBounds
+    unloaded_attainment: float  # share of requests meeting TTFT and ITL alone on an idle instance
+
+    @property
+    def gpus(self) -> int:
+        return int(self.row["gpus_per_instance"])
+
+    @property
+    def bound_per_gpu(self) -> float:
+        return self.bounds.rate / self.gpus
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
+
+
+def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Lengths, slo: SloParams) -> float:
+    """Attainment on an idle instance (every request alone): an upper bound on attainment at any rate.
+
+    TTFT ≥ the request's own (chunked) prefill; ITL ≥ a batch-1 decode step at its final context.
+    """
+    ok = np.ones(lengths.isl.size, dtype=bool)
+    if slo.ttft_ms is not None:
+        ttft = prefill_time(step, lengths.isl, lengths.cached, chunk=engine.max_num_batched_tokens)
+        ok &= ttft <= (slo.ttft_ms + slo.ttft_ms_per_1k_isl * lengths.isl / 1000.0) * 1e-3
+    if slo.itl_ms is not None:
+        itl = decode_step_time(step, np.ones_like(lengths.isl), lengths.isl + lengths.osl)
+        ok &= (itl <= slo.itl_ms * 1e-3) | (lengths.osl <= 1)
+    return float(ok.mean())
+
+
+def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams) -> Unit:
+    """Step model, engine config (KV blocks from the memory plan) and rate bounds of one candidate row."""
+    gpu = get_gpu(str(row["gpu"]))
+    step = build_step_model(
+        model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
+        weight_quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]),
+    )  # fmt: skip
+    block, kv_tokens = int(row["block_size"]), int(row["kv_tokens_per_instance"])
+    engine = EngineConfig(
+        num_blocks=kv_tokens // block,
+        block_size=block,
+        max_num_seqs=int(row["max_num_seqs"]),
+        max_num_batched_tokens=int(row["max_num_batched_tokens"]),
+        kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"]))),
+    )
+    mean_isl, mean_osl = float(lengths.isl.mean()), float(lengths.osl.mean())
+    uncached = max(float((lengths.isl - lengths.cached).mean()), 1.0)
+    t_prefill = float(prefill_time(step, [uncached], chunk=engine.max_num_batched_tokens)[0])
+    # the largest decode batch the scheduler and the KV allow at the mean request length
+    batch = max(1, min(engine.max_num_seqs, kv_tokens // max(1, math.ceil(mean_isl + mean_osl))))
+    t_batch, t_one = decode_step_time(step, [batch, 1], mean_isl + mean_osl / 2)
+    bounds = rate_bounds(lengths.isl, lengths.osl, uncached / t_prefill, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
+    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(step, engine, lengths, slo))
+
+
+@dataclass(frozen=True)
+class SizedRow:
+    key: str
+    mode: str
+    unit_gpus: int
+    result: SearchResult
+    plan: CapacityPlan | None
+    config: Mapping[str, Any]
+    gpu: GpuSpec
+    pd_ratio: tuple[int, int] | None = None
+    unit: Unit | None = None  # aggregated only
+
+
+@dataclass(frozen=True)
+class SizingOutcome:
+    table: pa.Table
+    report: CapacityReport
+    summary: dict[str, Any]
+
+
+def _metric(result: SearchResult, name: str) -> float | None:
+    best = result.best
+    vals = [] if best is None else [r.metrics[name] for r in best.results if name in r.metrics]
+    return float(np.mean(vals)) if vals else None
+
+
+def validate_instances(
+    make_eval: Callable[[int], SimEvaluate], start: int, target_rps: float, attainment_target: float, seeds: Sequence[int], max_extra: int
+) -> tuple[int | None, list[tuple[int, float]]]:
+    """Smallest instance count ≥ start whose whole deployment meets the target at `target_rps` on every seed."""
+    tried: list[tuple[int, float]] = []
+    for n in range(max(1, start), max(1, start) + max_extra + 1):
+        ev = make_eval(n)
+        worst = min(ev(target_rps, s).attainment for s in seeds)
+        tried.append((n, worst))
+        if worst >= attainment_target:
+            return n, tried
+    return None, tried
+
+
+class _Sizer:
+    """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
+
+    def __init__(self, trace: pa.Table, model: ModelSpec, params: SizeParams, executor: Executor | None, say: Callable[[str], None]):
+        self.trace, self.model, self.params, self.executor, self.say = trace, model, params, executor, say
+        self.lengths = Lengths.of(trace)
+        self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
+        self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
+        self.notes: list[str] = []
+
+    def evaluate(self, unit: Unit, replicas: int = 1, pd_cfg: PDConfig | None = None, decode: Unit | None = None, excerpt: int | None = None) -> SimEvaluate:
+        p = self.params
+        return SimEvaluate(
+            self.trace, unit.step_model, unit.engine, p.slo, excerpt or p.excerpt_requests, replicas, p.router, pd_cfg,
+            None if decode is None else decode.step_model,
+        )  # fmt: skip
+
+    def plan(self, unit_rps: float, unit_gpus: int, gpu: GpuSpec, p99_tokens: float | None, kv_tokens: float | None) -> CapacityPlan:
+        return plan_headroom(
+            self.target, unit_rps, unit_gpus, gpu.gpus_per_node, gpu.usd_per_gpu_hour, self.params.headroom,
+            arrival_s=self.arrivals_at_target, p99_active_tokens_per_instance=p99_tokens, kv_tokens_per_instance=kv_tokens,
+        )  # fmt: skip
+
+    def aggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
+        p = self.params
+        units = [make_unit(self.model, r, self.lengths, p.slo) for _, r in rows.iterrows()]
+        for u in units:
+            if u.unloaded_attainment < p.slo.attainment_target:
+                self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
+        units = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
+        chosen, pruned = units[: p.shortlist], units[p.shortlist :]
+        self.say(f"aggregated: {len(units)} candidates can meet the SLOs when idle; simulating the {len(chosen)} best by analytic bound per GPU")
+        for u in pruned:
+            self.notes.append(f"pruned {u.key}: analytic bound {u.bounds.rate:.3g} req/s/instance ({u.bounds.binding}), {u.bound_per_gpu:.3g} per GPU")
+        tasks = [SearchTask(u.key, self.evaluate(u), p.slo.attainment_target, p.search, 0.5 * u.bounds.rate) for u in chosen]
+        results = search_candidates(tasks, self.executor)
+        out = []
+        for u in chosen:
+            res = results[u.key]
+            kv = float(u.row["kv_tokens_per_instance"])
+            plan = self.plan(res.max_rate, u.gpus, u.gpu, _metric(res, "kv_tokens_p99"), kv) if res.max_rate > 0 else None
+            out.append(SizedRow(u.key, "aggregated", u.gpus, res, plan, u.config, u.gpu, unit=u))
+        return out
+
+    def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
+        """Per GPU type: the best prefill row (prefill bound/GPU) with the best decode row (decode bound/GPU)."""
+        p = self.params
+        pairs = []
+        for gpu_name, group in rows.groupby("gpu", sort=True):
+            units = [make_unit(self.model, r, self.lengths, p.slo) for _, r in group.iterrows()]
+            good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
+            pre = [u for u in good if u.row["role"] == "prefill"]
+            dec = [u for u in good if u.row["role"] == "decode"]
+            if not pre or not dec:
+                continue
+            pu = max(pre, key=lambda u: (u.bounds.prefill_compute / u.gpus, u.key))
+            du = max(dec, key=lambda u: (min(u.bounds.decode_bandwidth, u.bounds.kv) / u.gpus, u.key))
+            g_p, g_d = pu.bounds.prefill_compute, min(du.bounds.decode_bandwidth, du.bounds.kv)
+            per_gpu = 1.0 / (pu.gpus / g_p + du.gpus / g_d)  # req/s per GPU of a balanced pool
+            pairs.append((-per_gpu, str(gpu_name), pu, du, g_p, g_d))
+        out = []
+        for _, _, pu, du, g_p, g_d in sorted(pairs, key=lambda x: (x[0], x[1]))[: p.pd_shortlist]:
+            key = f"P[{pu.key}]+D[{du.key}]"
+            self.say(f"disaggregated: searching P:D ratios of {key}")
+            link = LinkConfig(bandwidth_bytes_s=pu.gpu.nic_bytes_s * pu.gpus, latency_s=p.pd_link_latency_s)
+            factory = _PdFactory(self.trace, pu, du, link, p)
+            ratios = pd_ratio_candidates(g_p, g_d, p.pd_max_decode)[: p.pd_ratios]
+            best = search_pd_ratios(factory, ratios, pu.gpus, du.gpus, p.slo.attainment_target, p.search, (0.5 * g_p, 0.5 * g_d), self.executor)[0]
+            res = best.result
+            plan = self.plan(res.max_rate, best.gpus, pu.gpu, None, None) if res.max_rate > 0 else None
+            out.append(SizedRow(key, "disaggregated", best.gpus, res, plan, du.config, pu.gpu, (best.n_prefill, best.n_decode)))
+        return out
+
+    def validate(self, row: SizedRow) -> SizedRow:
+        """End-to-end check of an aggregated plan on the whole trace at the target rate; fix its base count."""
+        assert row.unit is not None and row.plan is not None
+        unit, p = row.unit, self.params
+        n_ok, tried = validate_instances(
+            lambda n: self.evaluate(unit, replicas=n, excerpt=self.trace.num_rows),
+            row.plan.base_instances, self.target, p.slo.attainment_target, p.search.seeds[:1], p.validate_max_extra,
+        )  # fmt: skip
+        tried_txt = ", ".join(f"{n} → {a:.3f}" for n, a in tried)
+        if n_ok is None:
+            self.notes.append(
+                f"end-to-end check of {row.key} at {self.target:.3g} req/s failed up to {tried[-1][0]} instances "
+                f"(instances → attainment: {tried_txt}); the count shown is the linear estimate"
+            )
+            return row
+        self.notes.append(f"end-to-end check of {row.key} on the whole trace at {self.target:.3g} req/s (instances → attainment): {tried_txt}")
+        if n_ok == row.plan.base_instances:
+            return row
+        return replace(row, plan=replace(row.plan, base_instances=n_ok))
+
+
+@dataclass(frozen=True)
+class _PdFactory:
+    """(n_P, n_D) → evaluate of that P/D unit (a class, not a closure, so it pickles to workers)."""
+
+    trace: pa.Table
+    prefill: Unit
+    decode: Unit
+    link: LinkConfig
+    params: SizeParams
+
+    def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
+        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
+        p = self.params
+        return SimEvaluate(
+            self.trace, self.prefill.step_model, self.prefill.engine, p.slo, p.excerpt_requests, 1, p.router, pd_cfg,
+            self.decode.step_model,
+        )  # fmt: skip
+
+
+def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for r in sorted(set(records_ts.column("replica").to_pylist())):
+        part = records_ts.filter(pc.equal(records_ts["replica"], r))
+        out[f"replica {r}"] = (part["t_s"].to_numpy(), part["kv_usage"].to_numpy())
+    return out
+
+
+def size_deployments(
+    trace: pa.Table,
+    candidates: pd.DataFrame,
+    model: ModelSpec,
+    params: SizeParams,
+    executor: Executor | None = None,
+    workload_id: str = "workload",
+    progress: Callable[[str], None] | None = None,
+) -> SizingOutcome:
+    """The capacity table, report and summary for `trace` over the feasible rows of `candidates`."""
+    feasible = candidates[candidates["feasible"]]
+    if feasible.empty:
+        raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
+    sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None))
+    rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"]) if (feasible["mode"] == "aggregated").any() else []
+    dis = feasible[feasible["mode"] == "disaggregated"]
+    if params.pd_shortlist > 0 and not dis.empty:
+        rows += sizer.disaggregated(dis)
+
+    def cost(r: SizedRow) -> tuple[float, float, str]:
+        assert r.plan is not None
+        return (r.plan.usd_per_hour, -r.result.max_rate / r.unit_gpus, r.key)
+
+    sized = [r for r in rows if r.plan is not None]
+    if not sized:
+        raise LlmcapError("no candidate meets the SLOs at any rate the search tried; relax the SLOs or add candidates")
+    chosen = min(sized, key=cost)
+    if chosen.mode == "aggregated":
+        checked = sizer.validate(chosen)
+        rows = [checked if r is chosen else r for r in rows]
+        chosen = checked
+    assert chosen.plan is not None
+    table = capacity_table([capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit_gpus, r.plan, r.pd_ratio) for r in rows])
+
+    records = kv_usage = None
+    if chosen.unit is not None:  # the chosen point re-simulated for the report's CDFs and KV plot
+        sim = sizer.evaluate(chosen.unit).simulate(chosen.result.max_rate, params.search.seeds[0])
+        records, kv_usage = sim.records, _kv_usage(sim.timeseries)
+    curves = {r.key: r.result for r in rows}
+    report = CapacityReport(table, params.slo, curves, chosen.key, chosen.plan, records, kv_usage, notes=tuple(sizer.notes))
+    plan = chosen.plan
+    summary = {
+        "target_rps": sizer.target,
+        "chosen": chosen.key,
+        "mode": chosen.mode,
+        "pd_ratio": None if chosen.pd_ratio is None else f"{chosen.pd_ratio[0]}:{chosen.pd_ratio[1]}",
+        "max_rps_per_unit": chosen.result.max_rate,
+        "gpus_per_unit": chosen.unit_gpus,
+        "base_instances": plan.base_instances,
+        "instances": plan.total_instances,
+        "gpus": plan.total_gpus,
+        "usd_per_hour": plan.usd_per_hour,
+        "headroom": {i.risk: {"instances": i.instances, "reasoning": i.reasoning} for i in plan.items},
+        "candidates_feasible": len(feasible),
+        "candidates_simulated": len(rows),
+        "notes": list(sizer.notes),
+    }
+    return SizingOutcome(table, report, summary)

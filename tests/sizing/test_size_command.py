@@ -1,0 +1,40 @@
+"""`llmcap size`: the CLI contract (JSON summary, report files, one-line errors)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from llmcap.cli import app
+from llmcap.trace import ingest
+from tests.conftest import TRACES
+
+runner = CliRunner()
+ARGS = ["--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--no-pd",
+        "--slo-ttft-p99", "500", "--slo-itl-p99", "60", "--attainment", "0.95", "--shortlist", "1", "--excerpt", "200"]  # fmt: skip
+
+
+def test_size_json_and_report(tmp_path):
+    # 1,500 Azure conversation requests, re-written as an Azure-format CSV the command reads like any trace
+    src = TRACES["azure_conv"]
+    lines = src.read_text().splitlines()[:1501]
+    trace = tmp_path / "azure_head.csv"
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["target_rps"] > 0 and s["gpus"] >= 1 and s["mode"] == "aggregated"
+    assert s["chosen"].startswith("H100-SXM-80GB/fp8/")
+    assert set(s["report"]) == {"parquet", "md", "html"}
+    assert (out / "capacity.html").read_text().count("<img") == 5
+    assert ingest(trace).report.rows_kept == 1500
+
+
+def test_size_bad_trace_is_one_line_error(tmp_path):
+    bad = tmp_path / "empty.csv"
+    bad.write_text("")
+    r = runner.invoke(app, ["size", "--trace", str(bad), *ARGS])
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1

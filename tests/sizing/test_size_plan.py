@@ -1,0 +1,81 @@
+"""Step 4 end to end on a real trace: candidates → simulated max rates → sized plan, deterministic, and the
+same table whether the search runs in-process or on a real Dask LocalCluster."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow.parquet as pq
+import pytest
+
+from llmcap.candidates import EnumerationSpec, enumerate_candidates
+from llmcap.catalog import load_model
+from llmcap.report.capacity import render_html
+from llmcap.sizing.executor import DaskExecutor
+from llmcap.sizing.params import SearchParams, SizeParams, SloParams
+from llmcap.sizing.plan import size_deployments
+from llmcap.trace import ingest
+from tests.conftest import TRACES
+
+MODEL = load_model("Llama-3.1-8B")
+PARAMS = SizeParams(
+    slo=SloParams(ttft_ms=500, itl_ms=60, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
+    search=SearchParams(seeds=(0, 1), rel_tol=0.1, guard_points=1),
+    excerpt_requests=300, shortlist=2, pd_shortlist=1, pd_ratios=1, validate_max_extra=2,
+)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return ingest(TRACES["azure_conv"]).trace.slice(0, 2000)
+
+
+@pytest.fixture(scope="module")
+def candidates():
+    spec = EnumerationSpec(gpus=["h100"], weight_quants=["bf16", "fp8"], parallel={"tp": [1, 2]}, max_context_len=16384)
+    return enumerate_candidates(MODEL, spec).table
+
+
+@pytest.fixture(scope="module")
+def outcome(trace, candidates):
+    return size_deployments(trace, candidates, MODEL, PARAMS)
+
+
+def _bytes(table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
+    s = outcome.summary
+    # the default target is the trace's own mean rate; the chosen plan covers it with at least one instance
+    assert s["target_rps"] == pytest.approx(trace.num_rows / (trace["arrival_s"][-1].as_py() - trace["arrival_s"][0].as_py()))
+    assert s["base_instances"] >= 1 and s["instances"] == s["base_instances"] + sum(h["instances"] for h in s["headroom"].values())
+    assert s["gpus"] == s["instances"] * s["gpus_per_unit"]
+    assert set(s["headroom"]) == {"traffic", "failure", "deployment", "memory", "control"}
+    assert all(h["reasoning"] for h in s["headroom"].values())
+    rows = outcome.table.to_pylist()
+    assert {r["mode"] for r in rows} == {"aggregated", "disaggregated"}
+    chosen = next(r for r in rows if r["candidate"] == s["chosen"])
+    # the chosen row is the cheapest sized one, and its searched rate met the attainment target
+    assert chosen["usd_per_hour"] == min(r["usd_per_hour"] for r in rows if r["usd_per_hour"] is not None)
+    assert chosen["attainment"] >= PARAMS.slo.attainment_target and chosen["max_rps"] > 0
+    if s["mode"] == "aggregated":  # validated end to end on the whole excerpt at the target rate
+        assert any(n.startswith("end-to-end check") for n in s["notes"])
+    assert "<img" in render_html(outcome.report)
+
+
+def test_same_inputs_give_byte_identical_tables(outcome, trace, candidates):
+    again = size_deployments(trace, candidates, MODEL, PARAMS)
+    assert _bytes(again.table) == _bytes(outcome.table)
+    assert again.summary == outcome.summary
+
+
+def test_dask_cluster_gives_the_same_table(outcome, trace, candidates):
+    from dask.distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        with DaskExecutor(cluster.scheduler_address) as ex:
+            on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
+    assert _bytes(on_dask.table) == _bytes(outcome.table)
