@@ -100,9 +100,10 @@ def main() -> None:
     t, _ = best_of(lambda: characterise(table, CharacteriseParams(lru_cache_blocks=[])))
     t_lru, _ = best_of(lambda: characterise(table, CharacteriseParams()))
     print(f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes")
-    from benchmarks import sim
+    from benchmarks import sim, size
 
     sim.main()
+    size.main()
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.errors import InputFileError
     from llmcap.report.capacity import write_parquet, write_report
     from llmcap.sizing.executor import make_executor
-    from llmcap.sizing.plan import size_deployments
+    from llmcap.sizing.plan import class_pools, size_deployments
     from llmcap.trace import load_trace
     from stages import tracking, validation
 
@@ -67,10 +67,22 @@ def run(args: argparse.Namespace) -> str:
     except (OSError, KeyError, json.JSONDecodeError) as exc:
         raise InputFileError(args.step_model, f"not a readable step_model.json ({exc})") from None
     model = load_model(params.enumerate.model)
+    say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
-        out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=lambda m: print(f"[size] {m}", file=sys.stderr))
+        out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say)
+        pools = None
+        if size.pools_split_isl is not None:
+            say(f"request-class pools: sizing prompts ≤ {size.pools_split_isl:,} and longer ones separately")
+            pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor)
     write_parquet(out.table, args.capacity)
     notes = (f"step times: roofline per candidate (profile stage source: {step_source})",)
+    if pools is not None:
+        notes += (f"request-class pools: {pools.summary()}",)
+        out.summary["pools"] = {
+            "cheaper": pools.cheaper, "saving_usd_per_hour": pools.saving_usd_per_hour,
+            "shared": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.shared],
+            "split": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.split],
+        }  # fmt: skip
     report = dataclasses.replace(out.report, notes=notes + out.report.notes)
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"

@@ -1,8 +1,8 @@
 """`llmcap simulate --trace FILE --model M --gpu G [--tp N] [--replicas R | --pd P:D] ...`: replay a trace
 through the request-level serving simulator and print the summary (or JSON with --json).
 
-Step times come from `llmcap.perf.build_step_model` when it exists, else from the catalog-derived
-analytic stand-in (`llmcap.sim.standin`). KV blocks per replica come from the memory plan.
+Step times come from the roofline (`llmcap.perf.build_step_model`, compiled for speed by the simulator);
+KV blocks per replica come from the memory plan.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate as run_simulation
 from llmcap.sim.config import ROUTERS
-from llmcap.sim.standin import analytic_step_model
 from llmcap.trace import ingest, load_trace, mean_rate, scale_rate, write_table
 
 PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth drawing
@@ -55,10 +54,7 @@ def _pd(spec: str | None) -> tuple[int, int] | None:
 
 
 def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> StepTimeModel:
-    build = getattr(perf, "build_step_model", None)
-    if build is not None:
-        return build(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
-    return analytic_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
+    return perf.build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
 
 
 @user_errors

@@ -1,4 +1,4 @@
-"""A first-order analytic step-time model from the catalog, until `llmcap.perf.build_step_model` lands.
+"""A first-order linear step-time model from the catalog: the benchmark's fast reference beside the roofline.
 
 A `LinearStepModel` with terms set from peak numbers (one rank of a TP group; TP splits both the
 weights and the FLOPs, so dividing by TP is the ideal scaling):

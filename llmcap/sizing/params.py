@@ -144,5 +144,8 @@ class SizeParams(_Strict):
     """Largest decode-instance count in a searched P/D unit."""
     pd_link_latency_s: float = Field(default=20e-6, ge=0)
     """KV-transfer link latency; bandwidth = the prefill instance's NICs (catalog)."""
+    pools_split_isl: int | None = Field(default=None, gt=0)
+    """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
+    each class sized on its own sub-trace; None = skip."""
     validate_max_extra: int = Field(default=3, ge=0)
     """End-to-end check of the chosen plan: instances added (one at a time) before giving up."""

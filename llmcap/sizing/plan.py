@@ -34,6 +34,7 @@ from llmcap.sizing.analytic import RateBounds, rate_bounds
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import CapacityPlan, plan_headroom
 from llmcap.sizing.params import SizeParams, SloParams
+from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.search import SearchResult, SearchTask, pd_ratio_candidates, search_candidates, search_pd_ratios
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
@@ -353,3 +354,32 @@ def size_deployments(
         "notes": list(sizer.notes),
     }
     return SizingOutcome(table, report, summary)
+
+
+def class_pools(
+    trace: pa.Table,
+    candidates: pd.DataFrame,
+    model: ModelSpec,
+    params: SizeParams,
+    shared: SizingOutcome,
+    split_isl: int,
+    executor: Executor | None = None,
+) -> PoolComparison:
+    """One shared pool (the plan already sized) against a pool per request class: prompts of at most
+    `split_isl` tokens vs longer ones, each class sized on its own sub-trace at its share of the target
+    rate with its own best configuration. Compared on base instances (headroom applies to either)."""
+    isl = trace.column("isl").to_numpy()
+    s = shared.summary
+    usd_per_gpu = s["usd_per_hour"] / s["gpus"]
+    pools_shared = [Pool("shared", s["target_rps"], s["max_rps_per_unit"], s["gpus_per_unit"], usd_per_gpu)]
+    split = []
+    for name, mask in ((f"ISL ≤ {split_isl:,}", isl <= split_isl), (f"ISL > {split_isl:,}", isl > split_isl)):
+        n = int(mask.sum())
+        if n < 2:
+            raise LlmcapError(f"request-class split at ISL {split_isl:,} leaves {n} request(s) in class '{name}'")
+        sub = trace.filter(pa.array(mask))
+        rate = s["target_rps"] * n / trace.num_rows
+        out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name)
+        o = out.summary
+        split.append(Pool(f"{name}: {o['chosen']}", rate, o["max_rps_per_unit"], o["gpus_per_unit"], o["usd_per_hour"] / o["gpus"]))
+    return compare_pools(pools_shared, split)

@@ -79,3 +79,17 @@ def test_dask_cluster_gives_the_same_table(outcome, trace, candidates):
         with DaskExecutor(cluster.scheduler_address) as ex:
             on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
     assert _bytes(on_dask.table) == _bytes(outcome.table)
+
+
+def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates):
+    from llmcap.sizing.plan import class_pools
+
+    cmp = class_pools(trace, candidates, MODEL, PARAMS, outcome, split_isl=1024)
+    isl = trace.column("isl").to_numpy()
+    short, long_ = cmp.split
+    # each class plans for its share of the shared target rate
+    assert short.rate_rps == pytest.approx(outcome.summary["target_rps"] * (isl <= 1024).mean())
+    assert short.rate_rps + long_.rate_rps == pytest.approx(outcome.summary["target_rps"])
+    assert cmp.cheaper in ("shared", "split")
+    assert cmp.saving_usd_per_hour == pytest.approx(abs(cmp.shared_usd_per_hour - cmp.split_usd_per_hour))
+    assert cmp.cheaper in cmp.summary()
