@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> str:
 
     from llmcap.catalog import load_model
     from llmcap.config import load_params
-    from llmcap.errors import InputFileError
+    from llmcap.errors import InputFileError, LlmcapError
     from llmcap.report.capacity import write_parquet, write_report
     from llmcap.sizing.executor import make_executor
     from llmcap.sizing.plan import class_pools, size_deployments
@@ -70,12 +70,18 @@ def run(args: argparse.Namespace) -> str:
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
         out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say)
-        pools = None
+        pools, pools_failed = None, None
         if size.pools_split_isl is not None:
             say(f"request-class pools: sizing prompts ≤ {size.pools_split_isl:,} and longer ones separately")
-            pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor)
+            try:
+                pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor)
+            except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
+                pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
     write_parquet(out.table, args.capacity)
     notes = (f"step times: roofline per candidate (profile stage source: {step_source})",)
+    if pools_failed is not None:
+        notes += (pools_failed,)
+        out.summary["pools"] = {"cheaper": "shared", "reason": pools_failed}
     if pools is not None:
         notes += (f"request-class pools: {pools.summary()}",)
         out.summary["pools"] = {

@@ -379,7 +379,10 @@ def class_pools(
             raise LlmcapError(f"request-class split at ISL {split_isl:,} leaves {n} request(s) in class '{name}'")
         sub = trace.filter(pa.array(mask))
         rate = s["target_rps"] * n / trace.num_rows
-        out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name)
+        try:
+            out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name)
+        except LlmcapError as exc:
+            raise LlmcapError(f"class '{name}' ({n:,} requests) alone: {exc}") from None
         o = out.summary
         split.append(Pool(f"{name}: {o['chosen']}", rate, o["max_rps_per_unit"], o["gpus_per_unit"], o["usd_per_hour"] / o["gpus"]))
     return compare_pools(pools_shared, split)
