@@ -63,22 +63,31 @@ def run(args: argparse.Namespace) -> str:
     trace = load_trace(args.trace)
     candidates = pq.read_table(args.candidates).to_pandas()
     try:
-        step_source = json.loads(args.step_model.read_text(encoding="utf-8"))["source"]
+        step_info = json.loads(args.step_model.read_text(encoding="utf-8"))
+        step_source = step_info["source"]
     except (OSError, KeyError, json.JSONDecodeError) as exc:
         raise InputFileError(args.step_model, f"not a readable step_model.json ({exc})") from None
     model = load_model(params.enumerate.model)
+    measured = {}
+    if step_source.startswith("profile") and step_info.get("step_model"):  # a measured, matching profile
+        from llmcap.perf import CalibratedFit
+
+        fp = step_info["fingerprint"]
+        key = (fp["device_sku"], fp["tp"], fp["pp"], fp["ep"], fp["quantization"], fp["kv_dtype"])
+        measured[key] = CalibratedFit.from_dict(step_info["step_model"]).model
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
-        out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say)
+        out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say, measured=measured)
         pools, pools_failed = None, None
         if size.pools_split_isl is not None:
             say(f"request-class pools: sizing prompts ≤ {size.pools_split_isl:,} and longer ones separately")
             try:
-                pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor)
+                pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor, measured)
             except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
                 pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
     write_parquet(out.table, args.capacity)
-    notes = (f"step times: roofline per candidate (profile stage source: {step_source})",)
+    uses = "roofline per candidate" + "".join(f", the calibrated profile for {'/'.join(map(str, k))}" for k in measured)
+    notes = (f"step times: {uses} (profile stage source: {step_source})",)
     if pools_failed is not None:
         notes += (pools_failed,)
         out.summary["pools"] = {"cheaper": "shared", "reason": pools_failed}

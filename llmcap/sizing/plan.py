@@ -110,10 +110,20 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
     return float(ok.mean())
 
 
-def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams) -> Unit:
-    """Step model, engine config (KV blocks from the memory plan) and rate bounds of one candidate row."""
+MeasuredModels = Mapping[tuple[str, int, int, int, str, str], StepTimeModel]
+"""Calibrated step models by (GPU name, tp, pp, ep, weight quant, KV dtype): a measured profile whose
+fingerprint matches a candidate replaces the roofline for that candidate."""
+
+
+def config_key(row: Mapping[str, Any]) -> tuple[str, int, int, int, str, str]:
+    return (str(row["gpu"]), int(row["tp"]), int(row["pp"]), int(row["ep"]), str(row["weight_quant"]), str(row["kv_dtype"]))
+
+
+def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None) -> Unit:
+    """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan)
+    and rate bounds of one candidate row."""
     gpu = get_gpu(str(row["gpu"]))
-    step = build_step_model(
+    step = (measured or {}).get(config_key(row)) or build_step_model(
         model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
         weight_quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]),
     )  # fmt: skip
@@ -178,8 +188,10 @@ def validate_instances(
 class _Sizer:
     """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
 
-    def __init__(self, trace: pa.Table, model: ModelSpec, params: SizeParams, executor: Executor | None, say: Callable[[str], None]):
+    def __init__(self, trace: pa.Table, model: ModelSpec, params: SizeParams, executor: Executor | None, say: Callable[[str], None],
+                 measured: MeasuredModels | None):  # fmt: skip
         self.trace, self.model, self.params, self.executor, self.say = trace, model, params, executor, say
+        self.measured = measured
         self.lengths = Lengths.of(trace)
         self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
         self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
@@ -200,7 +212,7 @@ class _Sizer:
 
     def aggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
         p = self.params
-        units = [make_unit(self.model, r, self.lengths, p.slo) for _, r in rows.iterrows()]
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
@@ -224,7 +236,7 @@ class _Sizer:
         p = self.params
         pairs = []
         for gpu_name, group in rows.groupby("gpu", sort=True):
-            units = [make_unit(self.model, r, self.lengths, p.slo) for _, r in group.iterrows()]
+            units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in group.iterrows()]
             good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
             pre = [u for u in good if u.row["role"] == "prefill"]
             dec = [u for u in good if u.row["role"] == "decode"]
@@ -304,12 +316,14 @@ def size_deployments(
     executor: Executor | None = None,
     workload_id: str = "workload",
     progress: Callable[[str], None] | None = None,
+    measured: MeasuredModels | None = None,
 ) -> SizingOutcome:
-    """The capacity table, report and summary for `trace` over the feasible rows of `candidates`."""
+    """The capacity table, report and summary for `trace` over the feasible rows of `candidates`
+    (`measured`: calibrated step models that replace the roofline for matching candidates)."""
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
         raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
-    sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None))
+    sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None), measured)
     rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"]) if (feasible["mode"] == "aggregated").any() else []
     dis = feasible[feasible["mode"] == "disaggregated"]
     if params.pd_shortlist > 0 and not dis.empty:
@@ -364,6 +378,7 @@ def class_pools(
     shared: SizingOutcome,
     split_isl: int,
     executor: Executor | None = None,
+    measured: MeasuredModels | None = None,
 ) -> PoolComparison:
     """One shared pool (the plan already sized) against a pool per request class: prompts of at most
     `split_isl` tokens vs longer ones, each class sized on its own sub-trace at its share of the target
@@ -380,7 +395,7 @@ def class_pools(
         sub = trace.filter(pa.array(mask))
         rate = s["target_rps"] * n / trace.num_rows
         try:
-            out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name)
+            out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name, measured=measured)
         except LlmcapError as exc:
             raise LlmcapError(f"class '{name}' ({n:,} requests) alone: {exc}") from None
         o = out.summary

@@ -93,3 +93,16 @@ def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates
     assert cmp.cheaper in ("shared", "split")
     assert cmp.saving_usd_per_hour == pytest.approx(abs(cmp.shared_usd_per_hour - cmp.split_usd_per_hour))
     assert cmp.cheaper in cmp.summary()
+
+
+def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
+    from llmcap.perf import LinearStepModel, RooflineModel
+    from llmcap.sizing.plan import Lengths, config_key, make_unit
+
+    rows = candidates[candidates["feasible"] & (candidates["mode"] == "aggregated")]
+    row, other = rows.iloc[0], rows[rows["tp"] != rows.iloc[0]["tp"]].iloc[0]
+    fitted = LinearStepModel(overhead_s=0.004, per_prefill_token_s=2e-5, per_decode_seq_s=1e-4)
+    measured = {config_key(row): fitted}
+    lengths = Lengths.of(trace)
+    assert make_unit(MODEL, row, lengths, PARAMS.slo, measured).step_model is fitted
+    assert isinstance(make_unit(MODEL, other, lengths, PARAMS.slo, measured).step_model, RooflineModel)
