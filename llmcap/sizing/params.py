@@ -135,7 +135,9 @@ class SizeParams(_Strict):
     """Requests per search evaluation: each seed replays a different run of this many consecutive requests."""
     router: Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"] = "least_outstanding_tokens"
     shortlist: int = Field(default=4, ge=1)
-    """Aggregated candidates simulated: the best by analytic rate bound per GPU (the rest are pruned)."""
+    """Aggregated candidates searched per round (in order of analytic bound per GPU)."""
+    max_simulated: int = Field(default=12, ge=1)
+    """Branch and bound stops after this many aggregated candidates even if bounds could still win."""
     pd_shortlist: int = Field(default=1, ge=0)
     """Disaggregated pairings (best prefill row + best decode row of a GPU type) simulated; 0 = none."""
     pd_ratios: int = Field(default=2, ge=1)

@@ -1,9 +1,11 @@
 """Step 4 end to end: feasible candidates + trace + SLOs → searched max rates → sized, costed deployments.
 
 1. Bound: every feasible candidate gets analytic upper bounds on one instance's rate (prefill compute,
-   decode bandwidth, KV by Little's law) from its step-time model. The best `shortlist` aggregated
-   candidates by bound per GPU — and the best `pd_shortlist` prefill/decode pairings — are simulated;
-   the rest are pruned (listed in the notes with their bound).
+   decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle (an
+   upper bound at any rate). The best `pd_shortlist` prefill/decode pairings are searched first; then
+   aggregated candidates in order of bound per GPU, in batches of `shortlist`, while a bound can still
+   beat the best goodput per GPU found (branch and bound, at most `max_simulated`). Every pruned
+   candidate is listed in the notes with its reason.
 2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
    (`llmcap.sizing.search`; seeds replay different excerpts); evaluations go through the executor.
 3. Size: each searched unit is scaled to the target rate, plus headroom by risk, with cost. The
@@ -210,25 +212,33 @@ class _Sizer:
             arrival_s=self.arrivals_at_target, p99_active_tokens_per_instance=p99_tokens, kv_tokens_per_instance=kv_tokens,
         )  # fmt: skip
 
-    def aggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
+    def aggregated(self, rows: pd.DataFrame, incumbent: float) -> list[SizedRow]:
+        """Branch and bound in batches of `shortlist`: simulate candidates in order of analytic bound per GPU
+        while the next bound can still beat the best goodput per GPU found so far (`incumbent` seeds it,
+        e.g. from the P/D search), up to `max_simulated`."""
         p = self.params
         units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
-        units = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
-        chosen, pruned = units[: p.shortlist], units[p.shortlist :]
-        self.say(f"aggregated: {len(units)} candidates can meet the SLOs when idle; simulating the {len(chosen)} best by analytic bound per GPU")
-        for u in pruned:
-            self.notes.append(f"pruned {u.key}: analytic bound {u.bounds.rate:.3g} req/s/instance ({u.bounds.binding}), {u.bound_per_gpu:.3g} per GPU")
-        tasks = [SearchTask(u.key, self.evaluate(u), p.slo.attainment_target, p.search, 0.5 * u.bounds.rate) for u in chosen]
-        results = search_candidates(tasks, self.executor)
-        out = []
-        for u in chosen:
-            res = results[u.key]
-            kv = float(u.row["kv_tokens_per_instance"])
-            plan = self.plan(res.max_rate, u.gpus, u.gpu, _metric(res, "kv_tokens_p99"), kv) if res.max_rate > 0 else None
-            out.append(SizedRow(u.key, "aggregated", u.gpus, res, plan, u.config, u.gpu, unit=u))
+        queue = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
+        self.say(f"aggregated: {len(queue)} candidates can meet the SLOs when idle; simulating by analytic bound per GPU")
+        out: list[SizedRow] = []
+        best = incumbent
+        while queue and len(out) < p.max_simulated and queue[0].bound_per_gpu > best:
+            batch, queue = queue[: min(p.shortlist, p.max_simulated - len(out))], queue[min(p.shortlist, p.max_simulated - len(out)) :]
+            tasks = [SearchTask(u.key, self.evaluate(u), p.slo.attainment_target, p.search, 0.5 * u.bounds.rate) for u in batch]
+            results = search_candidates(tasks, self.executor)
+            for u in batch:
+                res = results[u.key]
+                kv = float(u.row["kv_tokens_per_instance"])
+                plan = self.plan(res.max_rate, u.gpus, u.gpu, _metric(res, "kv_tokens_p99"), kv) if res.max_rate > 0 else None
+                out.append(SizedRow(u.key, "aggregated", u.gpus, res, plan, u.config, u.gpu, unit=u))
+                if res.best is not None and res.max_rate > 0:
+                    best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
+        for u in queue:
+            why = f"its bound {u.bound_per_gpu:.3g} ≤ best goodput {best:.3g} per GPU" if u.bound_per_gpu <= best else f"max_simulated {p.max_simulated} reached"
+            self.notes.append(f"pruned {u.key}: analytic bound {u.bounds.rate:.3g} req/s/instance ({u.bounds.binding}); {why}")
         return out
 
     def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
@@ -324,10 +334,13 @@ def size_deployments(
     if feasible.empty:
         raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
     sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None), measured)
-    rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"]) if (feasible["mode"] == "aggregated").any() else []
+    rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
     if params.pd_shortlist > 0 and not dis.empty:
         rows += sizer.disaggregated(dis)
+    incumbent = max((r.result.max_rate * r.result.best.mean_attainment / r.unit_gpus for r in rows if r.result.best and r.result.max_rate > 0), default=0.0)
+    if (feasible["mode"] == "aggregated").any():
+        rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
 
     def cost(r: SizedRow) -> tuple[float, float, str]:
         assert r.plan is not None
