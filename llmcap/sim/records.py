@@ -26,7 +26,10 @@ Columns
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 REQUEST_SCHEMA = pa.schema(
     [
@@ -58,3 +61,26 @@ REQUEST_SCHEMA = pa.schema(
 )
 
 STATUSES = ("ok", "unfinished", "rejected")
+
+
+_CLIENT_SHIFTED = ("first_token_s", "finish_s", "ttft_s", "e2e_s")
+
+
+def with_client_latency(records: pa.Table, latency_s: float) -> pa.Table:
+    """The records as a client `latency_s` away from the engine would see them.
+
+    The simulator times the engine: a token exists when its step ends. A client also pays a roughly
+    constant per-request latency for the way in and out (HTTP, the API server, the gateway) — e.g. the
+    `client_overhead_s` an endpoint calibration fits (`llmcap.perf.CalibratedFit`). The whole of it is
+    put on the way out: every token becomes visible `latency_s` later, so first_token_s, finish_s,
+    ttft_s and e2e_s grow by it, while arrival_s and everything measured between tokens or inside
+    the engine (admitted_s, queue_s, prefill_s, transfer_s, visible_wait_s, decode_s, tpot_s, the
+    per-request ITLs) stay as they are (a constant shift leaves gaps alone). Nulls stay null.
+    """
+    if not math.isfinite(latency_s) or latency_s < 0:
+        raise ValueError(f"client latency must be finite and >= 0, got {latency_s}")
+    out = records
+    for name in _CLIENT_SHIFTED:
+        i = out.schema.get_field_index(name)
+        out = out.set_column(i, out.schema.field(i), pc.add(out.column(i), pa.scalar(float(latency_s))))
+    return out

@@ -10,6 +10,9 @@ The session fixture `vllm_engine`:
 3. waits for /health, reads the engine's KV facts from its log and /metrics;
 4. yields a `LiveEngine`; at session end stops the server's whole process group by PID.
 
+The session fixture `calibration` profiles that engine once (tests/live/_calibration.py) and gives the
+measurement and the NNLS-calibrated step model to every test that needs them.
+
 A failure to install or start fails the tests loudly, with the log's tail; it never skips.
 
 Knobs (environment): LLMCAP_ENGINE_NICE (nice value of the engine and of this process while the
@@ -22,6 +25,7 @@ the API server and the test client), UV (path of uv for the install).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -36,12 +40,14 @@ import httpx
 import pytest
 
 from llmcap.live.engine_kv import CacheConfigInfo, KVCacheLogInfo, parse_cache_config_info, parse_kv_cache_log
+from tests.live._calibration import Calibration, calibrate, histogram_buckets
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_SCRIPTS = REPO / "scripts" / "engine"
 SERVED_MODEL_NAME = "tiny-llama"
 MAX_MODEL_LEN = 4096
 MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's CPU default for the API server, stated so the profiler knows the chunk
+MAX_NUM_SEQS = 128  # vLLM's CPU default for the API server (engine/arg_utils.py), stated so the simulator knows it
 INSTALL_TIMEOUT_S = 1800
 # Measured here: with other CPU-bound work on the 2 cores, the API server and the test client were
 # starved for up to ~1 s while the engine kept stepping, so streams arrived in bursts and client-side
@@ -86,6 +92,7 @@ class LiveEngine:
     venv: Path
     env: dict[str, str] = field(repr=False)  # the engine-specific environment it runs with
     max_num_batched_tokens: int = MAX_NUM_BATCHED_TOKENS  # the prefill chunk (tokens per step)
+    max_num_seqs: int = MAX_NUM_SEQS  # most sequences running at once
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -265,6 +272,10 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory):
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(MAX_MODEL_LEN),
         "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
+        "--max-num-seqs", str(MAX_NUM_SEQS),
+        # TTFT / ITL histograms 4% wide (vLLM's ITL buckets start at 10 ms; steps here take ~2-60 ms)
+        "--custom-histogram-buckets", json.dumps({"time_to_first_token": histogram_buckets(),
+                                                  "inter_token_latency": histogram_buckets()}),
         "--enable-prefix-caching",
         "--dtype", "bfloat16",
         "--seed", "0",
@@ -334,3 +345,14 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory):
         log_file.close()
         if boosted:
             os.setpriority(os.PRIO_PROCESS, 0, own_nice)
+
+
+@pytest.fixture(scope="session")
+def calibration(vllm_engine: LiveEngine) -> Calibration:
+    """The engine profiled once per session: issue 4's grid, and the step model fitted on all of it."""
+    t0 = time.monotonic()
+    cal = calibrate(vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
+    coef = cal.fit.to_dict()["coefficients"]
+    print(f"[calibration] profiled in {time.monotonic() - t0:.0f} s ({cal.measurement.spec.repeats} repeats): "
+          + ", ".join(f"{k}={v:.3g}" for k, v in coef.items()))
+    return cal

@@ -15,24 +15,19 @@ table, with the table-backed ProfileStepModel's predictions beside the fit's.
 
 from __future__ import annotations
 
-import itertools
-import os
 import platform
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
+from llmcap.live import endpoint_fingerprint, to_profile
 from llmcap.perf import decode_step_time, is_stale, read_profile
 from llmcap.perf.profile import ProfileStepModel
+from tests.live._calibration import FIT, HOLD, HOLD_CONC, HOLD_ISL
 
 pytestmark = pytest.mark.live
 
-FIT_ISL, FIT_CONC = (64, 256, 1024, 2048), (1, 4, 16)
-HOLD_ISL, HOLD_CONC = (128, 512, 1536), (2, 8)
-FIT = list(itertools.product(FIT_ISL, FIT_CONC))
-HOLD = list(itertools.product(HOLD_ISL, (1, *HOLD_CONC)))
 TOLERANCE = 0.15
 
 
@@ -48,10 +43,10 @@ def _cpu_name() -> str:
 
 
 @pytest.fixture(scope="module")
-def measured(vllm_engine):
-    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=128, repeats=int(os.environ.get("LLMCAP_PROFILE_REPEATS", "5")),
-                       vocab_size=1000, max_num_batched_tokens=vllm_engine.max_num_batched_tokens)
-    return measure_endpoint(vllm_engine.base_url, vllm_engine.model, spec, progress=False)
+def measured(calibration):
+    """The session's one profile of the engine (conftest `calibration`: FIT + HOLD cells, OSL 128,
+    LLMCAP_PROFILE_REPEATS repeats, default 5), shared with the simulator checks."""
+    return calibration.measurement
 
 
 def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):

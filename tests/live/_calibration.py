@@ -1,0 +1,177 @@
+"""What the live acceptance checks share: one profiling run of the engine and its calibrated step
+model, the workload they replay, and a replay measured from both sides.
+
+- `calibrate`: the endpoint profile of issue 4 (fit cells + held-out cells, `PROFILE_REPEATS`
+  repeats), measured ONCE per session by the `calibration` fixture (conftest). The profile test fits
+  on the fit cells only and predicts the held-out ones; the simulator checks use `Calibration.fit`,
+  the NNLS fit on every measured cell (all the evidence there is).
+- `azure_workload`: the Azure 2023 conversation trace, transformed to suit this engine (see there).
+- `engine_config`: the simulator's `EngineConfig` from the engine's own settings.
+- `measure_replay`: an open-loop replay (`llmcap.live.replay`) plus the engine's own TTFT / ITL
+  histograms over exactly that replay (/metrics scraped before and after). The fixture starts the
+  engine with fine log-spaced buckets (`histogram_buckets`, 4% wide) so their quantiles resolve a
+  few-ms ITL; vLLM's default ITL buckets start at 10 ms.
+
+Why the engine's histograms: on this 2-core box the API server, the test client and other people's
+jobs share the core the engine does not use. Under that contention the server sometimes holds a
+stream and flushes it at the end (client gaps ~0, client TTFT inflated) and the client's own event
+loop runs late. vLLM's TTFT histogram is stamped by the server's frontend (request arrival -> first
+token processed) and its ITL histogram by the engine core's per-step timestamps: they measure the
+engine the simulator models, without the HTTP path that neither the simulator nor the step model
+covers. The client's per-request records are still what SLO attainment is scored on (issue 6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmcap.live import EndpointMeasurement, ProfileSpec, ReplayResult, measure_endpoint, replay
+from llmcap.perf import CalibratedFit, fit_step_model
+from llmcap.sim import EngineConfig
+from llmcap.trace import ingest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# ------------------------------------------------------------------ the profile (issue 4's grid)
+
+FIT_ISL, FIT_CONC = (64, 256, 1024, 2048), (1, 4, 16)
+HOLD_ISL, HOLD_CONC = (128, 512, 1536), (2, 8)
+FIT = list(itertools.product(FIT_ISL, FIT_CONC))
+HOLD = list(itertools.product(HOLD_ISL, (1, *HOLD_CONC)))
+PROFILE_OSL = 128
+PROFILE_REPEATS = int(os.environ.get("LLMCAP_PROFILE_REPEATS", "5"))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    measurement: EndpointMeasurement  # every cell, FIT + HOLD
+    fit: CalibratedFit  # NNLS on every measured cell: the step model the simulator checks use
+
+    @property
+    def client_overhead_s(self) -> float:
+        return self.fit.client_overhead_s
+
+
+def calibrate(base_url: str, model: str, max_num_batched_tokens: int) -> Calibration:
+    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=PROFILE_OSL, repeats=PROFILE_REPEATS, vocab_size=1000,
+                       max_num_batched_tokens=max_num_batched_tokens)
+    m = measure_endpoint(base_url, model, spec, progress=False)
+    obs, _, _ = m.fit_observations()
+    return Calibration(m, fit_step_model(obs))
+
+
+# ------------------------------------------------------------------ the engine's histograms
+
+def histogram_buckets(lo_s: float = 1e-3, hi_s: float = 60.0, ratio: float = 1.04) -> list[float]:
+    """Log-spaced upper bounds lo_s·ratio^k up to the first one >= hi_s (4% wide by default: ~280 buckets,
+    a quantile read inside one is off by 2% at most; few enough that /metrics stays cheap to scrape)."""
+    n = math.ceil(math.log(hi_s / lo_s) / math.log(ratio))
+    return [float(f"{lo_s * ratio**k:.6g}") for k in range(n + 1)]
+
+
+TTFT_HIST = "vllm:time_to_first_token_seconds"
+ITL_HIST = "vllm:inter_token_latency_seconds"
+
+Histograms = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (upper bounds, cumulative counts)
+
+
+def scrape_histograms(base_url: str, names: tuple[str, ...] = (TTFT_HIST, ITL_HIST)) -> Histograms:
+    text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
+    acc: dict[str, dict[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.endswith("_bucket") and s.name[: -len("_bucket")] in names:
+                d = acc.setdefault(s.name[: -len("_bucket")], {})
+                le = float(s.labels["le"])
+                d[le] = d.get(le, 0.0) + float(s.value)  # summed over label sets (one engine)
+    missing = set(names) - set(acc)
+    if missing:
+        raise AssertionError(f"/metrics has no histogram {sorted(missing)}")
+    return {k: (np.array(sorted(v)), np.array([v[le] for le in sorted(v)])) for k, v in acc.items()}
+
+
+def histogram_quantiles(before: Histograms, after: Histograms, name: str, qs: list[float]) -> tuple[np.ndarray, int]:
+    """Quantiles of the observations made between two scrapes (linear inside a bucket), and their count."""
+    le, c1 = after[name]
+    le0, c0 = before[name]
+    assert np.array_equal(le, le0)
+    c = c1 - c0
+    n = float(c[-1])
+    if n <= 0:
+        raise AssertionError(f"no {name} observations between the scrapes")
+    out = []
+    for q in qs:
+        k = int(np.searchsorted(c, q * n))
+        if not math.isfinite(le[k]):
+            raise AssertionError(f"{name} quantile {q} is past the last finite bucket")
+        lo, below = (le[k - 1], c[k - 1]) if k else (0.0, 0.0)
+        out.append(lo + (le[k] - lo) * (q * n - below) / max(c[k] - below, 1e-12))
+    return np.array(out), int(n)
+
+
+# ------------------------------------------------------------------ the workload
+
+AZURE_CONV = REPO / "data" / "raw" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
+OSL_DIVISOR = 8
+
+
+def azure_workload(max_model_len: int) -> pa.Table:
+    """The Azure 2023 conversation trace (19,366 requests), transformed to suit this engine.
+
+    Deterministic, row by row, joint (ISL, OSL) pairs and arrival gaps kept:
+    - OSL -> max(2, round(OSL / 8)) (median 129 -> 16, mean 211 -> 26). The tiny model decodes so
+      cheaply (a ~2 ms step, ~0.05 ms more per sequence) that at the original OSL a load heavy
+      enough to queue the engine streams thousands of tokens/s through the Python API server,
+      which shares one core with the client and other jobs: the HTTP path, not the engine, would
+      saturate first. With OSL / 8 the engine's prefill is the bottleneck, as it is for a real
+      model on this trace's long prompts (median ISL 1020), and each run stays short.
+    - ISL -> min(ISL, max_model_len - OSL) so every request fits the engine (clips the ~1% above 4k).
+    Arrival times are kept as recorded; every check rate-scales an excerpt (`scale_rate`).
+    """
+    t = ingest(AZURE_CONV).trace
+    osl = np.maximum(2, np.round(t.column("osl").to_numpy() / OSL_DIVISOR)).astype(np.int64)
+    isl = np.minimum(t.column("isl").to_numpy(), max_model_len - osl).astype(np.int64)
+    return pa.table({"request_id": t.column("request_id"), "arrival_s": t.column("arrival_s"), "isl": isl, "osl": osl})
+
+
+def engine_config(engine) -> EngineConfig:  # engine: tests.live.conftest.LiveEngine
+    """The simulator's replica = the live engine's own settings (KV as it reports it)."""
+    return EngineConfig(
+        num_blocks=engine.kv.num_blocks, block_size=engine.kv.block_size, max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens, enable_prefix_caching=bool(engine.kv.prefix_caching),
+        kv_bytes_per_token=engine.kv.bytes_per_token or 0.0,
+    )
+
+
+# ------------------------------------------------------------------ a replay, measured from both sides
+
+@dataclass(frozen=True)
+class Measured:
+    replay: ReplayResult  # the client's records (REQUEST_SCHEMA) and every client-seen gap
+    engine_ttft: np.ndarray  # engine's TTFT quantiles at QS (s)
+    engine_itl: np.ndarray  # engine's ITL quantiles at QS (s)
+    engine_requests: int
+    engine_gaps: int
+
+
+QS = [0.5, 0.9]
+
+
+def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Measured:
+    """Replay `trace` open-loop; `seed` picks the prompts' tokens: give every replay its own, or the
+    engine's prefix cache serves a repeated excerpt from the last replay."""
+    before = scrape_histograms(base_url)
+    res = replay(base_url, model, trace, seed=seed)
+    after = scrape_histograms(base_url)
+    ttft, n_req = histogram_quantiles(before, after, TTFT_HIST, QS)
+    itl, n_gaps = histogram_quantiles(before, after, ITL_HIST, QS)
+    return Measured(res, ttft, itl, n_req, n_gaps)
