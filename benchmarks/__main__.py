@@ -1,12 +1,11 @@
 """`make bench`: ingestion throughput per format and characterisation time.
 
 Inputs are generated once (seeded) under .work/bench/ at sizes big enough to time the bulk paths:
-each row count is printed with the figures. Each figure is the best of `REPEATS` runs.
+each row count is printed with the figures. Each figure is the best of 3 runs (`benchmarks._timing.best_of`).
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +13,11 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from benchmarks._timing import best_of
 from llmcap.config import CharacteriseParams, CleanParams
 from llmcap.trace import characterise, clean_trace, read_trace
 
 OUT = Path(__file__).resolve().parent.parent / ".work" / "bench"
-REPEATS = 3
 ROWS = {"mooncake": 200_000, "azure": 1_000_000, "burstgpt": 1_000_000, "lengths": 1_000_000, "parquet": 1_000_000}
 
 
@@ -74,15 +73,6 @@ def make_inputs() -> dict[str, Path]:
             lines.append(f'{{"timestamp": {t}, "input_length": {i}, "output_length": {o}, "hash_ids": {ids}}}')
         path.write_text("\n".join(lines) + "\n")
     return files
-
-
-def best_of(fn, repeats: int = REPEATS) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main() -> None:

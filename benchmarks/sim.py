@@ -7,7 +7,7 @@
   step times to ~1e-15). The roofline rows also give their wall time relative to the linear one.
 - 1,000,000 synthetic requests (jointly resampled from Mooncake, written once to .work/bench/, Poisson at 2 x the source rate (8 replicas: twice the 4-replica load)) on 8
   replicas, simulated in a child process so its peak RSS is the simulation's (synthesis peaks on its own).
-Each wall time is the best of `REPEATS` runs (the 1M run: one).
+Each wall time is the best of 3 runs (the 1M run: one).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks._timing import best_of
 from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.memory import Parallelism, plan_memory
@@ -31,7 +32,6 @@ from llmcap.sim.standin import analytic_step_model
 ROOT = Path(__file__).resolve().parent.parent
 CONVERSATION = ROOT / "data/raw/mooncake/conversation_trace.jsonl"
 MODEL, GPU = "Llama-3.1-8B", "h100"
-REPEATS = 3
 SYNTH_N = 1_000_000
 SYNTH_FILE = ROOT / ".work" / "bench" / "mooncake_synth_1m.parquet"
 
@@ -41,15 +41,6 @@ def _config(replicas: int) -> SimConfig:
     blocks = plan_memory(spec, g, Parallelism(tp=1)).kv_blocks_per_rank
     engine = EngineConfig(num_blocks=blocks, kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes("bf16")))
     return SimConfig(engine=engine, replicas=replicas)
-
-
-def _best(fn, repeats: int = REPEATS):
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def _conversation():
@@ -92,7 +83,7 @@ def main() -> None:
     for name, model in models.items():
         for replicas in (4, 8):
             cfg = _config(replicas)
-            wall, r = _best(lambda m=model, c=cfg: simulate(trace, m, c, rng=np.random.default_rng(0)))
+            wall, r = best_of(lambda m=model, c=cfg: simulate(trace, m, c, rng=np.random.default_rng(0)))
             linear_wall.setdefault(replicas, wall)
             s = r.summary
             print(
