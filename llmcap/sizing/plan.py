@@ -213,20 +213,35 @@ class _Sizer:
         )  # fmt: skip
 
     def aggregated(self, rows: pd.DataFrame, incumbent: float) -> list[SizedRow]:
-        """Branch and bound in batches of `shortlist`: simulate candidates in order of analytic bound per GPU
-        while the next bound can still beat the best goodput per GPU found so far (`incumbent` seeds it,
-        e.g. from the P/D search), up to `max_simulated`."""
+        """Branch and bound in rounds of `shortlist`: simulate candidates by analytic bound per GPU (the best
+        of each parallel layout first) while their bound can still beat the best goodput per GPU found so
+        far (`incumbent` seeds it, e.g. from the P/D search), up to `max_simulated`."""
         p = self.params
         units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
-        queue = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
+        viable = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
+        # Rounds take the best of each parallel layout first (GPU, TP, PP, EP), so variants of one layout
+        # (KV dtype, chunk size) do not use up the budget before other layouts are tried.
+        rank: dict[tuple, int] = {}
+        order = []
+        for u in viable:
+            layout = (u.row["gpu"], int(u.row["tp"]), int(u.row["pp"]), int(u.row["ep"]))
+            order.append((rank.get(layout, 0), -u.bound_per_gpu, u.key, u))
+            rank[layout] = rank.get(layout, 0) + 1
+        queue = [u for *_, u in sorted(order, key=lambda t: t[:3])]
         self.say(f"aggregated: {len(queue)} candidates can meet the SLOs when idle; simulating by analytic bound per GPU")
         out: list[SizedRow] = []
         best = incumbent
-        while queue and len(out) < p.max_simulated and queue[0].bound_per_gpu > best:
-            batch, queue = queue[: min(p.shortlist, p.max_simulated - len(out))], queue[min(p.shortlist, p.max_simulated - len(out)) :]
+        bounded: list[Unit] = []
+        while len(out) < p.max_simulated:
+            bounded += [u for u in queue if u.bound_per_gpu <= best]
+            queue = [u for u in queue if u.bound_per_gpu > best]
+            if not queue:
+                break
+            n = min(p.shortlist, p.max_simulated - len(out))
+            batch, queue = queue[:n], queue[n:]
             tasks = [SearchTask(u.key, self.evaluate(u), p.slo.attainment_target, p.search, 0.5 * u.bounds.rate) for u in batch]
             results = search_candidates(tasks, self.executor)
             for u in batch:
@@ -236,9 +251,10 @@ class _Sizer:
                 out.append(SizedRow(u.key, "aggregated", u.gpus, res, plan, u.config, u.gpu, unit=u))
                 if res.best is not None and res.max_rate > 0:
                     best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
+        for u in bounded:
+            self.notes.append(f"pruned {u.key}: analytic bound {u.bound_per_gpu:.3g} req/s per GPU ({u.bounds.binding}) cannot beat the best goodput found")
         for u in queue:
-            why = f"its bound {u.bound_per_gpu:.3g} ≤ best goodput {best:.3g} per GPU" if u.bound_per_gpu <= best else f"max_simulated {p.max_simulated} reached"
-            self.notes.append(f"pruned {u.key}: analytic bound {u.bounds.rate:.3g} req/s/instance ({u.bounds.binding}); {why}")
+            self.notes.append(f"not simulated {u.key} (bound {u.bound_per_gpu:.3g} req/s per GPU): max_simulated {p.max_simulated} reached")
         return out
 
     def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
