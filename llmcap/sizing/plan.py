@@ -187,6 +187,18 @@ def validate_instances(
     return None, tried
 
 
+def unit_evaluate(
+    trace: pa.Table, params: SizeParams, unit: Unit, replicas: int = 1, pd: PDConfig | None = None,
+    decode: Unit | None = None, excerpt: int | None = None,
+) -> SimEvaluate:  # fmt: skip
+    """The simulator-backed evaluate(rate, seed) of `replicas` instances of `unit` (or a P/D unit with `pd`,
+    `unit` as the prefill pool and `decode` as the decode pool)."""
+    return SimEvaluate(
+        trace, unit.step_model, unit.engine, params.slo, excerpt or params.excerpt_requests, replicas, params.router, pd,
+        None if decode is None else decode.step_model,
+    )  # fmt: skip
+
+
 class _Sizer:
     """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
 
@@ -199,12 +211,8 @@ class _Sizer:
         self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
         self.notes: list[str] = []
 
-    def evaluate(self, unit: Unit, replicas: int = 1, pd_cfg: PDConfig | None = None, decode: Unit | None = None, excerpt: int | None = None) -> SimEvaluate:
-        p = self.params
-        return SimEvaluate(
-            self.trace, unit.step_model, unit.engine, p.slo, excerpt or p.excerpt_requests, replicas, p.router, pd_cfg,
-            None if decode is None else decode.step_model,
-        )  # fmt: skip
+    def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
+        return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
 
     def plan(self, unit_rps: float, unit_gpus: int, gpu: GpuSpec, p99_tokens: float | None, kv_tokens: float | None) -> CapacityPlan:
         return plan_headroom(
@@ -319,11 +327,7 @@ class _PdFactory:
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
         pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
-        p = self.params
-        return SimEvaluate(
-            self.trace, self.prefill.step_model, self.prefill.engine, p.slo, p.excerpt_requests, 1, p.router, pd_cfg,
-            self.decode.step_model,
-        )  # fmt: skip
+        return unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
 
 
 def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
