@@ -27,6 +27,7 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.memory import Parallelism, plan_memory
 from llmcap.perf import build_step_model
 from llmcap.sim import EngineConfig, SimConfig, simulate
+from llmcap.sim.workload import SIM_COLUMNS
 from llmcap.sim.standin import analytic_step_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ def synthetic_child() -> None:
     """Run in a child: load the 1M trace, simulate, print one JSON line with the figures."""
     from llmcap.trace import load_trace
 
-    trace = load_trace(SYNTH_FILE)
+    trace = load_trace(SYNTH_FILE, columns=SIM_COLUMNS)
     start = time.perf_counter()
     r = simulate(trace, analytic_step_model(MODEL, GPU), _config(8), rng=np.random.default_rng(0))
     wall = time.perf_counter() - start

@@ -34,7 +34,7 @@ from llmcap.sim.recorder import OK, Recorder
 from llmcap.sim.steptime import StepTimer
 
 INF = float("inf")
-TRIM_STEPS = 1 << 20  # histogram mode: look for dead steps to drop once the log is this long
+TRIM_STEPS = 1 << 16  # histogram mode: look for dead steps to drop once the log is this long (16 B a step)
 HIST_BINS_PER_DECADE = 1000  # histogram mode: bins 0.23% wide
 HIST_MIN_S, HIST_DECADES = 1e-7, 12  # 0.1 µs .. 1e5 s
 
@@ -150,6 +150,7 @@ class Replica:
         self.ts = array("q")  # 8 ints per grid time (see state_at); row i is at time i·resolution
         # step log: duration and regular-gap decode count per step, from step index log_base on
         self.log_base = 0
+        self.trim_at = TRIM_STEPS  # histogram mode: log length of the next trim attempt
         self.hist = None if itl_exact else np.zeros(HIST_BINS_PER_DECADE * HIST_DECADES, dtype=np.int64)
 
     # ---------------------------------------------------------------- outside view
@@ -280,7 +281,7 @@ class Replica:
         b = self.B
         self.log_dur.extend(self.run_durs[self.run_done : m])
         self.log_w.extend([b] * n)
-        if self.hist is not None and len(self.log_dur) > TRIM_STEPS:
+        if self.hist is not None and len(self.log_dur) > self.trim_at:
             self._trim()
         self.S += n
         self.ctx_sum += n * b
@@ -690,7 +691,8 @@ class Replica:
                 live.append(req.S0)
             live.extend(a for a, _ in req.eps if a >= 0)
         cut = min(live) - self.log_base
-        if cut < len(self.log_dur) // 2:
+        if cut < len(self.log_dur) // 2:  # a long-lived request holds the log: look again at twice the length
+            self.trim_at = 2 * len(self.log_dur)
             return
         d = np.frombuffer(self.log_dur, dtype=np.float64)
         w = np.frombuffer(self.log_w, dtype=np.int64)
@@ -699,5 +701,6 @@ class Replica:
         del d, w
         self.log_dur, self.log_w = array("d", keep_d.tobytes()), array("q", keep_w.tobytes())
         self.log_base += cut
+        self.trim_at = max(TRIM_STEPS, 2 * len(self.log_dur))
 
     horizon = INF  # set by the cluster: the next outside event, a hint for planning run lengths

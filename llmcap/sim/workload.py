@@ -4,11 +4,16 @@ Segment b of request r (its b-th trace hash) covers engine blocks [hi(b-1), hi(b
 hi(b) = min(((b+1)·T) // bs, isl // bs) (T: trace block size, bs: engine block size) — the engine
 blocks whose last token lies in trace block b, and only full prompt blocks. Empty segments (bs > T)
 are skipped by the engine; the next segment's chain hash still names the whole prefix.
+
+Memory. The hashes are by far the largest column (~24 per request on Mooncake-like traces), so they
+are read in place from the trace's Arrow chunks (zero-copy views, one per chunk) and each request's
+segment ends are computed when the engine asks for them (once per admission), not stored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -17,25 +22,61 @@ import pyarrow.compute as pc
 from llmcap.errors import LlmcapError
 from llmcap.trace.schema import block_size_of
 
+# what a simulation reads of a canonical trace (`load_trace(path, columns=SIM_COLUMNS)`)
+SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "hash_ids")
+
+
+@dataclass(frozen=True)
+class HashChunk:
+    first: int  # row of the trace where this chunk starts
+    offsets: np.ndarray  # int64 [rows + 1] into keys
+    keys: np.ndarray  # int64 chain hashes (a view of the Arrow buffer)
+
 
 @dataclass(frozen=True)
 class Workload:
     arrival: np.ndarray  # float64, sorted
     isl: np.ndarray  # int64
     osl: np.ndarray  # int64
-    offsets: np.ndarray | None  # int64 [n+1] into keys / seg_hi; None: no prefix hashes
-    keys: np.ndarray | None  # int64 chain hashes, flat
-    seg_hi: np.ndarray | None  # int64 cumulative engine-block end of each segment, flat
+    chunks: tuple[HashChunk, ...] | None = None  # None: no prefix hashes
+    trace_block: int = 0
+    block_size: int = 16
+    starts: list[int] = field(init=False, repr=False)  # first row of each chunk, for bisect
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "starts", [c.first for c in self.chunks or ()])
 
     @property
     def n(self) -> int:
         return int(self.arrival.size)
 
+    @property
+    def has_hashes(self) -> bool:
+        return self.chunks is not None
+
     def segments(self, i: int) -> tuple[list[int], list[int]]:
-        if self.offsets is None:
+        """Request i's chain hashes and the engine-block end of each of their segments."""
+        if self.chunks is None:
             return [], []
-        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
-        return self.keys[a:b].tolist(), self.seg_hi[a:b].tolist()  # type: ignore[index]
+        chunks = self.chunks
+        c = chunks[bisect_right(self.starts, i) - 1] if len(chunks) > 1 else chunks[0]
+        a, b = int(c.offsets[i - c.first]), int(c.offsets[i - c.first + 1])
+        keys = c.keys[a:b].tolist()
+        T, bs, cap = self.trace_block, self.block_size, int(self.isl[i]) // self.block_size
+        return keys, [min(p * T // bs, cap) for p in range(1, b - a + 1)]
+
+
+
+def _hash_chunks(column: pa.ChunkedArray) -> tuple[HashChunk, ...]:
+    out, first = [], 0
+    for lists in column.chunks:
+        if lists.null_count:
+            lists = pc.fill_null(lists, pa.scalar([], pa.list_(pa.int64())))
+        offsets = lists.offsets.to_numpy()  # into the whole child array: a sliced chunk starts past 0
+        keys = lists.values.to_numpy(zero_copy_only=False)
+        out.append(HashChunk(first, offsets, keys))
+        first += len(lists)
+    return tuple(out)
 
 
 def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = True) -> Workload:
@@ -52,21 +93,5 @@ def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = Tru
         raise LlmcapError("trace isl and osl must be >= 1")
     trace_block = block_size_of(table) if "hash_ids" in table.column_names else None
     if not use_hashes or trace_block is None or table.num_rows == 0:
-        return Workload(arrival, isl, osl, None, None, None)
-    lists = table.column("hash_ids").combine_chunks()
-    if lists.null_count:
-        lists = pc.fill_null(lists, pa.scalar([], pa.list_(pa.int64())))
-    offsets = lists.offsets.to_numpy().astype(np.int64)
-    keys = lists.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
-    offsets = offsets - offsets[0]
-    counts = np.diff(offsets)
-    caps = isl // block_size
-    seg_hi = np.empty(keys.size, dtype=np.int32)
-    chunk = 1 << 16  # requests at a time: bounded temporaries on million-request traces
-    for a in range(0, arrival.size, chunk):
-        b = min(a + chunk, arrival.size)
-        lo, hi = offsets[a], offsets[b]
-        c = counts[a:b]
-        pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(offsets[a:b] - lo, c)  # position in its own list
-        seg_hi[lo:hi] = np.minimum((pos + 1) * trace_block // block_size, np.repeat(caps[a:b], c))
-    return Workload(arrival, isl, osl, offsets, keys, seg_hi)
+        return Workload(arrival, isl, osl)
+    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size)

@@ -12,6 +12,7 @@ Public API:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -57,14 +58,27 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
-def load_trace(path: str | Path) -> pa.Table:
-    """A canonical trace written by `write_table` (checked against the schema)."""
+READ_BATCH_ROWS = 1 << 16  # Parquet is decoded this many rows at a time: one huge row group never peaks at several times its size
+
+
+def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """A canonical trace written by `write_table` (checked against the schema); `columns`: only these
+    canonical columns (a simulation needs five of twelve)."""
     path = Path(path)
+    names = list(CANONICAL_SCHEMA.names if columns is None else columns)
+    unknown = [c for c in names if c not in CANONICAL_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"not canonical trace columns: {unknown}")
     try:
-        table = pq.read_table(path)
+        pf = pq.ParquetFile(path, pre_buffer=False)
+        present = pf.schema_arrow.names
+        missing = [f.name for f in CANONICAL_SCHEMA if f.name not in present]
+        if missing:
+            raise InputFileError(path, "not a canonical llmcap trace", field=missing[0])
+        metadata = pf.schema_arrow.metadata
+        batches = list(pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=names, use_threads=False))
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputFileError(path, f"not a readable Parquet trace ({exc})") from None
-    missing = [f.name for f in CANONICAL_SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise InputFileError(path, "not a canonical llmcap trace", field=missing[0])
-    return table.select(CANONICAL_SCHEMA.names).cast(CANONICAL_SCHEMA.with_metadata(table.schema.metadata))
+    schema = pa.schema([CANONICAL_SCHEMA.field(c) for c in names], metadata=metadata)
+    read_schema = pa.schema([pf.schema_arrow.field(c) for c in names], metadata=metadata)
+    return pa.Table.from_batches(batches, schema=read_schema).cast(schema)
