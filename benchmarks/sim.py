@@ -5,14 +5,18 @@
   with the catalog-derived LinearStepModel stand-in (timed inline with plain floats) and with the
   roofline model (`build_step_model`; the StepTimer compiles it to `CompiledRoofline` tables, same
   step times to ~1e-15). The roofline rows also give their wall time relative to the linear one.
-- 1,000,000 synthetic requests (jointly resampled from Mooncake, written once to .work/bench/, Poisson at 2 x the source rate (8 replicas: twice the 4-replica load)) on 8
-  replicas, simulated in a child process so its peak RSS is the simulation's (synthesis peaks on its own).
+  Each row runs twice: with the Python sources (a child with LLMCAP_SIM_PURE=1) and with the
+  mypyc-compiled core `make setup` builds (`x source`: wall time relative to the sources).
+- 1,000,000 synthetic requests (jointly resampled from Mooncake, written once to .work/bench/, Poisson
+  at 2 x the source rate (8 replicas: twice the 4-replica load)) on 8 replicas with the compiled core,
+  simulated in a child process so its peak RSS is the simulation's (synthesis peaks on its own).
 Each wall time is the best of 3 runs (the 1M run: one).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -62,6 +66,7 @@ def synthetic_trace() -> None:
 
 def synthetic_child() -> None:
     """Run in a child: load the 1M trace, simulate, print one JSON line with the figures."""
+    from llmcap.sim import CORE
     from llmcap.trace import load_trace
 
     trace = load_trace(SYNTH_FILE, columns=SIM_COLUMNS)
@@ -69,36 +74,58 @@ def synthetic_child() -> None:
     r = simulate(trace, analytic_step_model(MODEL, GPU), _config(8), rng=np.random.default_rng(0))
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"wall_s": wall, "sim_s": r.summary["duration_s"], "completed": r.summary["completed"], "peak_bytes": peak}))
+    print(json.dumps({"wall_s": wall, "sim_s": r.summary["duration_s"], "completed": r.summary["completed"], "peak_bytes": peak,
+                      "core": CORE}))
 
 
-def main() -> None:
+def mooncake_rows() -> list[dict]:
+    """Every (step model, replicas) row on the Mooncake conversation trace with this process's core."""
+    from llmcap.sim import CORE
+
     trace = _conversation()
     models = {"linear stand-in": analytic_step_model(MODEL, GPU), "roofline": build_step_model(MODEL, GPU)}
-    print(f"simulator: Mooncake conversation ({trace.num_rows:,} requests), {MODEL} on {GPU} TP1")
-    print(
-        f"{'step model':<16} {'replicas':>8} {'wall s':>8} {'req/wall-s':>11} {'sim-s/wall-s':>13} {'completed':>10}"
-        f" {'ttft p99 ms':>12} {'x linear':>9}"
-    )
-    linear_wall: dict[int, float] = {}
+    rows = []
     for name, model in models.items():
         for replicas in (4, 8):
             cfg = _config(replicas)
             wall, r = best_of(lambda m=model, c=cfg: simulate(trace, m, c, rng=np.random.default_rng(0)))
-            linear_wall.setdefault(replicas, wall)
             s = r.summary
-            print(
-                f"{name:<16} {replicas:>8} {wall:>8.3f} {trace.num_rows / wall:>11,.0f} {s['duration_s'] / wall:>13,.0f}"
-                f" {s['completed']:>10,} {s['ttft_ms']['p99']:>12,.0f} {wall / linear_wall[replicas]:>9.2f}"
-            )
+            rows.append({"core": CORE, "model": name, "replicas": replicas, "wall_s": wall, "requests": trace.num_rows,
+                         "sim_s": s["duration_s"], "completed": s["completed"], "ttft_p99_ms": s["ttft_ms"]["p99"]})
+    return rows
+
+
+def _child(flag: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.sim", flag], capture_output=True, text=True, cwd=ROOT,
+                         check=True, env={**os.environ, **env})
+    return out.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    # the sources first, in a child (LLMCAP_SIM_PURE=1), then this process's (compiled) core
+    rows = json.loads(_child("--mooncake", LLMCAP_SIM_PURE="1")) + mooncake_rows()
+    print(f"simulator: Mooncake conversation ({rows[0]['requests']:,} requests), {MODEL} on {GPU} TP1")
+    print(
+        f"{'core':<7} {'step model':<16} {'replicas':>8} {'wall s':>8} {'req/wall-s':>11} {'sim-s/wall-s':>13} {'completed':>10}"
+        f" {'ttft p99 ms':>12} {'x linear':>9} {'x source':>9}"
+    )
+    wall = {(r["core"], r["model"], r["replicas"]): r["wall_s"] for r in rows}
+    for r in rows:
+        lin = wall[(r["core"], "linear stand-in", r["replicas"])]
+        src = wall[("source", r["model"], r["replicas"])]
+        print(
+            f"{r['core']:<7} {r['model']:<16} {r['replicas']:>8} {r['wall_s']:>8.3f} {r['requests'] / r['wall_s']:>11,.0f}"
+            f" {r['sim_s'] / r['wall_s']:>13,.0f} {r['completed']:>10,} {r['ttft_p99_ms']:>12,.0f} {r['wall_s'] / lin:>9.2f}"
+            f" {r['wall_s'] / src:>9.2f}"
+        )
     if not SYNTH_FILE.exists():
         subprocess.run([sys.executable, "-m", "benchmarks.sim", "--make-synthetic"], cwd=ROOT, check=True)
-    out = subprocess.run([sys.executable, "-m", "benchmarks.sim", "--synthetic"], capture_output=True, text=True, cwd=ROOT, check=True)
-    f = json.loads(out.stdout.strip().splitlines()[-1])
+    f = json.loads(_child("--synthetic"))
     print(
-        f"simulator: {SYNTH_N:,} synthetic requests, 8 replicas, linear stand-in: {f['wall_s']:.1f} s wall, "
+        f"simulator: {SYNTH_N:,} synthetic requests, 8 replicas, linear stand-in, {f['core']} core: {f['wall_s']:.1f} s wall, "
         f"{SYNTH_N / f['wall_s']:,.0f} req/wall-s, {f['sim_s'] / f['wall_s']:,.0f} sim-s/wall-s, "
-        f"peak RSS {f['peak_bytes'] / 2**30:.2f} GiB (whole child process: trace loaded from Parquet + simulation)"
+        f"peak RSS {f['peak_bytes'] / 2**30:.2f} GiB = {f['peak_bytes'] / 1e9:.2f} GB (whole child process: imports, "
+        f"trace loaded from Parquet ({', '.join(SIM_COLUMNS)}), simulation and its outputs)"
     )
 
 
@@ -107,5 +134,7 @@ if __name__ == "__main__":
         synthetic_trace()
     elif "--synthetic" in sys.argv:
         synthetic_child()
+    elif "--mooncake" in sys.argv:
+        print(json.dumps(mooncake_rows()))
     else:
         main()

@@ -63,6 +63,7 @@ from llmcap.memory import (
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
 from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
+from llmcap.perf.roofline_scalar import ScalarRoofline
 
 F64 = NDArray[np.float64]
 Bound = Literal["compute", "memory", "communication", "overhead"]
@@ -494,6 +495,9 @@ class CompiledRoofline:
                 group[g] = group.get(g, 0.0) + float(cnt)
             self._stage_groups.append(sorted(group.items()))
         self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
+        self.scalar = ScalarRoofline(
+            self._per_pair, self._peak, self._amax, self._half, self._kv, self._c_pf, self._bw, self._overhead, self._groups1
+        )
         self._n = 0
         self._ta, self._la, self._hop = np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, 0))
         self._grow(int(max_tokens) + 1)
@@ -513,6 +517,7 @@ class CompiledRoofline:
         self._la_l = la.tolist()
         self._hop_l = hop.tolist()
         self._ta1, self._la1 = self._ta_l[0][0], self._la_l[0][0]
+        self.scalar.set_tables(self._ta1, self._la1)
         self._n = ta.shape[-1]  # last: readers check it before indexing
 
     def _block(self, lo: int) -> tuple[F64, F64, F64]:
@@ -558,14 +563,11 @@ class CompiledRoofline:
                 return self.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
             return self._exact_one(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
         if self.pp == 1:
-            t = self._ta1[int(T)] + self._la1[int(L)]
-            for w, cnt in self._groups1:
-                t = t + cnt * self._attn(p_tok, p_pairs, d_seqs, d_ctx, w)
-            return t + self._overhead
+            return self.scalar.step(p_tok, p_pairs, p_seqs, d_seqs, d_ctx)
         m = min(max(L, 1.0), float(self.pp))
         mi, ti, li = int(m) - 1, int(T), int(L)
         pt, pr, dq, cx = p_tok / m, p_pairs / m, d_seqs / m, d_ctx / m
-        a = [self._attn(pt, pr, dq, cx, w) for w in self._windows]
+        a = [self.scalar.attn(pt, pr, dq, cx, w) for w in self._windows]
         ta, la = self._ta_l[mi], self._la_l[mi]
         st = []
         for s, groups in enumerate(self._stage_groups):
@@ -580,19 +582,8 @@ class CompiledRoofline:
         bubble = max(0.0, m * max(st) - trav)
         return (trav + bubble) + self._overhead
 
-    def _attn(self, pt: float, pr: float, dq: float, cx: float, w: int | None) -> float:
-        """Prefill + decode attention of one layer (RooflineModel._layer's formulas, plain floats)."""
-        if w is not None:
-            pr = min(pr, pt * w)
-            cx = min(cx, dq * w)
-        te = max(pt, 1.0)
-        eff = self._amax * te / (te + self._half)
-        ap = max(self._per_pair * pr / (self._peak * eff), pt * self._c_pf / self._bw)
-        ad = max(self._per_pair * cx / self._dec_peak, (cx * self._kv + dq * self._c_pf) / self._bw)
-        return ap + ad
-
     def _attn_arrays(self, pt: F64, pr: F64, dq: F64, cx: F64, w: int | None) -> F64:
-        """`_attn` in numpy, operation for operation."""
+        """`ScalarRoofline.attn` in numpy, operation for operation."""
         if w is not None:
             pr = np.minimum(pr, pt * w)
             cx = np.minimum(cx, dq * w)

@@ -16,7 +16,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from llmcap.sim.config import SimConfig
+from llmcap.sim.config import EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
 from llmcap.sim.recorder import REJECTED, Recorder
@@ -49,31 +49,37 @@ def run_cluster(
     rng: np.random.Generator | None,
     progress: Callable[[int, int], None] | None = None,
     decode_timer: StepTimer | None = None,
+    on_decision: Callable[[Replica, float], None] | None = None,
 ) -> ClusterRun:
+    """`on_decision(replica, t)` runs after every replica decision (tests check invariants there)."""
     n = work.n
     rec = Recorder(n)
     pd = cfg.pd
     ecfg = cfg.engine
     exact = cfg.itl_exact if cfg.itl_exact is not None else n <= EXACT_ITL_MAX_REQUESTS
-    common = dict(
-        reference=cfg.reference, max_run_steps=cfg.max_run_steps, resolution_s=cfg.timeseries_resolution_s,
-        segments=work.segments if work.has_hashes else None, itl_exact=exact,
-    )  # fmt: skip
+    segments = work.segments if work.has_hashes else None
+    at_handoff = pd is not None and pd.first_token_from == "decode"
+
+    def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
+        return Replica(
+            j, ec, tm, rec, role=role, reference=cfg.reference, max_run_steps=cfg.max_run_steps,
+            resolution_s=cfg.timeseries_resolution_s, first_token_at_handoff=at_handoff, segments=segments, itl_exact=exact,
+        )  # fmt: skip
+
     if pd is None:
-        front = [Replica(j, ecfg, timer, rec, **common) for j in range(cfg.replicas)]
+        front = [replica(j, ecfg, timer, "both") for j in range(cfg.replicas)]
         back: list[Replica] = []
         fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
     else:
         dcfg = pd.decode_engine or ecfg
-        at_handoff = pd.first_token_from == "decode"
-        front = [Replica(j, ecfg, timer, rec, role="prefill", first_token_at_handoff=at_handoff, **common) for j in range(pd.prefill_replicas)]
-        back = [Replica(j, dcfg, decode_timer or timer, rec, role="decode", first_token_at_handoff=at_handoff, **common) for j in range(pd.decode_replicas)]
+        front = [replica(j, ecfg, timer, "prefill") for j in range(pd.prefill_replicas)]
+        back = [replica(j, dcfg, decode_timer or timer, "decode") for j in range(pd.decode_replicas)]
         fits = (_blocks(work.isl, ecfg.block_size) <= ecfg.num_blocks) & (
             _blocks(work.isl + work.osl - 1, dcfg.block_size) <= dcfg.num_blocks
         )
     replicas = front + back
     for gid, r in enumerate(replicas):
-        r.gid = gid  # type: ignore[attr-defined]
+        r.gid = gid
     router = Router(cfg.router, front, n, rng, cfg.prefix_load_penalty)
     back_policy = "round_robin" if cfg.router == "round_robin" else "least_outstanding_tokens"
     back_router = Router(back_policy, back, n, None, 0.0) if back else None
@@ -129,6 +135,8 @@ def run_cluster(
                     continue
                 r.horizon = ta
                 r.advance()
+                if on_decision is not None:
+                    on_decision(r, t)
                 if r.outputs:
                     outs, r.outputs = r.outputs, []
                     for req in outs:

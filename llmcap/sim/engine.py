@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Hashable
 from heapq import heappop, heappush
 
 import numpy as np
@@ -65,7 +66,7 @@ class Req:
         self.alloc = 0  # tokens with KV slots allocated
         self.keys = keys  # None until admission (waiting requests hold no lists)
         self.his = his if his is not None else []
-        self.segs: list = []  # prefix segments this request holds a reference to
+        self.segs: list[Hashable] = []  # prefix segments this request holds a reference to
         self.seg_blocks = 0
         self.reg = 0  # next own segment to publish
         self.stamp = 0
@@ -99,6 +100,8 @@ class Replica:
         itl_exact: bool = True,
     ) -> None:
         self.index = index
+        self.gid = index  # position in the whole cluster (the cluster sets it; heap ties)
+        self.horizon = INF  # set by the cluster: the next outside event, a hint for planning run lengths
         self.cfg = cfg
         self.bs = cfg.block_size
         self.timer = timer
@@ -126,7 +129,7 @@ class Replica:
         self.busy = False
         self.t = 0.0  # time of the last decision
         self.run_ends: list[float] = []
-        self.run_durs: list[float] = []
+        self.run_durs: array[float] = array("d")
         self.run_k = 0
         self.run_done = 0
         self.run_alloc = 0  # steps of the run whose blocks are allocated
@@ -279,8 +282,8 @@ class Replica:
         if n <= 0:
             return
         b = self.B
-        self.log_dur.extend(self.run_durs[self.run_done : m])
-        self.log_w.extend([b] * n)
+        self.log_dur.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
+        self.log_w.extend(array("q", (b,)) * n)
         if self.hist is not None and len(self.log_dur) > self.trim_at:
             self._trim()
         self.S += n
@@ -450,7 +453,8 @@ class Replica:
 
     def _register(self, req: Req) -> None:
         """Publish the request's segments that its allocated blocks now fully cover."""
-        his, keys, segments = req.his, req.keys, self.kv.segments
+        his, segments = req.his, self.kv.segments
+        keys = req.keys if req.keys is not None else []
         full = req.alloc // self.bs
         j, n = req.reg, len(his)
         lo = his[j - 1] if j else 0
@@ -488,7 +492,7 @@ class Replica:
             cap = (n_tok - 1) // bs
             lo = 0
             chained = True
-            for key, hi in zip(req.keys, req.his):
+            for key, hi in zip(req.keys if req.keys is not None else [], req.his):
                 if hi == lo:
                     reg += 1
                     continue
@@ -581,20 +585,20 @@ class Replica:
             budget -= self.B
         # 2. partially prefilled requests
         for stamp in list(self.partials):
-            req = self.partials.get(stamp)
-            if req is None:
+            part = self.partials.get(stamp)
+            if part is None:
                 continue
             if budget <= 0:
                 break
-            c = min(req.isl + req.g - req.n_comp, budget)
-            need = -(-(req.n_comp + c) // bs) - (-(-req.alloc // bs))
-            if not self._make_room(need, req, allocated=True):
+            c = min(part.isl + part.g - part.n_comp, budget)
+            need = -(-(part.n_comp + c) // bs) - (-(-part.alloc // bs))
+            if not self._make_room(need, part, allocated=True):
                 continue
             kv.alloc(need)
-            req.alloc = req.n_comp + c
-            if self.caching and req.his:
-                self._register(req)
-            entries.append((req, c))
+            part.alloc = part.n_comp + c
+            if self.caching and part.his:
+                self._register(part)
+            entries.append((part, c))
             budget -= c
         budget = cfg.max_num_batched_tokens - self.B - sum(c for _, c in entries)  # victims give theirs back
         # 3. waiting requests, FCFS, unless this step preempted
@@ -640,7 +644,7 @@ class Replica:
         self.entries = entries
         self.entry_B = self.B
         self.run_decode = False
-        self.run_durs = [dur]
+        self.run_durs = array("d", (dur,))
         self.run_ends = [t + dur]
         self.run_k, self.run_done = 1, 0
         self.busy = True
@@ -703,4 +707,3 @@ class Replica:
         self.log_base += cut
         self.trim_at = max(TRIM_STEPS, 2 * len(self.log_dur))
 
-    horizon = INF  # set by the cluster: the next outside event, a hint for planning run lengths

@@ -104,7 +104,7 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float])
     """Inverted-CDF quantiles of a weighted sample: the smallest value whose cumulative weight reaches q·W."""
     if values.size == 0 or weights.sum() == 0:
         return [float("nan")] * len(qs)
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)  # ties hold equal values: any order among them gives the same quantile
     v, cw = values[order], np.cumsum(weights[order])
     total = cw[-1]
     return [float(v[min(np.searchsorted(cw, q * total, side="left"), v.size - 1)]) for q in qs]
@@ -113,32 +113,31 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float])
 def timeseries_table(run: ClusterRun) -> pa.Table:
     parts = []
     for rep in run.replicas:
-        ts = np.frombuffer(rep.ts, dtype=np.int64).reshape(-1, 8).copy()
+        ts = np.frombuffer(rep.ts, dtype=np.int64).reshape(-1, 8)
         if ts.shape[0] == 0:
             continue
         final = np.array(rep.state_at(run.end_s), dtype=np.int64)
-        after = np.vstack([ts[1:], final[None, :]])
-        counts = after[:, 3:] - ts[:, 3:]  # cumulative counters -> per bin
+        counts = np.diff(np.vstack([ts[:, 3:], final[None, 3:]]), axis=0)  # cumulative counters -> per bin
         m = ts.shape[0]
-        parts.append(
-            {
-                "replica": np.full(m, rep.index, dtype=np.int32),
-                "role": [rep.role] * m,
-                "t_s": np.arange(m) * rep.res,
-                "running": ts[:, 0].astype(np.int32),
-                "waiting": ts[:, 1].astype(np.int32),
-                "kv_used_blocks": ts[:, 2],
-                "kv_usage": ts[:, 2] / rep.kv.num_blocks,
-                "tokens": counts[:, 0],
-                "steps": counts[:, 1],
-                "prefix_hit_tokens": counts[:, 2],
-                "preemptions": counts[:, 3],
-                "finished": counts[:, 4],
-            }
-        )
+        cols = {
+            "replica": np.full(m, rep.index, dtype=np.int32),
+            "role": pa.array([rep.role], pa.string()).take(np.zeros(m, dtype=np.int32)),
+            "t_s": np.arange(m) * rep.res,
+            "running": ts[:, 0].astype(np.int32),
+            "waiting": ts[:, 1].astype(np.int32),
+            "kv_used_blocks": ts[:, 2].copy(),
+            "kv_usage": ts[:, 2] / rep.kv.num_blocks,
+            "tokens": counts[:, 0],
+            "steps": counts[:, 1],
+            "prefix_hit_tokens": counts[:, 2],
+            "preemptions": counts[:, 3],
+            "finished": counts[:, 4],
+        }
+        parts.append(pa.Table.from_pydict(cols, schema=TIMESERIES_SCHEMA))  # one replica at a time: bounded temporaries
+        del ts, counts, cols
     if not parts:
         return TIMESERIES_SCHEMA.empty_table()
-    return pa.concat_tables([pa.Table.from_pydict(p, schema=TIMESERIES_SCHEMA) for p in parts])
+    return pa.concat_tables(parts)
 
 
 def _pcts(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:

@@ -17,14 +17,20 @@ path (same step times to ~1e-15 relative, see CompiledRoofline).
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 import numpy as np
 
 from llmcap.perf.model import F64, LinearStepModel, StepBatch, StepTimeModel
 from llmcap.perf.roofline import RooflineModel
+from llmcap.perf.roofline_scalar import ScalarRoofline
 
 _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call overhead
+# Compiled (mypyc, llmcap._native), a loop over the linear model or the roofline's scalar path costs
+# a few ns a step: numpy's per-call overhead only pays off on long runs. Loop or numpy, the floats
+# are the same.
+_SHORT_LINEAR_RUN = 4096 if not __file__.endswith(".py") else _SHORT_RUN
 
 
 class InlineStepModel(Protocol):
@@ -56,6 +62,9 @@ class StepTimer:
             model = model.compile()
         inline = hasattr(model, "step_time_scalar") and hasattr(model, "decode_times") and getattr(model, "uses_decode_max_context", True) is False
         self.fast: InlineStepModel | None = model if inline and not self.is_linear else None  # type: ignore[assignment]
+        # a compiled roofline at pp = 1 also has a plain-float evaluator this module can call natively
+        scalar = getattr(self.fast, "scalar", None) if getattr(self.fast, "pp", 0) == 1 else None
+        self.scalar: ScalarRoofline | None = scalar if isinstance(scalar, ScalarRoofline) else None
         # `linear` is what the engine reads: the step time comes inline from plain floats and ignores
         # decode_max_context, so the engine need not compute the longest context per step.
         self.linear = self.is_linear or self.fast is not None
@@ -64,7 +73,11 @@ class StepTimer:
         """Seconds of one step."""
         if self.is_linear:
             return ((((self.c0 + self.c_tok * p_tok) + self.c_pair * p_pairs) + self.c_pseq * p_seqs) + self.c_dseq * d_seqs) + self.c_ctx * d_ctx
-        if self.fast is not None:
+        if self.scalar is not None:
+            d = self.scalar.step(p_tok, p_pairs, p_seqs, d_seqs, d_ctx)
+            if d >= 0.0:
+                return d
+        if self.fast is not None:  # (also a scalar step outside the tables: grows them or times it exactly)
             return self.fast.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
         b = StepBatch(
             np.array([p_tok], dtype=np.float64),
@@ -76,22 +89,27 @@ class StepTimer:
         )
         return float(self.model.step_time(b)[0])
 
-    def decode_run(self, t0: float, b: int, ctx0: int, max0: int, k: int) -> tuple[list[float], list[float]]:
+    def decode_run(self, t0: float, b: int, ctx0: int, max0: int, k: int) -> tuple[array[float], list[float]]:
         """Durations and absolute end times of k pure-decode steps of `b` sequences starting at t0, the
-        first with total context ctx0 (longest max0); step j has ctx0 + j·b (longest max0 + j)."""
+        first with total context ctx0 (longest max0); step j has ctx0 + j·b (longest max0 + j).
+        Durations come as an array('d'): the engine's step log is one, and array-to-array copies are
+        memcpy where list-to-array parses every item."""
         if self.is_linear:
             base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * float(b)
             c = self.c_ctx
-            if k <= _SHORT_RUN:
+            if k <= _SHORT_LINEAR_RUN:
                 durs, ends, t = [], [], t0
                 for j in range(k):
                     d = base + c * float(ctx0 + j * b)
                     t += d
                     durs.append(d)
                     ends.append(t)
-                return durs, ends
+                return array("d", durs), ends
             ctx = np.arange(k, dtype=np.float64) * float(b) + float(ctx0)  # exact: integers below 2**53
             d_arr = base + c * ctx
+        elif self.scalar is not None and k <= _SHORT_LINEAR_RUN and b < self.scalar.n:
+            durs, ends = self.scalar.decode_run(t0, b, ctx0, k)
+            return array("d", durs), ends
         elif self.fast is not None:
             fb, f0, fm = float(b), float(ctx0), float(max0)
             if k <= _SHORT_RUN:
@@ -101,12 +119,12 @@ class StepTimer:
                     t += d
                     durs.append(d)
                     ends.append(t)
-                return durs, ends
+                return array("d", durs), ends
             d_arr = self.fast.decode_times(fb, np.arange(k, dtype=np.float64) * fb + f0)  # exact: integers
         else:
-            j = np.arange(k, dtype=np.float64)
+            steps = np.arange(k, dtype=np.float64)
             zeros = np.zeros(k)
-            batch = StepBatch(zeros, zeros, zeros, np.full(k, float(b)), j * float(b) + float(ctx0), j + float(max0))
+            batch = StepBatch(zeros, zeros, zeros, np.full(k, float(b)), steps * float(b) + float(ctx0), steps + float(max0))
             d_arr = np.asarray(self.model.step_time(batch), dtype=np.float64)
         ends_arr = np.cumsum(np.concatenate(([t0], d_arr)))[1:]
-        return d_arr.tolist(), ends_arr.tolist()
+        return array("d", np.ascontiguousarray(d_arr, dtype=np.float64).tobytes()), ends_arr.tolist()

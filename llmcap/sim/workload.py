@@ -62,8 +62,12 @@ class Workload:
         c = chunks[bisect_right(self.starts, i) - 1] if len(chunks) > 1 else chunks[0]
         a, b = int(c.offsets[i - c.first]), int(c.offsets[i - c.first + 1])
         keys = c.keys[a:b].tolist()
-        T, bs, cap = self.trace_block, self.block_size, int(self.isl[i]) // self.block_size
-        return keys, [min(p * T // bs, cap) for p in range(1, b - a + 1)]
+        T, bs, cap, m = self.trace_block, self.block_size, int(self.isl[i]) // self.block_size, b - a
+        if T % bs == 0:  # the common case, without a Python loop: multiples of T / bs, then the cap
+            step = T // bs
+            q = min(m, cap // step)
+            return keys, [*range(step, step * q + 1, step), *([cap] * (m - q))]
+        return keys, [min(p * T // bs, cap) for p in range(1, m + 1)]
 
 
 

@@ -12,39 +12,34 @@ from tests.sim._workloads import MODEL, random_config, random_trace
 
 
 class _Watch:
-    """Wraps Replica.advance: the clock never goes backwards, KV counts stay within [0, capacity]."""
+    """After every replica decision: the clock never goes backwards, KV counts stay within [0, capacity]."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self) -> None:
         self.checks = 0
         self.violations: list[str] = []
-        original = Replica.advance
-        last: dict[int, float] = {}
+        self.last: dict[int, float] = {}
 
-        def advance(rep: Replica) -> None:
-            t = rep.next_time
-            if t < last.get(id(rep), -np.inf):
-                self.violations.append(f"time went back on replica {rep.index}: {t}")
-            last[id(rep)] = t
-            original(rep)
-            kv = rep.kv
-            if not (0 <= kv.plain <= kv.free <= kv.num_blocks):
-                self.violations.append(f"KV counts out of range: plain {kv.plain}, free {kv.free}, of {kv.num_blocks}")
-            if sum(kv.lru.values()) != kv.free - kv.plain or any(s[0] < 0 for s in kv.segments.values()):
-                self.violations.append("LRU blocks disagree with the free count, or a negative ref count")
-            if rep.B != sum(1 for r in rep.running.values() if r.dec) or len(rep.running) > rep.cfg.max_num_seqs:
-                self.violations.append("decoding set or max_num_seqs broken")
-            self.checks += 1
-
-        monkeypatch.setattr(Replica, "advance", advance)
+    def __call__(self, rep: Replica, t: float) -> None:
+        if t < self.last.get(id(rep), -np.inf):
+            self.violations.append(f"time went back on replica {rep.index}: {t}")
+        self.last[id(rep)] = t
+        kv = rep.kv
+        if not (0 <= kv.plain <= kv.free <= kv.num_blocks):
+            self.violations.append(f"KV counts out of range: plain {kv.plain}, free {kv.free}, of {kv.num_blocks}")
+        if sum(kv.lru.values()) != kv.free - kv.plain or any(s[0] < 0 for s in kv.segments.values()):
+            self.violations.append("LRU blocks disagree with the free count, or a negative ref count")
+        if rep.B != sum(1 for r in rep.running.values() if r.dec) or len(rep.running) > rep.cfg.max_num_seqs:
+            self.violations.append("decoding set or max_num_seqs broken")
+        self.checks += 1
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_invariants(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    watch = _Watch(monkeypatch)
+def test_invariants(seed: int) -> None:
+    watch = _Watch()
     rng = np.random.default_rng(1000 + seed)
     trace = random_trace(rng, int(rng.integers(10, 80)))
     cfg = random_config(rng, seed)
-    r = simulate(trace, MODEL, cfg, rng=np.random.default_rng(seed))
+    r = simulate(trace, MODEL, cfg, rng=np.random.default_rng(seed), on_decision=watch)
     assert watch.checks > 0 and watch.violations == []
     rec = r.records
     status = rec.column("status").to_numpy(zero_copy_only=False)

@@ -1,0 +1,73 @@
+"""The roofline's per-step arithmetic in plain floats: `CompiledRoofline`'s scalar path.
+
+Kept apart from llmcap.perf.roofline (numpy, the exact model) so that mypyc can compile it with the
+simulator core (llmcap._native): the simulator times most steps one at a time, where a numpy call
+would cost more than the step's few dozen flops. The operations and their order are exactly those of
+`RooflineModel._layer` / `CompiledRoofline.step_time_arrays`, so a step timed here equals the same step
+timed by numpy bit for bit (tests/perf/test_compiled_roofline.py, tests/sim).
+"""
+
+from __future__ import annotations
+
+
+class ScalarRoofline:
+    """Attention in closed form plus table look-ups for everything else (pp = 1 tables: `ta1`, `la1`)."""
+
+    def __init__(
+        self, per_pair: float, peak: float, amax: float, half: float, kv: float, c_pf: float, bw: float,
+        overhead: float, groups: list[tuple[int | None, float]],
+    ) -> None:  # fmt: skip
+        self.per_pair = per_pair
+        self.peak = peak
+        self.amax = amax
+        self.half = half
+        self.kv = kv
+        self.c_pf = c_pf
+        self.bw = bw
+        self.dec_peak = peak * amax
+        self.overhead = overhead
+        self.groups = groups  # pp = 1: (window, layers) of the only stage
+        self.ta1: list[float] = []
+        self.la1: list[float] = []
+        self.n = 0
+
+    def set_tables(self, ta1: list[float], la1: list[float]) -> None:
+        """The stage-time tables by token rows T and logit rows L (CompiledRoofline grows them)."""
+        self.ta1, self.la1, self.n = ta1, la1, len(ta1)
+
+    def attn(self, pt: float, pr: float, dq: float, cx: float, w: int | None) -> float:
+        """Prefill + decode attention of one layer (RooflineModel._layer's formulas)."""
+        if w is not None:
+            pr = min(pr, pt * w)
+            cx = min(cx, dq * w)
+        te = max(pt, 1.0)
+        eff = self.amax * te / (te + self.half)
+        ap = max(self.per_pair * pr / (self.peak * eff), pt * self.c_pf / self.bw)
+        ad = max(self.per_pair * cx / self.dec_peak, (cx * self.kv + dq * self.c_pf) / self.bw)
+        return ap + ad
+
+    def step(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float) -> float:
+        """Seconds of one step at pp = 1, or -1.0 when T or L is not an integer inside the tables."""
+        T = p_tok + d_seqs
+        L = p_seqs + d_seqs
+        n = self.n
+        if not (0.0 <= T < n and 0.0 <= L < n) or int(T) != T or int(L) != L:
+            return -1.0
+        t = self.ta1[int(T)] + self.la1[int(L)]
+        for w, cnt in self.groups:
+            t = t + cnt * self.attn(p_tok, p_pairs, d_seqs, d_ctx, w)
+        return t + self.overhead
+
+    def decode_run(self, t0: float, b: int, ctx0: int, k: int) -> tuple[list[float], list[float]]:
+        """k pure-decode steps of b sequences from total context ctx0 (the caller made b fit the tables):
+        durations and end times (a running sum from t0)."""
+        fb, f0 = float(b), float(ctx0)
+        durs: list[float] = []
+        ends: list[float] = []
+        t = t0
+        for j in range(k):
+            d = self.step(0.0, 0.0, 0.0, fb, f0 + j * fb)  # exact: integers below 2**53
+            t += d
+            durs.append(d)
+            ends.append(t)
+        return durs, ends

@@ -1,0 +1,72 @@
+"""Compile the core (`llmcap._native.NATIVE_MODULES`) with mypyc, in place; `make setup` runs it.
+
+The extensions land beside their sources and `llmcap/native.json` records the sha256 of every
+source they were built from; `llmcap._native.select()` uses them only while that record matches.
+Floating point: compiled without fused multiply-add (-ffp-contract=off), so every operation rounds as
+the interpreter's does and compiled and source runs give identical bytes.
+
+A failed build leaves no record (the sources run, slower) and exits non-zero with the compiler's words.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / ".work" / "native-build"
+
+
+def _native_module():
+    spec = importlib.util.spec_from_file_location("llmcap_sim_native_spec", ROOT / "llmcap" / "_native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    native = _native_module()
+    t0 = time.perf_counter()
+    native.MANIFEST.unlink(missing_ok=True)
+    for name in native.NATIVE_MODULES:
+        for path in native.extension_files(name):
+            path.unlink()
+    digests = {name: native.source_digest(name) for name in native.NATIVE_MODULES}
+    os.chdir(ROOT)  # mypyc names modules by their path from here
+    os.environ["CFLAGS"] = (os.environ.get("CFLAGS", "") + " -ffp-contract=off").strip()
+    from mypyc.build import mypycify
+    from setuptools import setup
+
+    sources = [str(native.source_file(name).relative_to(ROOT)) for name in native.NATIVE_MODULES]
+    try:
+        setup(
+            name="llmcap-sim-native",
+            packages=[],
+            py_modules=[],
+            script_args=["--quiet", "build_ext", "--inplace", "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
+            ext_modules=mypycify(
+                ["--ignore-missing-imports", "--follow-imports=silent", "--cache-dir", str(BUILD / "mypy-cache"), *sources],
+                opt_level="3",
+                separate=True,
+                target_dir=str(BUILD / "c"),
+            ),
+        )
+    except (SystemExit, Exception) as exc:  # setuptools reports compiler failures as SystemExit
+        print(f"[build_native] FAILED ({exc}); llmcap.sim runs its Python sources", file=sys.stderr)
+        return 1
+    missing = [name for name in native.NATIVE_MODULES if not native.extension_files(name)]
+    if missing:
+        print(f"[build_native] FAILED: no extension for {missing}", file=sys.stderr)
+        return 1
+    native.MANIFEST.write_text(json.dumps({"modules": digests}, indent=1, sort_keys=True) + "\n")
+    print(f"[build_native] compiled {len(sources)} modules in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
