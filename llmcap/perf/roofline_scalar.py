@@ -27,6 +27,9 @@ class ScalarRoofline:
         self.dec_peak = peak * amax
         self.overhead = overhead
         self.groups = groups  # pp = 1: (window, layers) of the only stage
+        # the same, as parallel float lists (window -1.0 = none): no tuple or int unboxing per step
+        self.g_window = [-1.0 if w is None else float(w) for w, _ in groups]
+        self.g_layers = [float(c) for _, c in groups]
         self.ta1: list[float] = []
         self.la1: list[float] = []
         self.n = 0
@@ -36,26 +39,35 @@ class ScalarRoofline:
         self.ta1, self.la1, self.n = ta1, la1, len(ta1)
 
     def attn(self, pt: float, pr: float, dq: float, cx: float, w: int | None) -> float:
-        """Prefill + decode attention of one layer (RooflineModel._layer's formulas)."""
-        if w is not None:
-            pr = min(pr, pt * w)
-            cx = min(cx, dq * w)
-        te = max(pt, 1.0)
+        """Prefill + decode attention of one layer (RooflineModel._layer's formulas), window w or None."""
+        return self._attn(pt, pr, dq, cx, -1.0 if w is None else float(w))
+
+    def _attn(self, pt: float, pr: float, dq: float, cx: float, w: float) -> float:
+        # min/max spelled out (`_min`, `_max`: Python's own choice of operand) compile to compares;
+        # pt * w with w a float holding the integer window is the same product as with the int
+        if w >= 0.0:
+            pr = _min(pr, pt * w)
+            cx = _min(cx, dq * w)
+        te = _max(pt, 1.0)
         eff = self.amax * te / (te + self.half)
-        ap = max(self.per_pair * pr / (self.peak * eff), pt * self.c_pf / self.bw)
-        ad = max(self.per_pair * cx / self.dec_peak, (cx * self.kv + dq * self.c_pf) / self.bw)
+        ap = _max(self.per_pair * pr / (self.peak * eff), pt * self.c_pf / self.bw)
+        ad = _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + dq * self.c_pf) / self.bw)
         return ap + ad
 
     def step(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float) -> float:
         """Seconds of one step at pp = 1, or -1.0 when T or L is not an integer inside the tables."""
         T = p_tok + d_seqs
         L = p_seqs + d_seqs
-        n = self.n
-        if not (0.0 <= T < n and 0.0 <= L < n) or int(T) != T or int(L) != L:
+        n = float(self.n)
+        if not (0.0 <= T < n and 0.0 <= L < n):
             return -1.0
-        t = self.ta1[int(T)] + self.la1[int(L)]
-        for w, cnt in self.groups:
-            t = t + cnt * self.attn(p_tok, p_pairs, d_seqs, d_ctx, w)
+        ti, li = int(T), int(L)
+        if float(ti) != T or float(li) != L:  # exact: both below the table size
+            return -1.0
+        t = self.ta1[ti] + self.la1[li]
+        windows, layers = self.g_window, self.g_layers
+        for g in range(len(layers)):
+            t = t + layers[g] * self._attn(p_tok, p_pairs, d_seqs, d_ctx, windows[g])
         return t + self.overhead
 
     def decode_run(self, t0: float, b: int, ctx0: int, k: int) -> tuple[list[float], list[float]]:
@@ -71,3 +83,13 @@ class ScalarRoofline:
             durs.append(d)
             ends.append(t)
         return durs, ends
+
+
+def _max(a: float, b: float) -> float:
+    """max(a, b) exactly as Python picks: the first unless the second is greater."""
+    return b if b > a else a
+
+
+def _min(a: float, b: float) -> float:
+    """min(a, b) exactly as Python picks: the first unless the second is smaller."""
+    return b if b < a else a

@@ -104,6 +104,8 @@ class Replica:
         self.horizon = INF  # set by the cluster: the next outside event, a hint for planning run lengths
         self.cfg = cfg
         self.bs = cfg.block_size
+        self.max_batched = cfg.max_num_batched_tokens  # plain ints: read every step
+        self.max_seqs = cfg.max_num_seqs
         self.timer = timer
         self.rec = rec
         self.role = role  # "both" | "prefill" (leaves after the first token, blocks held) | "decode"
@@ -383,23 +385,31 @@ class Replica:
         self.finished += 1
 
     def _itl_stats(self, req: Req) -> None:
+        """The request's ITL p50 / p99 (linear between order statistics, numpy's default) and max."""
         if req.osl <= 1 or not req.eps:
             return
-        log = np.frombuffer(self.log_dur, dtype=np.float64)
-        base = self.log_base
-        parts = [log[a - base : b - base] if a >= 0 else np.array([self.rec.extra_gaps[b]]) for a, b in req.eps]
-        vals = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        m = vals.size
-        q = [0.5 * (m - 1), 0.99 * (m - 1)]
-        idx = sorted({int(np.floor(x)) for x in q} | {int(np.ceil(x)) for x in q} | {m - 1})
-        part = np.partition(vals, idx)
-        out = []
-        for x in q:
-            lo, hi = int(np.floor(x)), int(np.ceil(x))
-            out.append(float(part[lo] + (part[hi] - part[lo]) * (x - lo)))
-        self.rec.itl_p50[req.i], self.rec.itl_p99[req.i] = out
-        self.rec.itl_max[req.i] = float(part[m - 1])
-        del log, part, vals, parts
+        base, log, extra = self.log_base, self.log_dur, self.rec.extra_gaps
+        a0, b0 = req.eps[0]
+        if len(req.eps) == 1 and a0 >= 0:
+            gaps = log[a0 - base : b0 - base]  # a copy of the log's slice
+        else:
+            gaps = array("d")
+            for a, b in req.eps:
+                if a >= 0:
+                    gaps.extend(log[a - base : b - base])
+                else:
+                    gaps.append(extra[b])
+        v = np.frombuffer(gaps, dtype=np.float64)
+        v.sort()  # in place, on the copy; order statistics do not depend on the algorithm
+        m = len(gaps)
+        rec, i = self.rec, req.i
+        for q, col in ((0.5, rec.itl_p50), (0.99, rec.itl_p99)):
+            x = q * (m - 1)
+            lo = int(x)  # floor and ceil of x >= 0
+            hi = lo + 1 if x > lo else lo
+            v_lo = float(v[lo])
+            col[i] = v_lo + (float(v[hi]) - v_lo) * (x - lo)
+        rec.itl_max[i] = float(v[m - 1])
 
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
@@ -565,9 +575,9 @@ class Replica:
 
     def _decide(self, t: float) -> None:
         """Schedule the step starting at t (vLLM v1 order), or a run of pure-decode steps, or go idle."""
-        cfg, bs, kv = self.cfg, self.bs, self.kv
+        bs, kv, max_seqs = self.bs, self.kv, self.max_seqs
         S = self.S
-        budget = cfg.max_num_batched_tokens
+        budget = self.max_batched
         preempted_before = self.preemptions
         self._host_load = 0.0
         entries: list[tuple[Req, int]] = []
@@ -600,11 +610,11 @@ class Replica:
                 self._register(part)
             entries.append((part, c))
             budget -= c
-        budget = cfg.max_num_batched_tokens - self.B - sum(c for _, c in entries)  # victims give theirs back
+        budget = self.max_batched - self.B - sum(c for _, c in entries)  # victims give theirs back
         # 3. waiting requests, FCFS, unless this step preempted
         if self.preemptions == preempted_before:
             waiting = self.waiting
-            while waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            while waiting and budget > 0 and len(self.running) < max_seqs:
                 req = waiting[0]
                 c = self._admit(req, budget, t)
                 if c == 0:

@@ -30,7 +30,7 @@ _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call ove
 # Compiled (mypyc, llmcap._native), a loop over the linear model or the roofline's scalar path costs
 # a few ns a step: numpy's per-call overhead only pays off on long runs. Loop or numpy, the floats
 # are the same.
-_SHORT_LINEAR_RUN = 4096 if not __file__.endswith(".py") else _SHORT_RUN
+_SHORT_LINEAR_RUN = 192 if not __file__.endswith(".py") else _SHORT_RUN  # measured crossover (roofline)
 
 
 class InlineStepModel(Protocol):
