@@ -126,5 +126,9 @@ class StepTimer:
             zeros = np.zeros(k)
             batch = StepBatch(zeros, zeros, zeros, np.full(k, float(b)), steps * float(b) + float(ctx0), steps + float(max0))
             d_arr = np.asarray(self.model.step_time(batch), dtype=np.float64)
-        ends_arr = np.cumsum(np.concatenate(([t0], d_arr)))[1:]
-        return array("d", np.ascontiguousarray(d_arr, dtype=np.float64).tobytes()), ends_arr.tolist()
+        run = np.empty(k + 1)  # t0, then the durations: their running sum is the step ends
+        run[0] = t0
+        run[1:] = d_arr
+        durations = array("d", run[1:].tobytes())
+        np.cumsum(run, out=run)
+        return durations, run[1:].tolist()

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
-from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate, weighted_quantiles
+from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.sim.config import Router
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.search import EvalResult
@@ -63,9 +63,9 @@ def run_metrics(
     m: dict[str, float] = {}
     m |= _pct_ms(_col(rec, "ttft_s", ok), "ttft")
     m |= _pct_ms(_col(rec, "e2e_s", ok), "e2e")
-    if result.itl_weights.sum() > 0:
-        q = weighted_quantiles(result.itl_values, result.itl_weights, [0.5, 0.9, 0.99])
-        m |= {f"itl_p{p}_ms": float(v) * 1e3 for p, v in zip((50, 90, 99), q)}
+    if result.itl_weights.sum() > 0:  # the summary's token-weighted quantiles (one sort of the distribution)
+        itl = result.summary["itl_ms"]
+        m |= {f"itl_p{p}_ms": float(itl[f"p{p}"]) for p in (50, 90, 99)}
     tput = result.summary["throughput"]["output_tok_s"]
     if tput is not None:
         m["tokens_per_s"] = float(tput)
