@@ -49,6 +49,10 @@ FIT = list(itertools.product(FIT_ISL, FIT_CONC))
 HOLD = list(itertools.product(HOLD_ISL, (1, *HOLD_CONC)))
 PROFILE_OSL = 128
 PROFILE_REPEATS = int(os.environ.get("LLMCAP_PROFILE_REPEATS", "5"))
+# TTFT probes per repeat and ISL (requests alone, max_tokens 1; ~10-100 ms each): medians over 30 per
+# ISL rather than 10. With 10, a stall of the shared core moved a whole median by ~20% (ISL 128 measured
+# as slow as 256); 30 cost ~15 s more. It narrows the noise, it does not remove it (test_profile_acceptance).
+TTFT_PROBES = 6
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class Calibration:
 
 
 def calibrate(base_url: str, model: str, max_num_batched_tokens: int) -> Calibration:
-    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=PROFILE_OSL, repeats=PROFILE_REPEATS, vocab_size=1000,
+    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=PROFILE_OSL, repeats=PROFILE_REPEATS, vocab_size=1000, ttft_probes=TTFT_PROBES,
                        max_num_batched_tokens=max_num_batched_tokens)
     m = measure_endpoint(base_url, model, spec, progress=False)
     obs, _, _ = m.fit_observations()
