@@ -4,7 +4,7 @@ Kept apart from llmcap.perf.roofline (numpy, the exact model) so that mypyc can 
 simulator core (llmcap._native): the simulator times most steps one at a time, where a numpy call
 would cost more than the step's few dozen flops. The operations and their order are exactly those of
 `RooflineModel._layer` / `CompiledRoofline.step_time_arrays`, so a step timed here equals the same step
-timed by numpy bit for bit (tests/perf/test_compiled_roofline.py, tests/sim).
+timed by numpy bit for bit (tests/perf/test_roofline_compiled.py, tests/sim).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class ScalarRoofline:
         self.bw = bw
         self.dec_peak = peak * amax
         self.overhead = overhead
-        self.groups = groups  # pp = 1: (window, layers) of the only stage
-        # the same, as parallel float lists (window -1.0 = none): no tuple or int unboxing per step
+        # pp = 1: (window, layers) of the only stage, as parallel float lists (window -1.0 = none): no
+        # tuple or int unboxing per step
         self.g_window = [-1.0 if w is None else float(w) for w, _ in groups]
         self.g_layers = [float(c) for _, c in groups]
         self.ta1: list[float] = []

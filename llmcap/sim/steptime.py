@@ -30,7 +30,7 @@ _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call ove
 # Compiled (mypyc, llmcap._native), a loop over the linear model or the roofline's scalar path costs
 # a few ns a step: numpy's per-call overhead only pays off on long runs. Loop or numpy, the floats
 # are the same.
-_SHORT_LINEAR_RUN = 192 if not __file__.endswith(".py") else _SHORT_RUN  # measured crossover (roofline)
+_LOOP_RUN = 192 if not __file__.endswith(".py") else _SHORT_RUN  # longest run timed by a loop (measured crossover)
 
 
 class InlineStepModel(Protocol):
@@ -97,7 +97,7 @@ class StepTimer:
         if self.is_linear:
             base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * float(b)
             c = self.c_ctx
-            if k <= _SHORT_LINEAR_RUN:
+            if k <= _LOOP_RUN:
                 durs, ends, t = [], [], t0
                 for j in range(k):
                     d = base + c * float(ctx0 + j * b)
@@ -107,7 +107,7 @@ class StepTimer:
                 return array("d", durs), ends
             ctx = np.arange(k, dtype=np.float64) * float(b) + float(ctx0)  # exact: integers below 2**53
             d_arr = base + c * ctx
-        elif self.scalar is not None and k <= _SHORT_LINEAR_RUN and b < self.scalar.n:
+        elif self.scalar is not None and k <= _LOOP_RUN and b < self.scalar.n:
             durs, ends = self.scalar.decode_run(t0, b, ctx0, k)
             return array("d", durs), ends
         elif self.fast is not None:
