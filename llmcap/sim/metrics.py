@@ -100,14 +100,42 @@ def itl_distribution(run: ClusterRun) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(vals), np.concatenate(wts)
 
 
+_SELECT_MIN = 1 << 14  # below this many values one sort is cheap
+INF = float("inf")
+_SELECT_BINS = 1 << 12
+
+
 def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float]) -> list[float]:
-    """Inverted-CDF quantiles of a weighted sample: the smallest value whose cumulative weight reaches q·W."""
+    """Inverted-CDF quantiles of a weighted sample: the smallest value whose cumulative weight reaches q·W.
+
+    Exact without sorting everything (a run's ITL distribution has one value per engine step, millions):
+    see `_select`. Same numbers as sorting the whole sample (tests/sim/test_quantiles.py)."""
     if values.size == 0 or weights.sum() == 0:
         return [float("nan")] * len(qs)
-    order = np.argsort(values)  # ties hold equal values: any order among them gives the same quantile
-    v, cw = values[order], np.cumsum(weights[order])
-    total = cw[-1]
-    return [float(v[min(np.searchsorted(cw, q * total, side="left"), v.size - 1)]) for q in qs]
+    total = float(weights.sum())
+    return _select(values, weights, [q * total for q in qs], 0.0)
+
+
+def _select(values: np.ndarray, weights: np.ndarray, targets: list[float], below: float) -> list[float]:
+    """For each target cumulative weight, the smallest value whose cumulative weight reaches it; `below`
+    is the weight of the rest of the sample that lies under these values. Values go into bins by a
+    monotone map (floor of a linear rescale: every value of a lower bin is <= every value of a higher
+    one); the bins' cumulative weights find the bin a target falls in, and the search repeats inside it
+    until few values are left to sort. Weights are integers, so every partial sum is exact in float64."""
+    lo, hi = float(values.min()), float(values.max())
+    scale = (_SELECT_BINS - 1) / (hi - lo) if hi > lo else 0.0
+    if values.size < _SELECT_MIN or not 0.0 < scale < INF:
+        order = np.argsort(values)  # ties hold equal values: any order among them gives the same quantile
+        v, cw = values[order], below + np.cumsum(weights[order], dtype=np.float64)
+        return [float(v[min(int(np.searchsorted(cw, t, side="left")), v.size - 1)]) for t in targets]
+    bins = ((values - lo) * scale).astype(np.int64)  # min in bin 0, max in the last: every level splits
+    cum = below + np.cumsum(np.bincount(bins, weights=weights, minlength=_SELECT_BINS))
+    out = []
+    for t in targets:
+        k = min(int(np.searchsorted(cum, t, side="left")), _SELECT_BINS - 1)
+        inside = bins == k
+        out += _select(values[inside], weights[inside], [t], float(cum[k - 1]) if k else below)
+    return out
 
 
 def timeseries_table(run: ClusterRun) -> pa.Table:
