@@ -117,6 +117,21 @@ class CalibratedFit:
         isl_a, osl_a = np.asarray(isl, dtype=np.float64), np.asarray(osl, dtype=np.float64)
         return decode_step_time(self.model, batch_size, isl_a + osl_a / 2.0)
 
+    def scaled(self, factor: float) -> CalibratedFit:
+        """The same fit with every step time × `factor` (client overhead unchanged): what an in-situ
+        speed calibration (llmcap.sim.makespan_fit) applies. The error fields still describe the fit."""
+        if not (np.isfinite(factor) and factor > 0):
+            raise ValueError(f"speed factor must be finite and > 0, got {factor}")
+        return CalibratedFit(
+            model=LinearStepModel.from_coefficients(self.model.coefficients * factor),
+            client_overhead_s=self.client_overhead_s,
+            terms_fitted=self.terms_fitted,
+            n_observations=self.n_observations,
+            median_abs_rel_error=self.median_abs_rel_error,
+            max_abs_rel_error=self.max_abs_rel_error,
+            extra={**self.extra, "speed_factor": float(factor) * float(self.extra.get("speed_factor", 1.0))},
+        )
+
     def predict(self, obs: StepObservations) -> F64:
         return obs.design() @ np.append(self.model.coefficients, self.client_overhead_s)
 

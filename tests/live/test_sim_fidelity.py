@@ -5,8 +5,16 @@ Workload: `N` consecutive requests of the Azure 2023 conversation trace from a s
 (`_calibration.azure_workload`: OSL / 8, ISL clipped to fit max_model_len; why there), its arrival
 clock rate-scaled (`scale_rate`: every gap by one factor, bursts kept).
 
-Rates, from the simulator (calibrated step model, the engine's own config), not guessed: its service
-capacity λ_cap = the excerpt's requests / makespan when all of them arrive in a burst (offered at
+Step model: the profile's NNLS fit (issue 4), as the simulator checks use it (`Calibration.fit`).
+Printed beside it, not asserted: the same fit scaled in situ (the `speed` fixture,
+`llmcap.sim.makespan_fit`) to the median makespan of 3 burst replays of another excerpt, disjoint from
+every excerpt an acceptance test replays. The burst measures the engine's speed when saturated;
+the column shows how much of an error a single speed factor explains (on 2026-12-01: in 1 of 3
+sessions it brought light and knee within ~30%; in the other two the engine ran the rate replays
+slower than the bursts a minute before, and the factor made light and knee worse).
+
+Rates, from the simulator (profile fit, the engine's own config), not guessed: its service capacity
+λ_cap = the excerpt's requests / makespan when all of them arrive in a burst (offered at
 `BURST_RATE` req/s, far beyond capacity), then ρ·λ_cap for ρ in `RHO`: light 0.35, near the knee
 0.7 (where the simulated TTFT curve bends: queueing has set in but is still bounded), overloaded 1.5.
 
@@ -34,16 +42,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from llmcap.perf import CalibratedFit
 from llmcap.sim import SimConfig, SimResult, simulate, weighted_quantiles
 from llmcap.sim.records import with_client_latency
-from llmcap.sizing.simeval import excerpt
 from llmcap.trace import scale_rate
-from tests.live._calibration import QS, Measured, azure_workload, engine_config, measure_replay
+from tests.live._calibration import (
+    EXCERPT_REQUESTS, HELD_OUT_SEEDS, QS, Measured, azure_workload, engine_config, measure_replay, shifted_excerpt,
+)
 
 pytestmark = pytest.mark.live
 
-N = 200
+N = EXCERPT_REQUESTS
 EXCERPT_SEED = 0
+assert EXCERPT_SEED in HELD_OUT_SEEDS  # the speed calibration's burst must not replay it
 REPEATS = int(os.environ.get("LLMCAP_FIDELITY_REPEATS", "3"))
 RHO = {"light": 0.35, "knee": 0.7, "overloaded": 1.5}
 BURST_RATE = 1000.0
@@ -76,46 +87,50 @@ def over_capacity(trend: float, served_ratio: float) -> bool:
 
 @pytest.fixture(scope="module")
 def workload(vllm_engine) -> pa.Table:
-    ex = excerpt(azure_workload(vllm_engine.kv.max_model_len), N, EXCERPT_SEED)
-    a = ex.column("arrival_s").to_numpy()
-    return ex.set_column(ex.schema.get_field_index("arrival_s"), "arrival_s", pa.array(a - a[0]))
+    return shifted_excerpt(azure_workload(vllm_engine.kv.max_model_len), EXCERPT_SEED)
 
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known gap (issue 5 left open): on this shared 2-core machine the engine runs 15-50% slower than the "
-    "calibrated simulator predicts at light/knee rates (profile and replay see different CPU contention; mixed "
-    "prefill+decode steps are not profiled; API-server time in vLLM's TTFT is not modelled). The over-capacity "
-    "flags agree. The test still runs and prints the predicted-vs-measured table.",
+    reason="known gap (issue 5 open): on this shared 2-core box the engine under open-loop replay ran 10-70% slower "
+    "than the profile-calibrated simulator predicts at light/knee rates in every session on 2026-12-01, and its speed "
+    "drifts by 10-25% within minutes (3 burst replays of one excerpt: 13.5-16.7 s). A speed factor fitted to a burst "
+    "fixed the overloaded rate in one session (all metrics within 8%) but not light/knee across sessions. The "
+    "over-capacity flags agree. The test still runs and prints the predicted-vs-measured table.",
 )
-def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, workload):
+def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, speed, workload):
     config = SimConfig(engine=engine_config(vllm_engine))
     model = calibration.fit
+    print(f"\n[fidelity] speed calibration (printed, not asserted): {speed.describe()}")
 
-    def sim(rate: float) -> SimResult:
-        return simulate(scale_rate(workload, rate), model, config)
+    def sim(rate: float, m: CalibratedFit = model) -> SimResult:
+        return simulate(scale_rate(workload, rate), m, config)
 
     burst = sim(BURST_RATE).records
     cap = N / (float(np.max(burst.column("finish_s").to_numpy())) - float(burst.column("arrival_s").to_numpy()[0]))
     rates = {name: rho * cap for name, rho in RHO.items()}
     isl, osl = workload.column("isl").to_numpy(), workload.column("osl").to_numpy()
-    print(f"\n[fidelity] Azure conv excerpt: {N} requests from seed {EXCERPT_SEED}, ISL mean {isl.mean():.0f} "
+    print(f"[fidelity] Azure conv excerpt: {N} requests from seed {EXCERPT_SEED}, ISL mean {isl.mean():.0f} "
           f"(max {isl.max()}), OSL mean {osl.mean():.1f}; simulated capacity λ_cap {cap:.2f} req/s; rates "
           + ", ".join(f"{k} {v:.2f}" for k, v in rates.items()) + f"; load average {os.getloadavg()}")
 
-    # ---- predictions
-    pred: dict[str, dict[str, float]] = {}
-    for name, rate in rates.items():
-        r = sim(rate)
-        assert r.records.column("status").to_pylist() == ["ok"] * N
-        t = _ttft(r.records)
-        itl = weighted_quantiles(r.itl_values, r.itl_weights, QS)
-        client = _ttft(with_client_latency(r.records, calibration.client_overhead_s))
-        trend, served = queue_growth(r.records)
-        pred[name] = {"ttft_p50": float(np.percentile(t, 50)), "ttft_p90": float(np.percentile(t, 90)),
-                      "itl_p50": float(itl[0]), "itl_p90": float(itl[1]),
-                      "cli_ttft_p50": float(np.percentile(client, 50)), "cli_ttft_p90": float(np.percentile(client, 90)),
-                      "trend": trend, "served": served}
+    # ---- predictions: the profile's fit (asserted) and the burst-scaled one (printed)
+    def predict(m: CalibratedFit) -> dict[str, dict[str, float]]:
+        out = {}
+        for name, rate in rates.items():
+            r = sim(rate, m)
+            assert r.records.column("status").to_pylist() == ["ok"] * N
+            t = _ttft(r.records)
+            itl = weighted_quantiles(r.itl_values, r.itl_weights, QS)
+            client = _ttft(with_client_latency(r.records, calibration.client_overhead_s))
+            trend, served = queue_growth(r.records)
+            out[name] = {"ttft_p50": float(np.percentile(t, 50)), "ttft_p90": float(np.percentile(t, 90)),
+                         "itl_p50": float(itl[0]), "itl_p90": float(itl[1]),
+                         "cli_ttft_p50": float(np.percentile(client, 50)), "cli_ttft_p90": float(np.percentile(client, 90)),
+                         "trend": trend, "served": served}
+        return out
+
+    pred, scaled = predict(model), predict(speed.fit)
 
     # ---- measurements: repeats outside, rates inside
     runs: dict[str, list[Measured]] = {name: [] for name in rates}
@@ -146,22 +161,23 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, w
         }
 
     # ---- the table
-    print(f"[fidelity] predicted = simulator (calibrated LinearStepModel, engine config {config.engine.num_blocks} blocks x "
-          f"{config.engine.block_size}, max_num_seqs {config.engine.max_num_seqs}, max_num_batched_tokens "
-          f"{config.engine.max_num_batched_tokens}, prefix caching {config.engine.enable_prefix_caching}); measured = "
-          f"engine /metrics histograms, median of {REPEATS} replays; client = the client's records (predicted: simulator "
-          f"+ {calibration.client_overhead_s * 1e3:.1f} ms fitted client overhead)")
+    print(f"[fidelity] predicted = simulator (calibrated LinearStepModel; engine config "
+          f"{config.engine.num_blocks} blocks x {config.engine.block_size}, max_num_seqs {config.engine.max_num_seqs}, "
+          f"max_num_batched_tokens {config.engine.max_num_batched_tokens}, prefix caching {config.engine.enable_prefix_caching}); "
+          f"burst-scaled = the fit x {speed.info.factor:.3f}; measured = engine /metrics histograms, median of {REPEATS} replays; client = "
+          f"the client's records (predicted: simulator + {calibration.client_overhead_s * 1e3:.1f} ms fitted client overhead)")
     print(f"{'rate':<11} {'req/s':>6} {'metric':<9} {'predicted ms':>12} {'measured ms':>12} {'error':>7}   "
-          f"{'client pred':>11} {'client meas':>11}")
+          f"{'burst-scaled':>12} {'error':>7}   {'client pred':>11} {'client meas':>11}")
     errors: dict[str, dict[str, float]] = {}
     for name, rate in rates.items():
-        p, m = pred[name], meas[name]
+        p, m, p0 = pred[name], meas[name], scaled[name]
         errors[name] = {}
         for metric in ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90"):
             err = p[metric] / m[metric] - 1
             errors[name][metric] = err
             cli_p = p.get(f"cli_{metric}", p[metric])  # ITL: a constant latency leaves gaps alone
             print(f"{name:<11} {rate:>6.2f} {metric:<9} {p[metric] * 1e3:>12.2f} {m[metric] * 1e3:>12.2f} {err:>+7.1%}   "
+                  f"{p0[metric] * 1e3:>12.2f} {p0[metric] / m[metric] - 1:>+7.1%}   "
                   f"{cli_p * 1e3:>11.2f} {m[f'cli_{metric}'] * 1e3:>11.2f}")
         print(f"{'':<11} {'':>6} over capacity: predicted {over_capacity(p['trend'], p['served'])} (TTFT trend "
               f"{p['trend']:.2f}, served/offered {p['served']:.2f}); measured {over_capacity(m['trend'], m['served'])} "
