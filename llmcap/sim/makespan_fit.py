@@ -38,10 +38,6 @@ class MakespanFit:
     fitted_s: float  # ... with α
     iterations: int
 
-    def to_dict(self) -> dict:
-        return {"factor": self.factor, "measured_s": self.measured_s, "unscaled_s": self.unscaled_s,
-                "fitted_s": self.fitted_s, "iterations": self.iterations}
-
 
 def makespan(records: pa.Table) -> float:
     """Last finish - first arrival of a records table (simulated or replayed: REQUEST_SCHEMA)."""

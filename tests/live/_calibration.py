@@ -3,8 +3,8 @@ model, the workload they replay, and a replay measured from both sides.
 
 - `calibrate`: the endpoint profile of issue 4 (fit cells + held-out cells, `PROFILE_REPEATS`
   repeats), measured ONCE per session by the `calibration` fixture (conftest). The profile test fits
-  on the fit cells only and predicts the held-out ones; the simulator checks start from
-  `Calibration.fit`, the NNLS fit on every measured cell (all the evidence there is).
+  on the fit cells only and predicts the held-out ones; the simulator checks use `Calibration.fit`,
+  the NNLS fit on every measured cell (all the evidence there is).
 - `calibrate_speed`: that fit scaled in situ (`llmcap.sim.makespan_fit`) to the measured makespan of a
   burst of an excerpt no acceptance test replays (`speed_excerpt`), once per session by the `speed`
   fixture; the fidelity test prints its predictions beside the profile fit's.

@@ -170,14 +170,14 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
           f"{'burst-scaled':>12} {'error':>7}   {'client pred':>11} {'client meas':>11}")
     errors: dict[str, dict[str, float]] = {}
     for name, rate in rates.items():
-        p, m, p0 = pred[name], meas[name], scaled[name]
+        p, m, ps = pred[name], meas[name], scaled[name]
         errors[name] = {}
         for metric in ("ttft_p50", "ttft_p90", "itl_p50", "itl_p90"):
             err = p[metric] / m[metric] - 1
             errors[name][metric] = err
             cli_p = p.get(f"cli_{metric}", p[metric])  # ITL: a constant latency leaves gaps alone
             print(f"{name:<11} {rate:>6.2f} {metric:<9} {p[metric] * 1e3:>12.2f} {m[metric] * 1e3:>12.2f} {err:>+7.1%}   "
-                  f"{p0[metric] * 1e3:>12.2f} {p0[metric] / m[metric] - 1:>+7.1%}   "
+                  f"{ps[metric] * 1e3:>12.2f} {ps[metric] / m[metric] - 1:>+7.1%}   "
                   f"{cli_p * 1e3:>11.2f} {m[f'cli_{metric}'] * 1e3:>11.2f}")
         print(f"{'':<11} {'':>6} over capacity: predicted {over_capacity(p['trend'], p['served'])} (TTFT trend "
               f"{p['trend']:.2f}, served/offered {p['served']:.2f}); measured {over_capacity(m['trend'], m['served'])} "
