@@ -88,5 +88,3 @@ def select() -> str:
     if not any(isinstance(f, _FromSource) for f in sys.meta_path):
         sys.meta_path.insert(0, _FromSource())
     return "source"
-
-

@@ -716,4 +716,3 @@ class Replica:
         self.log_dur, self.log_w = array("d", keep_d.tobytes()), array("q", keep_w.tobytes())
         self.log_base += cut
         self.trim_at = max(TRIM_STEPS, 2 * len(self.log_dur))
-

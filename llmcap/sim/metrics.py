@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmcap.sim.cluster import ClusterRun
-from llmcap.sim.engine import HIST_BINS_PER_DECADE, HIST_MIN_S, itl_histogram
+from llmcap.sim.engine import HIST_BINS_PER_DECADE, HIST_MIN_S, INF, itl_histogram
 from llmcap.sim.recorder import OK, STATUS_NAMES
 from llmcap.sim.records import REQUEST_SCHEMA
 
@@ -101,7 +101,6 @@ def itl_distribution(run: ClusterRun) -> tuple[np.ndarray, np.ndarray]:
 
 
 _SELECT_MIN = 1 << 14  # below this many values one sort is cheap
-INF = float("inf")
 _SELECT_BINS = 1 << 12
 
 
@@ -110,9 +109,9 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: list[float])
 
     Exact without sorting everything (a run's ITL distribution has one value per engine step, millions):
     see `_select`. Same numbers as sorting the whole sample (tests/sim/test_quantiles.py)."""
-    if values.size == 0 or weights.sum() == 0:
-        return [float("nan")] * len(qs)
     total = float(weights.sum())
+    if values.size == 0 or total == 0:
+        return [float("nan")] * len(qs)
     return _select(values, weights, [q * total for q in qs], 0.0)
 
 
