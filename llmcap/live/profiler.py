@@ -2,8 +2,11 @@
 
 One *cell* is (ISL, concurrency): `concurrency` requests with unique token-id prompts of exactly ISL
 tokens and exactly `osl` output tokens, started together. Cells run `repeats` times, repeats in the
-outer loop so that slow drift (other load on the machine) spreads over all cells; each run is
-preceded by a tiny ping so that no measurement pays the engine's wake-up from idle.
+outer loop so that slow drift (other load on the machine) spreads over all cells, and in a fresh
+seeded order within each repeat (`run_order`) so that a disturbance tied to a slot cannot bias one
+set of cells (on a shared CI box the cells listed last, run last in every repeat, once came out
+~30% slower than their neighbours). Each run is preceded by a tiny ping so that no measurement
+pays the engine's wake-up from idle.
 
 From each run:
 - TTFT: at concurrency 1 from `ttft_probes` extra requests alone with max_tokens 1 per repeat
@@ -269,6 +272,12 @@ class EndpointMeasurement:
         return StepObservations.concat(parts), kinds, keys
 
 
+def run_order(cells: tuple[tuple[int, int], ...], repeats: int, seed: int) -> list[tuple[int, int, int]]:
+    """(repeat, isl, concurrency) in the order to run: repeat by repeat, each a seeded permutation of `cells`."""
+    rng = np.random.default_rng(seed)
+    return [(rep, *cells[j]) for rep in range(repeats) for j in rng.permutation(len(cells))]
+
+
 async def _ping(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, seeds: itertools.count) -> None:
     # the engine may sleep when idle, and waking it would land in the next measurement
     await stream_completion(client, base_url, model, token_prompt(4, spec.vocab_size, next(seeds)), 2, spec.timeout_s)
@@ -311,7 +320,7 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
                 await stream_completion(client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 4, spec.timeout_s)
             big_c = max(c for _, c in spec.cells)
             await _one_run(client, base_url, model, spec, min(i for i, _ in spec.cells), big_c, -1, seeds, False)
-        todo = [(rep, isl, c) for rep in range(spec.repeats) for isl, c in spec.cells]
+        todo = run_order(spec.cells, spec.repeats, seed)
         runs: list[Run] = []
         probes: dict[int, list[float]] = {}
         with _progress(progress, len(todo)) as advance:

