@@ -656,6 +656,20 @@ class CompiledRoofline:
             t = t + cnt * ad
         return np.asarray(t + self._overhead, dtype=np.float64)
 
+    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64:
+        """`decode_times` of steps with different batch sizes at once (pp = 1, every batch size inside the
+        tables): step i has decode_seqs[i] sequences over total context decode_context[i]. Same numbers."""
+        b = np.asarray(decode_seqs, dtype=np.int64)
+        if self.pp != 1 or (b.size and not (0 <= int(b.min()) and int(b.max()) < self._n)):
+            raise ValueError("decode_times_batch needs pp = 1 and batch sizes inside the tables")
+        fb = b.astype(np.float64)
+        t = self._ta[0, 0][b] + self._la[0, 0][b]
+        for w, cnt in self._groups1:
+            cx = decode_context if w is None else np.minimum(decode_context, fb * w)
+            ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + fb * self._c_pf) / self._bw)
+            t = t + cnt * ad
+        return np.asarray(t + self._overhead, dtype=np.float64)
+
     def step_time(self, batch: StepBatch) -> F64:
         """Seconds per engine iteration for every batch in `batch` (`RooflineModel.step_time`, fast)."""
         b = batch

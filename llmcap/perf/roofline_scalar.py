@@ -70,6 +70,19 @@ class ScalarRoofline:
             t = t + layers[g] * self._attn(p_tok, p_pairs, d_seqs, d_ctx, windows[g])
         return t + self.overhead
 
+    def decode_step(self, fb: float, ctx: float) -> float:
+        """`step(0, 0, 0, fb, ctx)` of a pure-decode step whose batch fb (an integer) is inside the tables,
+        without the checks and the prefill terms: T = L = fb, and prefill attention is exactly +0.0, so
+        each group adds its decode attention alone (ap + ad == ad for ad >= +0.0). Same bits."""
+        i = int(fb)
+        t = self.ta1[i] + self.la1[i]
+        windows, layers = self.g_window, self.g_layers
+        for g in range(len(layers)):
+            w = windows[g]
+            cx = _min(ctx, fb * w) if w >= 0.0 else ctx
+            t = t + layers[g] * _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + fb * self.c_pf) / self.bw)
+        return t + self.overhead
+
     def decode_run(self, t0: float, b: int, ctx0: int, k: int) -> tuple[list[float], list[float]]:
         """k pure-decode steps of b sequences from total context ctx0 (the caller made b fit the tables):
         durations and end times (a running sum from t0)."""

@@ -182,6 +182,7 @@ def run_cluster(
     end = max_t if stopped else now
     for r in replicas:
         r.sample_until(end)
+        r.flush_log()
     if progress is not None:
         progress(n, n)
     return ClusterRun(rec, replicas, [r.role for r in replicas], links, end)

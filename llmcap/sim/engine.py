@@ -36,6 +36,7 @@ from llmcap.sim.steptime import StepTimer
 
 INF = float("inf")
 TRIM_STEPS = 1 << 16  # histogram mode: look for dead steps to drop once the log is this long (16 B a step)
+FLUSH_STEPS = 1 << 13  # pending steps written to the log in one vectorised pass (see `flush_log`)
 HIST_BINS_PER_DECADE = 1000  # histogram mode: bins 0.23% wide
 HIST_MIN_S, HIST_DECADES = 1e-7, 12  # 0.1 µs .. 1e5 s
 
@@ -137,13 +138,22 @@ class Replica:
         self.run_alloc = 0  # steps of the run whose blocks are allocated
         self.run_S = 0
         self.run_decode = False
+        # a decode run timed on demand (StepTimer.on_demand): no per-step lists, only its start, first
+        # context and a cursor (step cur_j starts at cur_t) that the monotone outside queries move forward
+        self.run_lazy = False
+        self.run_t0 = 0.0
+        self.run_ctx0 = 0
+        self.cur_j = 0
+        self.cur_t = 0.0
         self.entries: list[tuple[Req, int]] = []  # prefill chunks (and handoff first decodes) of a single step
         self.entry_B = 0  # decodes of that step with a regular gap (their last token ended the previous step)
         self.next_time = INF
         self.version = 0
         # logs and counters
-        self.log_dur = array("d")
-        self.log_w = array("q")
+        # the step log (see below): numpy buffers with room to grow by a quarter, filled to log_n
+        self.log_dur = np.empty(0)
+        self.log_w = np.empty(0, dtype=np.int64)
+        self.log_n = 0
         self.tokens = 0
         self.hit_tokens = 0
         self.preemptions = 0
@@ -153,8 +163,15 @@ class Replica:
         self.res = resolution_s
         self.grid_i = 0
         self.ts = array("q")  # 8 ints per grid time (see state_at); row i is at time i·resolution
-        # step log: duration and regular-gap decode count per step, from step index log_base on
+        # step log: duration and regular-gap decode count per step, from step index log_base on. Steps
+        # reach it through `pend_*` (a segment: n steps of a decode run from context ctx, b >= 0; or n
+        # literal durations in pend_lit, b = -1; weight w each) and `flush_log` writes them in bulk; the
+        # ITL stats of requests that finished (`stats_due`) wait for that flush.
         self.log_base = 0
+        self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
+        self.pend_lit = array("d")
+        self.pend_steps = 0
+        self.stats_due: list[Req] = []
         self.trim_at = TRIM_STEPS  # histogram mode: log length of the next trim attempt
         self.hist = None if itl_exact else np.zeros(HIST_BINS_PER_DECADE * HIST_DECADES, dtype=np.int64)
 
@@ -162,7 +179,23 @@ class Replica:
 
     def _steps_before(self, t: float) -> int:
         """Run steps (absolute index in the run) that ended strictly before t."""
-        return bisect_left(self.run_ends, t, self.run_done, self.run_k) if self.run_decode else self.run_done
+        if not self.run_decode:
+            return self.run_done
+        if not self.run_lazy:
+            return bisect_left(self.run_ends, t, self.run_done, self.run_k)
+        if t <= self.cur_t:  # asked about a time before the cursor: walk again from the run's start
+            self.cur_j, self.cur_t = 0, self.run_t0
+        j, start = self.timer.run_scan(self.cur_t, self.B, self.run_ctx0, self.cur_j, self.run_k, t)
+        self.cur_j, self.cur_t = j, start
+        return j if j > self.run_done else self.run_done
+
+    def _run_end(self, m: int) -> float:
+        """End of run step m."""
+        if not self.run_lazy:
+            return self.run_ends[m]
+        if self.cur_j <= m:
+            return self.timer.run_end(self.cur_t, self.B, self.run_ctx0, self.cur_j, m + 1)
+        return self.timer.run_end(self.run_t0, self.B, self.run_ctx0, 0, m + 1)
 
     def outstanding_at(self, t: float) -> int:
         if self.run_decode:
@@ -243,7 +276,7 @@ class Replica:
             m = self._steps_before(t)
             if m + 1 < self.run_k:
                 self.run_k = m + 1
-                self.next_time = self.run_ends[m]
+                self.next_time = self._run_end(m)
                 self.version += 1
                 return True
         return False
@@ -284,10 +317,11 @@ class Replica:
         if n <= 0:
             return
         b = self.B
-        self.log_dur.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
-        self.log_w.extend(array("q", (b,)) * n)
-        if self.hist is not None and len(self.log_dur) > self.trim_at:
-            self._trim()
+        if self.run_lazy:
+            self._log(b, self.run_ctx0 + self.run_done * b, n, b)
+        else:
+            self.pend_lit.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
+            self._log(-1, 0, n, b)
         self.S += n
         self.ctx_sum += n * b
         self.outstanding -= n * b
@@ -297,8 +331,8 @@ class Replica:
     def _commit_step(self, t: float) -> None:
         """A single (mixed) step ended at t: decodes emit, prefill chunks advance."""
         b = self.B
-        self.log_dur.append(self.run_durs[0])
-        self.log_w.append(self.entry_B)
+        self.pend_lit.append(self.run_durs[0])
+        self._log(-1, 0, 1, self.entry_B)
         self.S += 1
         self.ctx_sum += b
         done = b
@@ -318,6 +352,52 @@ class Replica:
             if req.g < req.osl and self.role != "prefill":
                 self._join_decode(req)
         self.entries = []
+
+    def _log(self, b: int, ctx: int, n: int, w: int) -> None:
+        """n more steps in the step log (see `pend_*`)."""
+        self.pend_b.append(b)
+        self.pend_ctx.append(ctx)
+        self.pend_n.append(n)
+        self.pend_w.append(w)
+        self.pend_steps += n
+        if self.pend_steps >= FLUSH_STEPS:
+            self.flush_log()
+
+    def flush_log(self) -> None:
+        """Write the pending steps to the step log in one vectorised pass, then compute the ITL stats of the
+        requests that finished since the last flush (the cluster calls it once more at the end)."""
+        if self.pend_steps:
+            n = np.frombuffer(self.pend_n, dtype=np.int64)
+            b = np.frombuffer(self.pend_b, dtype=np.int64)
+            seg = np.repeat(np.arange(n.size), n)
+            first = np.cumsum(n) - n
+            step_b = b[seg]
+            timed = step_b >= 0
+            ctx = np.frombuffer(self.pend_ctx, dtype=np.int64)[seg] + (np.arange(seg.size) - first[seg]) * step_b
+            dur = np.empty(seg.size)
+            lit = np.frombuffer(self.pend_lit, dtype=np.float64)
+            if lit.size == dur.size:
+                dur[:] = lit
+            else:
+                dur[timed] = self.timer.decode_durations(step_b[timed], ctx[timed].astype(np.float64))  # exact: below 2**53
+                dur[~timed] = lit
+            end = self.log_n + dur.size
+            if end > self.log_dur.size:  # geometric growth: each step is copied O(1) times, not once per flush
+                cap = max(end, self.log_dur.size + (self.log_dur.size >> 2), FLUSH_STEPS)
+                self.log_dur = np.concatenate((self.log_dur[: self.log_n], np.empty(cap - self.log_n)))
+                self.log_w = np.concatenate((self.log_w[: self.log_n], np.empty(cap - self.log_n, dtype=np.int64)))
+            self.log_dur[self.log_n : end] = dur
+            self.log_w[self.log_n : end] = np.repeat(np.frombuffer(self.pend_w, dtype=np.int64), n)
+            self.log_n = end
+            del n, b, lit  # the views export the arrays' buffers: new arrays, not resized ones
+            self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
+            self.pend_lit = array("d")
+            self.pend_steps = 0
+        due, self.stats_due = self.stats_due, []
+        for req in due:
+            self._itl_stats(req)
+        if self.hist is not None and self.log_n > self.trim_at:
+            self._trim()
 
     def _emit(self, req: Req, t: float) -> None:
         """`req` produced a token at the end of a non-decode step (prefill, recompute, handoff entry)."""
@@ -378,11 +458,15 @@ class Replica:
         rec = self.rec
         rec.finish[req.i] = t
         rec.status[req.i] = OK
-        self._itl_stats(req)
+        self.stats_due.append(req)
         del self.running[req.stamp]
         self.partials.pop(req.stamp, None)
         self._free(req, preempted=False)
         self.finished += 1
+
+    def step_log(self) -> tuple[np.ndarray, np.ndarray]:
+        """The step log kept so far (after `flush_log`): durations and regular-gap weights, views."""
+        return self.log_dur[: self.log_n], self.log_w[: self.log_n]
 
     def _itl_stats(self, req: Req) -> None:
         """The request's ITL p50 / p99 (linear between order statistics, numpy's default) and max."""
@@ -391,17 +475,11 @@ class Replica:
         base, log, extra = self.log_base, self.log_dur, self.rec.extra_gaps
         a0, b0 = req.eps[0]
         if len(req.eps) == 1 and a0 >= 0:
-            gaps = log[a0 - base : b0 - base]  # a copy of the log's slice
+            v = np.sort(log[a0 - base : b0 - base])  # a sorted copy of the log's slice
         else:
-            gaps = array("d")
-            for a, b in req.eps:
-                if a >= 0:
-                    gaps.extend(log[a - base : b - base])
-                else:
-                    gaps.append(extra[b])
-        v = np.frombuffer(gaps, dtype=np.float64)
-        v.sort()  # in place, on the copy; order statistics do not depend on the algorithm
-        m = len(gaps)
+            parts = [log[a - base : b - base] if a >= 0 else np.array([extra[b]]) for a, b in req.eps]
+            v = np.sort(np.concatenate(parts))  # order statistics do not depend on the algorithm
+        m = len(v)
         rec, i = self.rec, req.i
         for q, col in ((0.5, rec.itl_p50), (0.99, rec.itl_p99)):
             x = q * (m - 1)
@@ -690,11 +768,17 @@ class Replica:
         d_max = 0
         if not self.timer.linear:
             d_max = max(r.nc0 + (S - r.S0) + 1 for r in self.running.values() if r.dec)
-        self.run_durs, self.run_ends = self.timer.decode_run(t, B, self.ctx_sum, d_max, k)
+        if self.timer.on_demand(B):
+            self.run_lazy = True
+            self.run_t0, self.run_ctx0, self.cur_j, self.cur_t = t, self.ctx_sum, 0, t
+            self.next_time = self.timer.run_end(t, B, self.ctx_sum, 0, k)
+        else:
+            self.run_lazy = False
+            self.run_durs, self.run_ends = self.timer.decode_run(t, B, self.ctx_sum, d_max, k)
+            self.next_time = self.run_ends[-1]
         self.run_decode = True
         self.run_k, self.run_done, self.run_alloc, self.run_S = k, 0, 1, S
         self.busy = True
-        self.next_time = self.run_ends[-1]
         self.version += 1
 
     def _trim(self) -> None:
@@ -705,14 +789,14 @@ class Replica:
                 live.append(req.S0)
             live.extend(a for a, _ in req.eps if a >= 0)
         cut = min(live) - self.log_base
-        if cut < len(self.log_dur) // 2:  # a long-lived request holds the log: look again at twice the length
-            self.trim_at = 2 * len(self.log_dur)
+        n = self.log_n
+        if cut < n // 2:  # a long-lived request holds the log: look again at twice the length
+            self.trim_at = 2 * n
             return
-        d = np.frombuffer(self.log_dur, dtype=np.float64)
-        w = np.frombuffer(self.log_w, dtype=np.int64)
-        self.hist += itl_histogram(d[:cut], w[:cut])
-        keep_d, keep_w = d[cut:].copy(), w[cut:].copy()
-        del d, w
-        self.log_dur, self.log_w = array("d", keep_d.tobytes()), array("q", keep_w.tobytes())
+        self.hist += itl_histogram(self.log_dur[:cut], self.log_w[:cut])
+        rest = n - cut
+        self.log_dur[:rest] = self.log_dur[cut:n]  # numpy copies overlapping slices of one array safely
+        self.log_w[:rest] = self.log_w[cut:n]
+        self.log_n = rest
         self.log_base += cut
-        self.trim_at = max(TRIM_STEPS, 2 * len(self.log_dur))
+        self.trim_at = max(TRIM_STEPS, 2 * rest)

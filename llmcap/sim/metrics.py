@@ -78,17 +78,14 @@ def itl_distribution(run: ClusterRun) -> tuple[np.ndarray, np.ndarray]:
     vals, wts = [], []
     hist = None
     for rep in run.replicas:
-        d = np.frombuffer(rep.log_dur, dtype=np.float64)
-        w = np.frombuffer(rep.log_w, dtype=np.int64)
+        d, w = rep.step_log()
         if rep.hist is not None:
             h = rep.hist + itl_histogram(d, w)
             hist = h if hist is None else hist + h
-            del d, w
             continue
         keep = w > 0
-        vals.append(d[keep].copy())
-        wts.append(w[keep].copy())
-        del d, w, keep  # release the buffers of the live logs
+        vals.append(d[keep])
+        wts.append(w[keep])
     extra = np.asarray(run.recorder.extra_gaps, dtype=np.float64)
     if hist is not None:  # histogram mode: (geometric bin centre, tokens) for every non-empty bin
         hist = hist + itl_histogram(extra, np.ones(extra.size, dtype=np.int64))

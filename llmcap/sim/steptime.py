@@ -37,13 +37,15 @@ class InlineStepModel(Protocol):
     """What StepTimer needs to time a model without a numpy call per step. `step_time_scalar` and
     `decode_times` must give `step_time`'s numbers and agree with each other bit for bit (a step timed
     alone and inside a run of decode steps), and decode_max_context must not matter (the engine then
-    skips computing it)."""
+    skips computing it). `decode_times_batch` is `decode_times` over steps of different batch sizes."""
 
     uses_decode_max_context: bool
 
     def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float: ...
 
     def decode_times(self, decode_seqs: float, decode_context: F64) -> F64: ...
+
+    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64: ...
 
 
 class StepTimer:
@@ -89,13 +91,77 @@ class StepTimer:
         )
         return float(self.model.step_time(b)[0])
 
+    # ------------------------------------------------------------ decode runs timed on demand
+    # A run of decode steps is (start time, b, first context, length): its step ends are the running sum
+    # from the start, recomputed in plain floats whenever asked (`run_end`, `run_scan`), and its
+    # durations are written to the step log in bulk (`decode_durations`). Nothing per step is stored,
+    # so a long run costs a few ns a step instead of two boxed floats. The sums are the same additions in
+    # the same order as `decode_run`'s, and the bulk durations are `one`'s numbers: bit for bit.
+
+    def on_demand(self, b: int) -> bool:
+        """Whether decode runs of b sequences can be timed on demand: the linear model, or the
+        roofline's scalar path inside its tables."""
+        return self.is_linear or (self.scalar is not None and b < self.scalar.n)
+
+    def _decode_base(self, b: int) -> float:
+        """The linear model's step time of b decodes at zero context (`one`'s terms in its order)."""
+        return (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * float(b)
+
+    def run_end(self, t: float, b: int, ctx0: int, j0: int, j1: int) -> float:
+        """The end of step j1 - 1 of a decode run, given t, the start of its step j0 (step j: b sequences
+        at total context ctx0 + j·b; on_demand(b) must hold)."""
+        fb = float(b)
+        ctx = float(ctx0 + j0 * b)  # exact: integers below 2**53, and so is every sum below
+        if self.is_linear:
+            base, c = self._decode_base(b), self.c_ctx
+            for _ in range(j0, j1):
+                t += base + c * ctx
+                ctx += fb
+            return t
+        sc = self.scalar
+        assert sc is not None
+        for _ in range(j0, j1):
+            t += sc.decode_step(fb, ctx)
+            ctx += fb
+        return t
+
+    def run_scan(self, t: float, b: int, ctx0: int, j: int, k: int, until: float) -> tuple[int, float]:
+        """Walk a decode run from its step j, which starts at t, to the first step in [j, k) that ends at
+        or after `until`: (that step, its start), or (k, the end of step k - 1) when none does."""
+        fb = float(b)
+        ctx = float(ctx0 + j * b)
+        linear = self.is_linear
+        base, c = (self._decode_base(b), self.c_ctx) if linear else (0.0, 0.0)
+        sc = self.scalar
+        while j < k:
+            if linear:
+                e = t + (base + c * ctx)
+            else:
+                assert sc is not None
+                e = t + sc.decode_step(fb, ctx)
+            if e >= until:
+                return j, t
+            t = e
+            ctx += fb
+            j += 1
+        return k, t
+
+    def decode_durations(self, b: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """Durations of decode steps of b[i] sequences at total context ctx[i] (float64, integers), in bulk:
+        the numbers `run_end` adds up (on_demand(b) for every b)."""
+        if self.is_linear:
+            base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * b.astype(np.float64)
+            return base + self.c_ctx * ctx
+        assert self.fast is not None
+        return self.fast.decode_times_batch(b, ctx)
+
     def decode_run(self, t0: float, b: int, ctx0: int, max0: int, k: int) -> tuple[array[float], list[float]]:
         """Durations and absolute end times of k pure-decode steps of `b` sequences starting at t0, the
         first with total context ctx0 (longest max0); step j has ctx0 + j·b (longest max0 + j).
         Durations come as an array('d'): the engine's step log is one, and array-to-array copies are
         memcpy where list-to-array parses every item."""
         if self.is_linear:
-            base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * float(b)
+            base = self._decode_base(b)
             c = self.c_ctx
             if k <= _LOOP_RUN:
                 durs, ends, t = [], [], t0

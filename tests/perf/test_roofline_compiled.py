@@ -74,6 +74,24 @@ def test_scalar_arrays_and_decode_runs_agree_bit_for_bit(models) -> None:
         run = fast.decode_times(float(seqs), ctx)
         assert run.tobytes() == fast.step_time_arrays(zeros, zeros, zeros, np.full(ctx.size, float(seqs)), ctx).tobytes()
         assert run[17] == fast.step_time_scalar(0.0, 0.0, 0.0, float(seqs), float(ctx[17]))
+    # steps of mixed batch sizes at once (the simulator's bulk write of its step log; pp = 1 only)
+    seqs = np.array([1, 37, 256, 37, 1, 200], dtype=np.int64)
+    ctx = np.array([7.0, 40_000.0, 1e6, 41_111.0, 9.0, 123_456.0])
+    if fast.pp != 1:
+        with pytest.raises(ValueError, match="pp = 1"):
+            fast.decode_times_batch(seqs, ctx)
+        return
+    batch = fast.decode_times_batch(seqs, ctx)
+    one_by_one = np.array([fast.decode_times(float(s), np.array([c]))[0] for s, c in zip(seqs, ctx)])
+    assert batch.tobytes() == one_by_one.tobytes()
+    assert batch[2] == fast.step_time_scalar(0.0, 0.0, 0.0, 256.0, 1e6)
+    # the scalar path's decode step (no checks, no prefill terms) is `step` bit for bit
+    rng = np.random.default_rng(5)
+    for seqs_i, ctx_i in zip(rng.integers(1, 257, 400).tolist(), rng.integers(1, 2_000_000, 400).tolist()):
+        fb, cx = float(seqs_i), float(ctx_i)
+        assert fast.scalar.decode_step(fb, cx) == fast.scalar.step(0.0, 0.0, 0.0, fb, cx)
+    with pytest.raises(ValueError, match="inside the tables"):
+        fast.decode_times_batch(np.array([fast._n]), np.array([1.0]))
 
 
 def test_decode_max_context_is_ignored_like_the_roofline_does(models) -> None:

@@ -44,6 +44,26 @@ def test_linear_inline_matches_the_model() -> None:
         assert e == t  # ends are the sequential sum from the run's start
 
 
+@pytest.mark.parametrize("kind", ["linear", "roofline"])
+def test_runs_timed_on_demand_are_the_stored_runs_bit_for_bit(kind: str) -> None:
+    """run_end / run_scan / decode_durations (no per-step storage) give decode_run's ends and durations."""
+    from llmcap.perf import build_step_model
+
+    timer = StepTimer(MODEL if kind == "linear" else build_step_model("Llama-3.1-8B", "h100"))
+    b, ctx0, k = 7, 9000, 300  # past the loop/numpy crossover of decode_run
+    assert timer.on_demand(b)
+    durs, ends = timer.decode_run(3.0, b, ctx0, 0, k)
+    assert [timer.run_end(3.0, b, ctx0, 0, j + 1) for j in (0, 1, 150, k - 1)] == [ends[j] for j in (0, 1, 150, k - 1)]
+    assert timer.run_end(ends[99], b, ctx0, 100, k) == ends[-1]  # resumed from a step's start: the same sum
+    for until in (3.0, ends[0], ends[0] + 1e-12, ends[150], (ends[200] + ends[201]) / 2, ends[-1] + 1.0):
+        j, start = timer.run_scan(3.0, b, ctx0, 0, k, until)
+        want = int(np.searchsorted(np.asarray(ends), until, side="left"))  # bisect_left: first end >= until
+        assert j == want and start == (3.0 if j == 0 else ends[j - 1])
+    steps = np.arange(k)
+    bulk = timer.decode_durations(np.full(k, b, dtype=np.int64), (ctx0 + steps * b).astype(np.float64))
+    assert bulk.tobytes() == np.frombuffer(durs, dtype=np.float64).tobytes()
+
+
 def test_generic_model_path_agrees_with_linear_fast_path() -> None:
     rng = np.random.default_rng(4)
     trace = random_trace(rng, 40)
