@@ -492,13 +492,13 @@ class Replica:
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
         own = -(-req.alloc // self.bs) - req.seg_blocks
-        segments, lru = kv.segments, kv.lru
+        segments = kv.segments
         freed = 0
         for key in reversed(req.segs):  # tail first: the LRU evicts a prompt's end before its start
             seg = segments[key]
             seg[0] -= 1
             if seg[0] == 0:
-                lru[key] = seg[1]
+                kv.unpin(key)
                 freed += seg[1]
         kv.free += freed
         if preempted and self.caching:

@@ -12,11 +12,11 @@ def test_lru_eviction_order_and_host_tier() -> None:
     kv.drop(2)  # freed tail first, as vLLM frees a request's blocks in reverse
     kv.drop(1)
     kv.release(2)  # its 2 unhashed blocks
-    assert (kv.free, kv.plain, list(kv.lru)) == (10, 6, [2, 1])
+    assert (kv.free, kv.plain, [k for k, _ in kv.evictable()]) == (10, 6, [2, 1])
     kv.alloc(7)  # 6 plain, then segment 2 (the oldest) goes whole: 1 block left plain
-    assert (kv.free, kv.plain, list(kv.lru), list(kv.host or {})) == (3, 1, [1], [2])
+    assert (kv.free, kv.plain, [k for k, _ in kv.evictable()], list(kv.host or {})) == (3, 1, [1], [2])
     kv.acquire(1, kv.segments[1])  # a hit takes the segment out of the free pool
-    assert (kv.free, kv.used) == (1, 9) and 1 not in kv.lru
+    assert (kv.free, kv.used) == (1, 9) and kv.evictable() == []
     assert kv.host_take(2) == 2 and kv.host_take(2) == 0
 
 
@@ -27,3 +27,20 @@ def test_private_segment_round_trip() -> None:
     kv.release(2)
     assert (kv.free, kv.plain) == (8, 5)
     assert kv.take_private(("p", 0)) == 3 and (kv.free, kv.plain) == (5, 5)
+
+
+def test_lru_skips_stale_entries_and_compacts() -> None:
+    kv = KVCache(100_000)
+    kv.alloc(90_000)
+    for key in range(30_000):  # evictable, then taken back by a hit, many times: stale entries pile up
+        kv.register(key, 3)
+        kv.drop(key)
+        if key % 3:
+            kv.acquire(key, kv.segments[key])
+    live = [k for k in range(30_000) if k % 3 == 0]
+    assert [k for k, _ in kv.evictable()] == live
+    assert len(kv.order) <= 2 * len(kv.lru) + 4096  # compacted along the way
+    kv.drop(1)  # back to evictable: now the newest
+    assert kv.evictable()[-1] == (1, 3) and kv.evictable()[0] == (0, 3)
+    kv.alloc(kv.plain + 4)  # evicts the two oldest live segments, skipping stale entries
+    assert [k for k, _ in kv.evictable()][:2] == [live[2], live[3]] and 0 not in kv.segments and 3 not in kv.segments
