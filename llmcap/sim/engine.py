@@ -21,7 +21,7 @@ strictly before t, with the step in progress scheduled (its blocks allocated).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Hashable
 from heapq import heappop, heappush
@@ -150,10 +150,6 @@ class Replica:
         self.next_time = INF
         self.version = 0
         # logs and counters
-        # the step log (see below): numpy buffers with room to grow by a quarter, filled to log_n
-        self.log_dur = np.empty(0)
-        self.log_w = np.empty(0, dtype=np.int64)
-        self.log_n = 0
         self.tokens = 0
         self.hit_tokens = 0
         self.preemptions = 0
@@ -163,11 +159,16 @@ class Replica:
         self.res = resolution_s
         self.grid_i = 0
         self.ts = array("q")  # 8 ints per grid time (see state_at); row i is at time i·resolution
-        # step log: duration and regular-gap decode count per step, from step index log_base on. Steps
+        # step log: duration and regular-gap decode count per step, from step index log_base on, as the
+        # chunks `flush_log` wrote (chunk i holds steps from chunk_at[i] on; no copying as it grows). Steps
         # reach it through `pend_*` (a segment: n steps of a decode run from context ctx, b >= 0; or n
-        # literal durations in pend_lit, b = -1; weight w each) and `flush_log` writes them in bulk; the
-        # ITL stats of requests that finished (`stats_due`) wait for that flush.
+        # literal durations in pend_lit, b = -1; weight w each); the ITL stats of requests that finished
+        # (`stats_due`) wait for the flush.
         self.log_base = 0
+        self.log_n = 0  # steps in the chunks
+        self.chunk_d: list[np.ndarray] = []
+        self.chunk_w: list[np.ndarray] = []
+        self.chunk_at: list[int] = []
         self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
         self.pend_lit = array("d")
         self.pend_steps = 0
@@ -381,14 +382,10 @@ class Replica:
             else:
                 dur[timed] = self.timer.decode_durations(step_b[timed], ctx[timed].astype(np.float64))  # exact: below 2**53
                 dur[~timed] = lit
-            end = self.log_n + dur.size
-            if end > self.log_dur.size:  # geometric growth: each step is copied O(1) times, not once per flush
-                cap = max(end, self.log_dur.size + (self.log_dur.size >> 2), FLUSH_STEPS)
-                self.log_dur = np.concatenate((self.log_dur[: self.log_n], np.empty(cap - self.log_n)))
-                self.log_w = np.concatenate((self.log_w[: self.log_n], np.empty(cap - self.log_n, dtype=np.int64)))
-            self.log_dur[self.log_n : end] = dur
-            self.log_w[self.log_n : end] = np.repeat(np.frombuffer(self.pend_w, dtype=np.int64), n)
-            self.log_n = end
+            self.chunk_at.append(self.log_base + self.log_n)
+            self.chunk_d.append(dur)
+            self.chunk_w.append(np.repeat(np.frombuffer(self.pend_w, dtype=np.int64), n))
+            self.log_n += dur.size
             del n, b, lit  # the views export the arrays' buffers: new arrays, not resized ones
             self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
             self.pend_lit = array("d")
@@ -465,19 +462,36 @@ class Replica:
         self.finished += 1
 
     def step_log(self) -> tuple[np.ndarray, np.ndarray]:
-        """The step log kept so far (after `flush_log`): durations and regular-gap weights, views."""
-        return self.log_dur[: self.log_n], self.log_w[: self.log_n]
+        """The step log kept so far (after `flush_log`): durations and regular-gap weights, one copy."""
+        if not self.chunk_d:
+            return np.empty(0), np.empty(0, dtype=np.int64)
+        return np.concatenate(self.chunk_d), np.concatenate(self.chunk_w)
+
+    def _log_slice(self, a: int, b: int) -> np.ndarray:
+        """Durations of steps [a, b) (absolute indices, inside the log): a view when one chunk holds them."""
+        at, chunks = self.chunk_at, self.chunk_d
+        i = bisect_right(at, a) - 1
+        lo = a - at[i]
+        if b - at[i] <= len(chunks[i]):
+            return chunks[i][lo : b - at[i]]
+        parts = [chunks[i][lo:]]
+        i += 1
+        while b - at[i] > len(chunks[i]):
+            parts.append(chunks[i])
+            i += 1
+        parts.append(chunks[i][: b - at[i]])
+        return np.concatenate(parts)
 
     def _itl_stats(self, req: Req) -> None:
         """The request's ITL p50 / p99 (linear between order statistics, numpy's default) and max."""
         if req.osl <= 1 or not req.eps:
             return
-        base, log, extra = self.log_base, self.log_dur, self.rec.extra_gaps
+        extra = self.rec.extra_gaps
         a0, b0 = req.eps[0]
         if len(req.eps) == 1 and a0 >= 0:
-            v = np.sort(log[a0 - base : b0 - base])  # a sorted copy of the log's slice
+            v = np.sort(self._log_slice(a0, b0))  # a sorted copy
         else:
-            parts = [log[a - base : b - base] if a >= 0 else np.array([extra[b]]) for a, b in req.eps]
+            parts = [self._log_slice(a, b) if a >= 0 else np.array([extra[b]]) for a, b in req.eps]
             v = np.sort(np.concatenate(parts))  # order statistics do not depend on the algorithm
         m = len(v)
         rec, i = self.rec, req.i
@@ -555,7 +569,7 @@ class Replica:
             if hi > lo:
                 key = keys[j]
                 if key not in segments:  # else another request published it first: these stay ours
-                    segments[key] = [1, hi - lo]
+                    segments[key] = [1, hi - lo, 0]  # kvcache: [ref count, blocks, tick]
                     segs.append(key)
                     added += hi - lo
             lo = hi
@@ -782,21 +796,20 @@ class Replica:
         self.version += 1
 
     def _trim(self) -> None:
-        """Histogram mode: fold the steps no live request still needs into `hist` and drop them."""
+        """Histogram mode: fold the chunks of steps no live request still needs into `hist` and drop them."""
         live = [self.S]
         for req in list(self.running.values()) + list(self.waiting):
             if req.dec:
                 live.append(req.S0)
             live.extend(a for a, _ in req.eps if a >= 0)
-        cut = min(live) - self.log_base
-        n = self.log_n
-        if cut < n // 2:  # a long-lived request holds the log: look again at twice the length
-            self.trim_at = 2 * n
-            return
-        self.hist += itl_histogram(self.log_dur[:cut], self.log_w[:cut])
-        rest = n - cut
-        self.log_dur[:rest] = self.log_dur[cut:n]  # numpy copies overlapping slices of one array safely
-        self.log_w[:rest] = self.log_w[cut:n]
-        self.log_n = rest
-        self.log_base += cut
-        self.trim_at = max(TRIM_STEPS, 2 * rest)
+        cut = min(live)
+        dead = 0
+        while dead + 1 < len(self.chunk_at) and self.chunk_at[dead + 1] <= cut:  # chunk `dead` ends by cut
+            self.hist += itl_histogram(self.chunk_d[dead], self.chunk_w[dead])
+            self.log_n -= len(self.chunk_d[dead])
+            dead += 1
+        if dead:
+            del self.chunk_d[:dead], self.chunk_w[:dead], self.chunk_at[:dead]
+            self.log_base = self.chunk_at[0]
+        # a long-lived request holds the log: look again at twice the length
+        self.trim_at = max(TRIM_STEPS, 2 * self.log_n)

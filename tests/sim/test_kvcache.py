@@ -39,7 +39,7 @@ def test_lru_skips_stale_entries_and_compacts() -> None:
             kv.acquire(key, kv.segments[key])
     live = [k for k in range(30_000) if k % 3 == 0]
     assert [k for k, _ in kv.evictable()] == live
-    assert len(kv.order) <= 2 * len(kv.lru) + 4096  # compacted along the way
+    assert len(kv.order) <= 2 * kv.n_lru + 4096 and kv.n_lru == len(live)  # compacted along the way
     kv.drop(1)  # back to evictable: now the newest
     assert kv.evictable()[-1] == (1, 3) and kv.evictable()[0] == (0, 3)
     kv.alloc(kv.plain + 4)  # evicts the two oldest live segments, skipping stale entries

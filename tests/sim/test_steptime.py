@@ -103,6 +103,28 @@ def test_histogram_mode_trims_the_log_and_keeps_per_request_stats(monkeypatch) -
         assert abs(h / e - 1) < 0.0025  # 1000 bins per decade: 0.23% wide
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_step_log_flushed_in_small_chunks_gives_the_same_results(monkeypatch, seed: int) -> None:
+    """The step log is written in chunks at each flush; per-request ITL stats that span chunks, the exact
+    ITL distribution and histogram-mode trimming of whole chunks do not depend on the chunk size."""
+    import llmcap.sim.engine as engine
+
+    rng = np.random.default_rng(50 + seed)
+    trace = random_trace(rng, 80)
+    cfg = random_config(rng, seed)
+    whole = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0))
+    hist_whole = simulate(trace, MODEL, cfg.model_copy(update={"itl_exact": False}), rng=np.random.default_rng(0))
+    monkeypatch.setattr(engine, "FLUSH_STEPS", 5)
+    monkeypatch.setattr(engine, "TRIM_STEPS", 16)
+    chunked = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0))
+    hist_chunked = simulate(trace, MODEL, cfg.model_copy(update={"itl_exact": False}), rng=np.random.default_rng(0))
+    assert chunked.records.equals(whole.records) and hist_chunked.records.equals(whole.records)
+    assert chunked.itl_values.tobytes() == whole.itl_values.tobytes()
+    assert chunked.itl_weights.tobytes() == whole.itl_weights.tobytes()
+    assert hist_chunked.itl_weights.tolist() == hist_whole.itl_weights.tolist()
+    assert hist_chunked.itl_values.tobytes() == hist_whole.itl_values.tobytes()
+
+
 def _roofline(**kw):
     from llmcap.perf import build_step_model
 
