@@ -169,7 +169,11 @@ class Replica:
         self.chunk_d: list[np.ndarray] = []
         self.chunk_w: list[np.ndarray] = []
         self.chunk_at: list[int] = []
-        self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
+        # (lists: a compiled list append is a C call; array('q').append parses its argument)
+        self.pend_b: list[int] = []
+        self.pend_ctx: list[int] = []
+        self.pend_n: list[int] = []
+        self.pend_w: list[int] = []
         self.pend_lit = array("d")
         self.pend_steps = 0
         self.stats_due: list[Req] = []
@@ -368,13 +372,13 @@ class Replica:
         """Write the pending steps to the step log in one vectorised pass, then compute the ITL stats of the
         requests that finished since the last flush (the cluster calls it once more at the end)."""
         if self.pend_steps:
-            n = np.frombuffer(self.pend_n, dtype=np.int64)
-            b = np.frombuffer(self.pend_b, dtype=np.int64)
+            n = np.array(self.pend_n, dtype=np.int64)
+            b = np.array(self.pend_b, dtype=np.int64)
             seg = np.repeat(np.arange(n.size), n)
             first = np.cumsum(n) - n
             step_b = b[seg]
             timed = step_b >= 0
-            ctx = np.frombuffer(self.pend_ctx, dtype=np.int64)[seg] + (np.arange(seg.size) - first[seg]) * step_b
+            ctx = np.array(self.pend_ctx, dtype=np.int64)[seg] + (np.arange(seg.size) - first[seg]) * step_b
             dur = np.empty(seg.size)
             lit = np.frombuffer(self.pend_lit, dtype=np.float64)
             if lit.size == dur.size:
@@ -384,10 +388,13 @@ class Replica:
                 dur[~timed] = lit
             self.chunk_at.append(self.log_base + self.log_n)
             self.chunk_d.append(dur)
-            self.chunk_w.append(np.repeat(np.frombuffer(self.pend_w, dtype=np.int64), n))
+            self.chunk_w.append(np.repeat(np.array(self.pend_w, dtype=np.int64), n))
             self.log_n += dur.size
-            del n, b, lit  # the views export the arrays' buffers: new arrays, not resized ones
-            self.pend_b, self.pend_ctx, self.pend_n, self.pend_w = array("q"), array("q"), array("q"), array("q")
+            del lit  # the view exports pend_lit's buffer: a new array, not a resized one
+            self.pend_b.clear()
+            self.pend_ctx.clear()
+            self.pend_n.clear()
+            self.pend_w.clear()
             self.pend_lit = array("d")
             self.pend_steps = 0
         due, self.stats_due = self.stats_due, []
