@@ -118,27 +118,20 @@ class StepTimer:
                 t += base + c * ctx
                 ctx += fb
             return t
-        sc = self.scalar
-        assert sc is not None
-        for _ in range(j0, j1):
-            t += sc.decode_step(fb, ctx)
-            ctx += fb
-        return t
+        assert self.scalar is not None
+        return self.scalar.decode_end(t, fb, ctx, j1 - j0)
 
     def run_scan(self, t: float, b: int, ctx0: int, j: int, k: int, until: float) -> tuple[int, float]:
         """Walk a decode run from its step j, which starts at t, to the first step in [j, k) that ends at
         or after `until`: (that step, its start), or (k, the end of step k - 1) when none does."""
         fb = float(b)
         ctx = float(ctx0 + j * b)
-        linear = self.is_linear
-        base, c = (self._decode_base(b), self.c_ctx) if linear else (0.0, 0.0)
-        sc = self.scalar
+        if not self.is_linear:
+            assert self.scalar is not None
+            return self.scalar.decode_scan(t, fb, ctx, j, k, until)
+        base, c = self._decode_base(b), self.c_ctx
         while j < k:
-            if linear:
-                e = t + (base + c * ctx)
-            else:
-                assert sc is not None
-                e = t + sc.decode_step(fb, ctx)
+            e = t + (base + c * ctx)
             if e >= until:
                 return j, t
             t = e
