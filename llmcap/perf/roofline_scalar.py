@@ -123,20 +123,6 @@ class ScalarRoofline:
             j += 1
         return k, t
 
-    def decode_run(self, t0: float, b: int, ctx0: int, k: int) -> tuple[list[float], list[float]]:
-        """k pure-decode steps of b sequences from total context ctx0 (the caller made b fit the tables):
-        durations and end times (a running sum from t0)."""
-        fb, f0 = float(b), float(ctx0)
-        durs: list[float] = []
-        ends: list[float] = []
-        t = t0
-        for j in range(k):
-            d = self.step(0.0, 0.0, 0.0, fb, f0 + j * fb)  # exact: integers below 2**53
-            t += d
-            durs.append(d)
-            ends.append(t)
-        return durs, ends
-
 
 def _max(a: float, b: float) -> float:
     """max(a, b) exactly as Python picks: the first unless the second is greater."""

@@ -10,9 +10,12 @@ Speed. Decoding sequences are not touched step by step: a replica-wide step cloc
 progress (generated = g0 + S - S0), a heap gives the next completion, per-phase counts give which step
 needs new blocks. When a step has no prefill work and the waiting queue cannot be admitted, the next
 steps are the same batch with the context growing by B per step until the next event (a completion,
-block exhaustion, or something arriving from outside). That whole run is planned at once: k step
-times in one vectorised call, ends by cumulative sum. An arrival in the middle truncates the run after
-the step in progress. `reference=True` plans runs of one step, calling the scheduler every step; both
+block exhaustion, or something arriving from outside). That whole run is planned at once from its
+start, batch and first context (`StepTimer.run_end`); where a step of it ended is found from a cursor
+that the time-ordered outside queries move forward (`run_scan`). An arrival in the middle truncates the
+run after the step in progress. Steps reach the step log (durations and regular-gap weights, for the
+exact ITL distribution and per-request ITL stats) in bulk: `flush_log` writes pending runs with one
+vectorised pass every FLUSH_STEPS steps, then computes the ITL stats of the requests that finished. `reference=True` plans runs of one step, calling the scheduler every step; both
 produce identical results (tests/sim).
 
 State seen from outside at time t (router, time series) is the state after every step that ended

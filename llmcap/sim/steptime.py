@@ -1,9 +1,12 @@
 """Timing engine steps through a `StepTimeModel`, one step or a whole run of pure-decode steps.
 
 A run of k pure-decode steps with B sequences is the same batch each step except that the context
-grows by B (the longest by 1): one vectorised call times all k. Step ends are a cumulative sum that
-starts from the run's start time, so ends come out bit-identical however a stretch of steps is
-split into runs (sequential float addition in the same order).
+grows by B (the longest by 1). Step ends are a running sum that starts from the run's start time, so
+ends come out bit-identical however a stretch of steps is split into runs (sequential float addition
+in the same order). For the linear model and the roofline's scalar path a run is timed on demand:
+its ends are recomputed in plain floats when asked (`run_end`, `run_scan`, a few ns a step compiled)
+and its durations are produced in bulk for the engine's step log (`decode_durations`); other models
+get both as arrays from one vectorised call (`decode_run`).
 
 `LinearStepModel` is evaluated inline (its six terms, fixed order) because a numpy call per step
 costs more than the whole step's arithmetic; the terms and coefficients are the model's own, so
@@ -27,10 +30,6 @@ from llmcap.perf.roofline import RooflineModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call overhead
-# Compiled (mypyc, llmcap._native), a loop over the linear model or the roofline's scalar path costs
-# a few ns a step: numpy's per-call overhead only pays off on long runs. Loop or numpy, the floats
-# are the same.
-_LOOP_RUN = 192 if not __file__.endswith(".py") else _SHORT_RUN  # longest run timed by a loop (measured crossover)
 
 
 class InlineStepModel(Protocol):
@@ -150,26 +149,12 @@ class StepTimer:
 
     def decode_run(self, t0: float, b: int, ctx0: int, max0: int, k: int) -> tuple[array[float], list[float]]:
         """Durations and absolute end times of k pure-decode steps of `b` sequences starting at t0, the
-        first with total context ctx0 (longest max0); step j has ctx0 + j·b (longest max0 + j).
-        Durations come as an array('d'): the engine's step log is one, and array-to-array copies are
-        memcpy where list-to-array parses every item."""
-        if self.is_linear:
-            base = self._decode_base(b)
-            c = self.c_ctx
-            if k <= _LOOP_RUN:
-                durs, ends, t = [], [], t0
-                for j in range(k):
-                    d = base + c * float(ctx0 + j * b)
-                    t += d
-                    durs.append(d)
-                    ends.append(t)
-                return array("d", durs), ends
-            ctx = np.arange(k, dtype=np.float64) * float(b) + float(ctx0)  # exact: integers below 2**53
-            d_arr = base + c * ctx
-        elif self.scalar is not None and k <= _LOOP_RUN and b < self.scalar.n:
-            durs, ends = self.scalar.decode_run(t0, b, ctx0, k)
-            return array("d", durs), ends
-        elif self.fast is not None:
+        first with total context ctx0 (longest max0); step j has ctx0 + j·b (longest max0 + j). For the
+        runs `on_demand` does not cover (a compiled roofline outside its scalar tables or at pp > 1, any
+        other model). Durations come as an array('d'): array-to-array copies are memcpy."""
+        if self.on_demand(b):
+            raise ValueError("runs of this timer are timed on demand (run_end, run_scan, decode_durations)")
+        if self.fast is not None:
             fb, f0, fm = float(b), float(ctx0), float(max0)
             if k <= _SHORT_RUN:
                 durs, ends, t = [], [], t0
