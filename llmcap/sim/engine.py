@@ -15,8 +15,9 @@ start, batch and first context (`StepTimer.run_end`); where a step of it ended i
 that the time-ordered outside queries move forward (`run_scan`). An arrival in the middle truncates the
 run after the step in progress. Steps reach the step log (durations and regular-gap weights, for the
 exact ITL distribution and per-request ITL stats) in bulk: `flush_log` writes pending runs with one
-vectorised pass every FLUSH_STEPS steps, then computes the ITL stats of the requests that finished. `reference=True` plans runs of one step, calling the scheduler every step; both
-produce identical results (tests/sim).
+vectorised pass every FLUSH_STEPS steps, then computes the ITL stats of the requests that finished.
+`reference=True` plans runs of one step, calling the scheduler every step; both produce identical
+results (tests/sim).
 
 State seen from outside at time t (router, time series) is the state after every step that ended
 strictly before t, with the step in progress scheduled (its blocks allocated).

@@ -94,8 +94,8 @@ class StepTimer:
     # A run of decode steps is (start time, b, first context, length): its step ends are the running sum
     # from the start, recomputed in plain floats whenever asked (`run_end`, `run_scan`), and its
     # durations are written to the step log in bulk (`decode_durations`). Nothing per step is stored,
-    # so a long run costs a few ns a step instead of two boxed floats. The sums are the same additions in
-    # the same order as `decode_run`'s, and the bulk durations are `one`'s numbers: bit for bit.
+    # so a long run costs a few ns a step instead of two boxed floats. The sums are the additions of a
+    # step-by-step sum of `one`'s numbers in the same order, and the bulk durations are those numbers.
 
     def on_demand(self, b: int) -> bool:
         """Whether decode runs of b sequences can be timed on demand: the linear model, or the
