@@ -83,28 +83,11 @@ class ScalarRoofline:
             t = t + layers[g] * _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + fb * self.c_pf) / self.bw)
         return t + self.overhead
 
-    def decode_end(self, t: float, fb: float, ctx: float, n: int) -> float:
-        """t plus n `decode_step`s of fb sequences, the context from ctx growing by fb a step, added in
-        order. The step's terms that do not depend on the context are computed once (same values, same
-        operations per step), so a step costs a few flops."""
-        i = int(fb)
-        base, over = self.ta1[i] + self.la1[i], self.overhead
-        pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw, fb * self.c_pf
-        if len(self.g_layers) == 1 and self.g_window[0] < 0.0:  # one group of full-attention layers
-            lay = self.g_layers[0]
-            for _ in range(n):
-                a, b = pp * ctx / dp, (ctx * kv + fixed) / bw
-                t += (base + lay * (b if b > a else a)) + over
-                ctx += fb
-            return t
-        for _ in range(n):
-            t += self.decode_step(fb, ctx)
-            ctx += fb
-        return t
-
     def decode_scan(self, t: float, fb: float, ctx: float, j: int, k: int, until: float) -> tuple[int, float]:
-        """`StepTimer.run_scan` over `decode_step`s: from step j starting at t (context ctx), the first step
-        in [j, k) ending at or after `until` and its start, or (k, the end of step k - 1)."""
+        """`StepTimer.run_scan` over `decode_step`s: from step j starting at t (context ctx, growing by fb a
+        step), the first step in [j, k) ending at or after `until` and its start, or (k, the end of step
+        k - 1). The step's terms that do not depend on the context are computed once (same values, same
+        operations per step), so a step costs a few flops."""
         i = int(fb)
         base, over = self.ta1[i] + self.la1[i], self.overhead
         pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw, fb * self.c_pf

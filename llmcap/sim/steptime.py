@@ -30,6 +30,7 @@ from llmcap.perf.roofline import RooflineModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call overhead
+_INF = float("inf")
 
 
 class InlineStepModel(Protocol):
@@ -108,23 +109,14 @@ class StepTimer:
 
     def run_end(self, t: float, b: int, ctx0: int, j0: int, j1: int) -> float:
         """The end of step j1 - 1 of a decode run, given t, the start of its step j0 (step j: b sequences
-        at total context ctx0 + j·b; on_demand(b) must hold)."""
-        fb = float(b)
-        ctx = float(ctx0 + j0 * b)  # exact: integers below 2**53, and so is every sum below
-        if self.is_linear:
-            base, c = self._decode_base(b), self.c_ctx
-            for _ in range(j0, j1):
-                t += base + c * ctx
-                ctx += fb
-            return t
-        assert self.scalar is not None
-        return self.scalar.decode_end(t, fb, ctx, j1 - j0)
+        at total context ctx0 + j·b; on_demand(b) must hold): a scan that no finite end stops."""
+        return self.run_scan(t, b, ctx0, j0, j1, _INF)[1]
 
     def run_scan(self, t: float, b: int, ctx0: int, j: int, k: int, until: float) -> tuple[int, float]:
         """Walk a decode run from its step j, which starts at t, to the first step in [j, k) that ends at
         or after `until`: (that step, its start), or (k, the end of step k - 1) when none does."""
         fb = float(b)
-        ctx = float(ctx0 + j * b)
+        ctx = float(ctx0 + j * b)  # exact: integers below 2**53, and so is every sum below
         if not self.is_linear:
             assert self.scalar is not None
             return self.scalar.decode_scan(t, fb, ctx, j, k, until)

@@ -44,6 +44,7 @@ import pytest
 
 from llmcap.perf import CalibratedFit
 from llmcap.sim import SimConfig, SimResult, simulate, weighted_quantiles
+from llmcap.sim.makespan_fit import makespan
 from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
@@ -106,8 +107,7 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
     def sim(rate: float, m: CalibratedFit = model) -> SimResult:
         return simulate(scale_rate(workload, rate), m, config)
 
-    burst = sim(BURST_RATE).records
-    cap = N / (float(np.max(burst.column("finish_s").to_numpy())) - float(burst.column("arrival_s").to_numpy()[0]))
+    cap = N / makespan(sim(BURST_RATE).records)
     rates = {name: rho * cap for name, rho in RHO.items()}
     isl, osl = workload.column("isl").to_numpy(), workload.column("osl").to_numpy()
     print(f"[fidelity] Azure conv excerpt: {N} requests from seed {EXCERPT_SEED}, ISL mean {isl.mean():.0f} "
