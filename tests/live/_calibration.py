@@ -127,6 +127,34 @@ def histogram_quantiles(before: Histograms, after: Histograms, name: str, qs: li
     return np.array(out), int(n)
 
 
+# the engine core's own split of a request's first token (engine-core timestamps): queued -> scheduled,
+# scheduled -> first token; what the frontend's TTFT adds beyond them is the API server's part
+QUEUE_HIST = "vllm:request_queue_time_seconds"
+PREFILL_HIST = "vllm:request_prefill_time_seconds"
+MEAN_HISTS = (TTFT_HIST, QUEUE_HIST, PREFILL_HIST)
+
+
+def scrape_sums(base_url: str, names: tuple[str, ...] = MEAN_HISTS) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each histogram, summed over label sets."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
+    out = {n: [0.0, 0.0] for n in names}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            for n in names:
+                if s.name == f"{n}_sum":
+                    out[n][0] += float(s.value)
+                elif s.name == f"{n}_count":
+                    out[n][1] += float(s.value)
+    return {n: (v[0], v[1]) for n, v in out.items()}
+
+
+def mean_between(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], name: str) -> float:
+    n = after[name][1] - before[name][1]
+    if n <= 0:
+        raise AssertionError(f"no {name} observations between the scrapes")
+    return (after[name][0] - before[name][0]) / n
+
+
 # ------------------------------------------------------------------ the workload
 
 AZURE_CONV = REPO / "data" / "raw" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
@@ -170,6 +198,7 @@ class Measured:
     engine_itl: np.ndarray  # engine's ITL quantiles at QS (s)
     engine_requests: int
     engine_gaps: int
+    engine_means: dict[str, float]  # mean s of MEAN_HISTS over the replay: TTFT and its queue / prefill split
 
 
 QS = [0.5, 0.9]
@@ -178,12 +207,12 @@ QS = [0.5, 0.9]
 def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Measured:
     """Replay `trace` open-loop; `seed` picks the prompts' tokens: give every replay its own, or the
     engine's prefix cache serves a repeated excerpt from the last replay."""
-    before = scrape_histograms(base_url)
+    before, sums0 = scrape_histograms(base_url), scrape_sums(base_url)
     res = replay(base_url, model, trace, seed=seed)
-    after = scrape_histograms(base_url)
+    after, sums1 = scrape_histograms(base_url), scrape_sums(base_url)
     ttft, n_req = histogram_quantiles(before, after, TTFT_HIST, QS)
     itl, n_gaps = histogram_quantiles(before, after, ITL_HIST, QS)
-    return Measured(res, ttft, itl, n_req, n_gaps)
+    return Measured(res, ttft, itl, n_req, n_gaps, {n: mean_between(sums0, sums1, n) for n in MEAN_HISTS})
 
 
 # ------------------------------------------------------------------ in-situ speed

@@ -48,7 +48,8 @@ from llmcap.sim.makespan_fit import makespan
 from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
-    EXCERPT_REQUESTS, HELD_OUT_SEEDS, QS, Measured, azure_workload, engine_config, measure_replay, shifted_excerpt,
+    EXCERPT_REQUESTS, HELD_OUT_SEEDS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, azure_workload, engine_config,
+    measure_replay, shifted_excerpt,
 )
 
 pytestmark = pytest.mark.live
@@ -93,11 +94,11 @@ def workload(vllm_engine) -> pa.Table:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="known gap (issue 5 open): on this shared 2-core box the engine under open-loop replay ran 10-70% slower "
-    "than the profile-calibrated simulator predicts at light/knee rates in every session on 2026-12-01, and its speed "
-    "drifts by 10-25% within minutes (3 burst replays of one excerpt: 13.5-16.7 s). A speed factor fitted to a burst "
-    "fixed the overloaded rate in one session (all metrics within 8%) but not light/knee across sessions. The "
-    "over-capacity flags agree. The test still runs and prints the predicted-vs-measured table.",
+    reason="known gap (issue 5 open). Since the engine core and worker run above the API server and client "
+    "(conftest ENGINE_CORE_NICE) the light/knee errors on this box went from 10-70% to 1-35% (2026-12-01, one session: "
+    "TTFT p50 -27% / -15%, p90 -11% / -5%, ITL p50 -12% / -35%, ITL p90 -35% / +1%). Still unmodelled: the API server's "
+    "share of vLLM's TTFT (17-44 ms, printed as 'API server'), and engine-side ITL at the knee above the profile's "
+    "decode cells. The over-capacity flags agree. The test still runs and prints the predicted-vs-measured table.",
 )
 def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, speed, workload):
     config = SimConfig(engine=engine_config(vllm_engine))
@@ -124,7 +125,9 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
             itl = weighted_quantiles(r.itl_values, r.itl_weights, QS)
             client = _ttft(with_client_latency(r.records, calibration.client_overhead_s))
             trend, served = queue_growth(r.records)
-            out[name] = {"ttft_p50": float(np.percentile(t, 50)), "ttft_p90": float(np.percentile(t, 90)),
+            means = {k: float(np.nanmean(r.records.column(k).to_numpy(zero_copy_only=False).astype(np.float64)))
+                     for k in ("ttft_s", "queue_s", "prefill_s")}
+            out[name] = {"mean_ttft": means["ttft_s"], "mean_queue": means["queue_s"], "mean_prefill": means["prefill_s"],"ttft_p50": float(np.percentile(t, 50)), "ttft_p90": float(np.percentile(t, 90)),
                          "itl_p50": float(itl[0]), "itl_p90": float(itl[1]),
                          "cli_ttft_p50": float(np.percentile(client, 50)), "cli_ttft_p90": float(np.percentile(client, 90)),
                          "trend": trend, "served": served}
@@ -158,6 +161,8 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
             "trend": float(np.median([g[0] for g in growth])),
             "served": float(np.median([g[1] for g in growth])),
             "late_ms": float(max(m.replay.lateness_s.max() for m in ms) * 1e3),
+            **{key: float(np.median([m.engine_means[h] for m in ms]))
+               for key, h in (("mean_ttft", TTFT_HIST), ("mean_queue", QUEUE_HIST), ("mean_prefill", PREFILL_HIST))},
         }
 
     # ---- the table
@@ -182,6 +187,9 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
         print(f"{'':<11} {'':>6} over capacity: predicted {over_capacity(p['trend'], p['served'])} (TTFT trend "
               f"{p['trend']:.2f}, served/offered {p['served']:.2f}); measured {over_capacity(m['trend'], m['served'])} "
               f"(trend {m['trend']:.2f}, served/offered {m['served']:.2f}); max send lateness {m['late_ms']:.0f} ms")
+        print(f"{'':<11} {'':>6} means, predicted / measured ms: TTFT {p['mean_ttft'] * 1e3:.1f} / {m['mean_ttft'] * 1e3:.1f} = "
+              f"queue {p['mean_queue'] * 1e3:.1f} / {m['mean_queue'] * 1e3:.1f} + prefill {p['mean_prefill'] * 1e3:.1f} / "
+              f"{m['mean_prefill'] * 1e3:.1f} + API server 0 / {(m['mean_ttft'] - m['mean_queue'] - m['mean_prefill']) * 1e3:.1f}")
     print(f"[fidelity] load average after: {os.getloadavg()}")
 
     bad = [f"{name} {metric} {err:+.1%}" for name in ("light", "knee") for metric, err in errors[name].items()
