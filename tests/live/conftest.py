@@ -64,8 +64,9 @@ ENGINE_NICE = int(os.environ.get("LLMCAP_ENGINE_NICE", "-10"))
 # test client, and a step is not done until the engine core has handled the worker's output. Measured
 # here (light open-loop replay of the fidelity excerpt, same session): at one nice value for all, the
 # engine's mean prefill time was 70 ms and its ITL p50 4.3 ms; with the engine core and worker above
-# the API server and client, 54-55 ms and 3.1-3.2 ms (the simulator predicted 47 and 3.0). So the two
-# engine processes run at this nice value, every thread of them, once the server is up.
+# the API server and client (client at nice 5 in that experiment), 54-55 ms and 3.1-3.2 ms (the simulator
+# predicted 47 and 3.0). So the two engine processes run at this nice value, every thread of them, once
+# the server is up; the client stays at ENGINE_NICE (fidelity run after it: prefill 51 ms, ITL p50 3.2 ms).
 ENGINE_CORE_NICE = int(os.environ.get("LLMCAP_ENGINE_CORE_NICE", str(max(-20, ENGINE_NICE - 10))))
 
 
