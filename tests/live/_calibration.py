@@ -89,23 +89,44 @@ def histogram_buckets(lo_s: float = 1e-3, hi_s: float = 60.0, ratio: float = 1.0
 
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 ITL_HIST = "vllm:inter_token_latency_seconds"
+# the engine core's own split of a request's first token (engine-core timestamps): queued -> scheduled,
+# scheduled -> first token; what the frontend's TTFT adds beyond them is the API server's part
+QUEUE_HIST = "vllm:request_queue_time_seconds"
+PREFILL_HIST = "vllm:request_prefill_time_seconds"
+MEAN_HISTS = (TTFT_HIST, QUEUE_HIST, PREFILL_HIST)
 
 Histograms = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (upper bounds, cumulative counts)
+Sums = dict[str, tuple[float, float]]  # name -> (sum, count)
 
 
-def scrape_histograms(base_url: str, names: tuple[str, ...] = (TTFT_HIST, ITL_HIST)) -> Histograms:
+def scrape_histograms(base_url: str, names: tuple[str, ...] = (TTFT_HIST, ITL_HIST),
+                      mean_names: tuple[str, ...] = MEAN_HISTS) -> tuple[Histograms, Sums]:
+    """One /metrics read: the buckets of `names` and the (sum, count) of `mean_names`, each summed over
+    label sets (one engine)."""
     text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
     acc: dict[str, dict[float, float]] = {}
+    sums = {n: [0.0, 0.0] for n in mean_names}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name.endswith("_bucket") and s.name[: -len("_bucket")] in names:
-                d = acc.setdefault(s.name[: -len("_bucket")], {})
+            base, _, suffix = s.name.rpartition("_")
+            if suffix == "bucket" and base in names:
+                d = acc.setdefault(base, {})
                 le = float(s.labels["le"])
-                d[le] = d.get(le, 0.0) + float(s.value)  # summed over label sets (one engine)
+                d[le] = d.get(le, 0.0) + float(s.value)
+            elif suffix in ("sum", "count") and base in sums:
+                sums[base][suffix == "count"] += float(s.value)
     missing = set(names) - set(acc)
     if missing:
         raise AssertionError(f"/metrics has no histogram {sorted(missing)}")
-    return {k: (np.array(sorted(v)), np.array([v[le] for le in sorted(v)])) for k, v in acc.items()}
+    hists = {k: (np.array(sorted(v)), np.array([v[le] for le in sorted(v)])) for k, v in acc.items()}
+    return hists, {n: (v[0], v[1]) for n, v in sums.items()}
+
+
+def mean_between(before: Sums, after: Sums, name: str) -> float:
+    n = after[name][1] - before[name][1]
+    if n <= 0:
+        raise AssertionError(f"no {name} observations between the scrapes")
+    return (after[name][0] - before[name][0]) / n
 
 
 def histogram_quantiles(before: Histograms, after: Histograms, name: str, qs: list[float]) -> tuple[np.ndarray, int]:
@@ -125,34 +146,6 @@ def histogram_quantiles(before: Histograms, after: Histograms, name: str, qs: li
         lo, below = (le[k - 1], c[k - 1]) if k else (0.0, 0.0)
         out.append(lo + (le[k] - lo) * (q * n - below) / max(c[k] - below, 1e-12))
     return np.array(out), int(n)
-
-
-# the engine core's own split of a request's first token (engine-core timestamps): queued -> scheduled,
-# scheduled -> first token; what the frontend's TTFT adds beyond them is the API server's part
-QUEUE_HIST = "vllm:request_queue_time_seconds"
-PREFILL_HIST = "vllm:request_prefill_time_seconds"
-MEAN_HISTS = (TTFT_HIST, QUEUE_HIST, PREFILL_HIST)
-
-
-def scrape_sums(base_url: str, names: tuple[str, ...] = MEAN_HISTS) -> dict[str, tuple[float, float]]:
-    """(sum, count) of each histogram, summed over label sets."""
-    text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
-    out = {n: [0.0, 0.0] for n in names}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            for n in names:
-                if s.name == f"{n}_sum":
-                    out[n][0] += float(s.value)
-                elif s.name == f"{n}_count":
-                    out[n][1] += float(s.value)
-    return {n: (v[0], v[1]) for n, v in out.items()}
-
-
-def mean_between(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]], name: str) -> float:
-    n = after[name][1] - before[name][1]
-    if n <= 0:
-        raise AssertionError(f"no {name} observations between the scrapes")
-    return (after[name][0] - before[name][0]) / n
 
 
 # ------------------------------------------------------------------ the workload
@@ -207,9 +200,9 @@ QS = [0.5, 0.9]
 def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Measured:
     """Replay `trace` open-loop; `seed` picks the prompts' tokens: give every replay its own, or the
     engine's prefix cache serves a repeated excerpt from the last replay."""
-    before, sums0 = scrape_histograms(base_url), scrape_sums(base_url)
+    before, sums0 = scrape_histograms(base_url)
     res = replay(base_url, model, trace, seed=seed)
-    after, sums1 = scrape_histograms(base_url), scrape_sums(base_url)
+    after, sums1 = scrape_histograms(base_url)
     ttft, n_req = histogram_quantiles(before, after, TTFT_HIST, QS)
     itl, n_gaps = histogram_quantiles(before, after, ITL_HIST, QS)
     return Measured(res, ttft, itl, n_req, n_gaps, {n: mean_between(sums0, sums1, n) for n in MEAN_HISTS})
