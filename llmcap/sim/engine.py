@@ -34,7 +34,7 @@ import numpy as np
 from array import array
 
 from llmcap.sim.config import EngineConfig
-from llmcap.sim.kvcache import KVCache
+from llmcap.sim.kvcache import KVCache, Seg
 from llmcap.sim.recorder import OK, Recorder
 from llmcap.sim.steptime import StepTimer
 
@@ -71,7 +71,7 @@ class Req:
         self.alloc = 0  # tokens with KV slots allocated
         self.keys = keys  # None until admission (waiting requests hold no lists)
         self.his = his if his is not None else []
-        self.segs: list[Hashable] = []  # prefix segments this request holds a reference to
+        self.segs: list[Seg] = []  # prefix segments this request holds a reference to
         self.seg_blocks = 0
         self.reg = 0  # next own segment to publish
         self.stamp = 0
@@ -517,14 +517,12 @@ class Replica:
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
         own = -(-req.alloc // self.bs) - req.seg_blocks
-        segments = kv.segments
         freed = 0
-        for key in reversed(req.segs):  # tail first: the LRU evicts a prompt's end before its start
-            seg = segments[key]
-            seg[0] -= 1
-            if seg[0] == 0:
-                kv.unpin(key)
-                freed += seg[1]
+        for seg in reversed(req.segs):  # tail first: the LRU evicts a prompt's end before its start
+            seg.ref -= 1
+            if seg.ref == 0:
+                kv.unpin(seg)
+                freed += seg.blocks
         kv.free += freed
         if preempted and self.caching:
             chain = sum(1 for j, hi in enumerate(req.his) if hi > (req.his[j - 1] if j else 0))
@@ -580,8 +578,8 @@ class Replica:
             if hi > lo:
                 key = keys[j]
                 if key not in segments:  # else another request published it first: these stay ours
-                    segments[key] = [1, hi - lo, 0]  # kvcache: [ref count, blocks, tick]
-                    segs.append(key)
+                    seg = segments[key] = Seg(key, 1, hi - lo)
+                    segs.append(seg)
                     added += hi - lo
             lo = hi
             j += 1
@@ -614,10 +612,10 @@ class Replica:
                     break
                 seg = segs.get(key)
                 if seg is not None and not host_hits:
-                    hits.append((key, seg))
+                    hits.append(seg)
                     hit_blocks = hi
-                    if seg[0] == 0:
-                        lru_blocks += seg[1]
+                    if seg.ref == 0:
+                        lru_blocks += seg.blocks
                 elif host is not None and key in host:
                     host_hits.append((key, hi - lo))
                     host_blocks += hi - lo
@@ -629,7 +627,7 @@ class Replica:
             if chained and not host_hits:
                 pseg = segs.get(("p", req.i))
                 if pseg is not None:
-                    private = min(pseg[1], cap - hit_blocks)
+                    private = min(pseg.blocks, cap - hit_blocks)
         hit_tok = (hit_blocks + host_blocks + (private or 0)) * bs
         if req.xfer:
             hit_tok = req.n_comp
@@ -637,9 +635,9 @@ class Replica:
         need = -(-(hit_tok + c) // bs) - hit_blocks - (private or 0)
         if need > kv.free - lru_blocks - (private or 0):  # hits leave the free pool when taken
             return 0
-        for key, seg in hits:
-            kv.acquire(key, seg)
-            req.segs.append(key)
+        for seg in hits:
+            kv.acquire(seg)
+            req.segs.append(seg)
         req.seg_blocks = hit_blocks
         if private is not None:
             nb = kv.take_private(("p", req.i))
@@ -647,8 +645,7 @@ class Replica:
         kv.alloc(need)
         for key, nb in host_hits:
             kv.host_take(key)
-            kv.register(key, nb)
-            req.segs.append(key)
+            req.segs.append(kv.register(key, nb))
             req.seg_blocks += nb
         req.n_comp = hit_tok
         req.alloc = hit_tok + c

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import pytest
+
 from llmcap.sim.kvcache import KVCache
 
 
 def test_lru_eviction_order_and_host_tier() -> None:
     kv = KVCache(10, host_blocks=4)
     kv.alloc(6)  # a request takes 6 blocks and publishes two segments of 2
-    assert kv.register(1, 2) and kv.register(2, 2) and not kv.register(1, 2)
+    kv.register(1, 2)
+    kv.register(2, 2)
+    with pytest.raises(KeyError, match="cached already"):
+        kv.register(1, 2)
     kv.drop(2)  # freed tail first, as vLLM frees a request's blocks in reverse
     kv.drop(1)
     kv.release(2)  # its 2 unhashed blocks
     assert (kv.free, kv.plain, [k for k, _ in kv.evictable()]) == (10, 6, [2, 1])
     kv.alloc(7)  # 6 plain, then segment 2 (the oldest) goes whole: 1 block left plain
     assert (kv.free, kv.plain, [k for k, _ in kv.evictable()], list(kv.host or {})) == (3, 1, [1], [2])
-    kv.acquire(1, kv.segments[1])  # a hit takes the segment out of the free pool
+    kv.acquire(kv.segments[1])  # a hit takes the segment out of the free pool
     assert (kv.free, kv.used) == (1, 9) and kv.evictable() == []
     assert kv.host_take(2) == 2 and kv.host_take(2) == 0
 
@@ -36,7 +41,7 @@ def test_lru_skips_stale_entries_and_compacts() -> None:
         kv.register(key, 3)
         kv.drop(key)
         if key % 3:
-            kv.acquire(key, kv.segments[key])
+            kv.acquire(kv.segments[key])
     live = [k for k in range(30_000) if k % 3 == 0]
     assert [k for k, _ in kv.evictable()] == live
     assert len(kv.order) <= 2 * kv.n_lru + 4096 and kv.n_lru == len(live)  # compacted along the way
