@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Hashable
 from heapq import heappop, heappush
 
 import numpy as np
