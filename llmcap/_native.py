@@ -26,7 +26,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent  # llmcap/
 NATIVE_MODULES = (
-    "sim.recorder", "sim.kvcache", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.engine", "sim.routers",
+    "sim.recorder", "sim.segments", "sim.kvcache", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.engine", "sim.routers",
     "sim.cluster",
 )  # fmt: skip
 MANIFEST = PACKAGE / "native.json"

@@ -57,7 +57,7 @@ def run_cluster(
     pd = cfg.pd
     ecfg = cfg.engine
     exact = cfg.itl_exact if cfg.itl_exact is not None else n <= EXACT_ITL_MAX_REQUESTS
-    segments = work.segments if work.has_hashes else None
+    segments = work.segment_index()
     at_handoff = pd is not None and pd.first_token_from == "decode"
 
     def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
@@ -170,8 +170,8 @@ def run_cluster(
             rec.status[i] = REJECTED
             continue
         req = Req(i, isl[i], 1 if pd is not None else osl[i])
-        if prefix_router and use_hashes:
-            req.keys, req.his = work.segments(i)
+        if prefix_router and use_hashes and segments is not None:
+            req.keys, req.his = segments.of(i)
         j = router.choose(req, ta)
         rec.prefill_replica[i] = j
         if pd is None:

@@ -35,6 +35,7 @@ from array import array
 from llmcap.sim.config import EngineConfig
 from llmcap.sim.kvcache import KVCache, Seg
 from llmcap.sim.recorder import OK, Recorder
+from llmcap.sim.segments import SegmentIndex
 from llmcap.sim.steptime import StepTimer
 
 INF = float("inf")
@@ -100,7 +101,7 @@ class Replica:
         max_run_steps: int = 1 << 16,
         resolution_s: float = 1.0,
         first_token_at_handoff: bool = False,
-        segments=None,
+        segments: SegmentIndex | None = None,
         itl_exact: bool = True,
     ) -> None:
         self.index = index
@@ -499,10 +500,10 @@ class Replica:
         extra = self.rec.extra_gaps
         a0, b0 = req.eps[0]
         if len(req.eps) == 1 and a0 >= 0:
-            v = np.sort(self._log_slice(a0, b0))  # a sorted copy
+            v = self._log_slice(a0, b0).copy()  # (methods, not np.sort: its Python wrapper costs more here)
         else:
-            parts = [self._log_slice(a, b) if a >= 0 else np.array([extra[b]]) for a, b in req.eps]
-            v = np.sort(np.concatenate(parts))  # order statistics do not depend on the algorithm
+            v = np.concatenate([self._log_slice(a, b) if a >= 0 else np.array([extra[b]]) for a, b in req.eps])
+        v.sort()  # order statistics do not depend on the algorithm
         m = len(v)
         rec, i = self.rec, req.i
         for q, col in ((0.5, rec.itl_p50), (0.99, rec.itl_p99)):
@@ -595,7 +596,7 @@ class Replica:
         private = None
         reg = 0
         if self.caching and req.keys is None:
-            req.keys, req.his = self.segments_of(req.i) if self.segments_of is not None else ([], [])
+            req.keys, req.his = self.segments_of.of(req.i) if self.segments_of is not None else ([], [])
         if self.caching and not req.xfer:
             segs = kv.segments
             host = kv.host

@@ -12,14 +12,15 @@ segment ends are computed when the engine asks for them (once per admission), no
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from dataclasses import dataclass, field
+from array import array
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmcap.errors import LlmcapError
+from llmcap.sim.segments import SegmentIndex
 from llmcap.trace.schema import block_size_of
 
 # what a simulation reads of a canonical trace (`load_trace(path, columns=SIM_COLUMNS)`)
@@ -41,10 +42,6 @@ class Workload:
     chunks: tuple[HashChunk, ...] | None = None  # None: no prefix hashes
     trace_block: int = 0
     block_size: int = 16
-    starts: list[int] = field(init=False, repr=False)  # first row of each chunk, for bisect
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "starts", [c.first for c in self.chunks or ()])
 
     @property
     def n(self) -> int:
@@ -54,21 +51,13 @@ class Workload:
     def has_hashes(self) -> bool:
         return self.chunks is not None
 
-    def segments(self, i: int) -> tuple[list[int], list[int]]:
-        """Request i's chain hashes and the engine-block end of each of their segments."""
+    def segment_index(self) -> SegmentIndex | None:
+        """Per-request segments for the engine (compiled lookups), or None without hashes."""
         if self.chunks is None:
-            return [], []
-        chunks = self.chunks
-        c = chunks[bisect_right(self.starts, i) - 1] if len(chunks) > 1 else chunks[0]
-        a, b = int(c.offsets[i - c.first]), int(c.offsets[i - c.first + 1])
-        keys = c.keys[a:b].tolist()
-        T, bs, cap, m = self.trace_block, self.block_size, int(self.isl[i]) // self.block_size, b - a
-        if T % bs == 0:  # the common case, without a Python loop: multiples of T / bs, then the cap
-            step = T // bs
-            q = min(m, cap // step)
-            return keys, [*range(step, step * q + 1, step), *([cap] * (m - q))]
-        return keys, [min(p * T // bs, cap) for p in range(1, m + 1)]
-
+            return None
+        offsets = [array("q", c.offsets.astype(np.int64).tobytes()) for c in self.chunks]  # Arrow's are int32
+        return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], array("q", self.isl.tobytes()),
+                            self.trace_block, self.block_size)
 
 
 def _hash_chunks(column: pa.ChunkedArray) -> tuple[HashChunk, ...]:
