@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -39,26 +40,19 @@ def main() -> int:
     digests = {name: native.source_digest(name) for name in native.NATIVE_MODULES}
     os.chdir(ROOT)  # mypyc names modules by their path from here
     os.environ["CFLAGS"] = (os.environ.get("CFLAGS", "") + " -ffp-contract=off").strip()
-    from mypyc.build import mypycify
-    from setuptools import setup
-
     sources = [str(native.source_file(name).relative_to(ROOT)) for name in native.NATIVE_MODULES]
     try:
-        setup(
-            name="llmcap-sim-native",
-            packages=[],
-            py_modules=[],
-            script_args=["--quiet", "build_ext", "--inplace", "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
-            ext_modules=mypycify(
-                ["--ignore-missing-imports", "--follow-imports=silent", "--cache-dir", str(BUILD / "mypy-cache"), *sources],
-                opt_level="3",
-                separate=True,
-                target_dir=str(BUILD / "c"),
-            ),
-        )
+        _build(sources)
     except (SystemExit, Exception) as exc:  # setuptools reports compiler failures as SystemExit
-        print(f"[build_native] FAILED ({exc}); llmcap.sim runs its Python sources", file=sys.stderr)
-        return 1
+        # mypy's incremental cache has failed a rebuild here ("value is not in list") that a clean
+        # cache then passed: once more from a clean cache before giving up
+        print(f"[build_native] failed ({exc}); retrying from a clean cache", file=sys.stderr)
+        shutil.rmtree(BUILD, ignore_errors=True)
+        try:
+            _build(sources)
+        except (SystemExit, Exception) as exc2:
+            print(f"[build_native] FAILED ({exc2}); llmcap.sim runs its Python sources", file=sys.stderr)
+            return 1
     missing = [name for name in native.NATIVE_MODULES if not native.extension_files(name)]
     if missing:
         print(f"[build_native] FAILED: no extension for {missing}", file=sys.stderr)
@@ -66,6 +60,24 @@ def main() -> int:
     native.MANIFEST.write_text(json.dumps({"modules": digests}, indent=1, sort_keys=True) + "\n")
     print(f"[build_native] compiled {len(sources)} modules in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0
+
+
+def _build(sources: list[str]) -> None:
+    from mypyc.build import mypycify
+    from setuptools import setup
+
+    setup(
+        name="llmcap-sim-native",
+        packages=[],
+        py_modules=[],
+        script_args=["--quiet", "build_ext", "--inplace", "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
+        ext_modules=mypycify(
+            ["--ignore-missing-imports", "--follow-imports=silent", "--cache-dir", str(BUILD / "mypy-cache"), *sources],
+            opt_level="3",
+            separate=True,
+            target_dir=str(BUILD / "c"),
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def run_cluster(
     pd = cfg.pd
     ecfg = cfg.engine
     exact = cfg.itl_exact if cfg.itl_exact is not None else n <= EXACT_ITL_MAX_REQUESTS
-    segments = work.segment_index()
+    # per-request inputs as compact arrays of plain numbers (8 B each; lists of Python objects cost ~5x)
+    isl, osl = array("q", work.isl.tobytes()), array("q", work.osl.tobytes())
+    segments = work.segment_index(isl)
     at_handoff = pd is not None and pd.first_token_from == "decode"
 
     def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
@@ -87,8 +89,6 @@ def run_cluster(
     kv_bytes = ecfg.kv_bytes_per_token
     use_hashes = ecfg.enable_prefix_caching and work.has_hashes
     prefix_router = cfg.router == "prefix_aware"
-    # per-request inputs as compact arrays of plain numbers (8 B each; lists of Python objects cost ~5x)
-    isl, osl = array("q", work.isl.tobytes()), array("q", work.osl.tobytes())
     fits_l = array("b", fits.astype(np.int8).tobytes())
     arr_l = array("d", work.arrival.tobytes())
     heap: list[tuple] = []

@@ -1,6 +1,6 @@
 """Request i's prefix segments (`llmcap.sim.workload` defines them), looked up once per admission by
 the compiled core. The hashes stay in the trace's Arrow buffers (numpy views, one per chunk); the
-offsets and prompt lengths come as plain int64 arrays, indexed without numpy scalars.
+offsets and prompt lengths come as plain int arrays, indexed without numpy scalars.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 class SegmentIndex:
     def __init__(self, firsts: list[int], offsets: list[array[int]], keys: list[Any], isl: array[int], trace_block: int, block_size: int) -> None:
         self.firsts = firsts  # first trace row of each chunk
-        self.offsets = offsets  # per chunk: [rows + 1] into its keys
+        self.offsets = offsets  # per chunk: [rows + 1] into its keys (int32 or int64)
         self.keys = keys  # int64 chain hashes per chunk (numpy views)
         self.isl = isl
         self.trace_block = trace_block

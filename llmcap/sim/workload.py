@@ -30,7 +30,7 @@ SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "hash_ids")
 @dataclass(frozen=True)
 class HashChunk:
     first: int  # row of the trace where this chunk starts
-    offsets: np.ndarray  # int64 [rows + 1] into keys
+    offsets: np.ndarray  # [rows + 1] into keys (Arrow list offsets: int32, or int64 for large lists)
     keys: np.ndarray  # int64 chain hashes (a view of the Arrow buffer)
 
 
@@ -51,13 +51,15 @@ class Workload:
     def has_hashes(self) -> bool:
         return self.chunks is not None
 
-    def segment_index(self) -> SegmentIndex | None:
-        """Per-request segments for the engine (compiled lookups), or None without hashes."""
+    def segment_index(self, isl: array[int]) -> SegmentIndex | None:
+        """Per-request segments for the engine (compiled lookups; `isl`: this workload's ISL as an int
+        array), or None without hashes."""
         if self.chunks is None:
             return None
-        offsets = [array("q", c.offsets.astype(np.int64).tobytes()) for c in self.chunks]  # Arrow's are int32
-        return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], array("q", self.isl.tobytes()),
-                            self.trace_block, self.block_size)
+        # Arrow's list offsets are int32 (int64 for large lists): kept at their width
+        offsets = [array("i" if c.offsets.itemsize == 4 else "q", c.offsets.tobytes()) for c in self.chunks]
+        return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], isl, self.trace_block,
+                            self.block_size)
 
 
 def _hash_chunks(column: pa.ChunkedArray) -> tuple[HashChunk, ...]:
