@@ -87,7 +87,6 @@ def run_cluster(
     back_router = Router(back_policy, back, n, None, 0.0) if back else None
     links = [Link(pd.link) for _ in front] if pd is not None else []
     kv_bytes = ecfg.kv_bytes_per_token
-    use_hashes = ecfg.enable_prefix_caching and work.has_hashes
     prefix_router = cfg.router == "prefix_aware"
     fits_l = array("b", fits.astype(np.int8).tobytes())
     arr_l = array("d", work.arrival.tobytes())
@@ -170,7 +169,7 @@ def run_cluster(
             rec.status[i] = REJECTED
             continue
         req = Req(i, isl[i], 1 if pd is not None else osl[i])
-        if prefix_router and use_hashes and segments is not None:
+        if prefix_router and ecfg.enable_prefix_caching and segments is not None:
             req.keys, req.his = segments.of(i)
         j = router.choose(req, ta)
         rec.prefill_replica[i] = j
