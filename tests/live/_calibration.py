@@ -90,7 +90,10 @@ def histogram_buckets(lo_s: float = 1e-3, hi_s: float = 60.0, ratio: float = 1.0
 TTFT_HIST = "vllm:time_to_first_token_seconds"
 ITL_HIST = "vllm:inter_token_latency_seconds"
 # the engine core's own split of a request's first token (engine-core timestamps): queued -> scheduled,
-# scheduled -> first token; what the frontend's TTFT adds beyond them is the API server's part
+# scheduled -> first token. "Queued" is stamped when the engine core takes the request in, which it does
+# between steps (vllm/v1/engine/core.py run_busy_loop: input queue, then a step), so the wait for the
+# step in progress at arrival is not in vLLM's queue time but in what the frontend's TTFT adds beyond the
+# two, with the API server's own time. The simulator's queue_s (admitted - arrival) includes that wait.
 QUEUE_HIST = "vllm:request_queue_time_seconds"
 PREFILL_HIST = "vllm:request_prefill_time_seconds"
 MEAN_HISTS = (TTFT_HIST, QUEUE_HIST, PREFILL_HIST)

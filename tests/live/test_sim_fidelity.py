@@ -95,10 +95,12 @@ def workload(vllm_engine) -> pa.Table:
 @pytest.mark.xfail(
     strict=False,
     reason="known gap (issue 5 open). With the engine core and worker above the API server and client (conftest "
-    "ENGINE_CORE_NICE; before it, 10-70% off in every session), three sessions on 2026-12-01 were 1-35%, 11-54% and "
-    "0-76% off at light/knee, the last over-predicting the knee (the printed burst-scaled fit: 1-35%, 2-28%, 0-75%). Not modelled: the API server's share of vLLM's TTFT "
-    "(17-44 ms mean, the 'API server' column) and the engine's speed drift between profile and replays (bursts ran "
-    "1.00x, 1.14x and 1.00x the profile's prediction). The over-capacity flags agree. The test still runs and prints the table.",
+    "ENGINE_CORE_NICE; before it, 10-70% off in every session), four sessions on 2026-12-01 were 1-35%, 11-54%, "
+    "0-76% and 2-147% off at light/knee, the last two over-predicting the knee (the printed burst-scaled fit: 1-35%, "
+    "2-28%, 0-75%, 8-146%). Not modelled: the API server's own time in vLLM's TTFT (inside the 17-44 ms mean 'rest' "
+    "column, with the wait for the step in progress) and the engine's speed drift between profile and replays (bursts "
+    "ran 1.00x, 1.14x, 1.00x and 0.98x the profile's prediction, yet in the fourth session the engine's mean prefill at "
+    "the knee was 21% below the simulator's). The over-capacity flags agree. The test still runs and prints the table.",
 )
 def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, speed, workload):
     config = SimConfig(engine=engine_config(vllm_engine))
@@ -189,7 +191,10 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
               f"(trend {m['trend']:.2f}, served/offered {m['served']:.2f}); max send lateness {m['late_ms']:.0f} ms")
         print(f"{'':<11} {'':>6} means, predicted / measured ms: TTFT {p['mean_ttft'] * 1e3:.1f} / {m['mean_ttft'] * 1e3:.1f} = "
               f"queue {p['mean_queue'] * 1e3:.1f} / {m['mean_queue'] * 1e3:.1f} + prefill {p['mean_prefill'] * 1e3:.1f} / "
-              f"{m['mean_prefill'] * 1e3:.1f} + API server 0 / {(m['mean_ttft'] - m['mean_queue'] - m['mean_prefill']) * 1e3:.1f}")
+              f"{m['mean_prefill'] * 1e3:.1f} + rest 0 / {(m['mean_ttft'] - m['mean_queue'] - m['mean_prefill']) * 1e3:.1f}")
+    print("[fidelity] means: the simulator's queue runs from arrival; vLLM's from when its engine core takes the request "
+          "in, at the end of the step in progress. That wait is in the simulator's queue and in vLLM's rest, with the API "
+          "server's own time (tests/live/_calibration.py QUEUE_HIST).")
     print(f"[fidelity] load average after: {os.getloadavg()}")
 
     bad = [f"{name} {metric} {err:+.1%}" for name in ("light", "knee") for metric, err in errors[name].items()
