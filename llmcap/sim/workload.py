@@ -47,10 +47,6 @@ class Workload:
     def n(self) -> int:
         return int(self.arrival.size)
 
-    @property
-    def has_hashes(self) -> bool:
-        return self.chunks is not None
-
     def segment_index(self, isl: array[int]) -> SegmentIndex | None:
         """Per-request segments for the engine (compiled lookups; `isl`: this workload's ISL as an int
         array), or None without hashes."""

@@ -195,8 +195,8 @@ def _boost_engine_core(pgid: int, nice: int) -> list[str]:
             for task in (p / "task").iterdir():
                 os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
             boosted.append(comm)
-        except (OSError, ProcessLookupError):
-            continue  # gone, or not allowed: it keeps the group's nice value
+        except OSError:  # gone (ProcessLookupError is one), or not allowed: it keeps the group's nice value
+            continue
     return sorted(boosted)
 
 
