@@ -59,7 +59,8 @@ def run_cluster(
     exact = cfg.itl_exact if cfg.itl_exact is not None else n <= EXACT_ITL_MAX_REQUESTS
     # per-request inputs as compact arrays of plain numbers (8 B each; lists of Python objects cost ~5x)
     isl, osl = array("q", work.isl.tobytes()), array("q", work.osl.tobytes())
-    segments = work.segment_index(isl)
+    # singleton suffixes only where an engine keeps them as runs (Replica.lazy)
+    segments = work.segment_index(isl, singletons=ecfg.enable_prefix_caching and ecfg.host_blocks == 0 and not cfg.reference)
     at_handoff = pd is not None and pd.first_token_from == "decode"
 
     def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:

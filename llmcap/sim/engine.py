@@ -33,7 +33,7 @@ import numpy as np
 from array import array
 
 from llmcap.sim.config import EngineConfig
-from llmcap.sim.kvcache import KVCache, Seg
+from llmcap.sim.kvcache import KVCache, Run, Seg
 from llmcap.sim.recorder import OK, Recorder
 from llmcap.sim.segments import SegmentIndex
 from llmcap.sim.steptime import StepTimer
@@ -59,7 +59,8 @@ class Req:
 
     __slots__ = (
         "i", "isl", "osl", "g", "n_comp", "alloc", "keys", "his", "segs", "seg_blocks", "reg", "stamp",
-        "S0", "g0", "nc0", "fin", "ver", "last_tok", "eps", "pre", "xfer", "dec", "admitted", "handoff_t",
+        "S0", "g0", "nc0", "fin", "ver", "last_tok", "eps", "pre", "xfer", "dec", "admitted", "handoff_t", "single", "lazy_lo",
+        "lazy_n", "lazy_blocks",
     )  # fmt: skip
 
     def __init__(self, i: int, isl: int, osl: int, keys: list[int] | None = None, his: list[int] | None = None) -> None:
@@ -74,6 +75,10 @@ class Req:
         self.segs: list[Seg] = []  # prefix segments this request holds a reference to
         self.seg_blocks = 0
         self.reg = 0  # next own segment to publish
+        self.single = 0  # chain position where the singleton suffix starts (set at admission)
+        self.lazy_lo = -1  # first singleton segment counted instead of published (segments [lazy_lo, reg))
+        self.lazy_n = 0  # ... of them non-empty
+        self.lazy_blocks = 0
         self.stamp = 0
         self.S0 = self.g0 = self.nc0 = self.fin = 0
         self.ver = 0
@@ -115,6 +120,9 @@ class Replica:
         self.rec = rec
         self.role = role  # "both" | "prefill" (leaves after the first token, blocks held) | "decode"
         self.caching = cfg.enable_prefix_caching and role != "decode"
+        # singleton segments kept as one LRU entry per finished request (kvcache.Run); not beside a host
+        # tier (its entries are per segment) nor in the reference mode, which publishes every segment
+        self.lazy = self.caching and cfg.host_blocks == 0 and not reference
         self.max_run = 1 if reference else max_run_steps
         self.first_token_at_handoff = first_token_at_handoff
         self.segments_of = segments  # request index -> (chain hashes, segment block ends), fetched at admission
@@ -518,6 +526,13 @@ class Replica:
         kv = self.kv
         own = -(-req.alloc // self.bs) - req.seg_blocks
         freed = 0
+        counted = req.lazy_n
+        if req.lazy_lo >= 0:  # the singleton tail first, as the release below goes
+            if counted:
+                self._free_singletons(req, preempted)
+                freed += req.lazy_blocks
+            req.lazy_lo = -1
+            req.lazy_n = req.lazy_blocks = 0
         for seg in reversed(req.segs):  # tail first: the LRU evicts a prompt's end before its start
             seg.ref -= 1
             if seg.ref == 0:
@@ -526,7 +541,7 @@ class Replica:
         kv.free += freed
         if preempted and self.caching:
             chain = sum(1 for j, hi in enumerate(req.his) if hi > (req.his[j - 1] if j else 0))
-            if len(req.segs) == chain:  # own blocks continue the cached chain: keep them for recompute
+            if len(req.segs) + counted == chain:  # own blocks continue the cached chain: keep them for recompute
                 private = req.alloc // self.bs - (req.his[-1] if req.his else 0)
                 if private > 0:
                     kv.keep_private(("p", req.i), private)
@@ -536,6 +551,21 @@ class Replica:
         req.seg_blocks = 0
         req.reg = 0
         req.alloc = 0
+
+    def _free_singletons(self, req: Req, preempted: bool) -> None:
+        """Queue the request's counted singleton segments [lazy_lo, reg): one `Run` entry, or, preempted
+        (it may hit them on recompute), published and queued one by one, tail first."""
+        kv, his = self.kv, req.his
+        keys = req.keys if req.keys is not None else []
+        if not preempted:
+            kv.unpin_run(Run(keys, his, req.lazy_lo, req.reg, req.lazy_blocks), req.lazy_n)
+            return
+        segments = kv.segments
+        for j in range(req.reg - 1, req.lazy_lo - 1, -1):
+            nb = his[j] - (his[j - 1] if j else 0)
+            if nb > 0:
+                seg = segments[keys[j]] = Seg(keys[j], 0, nb)
+                kv.unpin(seg)
 
     def _preempt(self, req: Req, allocated_this_step: bool) -> None:
         if req.dec:
@@ -571,11 +601,19 @@ class Replica:
         lo = his[j - 1] if j else 0
         segs = req.segs
         added = 0
+        single = req.single if self.lazy and req.pre == 0 else n  # a preempted request publishes them all
         while j < n:
             hi = his[j]
             if hi > full:
                 break
-            if hi > lo:
+            if j >= single:  # a singleton: counted here, queued with the others at the end (kvcache.Run)
+                if req.lazy_lo < 0:
+                    req.lazy_lo = j
+                if hi > lo:
+                    req.lazy_n += 1
+                    req.lazy_blocks += hi - lo
+                    added += hi - lo
+            elif hi > lo:
                 key = keys[j]
                 if key not in segments:  # else another request published it first: these stay ours
                     seg = segments[key] = Seg(key, 1, hi - lo)
@@ -597,6 +635,8 @@ class Replica:
         reg = 0
         if self.caching and req.keys is None:
             req.keys, req.his = self.segments_of.of(req.i) if self.segments_of is not None else ([], [])
+        if self.lazy and not req.admitted:
+            req.single = self.segments_of.single_from(req.i, len(req.his)) if self.segments_of is not None else 0
         if self.caching and not req.xfer:
             segs = kv.segments
             host = kv.host

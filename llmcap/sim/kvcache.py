@@ -19,6 +19,16 @@ Allocation takes never-cached free blocks first and then evicts whole LRU segmen
 (vLLM evicts block by block from one free queue; whole segments are the coarser, conservative version).
 Evicted segments move to the host tier when it exists (its own LRU, capacity in blocks).
 
+Singletons. A hash no other request of the trace has (`workload.singleton_suffixes`) names a segment
+only its own request can ever hit, and only on recompute after a preemption. A finished request's
+segments of such hashes (always a suffix of its chain: a later chain hash names a longer prefix) enter
+the LRU as ONE entry, a `Run`, instead of one `Seg` each, and are never in `segments`; eviction takes
+its members one by one, tail first, exactly as it would take the separate entries the request's
+tail-first release would have queued (same order, same counts: byte-identical results, checked by
+tests/sim against the reference mode, which publishes every segment). A preempted request publishes
+them as plain segments (it may hit them). Half the hashes of the Mooncake traces are singletons; on
+the 1M-request synthetic trace this took 0.86x the wall time (43.4 s against 50.4 s, same minute).
+
 A request's own blocks past its hashed prefix (unhashed prompt tail, generated tokens) are private: when
 it is preempted they are kept as a private segment only it can hit on recompute, as vLLM's cached
 output blocks are.
@@ -41,6 +51,41 @@ class Seg:
         self.blocks = blocks
         self.queued = 0  # entries in KVCache.order
         self.gone = False  # evicted or taken back: every entry left is stale
+
+
+class Run(Seg):
+    """A finished request's singleton segments j in [lo, hi) of its chain (`keys`, block ends `his`), one
+    LRU entry: evicted from member hi - 1 down (the oldest first), members of no block skipped."""
+
+    __slots__ = ("keys", "his", "lo", "hi")
+
+    def __init__(self, keys: list[int], his: list[int], lo: int, hi: int, blocks: int) -> None:
+        super().__init__(None, 0, blocks)
+        self.keys = keys
+        self.his = his
+        self.lo = lo
+        self.hi = hi
+
+    def members(self) -> list[tuple[Hashable, int]]:
+        """(key, blocks) of the members left, oldest first."""
+        his = self.his
+        out: list[tuple[Hashable, int]] = []
+        for j in range(self.hi - 1, self.lo - 1, -1):
+            nb = his[j] - (his[j - 1] if j else 0)
+            if nb > 0:
+                out.append((self.keys[j], nb))
+        return out
+
+
+def run_blocks(his: list[int], lo: int, hi: int) -> tuple[int, int]:
+    """(non-empty segments, blocks) of chain positions [lo, hi)."""
+    prev = his[lo - 1] if lo else 0
+    n = 0
+    for j in range(lo, hi):
+        if his[j] > prev:
+            n += 1
+        prev = his[j]
+    return n, prev - (his[lo - 1] if lo else 0)
 
 
 class KVCache:
@@ -72,11 +117,14 @@ class KVCache:
     def evictable(self) -> list[tuple[Hashable, int]]:
         """(key, blocks) of the evictable segments, oldest first."""
         seen: set[int] = set()
-        out = []
+        out: list[tuple[Hashable, int]] = []
         for seg in reversed(self.order):  # a segment's newest entry is its live one
             if id(seg) not in seen:
                 seen.add(id(seg))
-                if seg.ref == 0 and not seg.gone:
+                if isinstance(seg, Run):
+                    if not seg.gone:
+                        out.extend(reversed(seg.members()))
+                elif seg.ref == 0 and not seg.gone:
                     out.append((seg.key, seg.blocks))
         out.reverse()
         return out
@@ -97,12 +145,41 @@ class KVCache:
                 s.queued = 1
             self.order = live
 
+    def unpin_run(self, run: Run, members: int) -> None:
+        """A finished request's singleton segments (`members` of them, non-empty) become the newest
+        evictable entry (the caller counts their blocks as free)."""
+        self.unpin(run)
+        self.n_lru += members - 1
+
+    def _evict_run(self, run: Run, n: int) -> None:
+        """Evict the run's members, oldest first, until n blocks are plain (or none is left)."""
+        his, j, lo = run.his, run.hi, run.lo
+        while self.plain < n and j > lo:
+            j -= 1
+            nb = his[j] - (his[j - 1] if j else 0)
+            if nb > 0:
+                self.plain += nb
+                run.blocks -= nb
+                self.n_lru -= 1
+                self.evictions += 1
+        while j > lo and his[j - 1] == (his[j - 2] if j > 1 else 0):  # empty members: nothing to evict
+            j -= 1
+        run.hi = j
+        if j == lo:
+            run.gone = True
+        else:  # members left: the entry stays the oldest
+            run.queued += 1
+            self.order.appendleft(run)
+
     def _evict(self, n: int) -> None:
         order, segments, host = self.order, self.segments, self.host
         while self.plain < n:
             seg = order.popleft()
             seg.queued -= 1
             if seg.ref != 0 or seg.queued != 0 or seg.gone:  # in use again, evictable since later, or gone
+                continue
+            if isinstance(seg, Run):
+                self._evict_run(seg, n)
                 continue
             key = seg.key
             del segments[key]

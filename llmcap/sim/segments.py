@@ -1,6 +1,7 @@
 """Request i's prefix segments (`llmcap.sim.workload` defines them), looked up once per admission by
 the compiled core. The hashes stay in the trace's Arrow buffers (numpy views, one per chunk); the
-offsets and prompt lengths come as plain int arrays, indexed without numpy scalars.
+offsets and prompt lengths come as plain int arrays, indexed without numpy scalars. `single_from(i)`:
+where request i's singleton suffix starts (hashes no other request has; `workload.singleton_suffixes`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,21 @@ from typing import Any
 
 
 class SegmentIndex:
-    def __init__(self, firsts: list[int], offsets: list[array[int]], keys: list[Any], isl: array[int], trace_block: int, block_size: int) -> None:
+    def __init__(
+        self, firsts: list[int], offsets: list[array[int]], keys: list[Any], isl: array[int], trace_block: int, block_size: int,
+        singles: array[int] | None = None,
+    ) -> None:
         self.firsts = firsts  # first trace row of each chunk
         self.offsets = offsets  # per chunk: [rows + 1] into its keys (int32 or int64)
         self.keys = keys  # int64 chain hashes per chunk (numpy views)
         self.isl = isl
         self.trace_block = trace_block
         self.block_size = block_size
+        self.singles = singles  # per request: its singleton suffix's first position (None: not computed)
+
+    def single_from(self, i: int, n_keys: int) -> int:
+        """Where request i's singleton suffix starts (n_keys, i.e. none, when not computed)."""
+        return self.singles[i] if self.singles is not None else n_keys
 
     def of(self, i: int) -> tuple[list[int], list[int]]:
         """Request i's chain hashes and the engine-block end of each of their segments."""

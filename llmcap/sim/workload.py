@@ -47,15 +47,46 @@ class Workload:
     def n(self) -> int:
         return int(self.arrival.size)
 
-    def segment_index(self, isl: array[int]) -> SegmentIndex | None:
+    def segment_index(self, isl: array[int], singletons: bool = False) -> SegmentIndex | None:
         """Per-request segments for the engine (compiled lookups; `isl`: this workload's ISL as an int
-        array), or None without hashes."""
+        array), or None without hashes. `singletons`: also where each request's singleton suffix starts
+        (`singleton_suffixes`)."""
         if self.chunks is None:
             return None
         # Arrow's list offsets are int32 (int64 for large lists): kept at their width
         offsets = [array("i" if c.offsets.itemsize == 4 else "q", c.offsets.tobytes()) for c in self.chunks]
+        firsts = array("i", singleton_suffixes(self.chunks).tobytes()) if singletons else None
         return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], isl, self.trace_block,
-                            self.block_size)
+                            self.block_size, firsts)
+
+
+def singleton_suffixes(chunks: tuple[HashChunk, ...]) -> np.ndarray:
+    """Per request (int32): the position in its hashes from which every hash is a *singleton* — one that
+    occurs once in the whole trace, so no other request can ever hit its segment (its own length when
+    the last hash is shared). About half the hashes of the Mooncake traces are singletons; the engine
+    keeps a finished request's singleton suffix as one LRU entry (`kvcache.Run`)."""
+    if not chunks:
+        return np.zeros(0, dtype=np.int32)
+    keys = np.concatenate([c.keys[c.offsets[0] : c.offsets[-1]] for c in chunks])  # a copy, sorted in place
+    keys.sort()
+    edge = np.ones(keys.size + 1, dtype=bool)  # edge[k]: keys[k-1] != keys[k] (both ends count as edges)
+    np.not_equal(keys[1:], keys[:-1], out=edge[1:-1])
+    shared = keys[edge[:-1] & ~edge[1:]]  # each hash that occurs more than once, once (fewer than the singletons)
+    del keys, edge
+    out = []
+    for c in chunks:
+        rows = c.offsets.size - 1
+        v = c.keys[c.offsets[0] : c.offsets[-1]]
+        at = np.minimum(np.searchsorted(shared, v), max(shared.size - 1, 0))
+        is_shared = shared[at] == v if shared.size else np.zeros(v.size, dtype=bool)
+        lengths = np.diff(c.offsets).astype(np.int64)
+        starts = (c.offsets[:-1] - c.offsets[0]).astype(np.int64)
+        # 1 + the position of a request's last shared hash (0 without one): a max per row
+        last = np.zeros(v.size + 1, dtype=np.int32)
+        last[:-1] = np.where(is_shared, np.arange(v.size) - np.repeat(starts, lengths) + 1, 0)
+        first = np.maximum.reduceat(last, np.minimum(starts, v.size)) if rows else np.zeros(0, dtype=np.int32)
+        out.append(np.where(lengths > 0, first, 0).astype(np.int32))
+    return np.concatenate(out)
 
 
 def _hash_chunks(column: pa.ChunkedArray) -> tuple[HashChunk, ...]:

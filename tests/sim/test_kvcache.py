@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmcap.sim.kvcache import KVCache
+from llmcap.sim.kvcache import KVCache, Run, run_blocks
 
 
 def test_lru_eviction_order_and_host_tier() -> None:
@@ -49,3 +49,34 @@ def test_lru_skips_stale_entries_and_compacts() -> None:
     assert kv.evictable()[-1] == (1, 3) and kv.evictable()[0] == (0, 3)
     kv.alloc(kv.plain + 4)  # evicts the two oldest live segments, skipping stale entries
     assert [k for k, _ in kv.evictable()][:2] == [live[2], live[3]] and 0 not in kv.segments and 3 not in kv.segments
+
+
+def test_a_singleton_run_evicts_like_its_separate_segments() -> None:
+    # one request's chain (block ends his) freed two ways: five segments published and dropped tail first,
+    # or its last three (singletons) as one Run; eviction must go the same way, member by member
+    his = [2, 4, 4, 7, 9]  # the third segment is empty (bs larger than the trace block)
+    keys = [10, 11, 12, 13, 14]
+    plain, lazy = KVCache(20), KVCache(20)
+    for kv in (plain, lazy):
+        kv.alloc(9)
+        kv.register(10, 2)
+        kv.register(11, 2)
+    for key, nb in ((13, 3), (14, 2)):
+        plain.register(key, nb)
+    for key in (14, 13, 11, 10):
+        plain.drop(key)
+    assert run_blocks(his, 2, 5) == (2, 5)
+    lazy.unpin_run(Run(keys, his, 2, 5, 5), 2)
+    lazy.free += 5
+    lazy.drop(11)
+    lazy.drop(10)
+    assert lazy.evictable() == plain.evictable() == [(14, 2), (13, 3), (11, 2), (10, 2)]
+    assert (lazy.free, lazy.plain, lazy.n_lru) == (plain.free, plain.plain, plain.n_lru) == (20, 11, 4)
+    # 11 plain blocks: take 12 (evicts one run member), then 3 (the rest of the run, its empty member skipped),
+    # then 2 (a published segment)
+    for n, left in ((12, [13, 11, 10]), (3, [11, 10]), (2, [10])):
+        for kv in (plain, lazy):
+            kv.alloc(n)
+        assert [k for k, _ in lazy.evictable()] == [k for k, _ in plain.evictable()] == left
+        assert (lazy.free, lazy.plain, lazy.n_lru, lazy.evictions) == (plain.free, plain.plain, plain.n_lru, plain.evictions)
+        assert any(isinstance(s, Run) and not s.gone for s in lazy.order) == (n == 12)

@@ -49,3 +49,27 @@ def test_same_seed_same_bytes_and_seed_matters_for_power_of_two() -> None:
     c = simulate(trace, MODEL, cfg, rng=np.random.default_rng(12))
     assert a.records_parquet() == b.records_parquet()
     assert a.records.column("prefill_replica").to_pylist() != c.records.column("prefill_replica").to_pylist()
+
+
+def test_singleton_runs_change_no_byte() -> None:
+    # the multi-step mode keeps a finished request's singleton segments as one LRU entry (kvcache.Run);
+    # the reference mode publishes each. With little KV, runs are evicted member by member and preempted
+    # requests publish theirs to hit them on recompute: every path of the singleton handling runs here.
+    from llmcap.sim.kvcache import Run
+
+    runs_seen = 0
+
+    def watch(rep, t: float) -> None:
+        nonlocal runs_seen
+        runs_seen += any(isinstance(s, Run) for s in rep.kv.order)
+
+    rng = np.random.default_rng(7)
+    trace = random_trace(rng, 80)
+    cfg = random_config(rng, 1).model_copy(update={"pd": None, "replicas": 2, "router": "least_outstanding_tokens"})
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
+        "num_blocks": 40, "block_size": 16, "host_blocks": 0, "enable_prefix_caching": True, "max_num_seqs": 8})})
+    fast = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0), on_decision=watch)
+    ref = simulate(trace, MODEL, cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0))
+    assert runs_seen > 0 and fast.summary["preemptions"] > 0
+    assert fast.records_parquet() == ref.records_parquet()
+    assert fast.itl_values.tobytes() == ref.itl_values.tobytes() and fast.timeseries.equals(ref.timeseries)

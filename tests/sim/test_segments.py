@@ -4,12 +4,13 @@ segment b of a request ends at engine block min(((b+1)·T) // bs, isl // bs)."""
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from llmcap.sim.workload import workload_from_table
+from llmcap.sim.workload import _hash_chunks, singleton_suffixes, workload_from_table
 from tests.sim._workloads import random_trace
 
 
@@ -38,3 +39,33 @@ def test_no_hashes_no_index() -> None:
 
 def array_of(x: np.ndarray) -> array:
     return array("q", x.astype(np.int64).tobytes())
+
+
+def test_singleton_suffixes_follow_the_definition() -> None:
+    # a hash is a singleton when it occurs once in the whole trace; a request's singleton suffix starts
+    # after its last shared hash (shared hashes may come after singletons: a trace need not be chained)
+    rows = [[1, 2, 3], [1, 2, 4, 5], [], [6, 7, 1], None, [8], [9, 9], [10, 11], [11, 12, 13]]
+    t = pa.table({"hash_ids": pa.array(rows, pa.list_(pa.int64()))})
+    t = pa.Table.from_batches(t.to_batches(max_chunksize=4), schema=t.schema).slice(0)  # three chunks
+    chunks = _hash_chunks(t.column("hash_ids"))
+    assert len(chunks) == 3
+    counts = Counter(h for r in rows for h in (r or []))
+    expect = [max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0) for r in (r or [] for r in rows)]
+    assert expect == [2, 2, 0, 3, 0, 0, 2, 2, 1]
+    assert singleton_suffixes(chunks).tolist() == expect
+    # a slice of the trace: counts are over what the simulator gets (sliced chunks start past 0)
+    part = t.slice(1, 6)
+    counts = Counter(h for r in rows[1:7] for h in (r or []))
+    expect = [max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0) for r in (r or [] for r in rows[1:7])]
+    assert singleton_suffixes(_hash_chunks(part.column("hash_ids"))).tolist() == expect == [1, 0, 3, 0, 0, 2]
+
+
+def test_the_index_gives_singleton_suffixes_only_when_asked() -> None:
+    t = random_trace(np.random.default_rng(3), 200)
+    work = workload_from_table(t, 16)
+    counts = Counter(h for r in t.column("hash_ids").to_pylist() for h in r)
+    plain, lazy = work.segment_index(array_of(work.isl)), work.segment_index(array_of(work.isl), singletons=True)
+    assert plain is not None and lazy is not None
+    for i, r in enumerate(t.column("hash_ids").to_pylist()):
+        assert plain.single_from(i, len(r)) == len(r)
+        assert lazy.single_from(i, len(r)) == max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0)
