@@ -4,7 +4,8 @@ model, the workload they replay, and a replay measured from both sides.
 - `calibrate`: the endpoint profile of issue 4 (fit cells + held-out cells, `PROFILE_REPEATS`
   repeats), measured ONCE per session by the `calibration` fixture (conftest). The profile test fits
   on the fit cells only and predicts the held-out ones; the simulator checks use `Calibration.fit`,
-  the NNLS fit on every measured cell (all the evidence there is).
+  the NNLS fit on every measured cell (all the evidence there is). Plus `measure_frontend`: what
+  vLLM's own TTFT holds beyond its engine core's queue and prefill, for requests sent alone.
 - `calibrate_speed`: that fit scaled in situ (`llmcap.sim.makespan_fit`) to the measured makespan of a
   burst of an excerpt no acceptance test replays (`speed_excerpt`), once per session by the `speed`
   fixture; the fidelity test prints its predictions beside the profile fit's.
@@ -65,6 +66,8 @@ class Calibration:
     measurement: EndpointMeasurement  # every cell, FIT + HOLD
     fit: CalibratedFit  # NNLS on every measured cell: the step model the simulator checks use
 
+    frontend: Frontend
+
     @property
     def client_overhead_s(self) -> float:
         return self.fit.client_overhead_s
@@ -75,7 +78,51 @@ def calibrate(base_url: str, model: str, max_num_batched_tokens: int) -> Calibra
                        max_num_batched_tokens=max_num_batched_tokens)
     m = measure_endpoint(base_url, model, spec, progress=False)
     obs, _, _ = m.fit_observations()
-    return Calibration(m, fit_step_model(obs))
+    return Calibration(m, fit_step_model(obs), measure_frontend(base_url, model))
+
+
+# ------------------------------------------------------------------ the frontend's share of vLLM's TTFT
+
+FRONTEND_ISL = (64, 256, 1024)
+FRONTEND_PROBES = 24  # requests, each alone: FRONTEND_GAP_S apart, far longer than one's TTFT here
+FRONTEND_GAP_S = 0.4
+FRONTEND_PROMPT_SEED = 70_000
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """Means over requests sent alone to an idle engine (s): vLLM's TTFT, its engine core's queue and
+    prefill split, and the rest — the API server's own time (request in, first token out, the IPC to
+    the engine core), which neither the step model nor the simulator (an engine core) contains."""
+
+    ttft_s: float
+    queue_s: float
+    prefill_s: float
+    requests: int
+
+    @property
+    def rest_s(self) -> float:
+        return self.ttft_s - self.queue_s - self.prefill_s
+
+    def describe(self) -> str:
+        return (f"{self.requests} requests alone: vLLM TTFT {self.ttft_s * 1e3:.1f} ms = queue {self.queue_s * 1e3:.1f} + prefill "
+                f"{self.prefill_s * 1e3:.1f} + API server {self.rest_s * 1e3:.1f} ms")
+
+
+def measure_frontend(base_url: str, model: str) -> Frontend:
+    """Requests alone (ISLs cycling through FRONTEND_ISL, 2 output tokens), the engine's histograms over them.
+    With the engine idle at each arrival, no step is in progress to wait for: the rest is the API server's."""
+    isl = np.array([FRONTEND_ISL[k % len(FRONTEND_ISL)] for k in range(FRONTEND_PROBES)], dtype=np.int64)
+    probes = pa.table({"request_id": np.arange(isl.size), "arrival_s": np.arange(isl.size) * FRONTEND_GAP_S, "isl": isl,
+                       "osl": np.full(isl.size, 2, dtype=np.int64)})
+    before, sums0 = scrape_histograms(base_url)
+    res = replay(base_url, model, probes, seed=FRONTEND_PROMPT_SEED)
+    _, sums1 = scrape_histograms(base_url)
+    status = res.requests.column("status").to_pylist()
+    if status != ["ok"] * isl.size:
+        raise AssertionError(f"frontend probes failed: {[x for x in status if x != 'ok'][:5]}")
+    ttft, queue, prefill = (mean_between(sums0, sums1, n) for n in MEAN_HISTS)
+    return Frontend(ttft, queue, prefill, int(isl.size))
 
 
 # ------------------------------------------------------------------ the engine's histograms

@@ -387,7 +387,7 @@ def calibration(vllm_engine: LiveEngine) -> Calibration:
     cal = calibrate(vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
     coef = cal.fit.to_dict()["coefficients"]
     print(f"[calibration] profiled in {time.monotonic() - t0:.0f} s ({cal.measurement.spec.repeats} repeats): "
-          + ", ".join(f"{k}={v:.3g}" for k, v in coef.items()))
+          + ", ".join(f"{k}={v:.3g}" for k, v in coef.items()) + f"; frontend: {cal.frontend.describe()}")
     return cal
 
 
