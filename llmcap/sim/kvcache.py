@@ -21,13 +21,14 @@ Evicted segments move to the host tier when it exists (its own LRU, capacity in 
 
 Singletons. A hash no other request of the trace has (`workload.singleton_suffixes`) names a segment
 only its own request can ever hit, and only on recompute after a preemption. A finished request's
-segments of such hashes (always a suffix of its chain: a later chain hash names a longer prefix) enter
-the LRU as ONE entry, a `Run`, instead of one `Seg` each, and are never in `segments`; eviction takes
-its members one by one, tail first, exactly as it would take the separate entries the request's
-tail-first release would have queued (same order, same counts: byte-identical results, checked by
-tests/sim against the reference mode, which publishes every segment). A preempted request publishes
-them as plain segments (it may hit them). Half the hashes of the Mooncake traces are singletons; on
-the 1M-request synthetic trace this took 0.86x the wall time (43.4 s against 50.4 s, same minute).
+segments past its last shared hash (in a chain-hashed trace, all its singletons: a later chain hash
+names a longer prefix) enter the LRU as ONE entry, a `Run`, instead of one `Seg` each, and are never
+in `segments`; eviction takes its members one by one, tail first, exactly as it would take the
+separate entries the request's tail-first release would have queued (same order, same counts:
+byte-identical results, checked by tests/sim against the reference mode, which publishes every
+segment). A preempted request publishes them as plain segments (it may hit them). Half the hashes of
+the Mooncake traces are singletons; on the 1M-request synthetic trace this took 0.86x the wall time
+(43.4 s against 50.4 s, same minute).
 
 A request's own blocks past its hashed prefix (unhashed prompt tail, generated tokens) are private: when
 it is preempted they are kept as a private segment only it can hit on recompute, as vLLM's cached
@@ -75,17 +76,6 @@ class Run(Seg):
             if nb > 0:
                 out.append((self.keys[j], nb))
         return out
-
-
-def run_blocks(his: list[int], lo: int, hi: int) -> tuple[int, int]:
-    """(non-empty segments, blocks) of chain positions [lo, hi)."""
-    prev = his[lo - 1] if lo else 0
-    n = 0
-    for j in range(lo, hi):
-        if his[j] > prev:
-            n += 1
-        prev = his[j]
-    return n, prev - (his[lo - 1] if lo else 0)
 
 
 class KVCache:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmcap.sim.kvcache import KVCache, Run, run_blocks
+from llmcap.sim.kvcache import KVCache, Run
 
 
 def test_lru_eviction_order_and_host_tier() -> None:
@@ -65,7 +65,6 @@ def test_a_singleton_run_evicts_like_its_separate_segments() -> None:
         plain.register(key, nb)
     for key in (14, 13, 11, 10):
         plain.drop(key)
-    assert run_blocks(his, 2, 5) == (2, 5)
     lazy.unpin_run(Run(keys, his, 2, 5, 5), 2)
     lazy.free += 5
     lazy.drop(11)
