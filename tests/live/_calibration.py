@@ -242,9 +242,11 @@ class Measured:
     engine_requests: int
     engine_gaps: int
     engine_means: dict[str, float]  # mean s of MEAN_HISTS over the replay: TTFT and its queue / prefill split
+    engine_itl_tail: np.ndarray  # engine's ITL quantiles at TAIL_QS (s): the shape around p90
 
 
 QS = [0.5, 0.9]
+TAIL_QS = [0.8, 0.85, 0.9, 0.95]
 
 
 def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Measured:
@@ -255,7 +257,8 @@ def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Mea
     after, sums1 = scrape_histograms(base_url)
     ttft, n_req = histogram_quantiles(before, after, TTFT_HIST, QS)
     itl, n_gaps = histogram_quantiles(before, after, ITL_HIST, QS)
-    return Measured(res, ttft, itl, n_req, n_gaps, {n: mean_between(sums0, sums1, n) for n in MEAN_HISTS})
+    tail, _ = histogram_quantiles(before, after, ITL_HIST, TAIL_QS)
+    return Measured(res, ttft, itl, n_req, n_gaps, {n: mean_between(sums0, sums1, n) for n in MEAN_HISTS}, tail)
 
 
 # ------------------------------------------------------------------ in-situ speed

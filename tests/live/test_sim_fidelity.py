@@ -52,7 +52,7 @@ from llmcap.sim.makespan_fit import makespan
 from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
-    EXCERPT_REQUESTS, HELD_OUT_SEEDS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, azure_workload, engine_config,
+    EXCERPT_REQUESTS, HELD_OUT_SEEDS, PREFILL_HIST, QS, QUEUE_HIST, TAIL_QS, TTFT_HIST, Measured, azure_workload, engine_config,
     measure_replay, shifted_excerpt,
 )
 
@@ -127,7 +127,7 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
     # ---- predictions: the profile's fit (asserted) and the burst-scaled one (printed)
     frontend = calibration.frontend.rest_s
 
-    def predict(m: CalibratedFit) -> dict[str, dict[str, float]]:
+    def predict(m: CalibratedFit) -> dict[str, dict]:
         out = {}
         for name, rate in rates.items():
             r = sim(rate, m)
@@ -135,11 +135,12 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
             t = _ttft(r.records)
             seen = _ttft(with_client_latency(r.records, frontend))  # as vLLM's frontend stamps it
             itl = weighted_quantiles(r.itl_values, r.itl_weights, QS)
+            tail = weighted_quantiles(r.itl_values, r.itl_weights, TAIL_QS)
             client = _ttft(with_client_latency(r.records, calibration.client_overhead_s))
             trend, served = queue_growth(r.records)
             out[name] = {"ttft_p50": float(np.percentile(seen, 50)), "ttft_p90": float(np.percentile(seen, 90)),
                          "sim_ttft_p50": float(np.percentile(t, 50)), "sim_ttft_p90": float(np.percentile(t, 90)),
-                         "itl_p50": float(itl[0]), "itl_p90": float(itl[1]),
+                         "itl_p50": float(itl[0]), "itl_p90": float(itl[1]), "itl_tail": tail,
                          **{key: float(np.nanmean(r.records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)))
                             for key, col, _ in MEANS},
                          "cli_ttft_p50": float(np.percentile(client, 50)), "cli_ttft_p90": float(np.percentile(client, 90)),
@@ -158,7 +159,7 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
             assert status == ["ok"] * N, f"{name} rep {rep}: {[s for s in status if s != 'ok'][:5]}"
             assert m.engine_requests == N and m.engine_gaps == int(osl.sum()) - N, (m.engine_requests, m.engine_gaps)
             runs[name].append(m)
-    meas: dict[str, dict[str, float]] = {}
+    meas: dict[str, dict] = {}
     for name, ms in runs.items():
         growth = [queue_growth(m.replay.requests) for m in ms]
         cli_t = [_ttft(m.replay.requests) for m in ms]
@@ -167,6 +168,7 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
             "ttft_p90": float(np.median([m.engine_ttft[1] for m in ms])),
             "itl_p50": float(np.median([m.engine_itl[0] for m in ms])),
             "itl_p90": float(np.median([m.engine_itl[1] for m in ms])),
+            "itl_tail": np.median([m.engine_itl_tail for m in ms], axis=0),
             "cli_ttft_p50": float(np.median([np.percentile(t, 50) for t in cli_t])),
             "cli_ttft_p90": float(np.median([np.percentile(t, 90) for t in cli_t])),
             "cli_itl_p50": float(np.median([np.percentile(m.replay.itls, 50) for m in ms])),
@@ -206,6 +208,8 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
               f"{m['mean_ttft'] * 1e3:.1f} = queue {p['mean_queue'] * 1e3:.1f} / {m['mean_queue'] * 1e3:.1f} + prefill "
               f"{p['mean_prefill'] * 1e3:.1f} / {m['mean_prefill'] * 1e3:.1f} + rest {frontend * 1e3:.1f} / "
               f"{(m['mean_ttft'] - m['mean_queue'] - m['mean_prefill']) * 1e3:.1f}")
+        print(f"{'':<11} {'':>6} ITL around p90, predicted / measured ms: "
+              + ", ".join(f"p{q * 100:.0f} {a * 1e3:.1f} / {b * 1e3:.1f}" for q, a, b in zip(TAIL_QS, p["itl_tail"], m["itl_tail"])))
     print("[fidelity] means: the simulator's queue runs from arrival; vLLM's from when its engine core takes the request "
           "in, at the end of the step in progress. That wait is in the simulator's queue and in vLLM's rest, with the API "
           "server's own time (tests/live/_calibration.py QUEUE_HIST); the predicted rest is that time alone.")
