@@ -25,6 +25,7 @@ strictly before t, with the step in progress scheduled (its blocks allocated).
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
 from heapq import heappop, heappush
@@ -43,6 +44,7 @@ TRIM_STEPS = 1 << 16  # histogram mode: look for dead steps to drop once the log
 FLUSH_STEPS = 1 << 13  # pending steps written to the log in one vectorised pass (see `flush_log`)
 HIST_BINS_PER_DECADE = 1000  # histogram mode: bins 0.23% wide
 HIST_MIN_S, HIST_DECADES = 1e-7, 12  # 0.1 µs .. 1e5 s
+_ROW = struct.Struct("8q").pack  # one time-series row (Replica.state_at) as the bytes of `ts`
 
 
 def itl_histogram(durations: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -151,12 +153,15 @@ class Replica:
         self.run_S = 0
         self.run_decode = False
         # a decode run timed on demand (StepTimer.on_demand): no per-step lists, only its start, first
-        # context and a cursor (step cur_j starts at cur_t) that the monotone outside queries move forward
+        # context and a cursor (step cur_j starts at cur_t) that the monotone outside queries move forward;
+        # the time-series grid has its own (smp_j, smp_t): the two sequences are each monotone, not together
         self.run_lazy = False
         self.run_t0 = 0.0
         self.run_ctx0 = 0
         self.cur_j = 0
         self.cur_t = 0.0
+        self.smp_j = 0
+        self.smp_t = 0.0
         self.entries: list[tuple[Req, int]] = []  # prefill chunks (and handoff first decodes) of a single step
         self.entry_B = 0  # decodes of that step with a regular gap (their last token ended the previous step)
         self.next_time = INF
@@ -194,16 +199,23 @@ class Replica:
 
     # ---------------------------------------------------------------- outside view
 
-    def _steps_before(self, t: float) -> int:
-        """Run steps (absolute index in the run) that ended strictly before t."""
+    def _steps_before(self, t: float, sampling: bool = False) -> int:
+        """Run steps (absolute index in the run) that ended strictly before t (`sampling`: a grid time)."""
         if not self.run_decode:
             return self.run_done
         if not self.run_lazy:
             return bisect_left(self.run_ends, t, self.run_done, self.run_k)
-        if t <= self.cur_t:  # asked about a time before the cursor: walk again from the run's start
-            self.cur_j, self.cur_t = 0, self.run_t0
-        j, start = self.timer.run_scan(self.cur_t, self.B, self.run_ctx0, self.cur_j, self.run_k, t)
-        self.cur_j, self.cur_t = j, start
+        # walk from the furthest cursor whose step starts before t (else from the run's start)
+        j0, t0 = 0, self.run_t0
+        if self.cur_t < t and self.cur_j > j0:
+            j0, t0 = self.cur_j, self.cur_t
+        if self.smp_t < t and self.smp_j > j0:
+            j0, t0 = self.smp_j, self.smp_t
+        j, start = self.timer.run_scan(t0, self.B, self.run_ctx0, j0, self.run_k, t)
+        if sampling:
+            self.smp_j, self.smp_t = j, start
+        else:
+            self.cur_j, self.cur_t = j, start
         return j if j > self.run_done else self.run_done
 
     def _run_end(self, m: int) -> float:
@@ -233,7 +245,7 @@ class Replica:
     def state_at(self, t: float) -> tuple[int, int, int, int, int, int, int, int]:
         kv_used, tokens, steps = self.kv.used, self.tokens, self.S
         if self.busy and self.run_decode:
-            m = self._steps_before(t)
+            m = self._steps_before(t, sampling=True)
             started = min(m + 1, self.run_k)
             kv_used += self._allocs(self.run_alloc, started)
             tokens += (m - self.run_done) * self.B
@@ -244,7 +256,7 @@ class Replica:
         """Time-series rows for every grid time <= t not yet sampled (state after events before it)."""
         g = self.grid_i * self.res
         while g <= t:
-            self.ts.extend(self.state_at(g))
+            self.ts.frombytes(_ROW(*self.state_at(g)))  # (array.extend converts a tuple item by item: ~2x slower)
             self.grid_i += 1
             g = self.grid_i * self.res
 
@@ -833,6 +845,7 @@ class Replica:
         if self.timer.on_demand(B):
             self.run_lazy = True
             self.run_t0, self.run_ctx0, self.cur_j, self.cur_t = t, self.ctx_sum, 0, t
+            self.smp_j, self.smp_t = 0, t
             self.next_time = self.timer.run_end(t, B, self.ctx_sum, 0, k)
         else:
             self.run_lazy = False
