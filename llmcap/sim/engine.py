@@ -530,9 +530,9 @@ class Replica:
             x = q * (m - 1)
             lo = int(x)  # floor and ceil of x >= 0
             hi = lo + 1 if x > lo else lo
-            v_lo = float(v[lo])
-            col[i] = v_lo + (float(v[hi]) - v_lo) * (x - lo)
-        rec.itl_max[i] = float(v[m - 1])
+            v_lo = float(v.item(lo))  # (.item: no numpy scalar in between)
+            col[i] = v_lo + (float(v.item(hi)) - v_lo) * (x - lo)
+        rec.itl_max[i] = float(v.item(m - 1))
 
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
