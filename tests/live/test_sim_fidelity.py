@@ -10,7 +10,7 @@ Predicted TTFT is the simulator's plus the API server's own time, measured with 
 sent alone to the idle engine (`_calibration.measure_frontend`: vLLM's TTFT minus its engine core's queue
 and prefill): vLLM stamps TTFT in its frontend, from receiving the request to processing the first token,
 while the simulator is an engine core. The simulator alone is printed beside it.
-Printed beside it, not asserted: the same fit scaled in situ (the `speed` fixture,
+Also printed, not asserted: the same fit scaled in situ (the `speed` fixture,
 `llmcap.sim.makespan_fit`) to the median makespan of 3 burst replays of another excerpt, disjoint from
 every excerpt an acceptance test replays. The burst measures the engine's speed when saturated;
 the column shows how much of an error a single speed factor explains (on 2026-12-01: in 1 of 3
