@@ -101,13 +101,15 @@ def workload(vllm_engine) -> pa.Table:
 @pytest.mark.xfail(
     strict=False,
     reason="known gap (issue 5 open). With the engine core and worker above the API server and client (conftest "
-    "ENGINE_CORE_NICE; before it, 10-70% off in every session), seven sessions on 2026-12-01 were 1-35%, 11-54%, 0-76%, "
-    "2-147%, 10-49%, 2-45% and 3-40% off at light/knee, the knee's sign changing between sessions (the seventh with the "
-    "API server's idle-time 3.5 ms added to TTFT: light TTFT p50 -12% -> -5%). Light ITL p90 was 36-49% low in the last "
-    "four: it falls between the decode-only and the mixed-step modes of the gap distribution, where a small change in the "
-    "share of mixed steps moves it far. Not modelled: the API server's time under load (vLLM's mean 'rest' 19-51 ms "
-    "against 3.5 ms alone) and the engine's speed drift between profile and replays (bursts ran 0.83x-1.14x the "
-    "profile's prediction). The over-capacity flags agree. The test still runs and prints the table.",
+    "ENGINE_CORE_NICE; before it, 10-70% off in every session), eight sessions on 2026-12-01 were 1-35%, 11-54%, 0-76%, "
+    "2-147%, 10-49%, 2-45%, 3-40% and 3-80% off at light/knee, the knee's sign changing between sessions (from the "
+    "seventh on, TTFT includes the API server's idle time, 3.5-4.3 ms). Light ITL p90 falls between the decode-only and "
+    "the mixed-step modes of the gap distribution, where a small change in the share of mixed steps moves it far. Not "
+    "modelled: the API server's time under load (vLLM's mean 'rest' 16-60 ms against ~4 ms alone) and the box's speed "
+    "drift between profile and replays (bursts ran 0.83x-1.15x the profile's prediction). The over-capacity flags agreed "
+    "in seven sessions; in the eighth the profile ran slow (its decode coefficients ~2x the seventh's), so the rates came "
+    "from a capacity too low and the engine served the 'overloaded' one (served/offered 0.93). The test still runs and "
+    "prints the table.",
 )
 def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, speed, workload):
     config = SimConfig(engine=engine_config(vllm_engine))
