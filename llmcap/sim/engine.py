@@ -122,9 +122,9 @@ class Replica:
         self.rec = rec
         self.role = role  # "both" | "prefill" (leaves after the first token, blocks held) | "decode"
         self.caching = cfg.enable_prefix_caching and role != "decode"
-        # singleton segments kept as one LRU entry per finished request (kvcache.Run); not beside a host
-        # tier (its entries are per segment) nor in the reference mode, which publishes every segment
-        self.lazy = self.caching and cfg.host_blocks == 0 and not reference
+        # singleton segments kept as one LRU entry per finished request (kvcache.Run) when the index says
+        # where they start (the cluster asks for that unless a host tier or the reference mode is on)
+        self.lazy = self.caching and segments is not None and segments.singles is not None
         self.max_run = 1 if reference else max_run_steps
         self.first_token_at_handoff = first_token_at_handoff
         self.segments_of = segments  # request index -> (chain hashes, segment block ends), fetched at admission
@@ -545,7 +545,6 @@ class Replica:
         if req.lazy_lo >= 0:  # the singleton tail first, as the release below goes
             if counted:
                 self._free_singletons(req, preempted)
-                freed += req.lazy_blocks
             req.lazy_lo = -1
             req.lazy_n = req.lazy_blocks = 0
         for seg in reversed(req.segs):  # tail first: the LRU evicts a prompt's end before its start
@@ -568,19 +567,17 @@ class Replica:
         req.alloc = 0
 
     def _free_singletons(self, req: Req, preempted: bool) -> None:
-        """Queue the request's counted singleton segments [lazy_lo, reg): one `Run` entry, or, preempted
-        (it may hit them on recompute), published and queued one by one, tail first."""
+        """Free the request's counted singleton segments [lazy_lo, reg) as evictable: one `Run` entry, or,
+        preempted, kept one by one, tail first, for its recompute to hit (private to it: nobody else can)."""
         kv, his = self.kv, req.his
         keys = req.keys if req.keys is not None else []
         if not preempted:
             kv.unpin_run(Run(keys, his, req.lazy_lo, req.reg, req.lazy_blocks), req.lazy_n)
             return
-        segments = kv.segments
         for j in range(req.reg - 1, req.lazy_lo - 1, -1):
             nb = his[j] - (his[j - 1] if j else 0)
             if nb > 0:
-                seg = segments[keys[j]] = Seg(keys[j], 0, nb)
-                kv.unpin(seg)
+                kv.keep_private(keys[j], nb)
 
     def _preempt(self, req: Req, allocated_this_step: bool) -> None:
         if req.dec:
@@ -650,8 +647,8 @@ class Replica:
         reg = 0
         if self.caching and req.keys is None:
             req.keys, req.his = self.segments_of.of(req.i) if self.segments_of is not None else ([], [])
-        if self.lazy and not req.admitted:
-            req.single = self.segments_of.single_from(req.i, len(req.his)) if self.segments_of is not None else 0
+        if self.lazy and not req.admitted and self.segments_of is not None:
+            req.single = self.segments_of.single_from(req.i)
         if self.caching and not req.xfer:
             segs = kv.segments
             host = kv.host

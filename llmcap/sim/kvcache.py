@@ -56,7 +56,8 @@ class Seg:
 
 class Run(Seg):
     """A finished request's singleton segments j in [lo, hi) of its chain (`keys`, block ends `his`), one
-    LRU entry: evicted from member hi - 1 down (the oldest first), members of no block skipped."""
+    LRU entry: evicted from member hi - 1 down (the oldest first), members of no block skipped; `blocks`
+    are those of the members left."""
 
     __slots__ = ("keys", "his", "lo", "hi")
 
@@ -137,9 +138,10 @@ class KVCache:
 
     def unpin_run(self, run: Run, members: int) -> None:
         """A finished request's singleton segments (`members` of them, non-empty) become the newest
-        evictable entry (the caller counts their blocks as free)."""
+        evictable entry; their blocks are free."""
         self.unpin(run)
         self.n_lru += members - 1
+        self.free += run.blocks
 
     def _evict_run(self, run: Run, n: int) -> None:
         """Evict the run's members, oldest first, until n blocks are plain (or none is left)."""

@@ -24,9 +24,10 @@ class SegmentIndex:
         self.block_size = block_size
         self.singles = singles  # per request: its singleton suffix's first position (None: not computed)
 
-    def single_from(self, i: int, n_keys: int) -> int:
-        """Where request i's singleton suffix starts (n_keys, i.e. none, when not computed)."""
-        return self.singles[i] if self.singles is not None else n_keys
+    def single_from(self, i: int) -> int:
+        """Where request i's singleton suffix starts (only when the index was built with them)."""
+        assert self.singles is not None
+        return self.singles[i]
 
     def of(self, i: int) -> tuple[list[int], list[int]]:
         """Request i's chain hashes and the engine-block end of each of their segments."""

@@ -55,9 +55,9 @@ class Workload:
             return None
         # Arrow's list offsets are int32 (int64 for large lists): kept at their width
         offsets = [array("i" if c.offsets.itemsize == 4 else "q", c.offsets.tobytes()) for c in self.chunks]
-        firsts = array("i", singleton_suffixes(self.chunks).tobytes()) if singletons else None
+        singles = array("i", singleton_suffixes(self.chunks).tobytes()) if singletons else None
         return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], isl, self.trace_block,
-                            self.block_size, firsts)
+                            self.block_size, singles)
 
 
 def singleton_suffixes(chunks: tuple[HashChunk, ...]) -> np.ndarray:

@@ -115,7 +115,7 @@ def measure_frontend(base_url: str, model: str) -> Frontend:
     isl = np.array([FRONTEND_ISL[k % len(FRONTEND_ISL)] for k in range(FRONTEND_PROBES)], dtype=np.int64)
     probes = pa.table({"request_id": np.arange(isl.size), "arrival_s": np.arange(isl.size) * FRONTEND_GAP_S, "isl": isl,
                        "osl": np.full(isl.size, 2, dtype=np.int64)})
-    before, sums0 = scrape_histograms(base_url)
+    _, sums0 = scrape_histograms(base_url)
     res = replay(base_url, model, probes, seed=FRONTEND_PROMPT_SEED)
     _, sums1 = scrape_histograms(base_url)
     status = res.requests.column("status").to_pylist()

@@ -66,7 +66,6 @@ def test_a_singleton_run_evicts_like_its_separate_segments() -> None:
     for key in (14, 13, 11, 10):
         plain.drop(key)
     lazy.unpin_run(Run(keys, his, 2, 5, 5), 2)
-    lazy.free += 5
     lazy.drop(11)
     lazy.drop(10)
     assert lazy.evictable() == plain.evictable() == [(14, 2), (13, 3), (11, 2), (10, 2)]

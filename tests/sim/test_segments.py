@@ -41,31 +41,29 @@ def array_of(x: np.ndarray) -> array:
     return array("q", x.astype(np.int64).tobytes())
 
 
+def singleton_suffix(rows: list) -> list[int]:
+    """The definition: after a request's last hash that occurs more than once in `rows` (0 without one)."""
+    counts = Counter(h for r in rows for h in (r or []))
+    return [max((j + 1 for j, h in enumerate(r or []) if counts[h] > 1), default=0) for r in rows]
+
+
 def test_singleton_suffixes_follow_the_definition() -> None:
-    # a hash is a singleton when it occurs once in the whole trace; a request's singleton suffix starts
-    # after its last shared hash (shared hashes may come after singletons: a trace need not be chained)
+    # shared hashes may come after singletons: a trace need not be chained
     rows = [[1, 2, 3], [1, 2, 4, 5], [], [6, 7, 1], None, [8], [9, 9], [10, 11], [11, 12, 13]]
     t = pa.table({"hash_ids": pa.array(rows, pa.list_(pa.int64()))})
-    t = pa.Table.from_batches(t.to_batches(max_chunksize=4), schema=t.schema).slice(0)  # three chunks
+    t = pa.Table.from_batches(t.to_batches(max_chunksize=4), schema=t.schema)  # three chunks
     chunks = _hash_chunks(t.column("hash_ids"))
     assert len(chunks) == 3
-    counts = Counter(h for r in rows for h in (r or []))
-    expect = [max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0) for r in (r or [] for r in rows)]
-    assert expect == [2, 2, 0, 3, 0, 0, 2, 2, 1]
-    assert singleton_suffixes(chunks).tolist() == expect
+    assert singleton_suffixes(chunks).tolist() == singleton_suffix(rows) == [2, 2, 0, 3, 0, 0, 2, 2, 1]
     # a slice of the trace: counts are over what the simulator gets (sliced chunks start past 0)
     part = t.slice(1, 6)
-    counts = Counter(h for r in rows[1:7] for h in (r or []))
-    expect = [max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0) for r in (r or [] for r in rows[1:7])]
-    assert singleton_suffixes(_hash_chunks(part.column("hash_ids"))).tolist() == expect == [1, 0, 3, 0, 0, 2]
+    assert singleton_suffixes(_hash_chunks(part.column("hash_ids"))).tolist() == singleton_suffix(rows[1:7]) == [1, 0, 3, 0, 0, 2]
 
 
 def test_the_index_gives_singleton_suffixes_only_when_asked() -> None:
     t = random_trace(np.random.default_rng(3), 200)
     work = workload_from_table(t, 16)
-    counts = Counter(h for r in t.column("hash_ids").to_pylist() for h in r)
     plain, lazy = work.segment_index(array_of(work.isl)), work.segment_index(array_of(work.isl), singletons=True)
-    assert plain is not None and lazy is not None
-    for i, r in enumerate(t.column("hash_ids").to_pylist()):
-        assert plain.single_from(i, len(r)) == len(r)
-        assert lazy.single_from(i, len(r)) == max((j + 1 for j, h in enumerate(r) if counts[h] > 1), default=0)
+    assert plain is not None and lazy is not None and plain.singles is None
+    expect = singleton_suffix(t.column("hash_ids").to_pylist())
+    assert [lazy.single_from(i) for i in range(t.num_rows)] == expect and 0 < sum(expect)
