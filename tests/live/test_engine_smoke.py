@@ -1,8 +1,8 @@
 """Smoke tests against a real vLLM engine on the CPU (fixture `vllm_engine`, see conftest.py).
 
 What the planner relies on: exact input/output lengths from token-id prompts with `ignore_eos`,
-token counts from the stream, the KV cache config on /metrics, and a KV capacity in the log that
-agrees with /metrics and with the model's shape.
+token counts from the stream's token ids (an event may carry several), the KV cache config on
+/metrics, and a KV capacity in the log that agrees with /metrics and with the model's shape.
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ def test_streaming_completion_has_exact_token_counts(vllm_engine, n_prompt, n_ou
 
     token_events = [e for e in events if e.get("choices")]
     usage_events = [e for e in events if e.get("usage")]
-    assert len(token_events) == n_out  # one event per generated token
-    assert [len(e["choices"][0]["token_ids"]) for e in token_events] == [1] * n_out
-    assert all(0 <= e["choices"][0]["token_ids"][0] < vocab for e in token_events)
+    # Usually one event per token, but vLLM's API server merges the deltas of a request when it falls
+    # behind the engine (v1 RequestOutputCollector), so an event may carry several: count token ids.
+    per_event = [len(e["choices"][0]["token_ids"]) for e in token_events]
+    assert min(per_event) >= 1 and sum(per_event) == n_out
+    assert all(0 <= t < vocab for e in token_events for t in e["choices"][0]["token_ids"])
     assert token_events[0]["choices"][0]["prompt_token_ids"] == prompt
     assert token_events[-1]["choices"][0]["finish_reason"] == "length"
     assert all(e["choices"][0]["finish_reason"] is None for e in token_events[:-1])
