@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 FIRST_ORDINARY_ID = 4  # keep clear of the usual special ids (<unk> <s> </s> <pad>) at the start of a vocab
 
@@ -99,34 +102,59 @@ async def stream_completion(
                 result.status = "rejected"
                 result.error = (await r.aread()).decode(errors="replace")[:500]
                 return result
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
+            lines = SSELines()
+            async for chunk in r.aiter_bytes():
+                for line in lines.feed(chunk):
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    now = time.perf_counter()
+                    _add_event(result, json.loads(data), now)
+                if done:
                     break
-                now = time.perf_counter()
-                event = json.loads(data)
-                if event.get("usage"):
-                    result.prompt_tokens = event["usage"].get("prompt_tokens")
-                    result.completion_tokens = event["usage"].get("completion_tokens")
-                for choice in event.get("choices") or []:
-                    ids = choice.get("token_ids")
-                    n = len(ids) if ids is not None else (1 if choice.get("text") else 0)
-                    if n:
-                        result.chunk_s.append(now)
-                        result.chunk_tokens.append(n)
-                    if choice.get("finish_reason"):
-                        result.finish_reason = choice["finish_reason"]
-    except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+    except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: an event that is not JSON
         result.status = "unfinished"
-        result.error = f"{type(exc).__name__}: {exc}"
+        result.error = f"{type(exc).__name__}: {exc}"[:500]
         return result
     if not done:
         result.status = "unfinished"
         result.error = "stream ended without data: [DONE]"
     return result
+
+
+def _add_event(result: StreamResult, event: dict, now: float) -> None:
+    if event.get("usage"):
+        result.prompt_tokens = event["usage"].get("prompt_tokens")
+        result.completion_tokens = event["usage"].get("completion_tokens")
+    for choice in event.get("choices") or []:
+        ids = choice.get("token_ids")
+        n = len(ids) if ids is not None else (1 if choice.get("text") else 0)
+        if n:
+            result.chunk_s.append(now)
+            result.chunk_tokens.append(n)
+        if choice.get("finish_reason"):
+            result.finish_reason = choice["finish_reason"]
+
+
+class SSELines:
+    """The lines of a text/event-stream body fed in arbitrary byte chunks, ending only where the SSE
+    spec says: CRLF, LF or CR. httpx's `iter_lines` also ends lines at U+2028, U+0085, \\x1c and the
+    other `str.splitlines` boundaries, which a model's generated text can hold (a random-weight model's
+    did): it cut an event's JSON in two. Splitting the bytes is safe: no UTF-8 sequence holds CR or LF."""
+
+    def __init__(self) -> None:
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The lines completed by `chunk` (decoded as UTF-8); a trailing partial line waits for the next."""
+        buf = self._rest + chunk
+        held = buf.endswith(b"\r")  # maybe the first half of a CRLF split between chunks
+        *done, rest = _LINE_END.split(buf[:-1] if held else buf)
+        self._rest = rest + b"\r" if held else rest
+        return [line.decode("utf-8", errors="replace") for line in done]
 
 
 async def get_json(client: httpx.AsyncClient, url: str) -> dict | None:

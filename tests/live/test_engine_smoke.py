@@ -14,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmcap.live.client import SSELines
 from llmcap.live.engine_kv import parse_kv_cache_log
 
 pytestmark = pytest.mark.live
@@ -43,7 +44,8 @@ def stream_completion(engine, prompt: list[int], max_tokens: int) -> tuple[list[
     with httpx.stream("POST", f"{engine.base_url}/v1/completions", json=body, timeout=120.0) as r:
         assert r.status_code == 200, r.read().decode(errors="replace")
         done = False
-        for line in r.iter_lines():
+        lines = SSELines()  # not iter_lines: it also ends lines inside the generated text (U+2028, ...)
+        for line in (x for chunk in r.iter_bytes() for x in lines.feed(chunk)):
             if not line.startswith("data: "):
                 continue
             data = line[len("data: "):]
