@@ -307,3 +307,39 @@ def calibrate_speed(base_url: str, model: str, fit: CalibratedFit, config: SimCo
         spans.append(makespan(res.requests))
     scaled, info = fit_to_makespan(burst, fit, config, float(np.median(spans)))
     return SpeedCalibration(scaled, info, spans)
+
+
+# ------------------------------------------------------------------ the engine's speed now, against the profile's
+
+PROBE_CELLS = ((1024, 1), (1024, 4))  # two of the profile's FIT cells: a prompt alone (TTFT), a small decode batch
+
+
+@dataclass(frozen=True)
+class SpeedProbe:
+    """Two profile cells measured again (seconds): the median TTFT of a 1024-token prompt alone and the
+    engine's mean decode step with 4 such requests (its own /metrics gaps). Against the same cells of the
+    profile, they say how fast the engine runs now, on the profile's own workload."""
+
+    ttft_s: float
+    step_s: float
+
+    def ratio(self, ref: SpeedProbe) -> tuple[float, float]:
+        return self.ttft_s / ref.ttft_s, self.step_s / ref.step_s
+
+
+def _probe_of(m: EndpointMeasurement) -> SpeedProbe:
+    alone, batch = (m.cells[c] for c in PROBE_CELLS)
+    if alone.ttft_s is None or batch.itl_server_mean_s is None:
+        raise AssertionError(f"speed probe cells unmeasured: {alone}, {batch}")
+    return SpeedProbe(alone.ttft_s, batch.itl_server_mean_s)
+
+
+def profile_probe(cal: Calibration) -> SpeedProbe:
+    return _probe_of(cal.measurement)
+
+
+def probe_speed(base_url: str, model: str, max_num_batched_tokens: int) -> SpeedProbe:
+    """PROBE_CELLS once (~1 s; fresh prompts, the profile's OSL and TTFT probes, no warm-up)."""
+    spec = ProfileSpec(cells=PROBE_CELLS, osl=PROFILE_OSL, repeats=1, vocab_size=1000, ttft_probes=TTFT_PROBES,
+                       max_num_batched_tokens=max_num_batched_tokens, warmup=False)
+    return _probe_of(measure_endpoint(base_url, model, spec))
