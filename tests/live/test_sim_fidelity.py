@@ -108,8 +108,8 @@ def workload(vllm_engine) -> pa.Table:
     strict=False,
     reason="known gap (issue 5 open). With the engine core and worker above the API server and client (conftest "
     "ENGINE_CORE_NICE; before it, 10-70% off in every session), eight sessions on 2026-12-01 were 1-35%, 11-54%, 0-76%, "
-    "2-147%, 10-49%, 2-45%, 3-40% and 3-80% off at light/knee, the knee's sign changing between sessions; the next three "
-    "all under-predicted, light 18-61% and knee 41-78% off. Light ITL p90 falls between the decode-only and the "
+    "2-147%, 10-49%, 2-45%, 3-40% and 3-80% off at light/knee, the knee's sign changing between sessions; the next four "
+    "all under-predicted, light 1-61% and knee 7-78% off. Light ITL p90 falls between the decode-only and the "
     "mixed-step modes of the gap distribution, where a small change in the share of mixed steps moves it far. Not "
     "modelled: the API server's time under load (vLLM's mean 'rest' 16-60 ms against ~4 ms alone) and the box's speed "
     "drift: on the profile's own cells the engine ran 0.85x-1.47x the profile's speed between the replays of one session "
@@ -233,10 +233,8 @@ def test_simulator_matches_the_engine_at_three_rates(vllm_engine, calibration, s
     print(f"[drift] the engine now / in the profile on its cells (TTFT of 1024 alone {ref.ttft_s * 1e3:.1f} ms, decode step "
           f"of 4 x 1024 {ref.step_s * 1e3:.2f} ms), mean of the probes before and after each replay; the replay measured / "
           "predicted")
-    seen = {name: 0 for name in rates}
     for j, (name, rep) in enumerate(order):
-        m, p = runs[name][seen[name]], pred[name]
-        seen[name] += 1
+        m, p = runs[name][rep], pred[name]
         t_r, s_r = (np.mean(x) for x in zip(probes[j].ratio(ref), probes[j + 1].ratio(ref)))
         print(f"[drift] {name:<10} rep {rep}: probe TTFT x{t_r:.2f}, step x{s_r:.2f}; replay ITL p50 "
               f"x{m.engine_itl[0] / p['itl_p50']:.2f}, mean prefill x{m.engine_means[PREFILL_HIST] / p['mean_prefill']:.2f}, "
