@@ -108,9 +108,9 @@ def workload(vllm_engine) -> pa.Table:
     strict=False,
     reason="known gap (issue 5 open). With the engine core and worker above the API server and client (conftest "
     "ENGINE_CORE_NICE; before it, 10-70% off in every session), eight sessions on 2026-12-01 were 1-35%, 11-54%, 0-76%, "
-    "2-147%, 10-49%, 2-45%, 3-40% and 3-80% off at light/knee, the knee's sign changing between sessions; the next five "
-    "1-61% and 7-78%. The engine does not reproduce itself that closely: at the knee, the three repeats of one session "
-    "gave TTFT p50s spread 2.0x, 2.5x and 3.2x (max/min, [drift] lines), and on the profile's own cells it ran 0.85x-1.47x "
+    "2-147%, 10-49%, 2-45%, 3-40% and 3-80% off at light/knee, the knee's sign changing between sessions; the next six "
+    "1-61% and 3-78%. The engine does not reproduce itself that closely: at the knee, the three repeats of one session "
+    "gave TTFT p50s spread 2.0x-3.2x (max/min, four sessions, [drift] lines), and on the profile's own cells it ran 0.85x-1.47x "
     "the profile's speed between the replays of one session. Light ITL p90 falls between the decode-only and the "
     "mixed-step modes of the gap distribution, where a small change in the share of mixed steps moves it far. Not "
     "modelled: the API server's time under load (vLLM's mean 'rest' 16-60 ms against ~4 ms alone). The over-capacity "
