@@ -569,15 +569,13 @@ class Replica:
     def _free_singletons(self, req: Req, preempted: bool) -> None:
         """Free the request's counted singleton segments [lazy_lo, reg) as evictable: one `Run` entry, or,
         preempted, kept one by one, tail first, for its recompute to hit (private to it: nobody else can)."""
-        kv, his = self.kv, req.his
-        keys = req.keys if req.keys is not None else []
+        kv = self.kv
+        run = Run(req.keys if req.keys is not None else [], req.his, req.lazy_lo, req.reg, req.lazy_blocks)
         if not preempted:
-            kv.unpin_run(Run(keys, his, req.lazy_lo, req.reg, req.lazy_blocks), req.lazy_n)
+            kv.unpin_run(run, req.lazy_n)
             return
-        for j in range(req.reg - 1, req.lazy_lo - 1, -1):
-            nb = his[j] - (his[j - 1] if j else 0)
-            if nb > 0:
-                kv.keep_private(keys[j], nb)
+        for key, nb in run.members():  # tail first
+            kv.keep_private(key, nb)
 
     def _preempt(self, req: Req, allocated_this_step: bool) -> None:
         if req.dec:
