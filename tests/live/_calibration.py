@@ -73,10 +73,15 @@ class Calibration:
         return self.fit.client_overhead_s
 
 
+def profile_spec(cells: tuple[tuple[int, int], ...], max_num_batched_tokens: int, repeats: int = PROFILE_REPEATS,
+                 warmup: bool = True) -> ProfileSpec:
+    """How the session's profile measures `cells` (the speed probe re-measures two of them the same way)."""
+    return ProfileSpec(cells=cells, osl=PROFILE_OSL, repeats=repeats, vocab_size=1000, ttft_probes=TTFT_PROBES,
+                       max_num_batched_tokens=max_num_batched_tokens, warmup=warmup)
+
+
 def calibrate(base_url: str, model: str, max_num_batched_tokens: int) -> Calibration:
-    spec = ProfileSpec(cells=tuple(FIT + HOLD), osl=PROFILE_OSL, repeats=PROFILE_REPEATS, vocab_size=1000, ttft_probes=TTFT_PROBES,
-                       max_num_batched_tokens=max_num_batched_tokens)
-    m = measure_endpoint(base_url, model, spec, progress=False)
+    m = measure_endpoint(base_url, model, profile_spec(tuple(FIT + HOLD), max_num_batched_tokens), progress=False)
     obs, _, _ = m.fit_observations()
     return Calibration(m, fit_step_model(obs), measure_frontend(base_url, model))
 
@@ -340,6 +345,4 @@ def profile_probe(cal: Calibration) -> SpeedProbe:
 
 def probe_speed(base_url: str, model: str, max_num_batched_tokens: int) -> SpeedProbe:
     """PROBE_CELLS once (~1 s; fresh prompts, the profile's OSL and TTFT probes, no warm-up)."""
-    spec = ProfileSpec(cells=PROBE_CELLS, osl=PROFILE_OSL, repeats=1, vocab_size=1000, ttft_probes=TTFT_PROBES,
-                       max_num_batched_tokens=max_num_batched_tokens, warmup=False)
-    return _probe_of(measure_endpoint(base_url, model, spec))
+    return _probe_of(measure_endpoint(base_url, model, profile_spec(PROBE_CELLS, max_num_batched_tokens, repeats=1, warmup=False)))
