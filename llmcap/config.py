@@ -19,7 +19,7 @@ from llmcap.sizing.params import SizeParams
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "csv", "jsonl", "parquet"]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
-CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "hash_ids", "model", "adapter", "tenant", "session", "deadline_s")
+CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "hash_ids", "model", "adapter", "tenant", "session", "deadline_s", "request_id")
 
 
 class _Strict(BaseModel):
@@ -48,6 +48,9 @@ class TraceParams(_Strict):
         description="generic formats: canonical name (arrival, isl, osl, hash_ids, model, ...) -> source column",
     )
     block_size: int | None = Field(None, gt=0, description="prefix block size for hash_ids (Mooncake: 512)")
+    generate_arrivals: bool = Field(
+        False, description="generic files without a clock column: draw arrivals from `arrivals` (never done unasked)"
+    )
     arrivals: ArrivalSpec = ArrivalSpec()
 
     @field_validator("columns")
@@ -71,7 +74,12 @@ class CleanParams(_Strict):
     window_start_s: float | None = Field(None, description="keep arrivals at or after this (s from first request)")
     window_end_s: float | None = Field(None, description="keep arrivals before this (s from first request)")
     exclude: list[ExcludeRule] = Field(default_factory=list)
-    drop_duplicates: bool = True
+    duplicates: Literal["by_id", "identical", "keep"] = Field(
+        "by_id",
+        description="by_id: drop a row identical in every field to an earlier one, request id included (a file "
+        "without ids has no duplicates: on a coarse clock, equal rows are distinct requests); identical: also "
+        "without an id (strict); keep: drop nothing",
+    )
 
 
 class CharacteriseParams(_Strict):

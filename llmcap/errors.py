@@ -23,3 +23,7 @@ class InputFileError(LlmcapError):
         where = self.path if line is None else f"{self.path}:{line}"
         what = f" field '{field}':" if field else ""
         super().__init__(f"{where}:{what} {message}")
+
+    def at(self, path: str | Path) -> InputFileError:
+        """The same error, naming `path` (the file the user gave, not a temporary copy of it)."""
+        return InputFileError(path, self.reason, line=self.line, field=self.field)

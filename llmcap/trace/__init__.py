@@ -3,7 +3,7 @@
 Public API:
     read_trace(path, TraceParams) -> RawTrace          any supported format, auto-detected
     clean_trace(RawTrace, CleanParams) -> CleanResult  canonical trace + quarantine + report
-    ingest(path, TraceParams, CleanParams)             both of the above
+    ingest(path, TraceParams, CleanParams)             both of the above (also pipes, .gz/.bz2/.xz/.zst)
     characterise(table, CharacteriseParams) -> dict    the workload summary
     plot_workload(...)                                 PNG plots (import llmcap.trace.plots)
     scale_rate / resample_joint / synthesize           what-if traces
@@ -19,10 +19,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmcap.config import CleanParams, TraceParams
-from llmcap.errors import InputFileError
+from llmcap.errors import InputFileError, LlmcapError
 from llmcap.trace.clean import REASONS, CleanReport, CleanResult, clean_trace
 from llmcap.trace.readers import RawTrace, read_trace
 from llmcap.trace.schema import CANONICAL_SCHEMA
+from llmcap.trace.source import local_file
 from llmcap.trace.stats import characterise
 from llmcap.trace.synth import mean_rate, resample_joint, scale_rate, synthesize
 
@@ -46,15 +47,26 @@ __all__ = [
 
 
 def ingest(path: str | Path, trace: TraceParams | None = None, clean: CleanParams | None = None) -> CleanResult:
-    """Read and clean a trace file in one call."""
-    return clean_trace(read_trace(path, trace), clean or CleanParams())
+    """Read and clean a trace in one call: any format, a compressed file or a pipe, an llmcap Parquet
+    trace included (the one way every command reads its input)."""
+    path = Path(path)
+    with local_file(path) as local:
+        try:
+            raw = read_trace(local, trace)
+        except InputFileError as exc:
+            raise exc.at(path) from None
+        raw.path = path
+        return clean_trace(raw, clean or CleanParams())
 
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """Write Parquet deterministically (no timestamps or paths in the file; same table → same bytes)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd", use_dictionary=True, write_statistics=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, path, compression="zstd", use_dictionary=True, write_statistics=True)
+    except OSError as exc:
+        raise LlmcapError(f"{path}: cannot write ({exc.strerror or exc})") from None
     return path
 
 

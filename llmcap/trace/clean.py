@@ -57,6 +57,9 @@ class CleanReport:
     duration_s: float
     block_size: int | None
     generated_arrivals: bool
+    arrival_column: str | None  # the source column the arrival clock came from (None: generated)
+    arrival_unit: str | None  # s | ms | us | ns | datetime
+    duplicates: str  # the duplicate policy applied (CleanParams.duplicates)
     accounting_ok: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -109,12 +112,10 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         if params.window_end_s is not None:
             flag(raw.arrival_s >= params.window_end_s, "outside_window", f"at/after window_end_s={params.window_end_s}")
     for rule in params.exclude:
-        if rule.field in raw.labels:
-            matched = pc.match_substring_regex(raw.labels[rule.field], f"^(?:{rule.pattern})$")
-            flag(matched.fill_null(False).to_numpy(zero_copy_only=False), "test_traffic", f"{rule.field} matches {rule.pattern!r}")
-        else:
-            re.compile(rule.pattern)  # still reject a broken pattern loudly
-    if params.drop_duplicates:
+        matched = _exclude_matches(raw, rule.field, rule.pattern)
+        if matched is not None:
+            flag(matched, "test_traffic", f"{rule.field} matches {rule.pattern!r}")
+    if params.duplicates == "identical" or (params.duplicates == "by_id" and "request_id" in raw.labels):
         flag(_duplicates(raw, reason == None), "duplicate", "exact duplicate of an earlier row")  # noqa: E711
 
     keep = reason == None  # noqa: E711
@@ -139,13 +140,33 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         duration_s=float(arrivals[-1]) if arrivals.size else 0.0,
         block_size=raw.block_size,
         generated_arrivals=raw.generated_arrivals,
+        arrival_column=raw.arrival_column,
+        arrival_unit=raw.arrival_unit,
+        duplicates=params.duplicates,
     )
     if not report.accounting_ok:  # an internal bug, never a user error: fail loudly
         raise AssertionError(f"row accounting broken: {n} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined")
     trace = trace.replace_schema_metadata(
-        schema.metadata(source_format=raw.format, source_file=raw.path.name, block_size=raw.block_size, start=report.start)
+        schema.metadata(
+            source_format=raw.format, source_file=raw.path.name, block_size=raw.block_size, start=report.start,
+            generated_arrivals=raw.generated_arrivals,
+        )  # fmt: skip
     )
     return CleanResult(trace=trace, quarantine=quarantine, report=report)
+
+
+def _exclude_matches(raw: RawTrace, field: str, pattern: str) -> np.ndarray | None:
+    """Rows whose `field` matches `pattern` in full (None when the trace has no such field). The
+    pattern runs on Arrow's RE2, which lacks some of Python's syntax (look-arounds, back-references):
+    a pattern either engine rejects is the user's error, named."""
+    try:
+        re.compile(pattern)
+        if field not in raw.labels:
+            return None
+        matched = pc.match_substring_regex(raw.labels[field], f"^(?:{pattern})$")
+    except (re.error, pa.ArrowInvalid) as exc:
+        raise LlmcapError(f"exclude rule {field}={pattern!r}: not a usable regular expression ({str(exc).splitlines()[0]})") from None
+    return matched.fill_null(False).to_numpy(zero_copy_only=False)
 
 
 def _flag_lengths(flag, name: str, values: np.ndarray, zero_reason: str | None = None) -> None:
@@ -171,7 +192,7 @@ def _duplicates(raw: RawTrace, candidates: np.ndarray) -> np.ndarray:
     """Rows identical to an earlier candidate row in every canonical field (the first one is kept)."""
     cols = {"arrival_s": raw.arrival_s, "isl": raw.isl, "osl": raw.osl}
     for name, arr in raw.labels.items():
-        if name != "hash_ids":
+        if name != "hash_ids":  # request_id included: with ids, only a repeated id can be a duplicate
             cols[name] = arr.to_numpy(zero_copy_only=False)
     frame = pd.DataFrame(cols)[candidates]
     dup = np.zeros(raw.rows, dtype=bool)

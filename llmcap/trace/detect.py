@@ -18,8 +18,13 @@ PARQUET_MAGIC = b"PAR1"
 @dataclass(frozen=True)
 class Sniff:
     container: str  # "csv" | "jsonl" | "parquet"
-    fields: tuple[str, ...]  # CSV header / first JSON object's keys / parquet columns
+    fields: tuple[str, ...]  # CSV header (names stripped of surrounding spaces) / first JSON object's keys / parquet columns
     bom: bool
+    raw_fields: tuple[str, ...] = ()  # CSV: the header names as written
+
+    def __post_init__(self) -> None:
+        if not self.raw_fields:
+            object.__setattr__(self, "raw_fields", self.fields)
 
 
 def sniff(path: Path) -> Sniff:
@@ -60,7 +65,7 @@ def sniff(path: Path) -> Sniff:
                 raise InputFileError(
                     path, f"header is {name}-separated; llmcap reads comma-separated CSV", line=first_line_no
                 )
-    return Sniff("csv", tuple(h.strip() for h in header), bom)
+    return Sniff("csv", tuple(h.strip() for h in header), bom, raw_fields=tuple(header))
 
 
 def _decode_prefix(path: Path, body: bytes) -> str:

@@ -13,6 +13,7 @@ that cannot be used at all raises one `InputFileError` naming the file, line and
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -82,6 +83,8 @@ class RawTrace:
     block_size: int | None = None
     zero_osl_reason: str = "osl_below_1"
     generated_arrivals: bool = False
+    arrival_column: str | None = None  # the source column the clock was read from (None: generated)
+    arrival_unit: str | None = None  # its unit: s | ms | us | ns | datetime
     line_index: LineIndex | None = None
 
     @property
@@ -106,7 +109,8 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     path = Path(path)
     params = params or TraceParams(file=str(path))
     fmt, found = detect_format(path, params.format)
-    preset = _preset_for(fmt, params)
+    canonical = _canonical_metadata(path, found)
+    preset = _preset_for(fmt, params, canonical)
     source_cols = {canon: src for canon, src in preset.columns.items()}
     if fmt not in PRESETS:  # generic: only the mapped columns that exist; required ones must
         source_cols = {c: s for c, s in source_cols.items() if s in found.fields or c in params.columns}
@@ -115,9 +119,13 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
             wanted = source_cols.get(canon, _DEFAULT_GENERIC[canon])
             raise InputFileError(path, f"required column for '{canon}' is missing (have: {', '.join(found.fields)})", line=1, field=wanted)
     if "arrival" in source_cols and source_cols["arrival"] not in found.fields:
-        if fmt in PRESETS:
-            raise InputFileError(path, "required arrival-time column is missing", line=1, field=source_cols["arrival"])
+        if fmt in PRESETS or "arrival" in params.columns:
+            raise InputFileError(path, f"the arrival-time column is missing (have: {', '.join(found.fields)})", line=1, field=source_cols["arrival"])
         del source_cols["arrival"]
+    if fmt not in PRESETS and "arrival" not in source_cols:
+        clock = _clock_column(path, found, params.generate_arrivals)
+        if clock is not None:
+            source_cols["arrival"] = clock
 
     reader = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet}[preset.container]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
@@ -137,34 +145,42 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         return out
 
     labels: dict[str, pa.Array] = {}
-    for name in ("model", "adapter", "tenant", "session"):
+    for name in ("model", "adapter", "tenant", "session", "request_id"):
         if name in source_cols:
             labels[name] = _scatter_arrow(pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string())
     if "deadline_s" in source_cols:
         labels["deadline_s"] = pa.array(scatter_float("deadline_s"), from_pandas=True)
     block_size = params.block_size or preset.block_size
+    if "hash_ids" in source_cols and table.column(source_cols["hash_ids"]).null_count == table.num_rows:
+        del source_cols["hash_ids"]  # an all-null column (a canonical trace of a source without hashes) is no hashes
     if "hash_ids" in source_cols:
         hashes = table.column(source_cols["hash_ids"])
-        if not pa.types.is_list(hashes.type):
+        if not pa.types.is_list(hashes.type) or not (pa.types.is_integer(hashes.type.value_type) or pa.types.is_null(hashes.type.value_type)):
             raise InputFileError(path, f"hash_ids must be a list of integers, got {hashes.type}", field=source_cols["hash_ids"])
-        labels["hash_ids"] = _scatter_arrow(pc.cast(hashes, pa.list_(pa.int64())), ok_rows, n, pa.list_(pa.int64()))
+        labels["hash_ids"] = _scatter_arrow(_hash_ids_as_int64(hashes), ok_rows, n, pa.list_(pa.int64()))
         if block_size is None:
-            raise InputFileError(path, "the trace has prefix hashes but no block size; set trace.block_size", field="hash_ids")
+            raise InputFileError(
+                path, "the trace has prefix hashes but no block size: pass --hash-block-size (trace.block_size)", field=source_cols["hash_ids"]
+            )
 
     generated = "arrival" not in source_cols
+    arrival_unit = None
     if generated:
         arrival_s = generate_arrivals(n, params.arrivals, np.random.default_rng(params.arrivals.seed))
         start = "+0.000s"
     else:
         column = table.column(source_cols["arrival"])
-        unit = _resolve_time_unit(path, source_cols["arrival"], column, preset.time_unit)
-        values, start = _arrival_seconds(column, unit)
+        arrival_unit = _resolve_time_unit(path, source_cols["arrival"], column, preset.time_unit)
+        values, start = _arrival_seconds(path, source_cols["arrival"], column, arrival_unit, lines[ok_rows])
         arrival_s = np.full(n, np.nan)
         arrival_s[ok_rows] = values
+    if canonical is not None:  # an llmcap trace read back: its clock is already relative to its recorded start
+        start = canonical.get(b"llmcap.start", b"+0.000s").decode()
+        generated = canonical.get(b"llmcap.arrivals", b"file") == b"generated"
 
     return RawTrace(
         path=path,
-        format=fmt,
+        format=canonical.get(b"llmcap.source_format", b"parquet").decode() if canonical is not None else fmt,
         arrival_s=arrival_s,
         isl=scatter_float("isl"),
         osl=scatter_float("osl"),
@@ -177,14 +193,73 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         block_size=block_size if "hash_ids" in labels else None,
         zero_osl_reason=preset.zero_osl_reason,
         generated_arrivals=generated,
+        arrival_column=None if "arrival" not in source_cols else source_cols["arrival"],
+        arrival_unit=arrival_unit,
         line_index=line_index,
     )
 
 
-def _preset_for(fmt: str, params: TraceParams) -> Preset:
+#: Column names a generic file's arrival clock goes by (lower-cased), besides the canonical `arrival_s`.
+CLOCK_NAME = re.compile(
+    r"(arrival|arrived|timestamp|time|ts|t|created|created_at|start|start_time|started_at|request_time|"
+    r"send_time|sent_at|submit_time|submitted_at)(_(s|ms|us|ns|sec|secs|seconds|time|timestamp|at))?"
+)
+
+
+def _clock_column(path: Path, found: Sniff, generate: bool) -> str | None:
+    """The arrival clock of a generic file without an `arrival_s` column: the one column whose name
+    says it is a clock, or None when arrivals are to be generated (asked for). Anything else is an
+    error naming the candidates: an arrival process is never invented silently."""
+    candidates = [f for f in found.fields if CLOCK_NAME.fullmatch(f.strip().lower())]
+    if generate:
+        if candidates:
+            raise InputFileError(
+                path, f"arrivals were asked to be generated, but the file has a clock column ({', '.join(candidates)}): "
+                "drop --generate-arrivals or map it with -c arrival=COLUMN", line=1, field=candidates[0],
+            )  # fmt: skip
+        return None
+    if len(candidates) == 1:
+        return candidates[0]
+    if candidates:
+        raise InputFileError(
+            path, f"several columns could be the arrival clock ({', '.join(candidates)}): map one with "
+            "-c arrival=COLUMN (trace.columns.arrival)", line=1, field="arrival_s",
+        )  # fmt: skip
+    raise InputFileError(
+        path, f"no arrival-time column (have: {', '.join(found.fields)}): map one with -c arrival=COLUMN "
+        "(trace.columns.arrival), or pass --generate-arrivals (trace.generate_arrivals) to draw them from trace.arrivals",
+        line=1, field="arrival_s",
+    )  # fmt: skip
+
+
+def _canonical_metadata(path: Path, found: Sniff) -> dict[bytes, bytes] | None:
+    """The schema metadata of a Parquet trace llmcap wrote (`trace clean`, `trace synth`), else None."""
+    if found.container != "parquet":
+        return None
+    metadata = pq.read_schema(path).metadata or {}
+    return metadata if b"llmcap.schema" in metadata else None
+
+
+def _hash_ids_as_int64(hashes: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Hash ids are identities, not numbers: unsigned 64-bit ids (real hashes are often >= 2^63) keep
+    their bits as int64 (two's complement), so equal ids stay equal and different ones different."""
+    if pa.types.is_uint64(hashes.type.value_type):
+        chunks = []
+        for chunk in hashes.chunks:
+            values = chunk.values.to_numpy(zero_copy_only=False).view(np.int64)
+            offsets = chunk.offsets
+            chunks.append(pa.ListArray.from_arrays(offsets, pa.array(values), mask=chunk.is_null()))
+        return pa.chunked_array(chunks, pa.list_(pa.int64()))
+    return pc.cast(hashes, pa.list_(pa.int64()))
+
+
+def _preset_for(fmt: str, params: TraceParams, canonical: dict[bytes, bytes] | None) -> Preset:
     if fmt in PRESETS:
         return PRESETS[fmt]
-    return Preset(fmt, {**_DEFAULT_GENERIC, **params.columns}, params.time_unit, params.block_size)
+    block_size = params.block_size
+    if canonical is not None and block_size is None and canonical.get(b"llmcap.block_size"):
+        block_size = int(canonical[b"llmcap.block_size"])
+    return Preset(fmt, {**_DEFAULT_GENERIC, **params.columns}, params.time_unit, block_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +270,9 @@ def _preset_for(fmt: str, params: TraceParams) -> Preset:
 
 def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
     wanted = list(dict.fromkeys(cols.values()))
+    # Header names are matched with surrounding spaces stripped ("arrival_s, isl, osl" is a common
+    # export); pyarrow sees the names as written, so ask for those and rename back.
+    as_written = dict(zip(found.fields, found.raw_fields, strict=True))
     bad_lines: list[tuple[int | None, str, int, int]] = []
 
     def on_invalid(row) -> str:
@@ -207,11 +285,14 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
             read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 24),
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
             convert_options=pacsv.ConvertOptions(
-                include_columns=wanted, column_types={c: pa.string() for c in wanted}, strings_can_be_null=True
+                include_columns=[as_written[c] for c in wanted],
+                column_types={as_written[c]: pa.string() for c in wanted},
+                strings_can_be_null=True,
             ),
         )
     except pa.ArrowInvalid as exc:
         raise InputFileError(path, f"cannot parse CSV: {_arrow_msg(exc)}") from None
+    table = table.rename_columns(wanted)
     index = LineIndex(path)
     record_lines = index.nonempty_lines[1:]  # line 1 (first non-empty) is the header
     n = record_lines.size
@@ -284,11 +365,18 @@ def _read_jsonl_per_line(path: Path, index: LineIndex, record_lines: np.ndarray,
     columns = {}
     for c, vals in values.items():
         if c in list_cols:  # a hash list that is not a list of integers is unusable: null, quarantined later
-            ok = [v if isinstance(v, list) and all(type(x) is int for x in v) else None for v in vals]
-            columns[c] = pa.array(ok, pa.list_(pa.int64()))
+            columns[c] = pa.array([_int64_hashes(v) for v in vals], pa.list_(pa.int64()))
         else:
             columns[c] = pa.array([None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string())
     return pa.table(columns), errors, raw, index, record_lines
+
+
+def _int64_hashes(value: object) -> list[int] | None:
+    """A JSON hash list as int64 ids (unsigned 64-bit ids keep their bits, as in `_hash_ids_as_int64`);
+    None when it is not a list of integers that fit 64 bits."""
+    if not isinstance(value, list) or not all(type(x) is int and -(1 << 63) <= x < (1 << 64) for x in value):
+        return None
+    return [x - (1 << 64) if x >= (1 << 63) else x for x in value]
 
 
 def _read_parquet(path: Path, found: Sniff, cols: dict[str, str]):
@@ -323,6 +411,13 @@ def _scatter_arrow(col: pa.ChunkedArray, ok_rows: np.ndarray, n: int, typ: pa.Da
 
 
 def _resolve_time_unit(path: Path, name: str, col: pa.ChunkedArray, unit: str) -> str:
+    unit = _declared_or_guessed_unit(path, name, col, unit)
+    if unit != "datetime":
+        _check_epoch_magnitude(path, name, _to_float(col), unit)
+    return unit
+
+
+def _declared_or_guessed_unit(path: Path, name: str, col: pa.ChunkedArray, unit: str) -> str:
     if unit != "auto":
         return unit
     for suffix in ("_s", "_ms", "_us", "_ns"):  # a unit in the column name is the author's own statement
@@ -356,10 +451,32 @@ def _resolve_time_unit(path: Path, name: str, col: pa.ChunkedArray, unit: str) -
     )
 
 
-def _arrival_seconds(col: pa.ChunkedArray, unit: str) -> tuple[np.ndarray, str]:
+EPOCH_MAX_S = 1e10  # seconds since 1970: year 2286. Beyond it a clock is in a finer unit than it claims.
+
+
+def _check_epoch_magnitude(path: Path, name: str, values: np.ndarray, unit: str) -> None:
+    """A clock whose values would be centuries past 1970 in its stated unit is in another unit (e.g.
+    epoch milliseconds in an `arrival_s` column): say which, instead of overflowing a date later."""
+    finite = np.abs(values[np.isfinite(values)])
+    if finite.size == 0:
+        return
+    top = float(finite.max())
+    if top / _UNITS_PER_SECOND[unit] < EPOCH_MAX_S:
+        return
+    likely = next((u for u in ("ms", "us", "ns") if 1e8 <= top / _UNITS_PER_SECOND[u] < EPOCH_MAX_S), None)
+    hint = f"they look like epoch {_UNIT_WORDS[likely]}: set --time-unit {likely} (trace.time_unit)" if likely else "set --time-unit"
+    raise InputFileError(
+        path, f"arrival times up to {top:.4g} are not {_UNIT_WORDS[unit]} (that is after the year 2286); {hint}", field=name
+    )
+
+
+_UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+
+
+def _arrival_seconds(path: Path, name: str, col: pa.ChunkedArray, unit: str, lines: np.ndarray) -> tuple[np.ndarray, str]:
     """Seconds relative to the earliest parseable arrival, and that start as text."""
     if unit == "datetime":
-        ns = _to_epoch_ns(col)
+        ns = _to_epoch_ns(path, name, col, lines)
         valid = ns != np.iinfo(np.int64).min
         if not valid.any():
             return np.full(ns.size, np.nan), "+0.000s"
@@ -376,16 +493,41 @@ def _arrival_seconds(col: pa.ChunkedArray, unit: str) -> tuple[np.ndarray, str]:
     return values - origin, f"+{origin:.3f}s"
 
 
-def _to_epoch_ns(col: pa.ChunkedArray) -> np.ndarray:
+#: An ISO 8601 time with a UTC offset or Z at its end.
+_HAS_OFFSET = r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)\s*$"
+
+
+def _to_epoch_ns(path: Path, name: str, col: pa.ChunkedArray, lines: np.ndarray) -> np.ndarray:
+    """Nanoseconds since 1970 (UTC where the text has an offset), int64 min where unparseable.
+
+    Times with UTC offsets are converted to UTC, so a clock that crosses a DST change (-05:00 then
+    -04:00) stays monotone. A column mixing times with and without an offset has no single meaning:
+    that is an error naming the first line of the rarer kind."""
     if pa.types.is_timestamp(col.type):
         return pc.cast(col, pa.timestamp("ns")).cast(pa.int64()).fill_null(np.iinfo(np.int64).min).to_numpy()
     try:
         ts = pc.cast(col, pa.timestamp("ns"))
         return ts.cast(pa.int64()).fill_null(np.iinfo(np.int64).min).to_numpy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        series = pd.Series(pc.cast(col, pa.string()).to_numpy(zero_copy_only=False), dtype=object)
-        parsed = pd.to_datetime(series, errors="coerce", format="ISO8601")
-        return parsed.to_numpy(dtype="datetime64[ns]").view(np.int64)
+        pass
+    text = pc.cast(col, pa.string())
+    aware = pc.match_substring_regex(text, _HAS_OFFSET).to_numpy(zero_copy_only=False)
+    present = pc.is_valid(text).to_numpy(zero_copy_only=False)
+    aware = np.asarray(aware, dtype=object)
+    has, lacks = present & (aware == True), present & (aware == False)  # noqa: E712 — elementwise on nullable bools
+    if has.any() and lacks.any():
+        odd = has if has.sum() < lacks.sum() else lacks
+        row = int(np.flatnonzero(odd)[0])
+        kind = "has a UTC offset" if odd is has else "has no UTC offset"
+        raise InputFileError(
+            path, f"arrival times mix times with and without a UTC offset; this one {kind}: {text[row]}",
+            line=int(lines[row]) if row < lines.size else None, field=name,
+        )  # fmt: skip
+    series = pd.Series(text.to_numpy(zero_copy_only=False), dtype=object)
+    parsed = pd.to_datetime(series, errors="coerce", format="ISO8601", utc=bool(has.any()))
+    if has.any():
+        parsed = parsed.dt.tz_convert(None)
+    return parsed.astype("datetime64[ns]").to_numpy().view(np.int64)
 
 
 def _iso(epoch_ns: int) -> str:

@@ -20,7 +20,8 @@ One row per request, sorted by arrival. Columns:
 Schema metadata (all strings): `llmcap.schema` (version), `llmcap.source_format`, `llmcap.source_file`
 (base name only, so outputs do not depend on where a checkout lives), `llmcap.block_size` (empty when no
 hashes), `llmcap.start` (absolute time of the first kept request, ISO 8601, or the offset in the
-source's own relative clock, e.g. `+0.000s`).
+source's own relative clock, e.g. `+0.000s`), `llmcap.arrivals` (`file`, or `generated` when the arrival
+times were drawn from an arrival process rather than read).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 
-def metadata(*, source_format: str, source_file: str, block_size: int | None, start: str) -> dict[bytes, bytes]:
+def metadata(
+    *, source_format: str, source_file: str, block_size: int | None, start: str, generated_arrivals: bool = False
+) -> dict[bytes, bytes]:
     """Schema metadata for a canonical trace (see module docstring)."""
     return {
         b"llmcap.schema": SCHEMA_VERSION.encode(),
@@ -75,6 +78,7 @@ def metadata(*, source_format: str, source_file: str, block_size: int | None, st
         b"llmcap.source_file": source_file.encode(),
         b"llmcap.block_size": b"" if block_size is None else str(block_size).encode(),
         b"llmcap.start": start.encode(),
+        b"llmcap.arrivals": b"generated" if generated_arrivals else b"file",
     }
 
 

@@ -105,7 +105,8 @@ def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
     osl = table.column("osl").to_numpy()
     n = int(arrival.size)
     duration = float(arrival[-1] - arrival[0]) if n else 0.0
-    spearman = sstats.spearmanr(isl, osl).statistic if n > 2 else float("nan")
+    varying = n > 2 and np.ptp(isl) > 0 and np.ptp(osl) > 0  # a constant column has no correlation: undefined, not a warning
+    spearman = sstats.spearmanr(isl, osl).statistic if varying else float("nan")
     summary: dict = {
         "rows": n,
         "start": (table.schema.metadata or {}).get(b"llmcap.start", b"").decode(),
@@ -113,7 +114,7 @@ def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
         "mean_rps": n / duration if duration > 0 else None,
         "isl": describe(isl, params.percentiles),
         "osl": describe(osl, params.percentiles),
-        "corr_pearson": float(np.corrcoef(isl, osl)[0, 1]) if n > 2 else None,
+        "corr_pearson": float(np.corrcoef(isl, osl)[0, 1]) if varying else None,
         "corr_spearman": float(spearman) if n > 2 else None,
         "interarrival_cv": interarrival_cv(arrival),
         "zero_gap_share": float((np.diff(arrival) == 0).mean()) if n > 1 else None,

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,8 +32,8 @@ def mean_rate(table: pa.Table) -> float:
 
 def scale_rate(table: pa.Table, target_rps: float) -> pa.Table:
     """The same requests with every inter-arrival gap scaled so rows ÷ duration = target_rps."""
-    if target_rps <= 0:
-        raise LlmcapError(f"target rate must be positive, got {target_rps}")
+    if not (math.isfinite(target_rps) and target_rps > 0):
+        raise LlmcapError(f"target rate must be a positive number of requests per second, got {target_rps}")
     factor = mean_rate(table) / target_rps
     arrival = table.column("arrival_s").to_numpy() * factor
     return table.set_column(table.schema.get_field_index("arrival_s"), "arrival_s", pa.array(arrival))
@@ -46,6 +48,8 @@ def resample_joint(table: pa.Table, n: int, rng: np.random.Generator) -> pa.Tabl
     """
     if table.num_rows == 0:
         raise LlmcapError("cannot resample an empty trace")
+    if n < 1:
+        raise LlmcapError(f"the number of requests to draw must be at least 1, got {n}")
     picks = rng.integers(0, table.num_rows, size=n)
     out = table.take(pa.array(picks))
     block_size = schema.block_size_of(table)
@@ -122,6 +126,7 @@ def synthesize(table: pa.Table, n: int, arrivals: ArrivalSpec, rng: np.random.Ge
     meta = dict(table.schema.metadata or {})
     meta[b"llmcap.source_format"] = b"synthetic"
     meta[b"llmcap.start"] = b"+0.000s"
+    meta[b"llmcap.arrivals"] = b"generated"
     return out.replace_schema_metadata(meta)
 
 

@@ -160,8 +160,10 @@ def test_unsorted_and_duplicated_timestamps(tmp_path: Path) -> None:
         '{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [9]}',
     ]
     path = write(tmp_path, "unsorted.jsonl", "\n".join(lines) + "\n")
-    result = ingest(path)
-    # line 4 repeats line 2 exactly; line 5 differs only in its hashes, so it is kept
+    # Without a request id, equal rows are distinct requests on a coarse clock: nothing is dropped by default.
+    assert ingest(path).report.rows_kept == 5
+    result = ingest(path, clean=CleanParams(duplicates="identical"))
+    # strict: line 4 repeats line 2 exactly; line 5 differs only in its hashes, so it is kept
     assert _reasons(result) == {4: "duplicate"}
     t = result.trace
     assert t.column("source_row").to_pylist() == [1, 4, 0, 2]  # sorted by arrival, ties in file order

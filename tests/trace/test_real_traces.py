@@ -47,7 +47,7 @@ def test_statistics_match_source_md(name: str) -> None:
     exp = EXPECTED[name]
     # SOURCE.md describes the files as they are: keep exact duplicates (the Mooncake conversation
     # file holds one, lines 7728/7733; test_clean covers dropping it).
-    result = ingest(TRACES[name], clean=CleanParams(drop_duplicates=False))
+    result = ingest(TRACES[name], clean=CleanParams(duplicates="keep"))
     assert result.report.rows_in == exp["rows"]
     assert result.report.rows_kept == exp["rows"]
     s = characterise(result.trace, CharacteriseParams())
@@ -71,7 +71,7 @@ def test_statistics_match_source_md(name: str) -> None:
     ],
 )
 def test_prefix_reuse_matches_source_md(name, ideal_tokens, ideal_blocks, ge1, ge2, unique, total) -> None:
-    result = ingest(TRACES[name], clean=CleanParams(drop_duplicates=False))
+    result = ingest(TRACES[name], clean=CleanParams(duplicates="keep"))
     p = characterise(result.trace, CharacteriseParams(lru_cache_blocks=[]))["prefix"]
     assert p["block_size"] == 512
     for key, shown in (

@@ -1,0 +1,58 @@
+"""Where a trace's bytes come from. Readers memory-map and re-read files, so a stream — a pipe such as
+`<(zcat trace.jsonl.gz)` — or a compressed file (.gz, .bz2, .xz, .zst) is first copied, decompressed,
+to a temporary file that lives as long as the read; a regular file is read in place.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from llmcap.errors import InputFileError
+
+
+def _zstd(path: Path) -> BinaryIO:
+    return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # type: ignore[return-value]
+
+
+#: Compressed containers by file suffix, and how to open each for reading.
+DECOMPRESSORS: dict[str, Callable[[Path], BinaryIO]] = {
+    ".gz": lambda p: gzip.open(p, "rb"),
+    ".bz2": lambda p: bz2.open(p, "rb"),
+    ".xz": lambda p: lzma.open(p, "rb"),
+    ".zst": _zstd,
+    ".zstd": _zstd,
+}
+
+
+@contextmanager
+def local_file(path: Path) -> Iterator[Path]:
+    """A regular, uncompressed file holding `path`'s trace: `path` itself, or a temporary copy."""
+    if not path.exists():
+        raise InputFileError(path, "file not found")
+    if path.is_dir():
+        raise InputFileError(path, "is a directory, expected a trace file")
+    opener = DECOMPRESSORS.get(path.suffix.lower())
+    regular = stat.S_ISREG(path.stat().st_mode)
+    if opener is None and regular:
+        yield path
+        return
+    name = path.stem if opener is not None else path.name
+    with tempfile.TemporaryDirectory(prefix="llmcap-trace-") as tmp:
+        local = Path(tmp) / (name or "trace")
+        try:
+            with (opener(path) if opener is not None else path.open("rb")) as src, local.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, EOFError, lzma.LZMAError, pa.ArrowInvalid) as exc:
+            raise InputFileError(path, f"cannot read{' compressed' if opener else ''} input ({str(exc).splitlines()[0]})") from None
+        yield local
