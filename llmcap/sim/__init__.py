@@ -65,6 +65,18 @@ class SimResult:
         return buf.getvalue()
 
 
+MAX_TIMESERIES_BINS = 100_000  # per replica over the arrival span: memory follows requests, not the clock
+
+
+def bounded_resolution(config: SimConfig, arrival: np.ndarray) -> SimConfig:
+    """`config` with its time-series resolution coarsened where the arrival span would need more than
+    MAX_TIMESERIES_BINS bins (a sparse trace over months must not cost gigabytes of empty rows)."""
+    span = float(arrival[-1] - arrival[0]) if arrival.size else 0.0
+    if span / config.timeseries_resolution_s <= MAX_TIMESERIES_BINS:
+        return config
+    return config.model_copy(update={"timeseries_resolution_s": span / MAX_TIMESERIES_BINS})
+
+
 def simulate(
     trace: pa.Table,
     model: StepTimeModel,
@@ -81,6 +93,7 @@ def simulate(
     decision (a hook for invariant checks)."""
     start = time.perf_counter()
     work = workload_from_table(trace, config.engine.block_size, config.engine.enable_prefix_caching)
+    config = bounded_resolution(config, work.arrival)
     decode_timer = None if decode_model is None else StepTimer(decode_model)
     # The event loop allocates millions of short-lived tuples and makes no reference cycles: the
     # cyclic collector would only rescan live state (measured: a few % of the run).

@@ -80,6 +80,9 @@ def run_cluster(
         fits = (_blocks(work.isl, ecfg.block_size) <= ecfg.num_blocks) & (
             _blocks(work.isl + work.osl - 1, dcfg.block_size) <= dcfg.num_blocks
         )
+    for ec in [ecfg] if pd is None else [ecfg, pd.decode_engine or ecfg]:
+        if ec.max_model_len is not None:  # vLLM checks prompt + max_tokens against max_model_len before queueing
+            fits &= work.isl + work.osl <= ec.max_model_len
     replicas = front + back
     for gid, r in enumerate(replicas):
         r.gid = gid

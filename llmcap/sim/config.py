@@ -30,6 +30,10 @@ class EngineConfig(_Frozen):
     host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
     host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")
     kv_bytes_per_token: float = Field(default=0.0, ge=0, description="KV bytes per token (host loads, P/D handoff)")
+    max_model_len: int | None = Field(
+        default=None, gt=0, description="longest prompt + requested output accepted; longer requests are rejected on "
+        "arrival, as vLLM's API server rejects them (None: no limit but the KV cache)",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _budget_covers_decodes(self) -> EngineConfig:

@@ -136,6 +136,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
         max_num_seqs=int(row["max_num_seqs"]),
         max_num_batched_tokens=int(row["max_num_batched_tokens"]),
         kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"]))),
+        max_model_len=int(row["max_context_len"]),  # longer requests are rejected, as the engine would: misses
     )
     mean_isl, mean_osl = float(lengths.isl.mean()), float(lengths.osl.mean())
     uncached = max(float((lengths.isl - lengths.cached).mean()), 1.0)
