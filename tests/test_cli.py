@@ -46,9 +46,15 @@ def test_inspect_human_output_mentions_the_key_figures() -> None:
 
 def test_clean_writes_trace_and_quarantine(tmp_path: Path) -> None:
     out = tmp_path / "t.parquet"
+    # Mooncake has no request ids: its two equal rows (lines 7728/7733) are two requests by default ...
     result = runner.invoke(app, ["trace", "clean", str(TRACES["mooncake_conversation"]), "-o", str(out), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    assert (report["rows_in"], report["rows_kept"], report["rows_quarantined"]) == (12_031, 12_031, 0)
+    assert load_trace(out).num_rows == 12_031
+    # ... and one, quarantined with its line, when strict deduplication is asked for.
+    args = ["trace", "clean", str(TRACES["mooncake_conversation"]), "-o", str(out), "--duplicates", "identical", "--json"]
+    report = json.loads(runner.invoke(app, args).stdout)
     assert (report["rows_in"], report["rows_kept"], report["rows_quarantined"]) == (12_031, 12_030, 1)
     assert report["by_reason"] == {"duplicate": 1}
     assert load_trace(out).num_rows == 12_030
@@ -70,4 +76,4 @@ def test_synth_rescale_and_resample(tmp_path: Path) -> None:
 def test_user_error_exit_code_and_single_line(tmp_path: Path) -> None:
     result = runner.invoke(app, ["trace", "synth", str(TRACES["azure_conv"]), "-o", str(tmp_path / "x.parquet"), "--rate", "-1"])
     assert result.exit_code == 2
-    assert result.stderr.strip().splitlines() == ["error: target rate must be positive, got -1.0"]
+    assert result.stderr.strip().splitlines() == ["error: --rate must be a positive finite number, got -1.0"]

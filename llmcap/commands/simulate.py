@@ -23,25 +23,32 @@ import llmcap.perf as perf
 from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.commands._common import err_console, print_json, user_errors
+from llmcap.commands._trace_input import (
+    ArrivalRateOpt,
+    BlockSizeOpt,
+    ColumnOpt,
+    DuplicatesOpt,
+    FormatOpt,
+    GenerateArrivalsOpt,
+    TimeUnitOpt,
+    account_json,
+    check_outputs,
+    plausible_rate,
+    positive,
+    read_input,
+    trace_params,
+    validated,
+)
+from llmcap.config import CleanParams
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate as run_simulation
 from llmcap.sim.config import ROUTERS
-from llmcap.trace import ingest, load_trace, mean_rate, scale_rate, write_table
+from llmcap.trace import mean_rate, scale_rate, write_table
+from llmcap.trace.synth import spread_ties
 
 PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth drawing
-
-
-def _load(path: Path) -> pa.Table:
-    if not path.exists():
-        raise LlmcapError(f"{path}: no such file")
-    if path.suffix == ".parquet":
-        try:
-            return load_trace(path)
-        except LlmcapError:
-            pass  # not canonical: read it as a generic Parquet trace
-    return ingest(path).trace
 
 
 def _pd(spec: str | None) -> tuple[int, int] | None:
@@ -62,6 +69,16 @@ def simulate(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="trace file: canonical Parquet or any format `llmcap trace` reads")],
     model: Annotated[str, typer.Option("--model", "-m", help="catalog model name or path to config.json")],
     gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")],
+    fmt: FormatOpt = "auto",
+    time_unit: TimeUnitOpt = "auto",
+    column: ColumnOpt = None,
+    hash_block_size: BlockSizeOpt = None,
+    generate_arrivals: GenerateArrivalsOpt = False,
+    arrival_rate: ArrivalRateOpt = 1.0,
+    duplicates: DuplicatesOpt = "by_id",
+    max_model_len: Annotated[
+        int | None, typer.Option(min=1, help="longest prompt + output the engine accepts; longer requests are rejected (default: the model's max_position_embeddings)")
+    ] = None,
     tp: Annotated[int, typer.Option(min=1, help="tensor parallel degree of one replica")] = 1,
     replicas: Annotated[int, typer.Option(min=1, help="aggregated replicas (ignored with --pd)")] = 1,
     router: Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")] = "least_outstanding_tokens",
@@ -93,16 +110,19 @@ def simulate(
         raise LlmcapError(f"--router must be one of {', '.join(ROUTERS)}, got {router!r}")
     if first_token_from not in ("prefill", "decode"):
         raise LlmcapError(f"--first-token-from must be prefill or decode, got {first_token_from!r}")
-    if not (math.isfinite(rate_scale) and rate_scale > 0):
-        raise LlmcapError(f"--rate-scale must be a positive number, got {rate_scale}")
+    positive("--rate-scale", rate_scale)
     pools = _pd(pd)
-    table = _load(trace)
-    if table.num_rows == 0:
-        raise LlmcapError(f"{trace}: no usable requests")
-    if rate_scale != 1.0:
-        table = scale_rate(table, mean_rate(table) * rate_scale)
+    check_outputs([trace], [p for p in (out, timeseries_out) if p is not None])
     spec = load_model(model)
     g = get_gpu(gpu)
+    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
+    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
+    # A clock coarser than the request rate logs distinct requests at one tick: spread them within it,
+    # as the sizing search does, instead of sending every tick's requests at once.
+    table = spread_ties(cleaned.trace, np.random.default_rng(seed))
+    if rate_scale != 1.0:
+        plausible_rate(f"--rate-scale {rate_scale:g} x the trace's {mean_rate(table):.3g} req/s", mean_rate(table) * rate_scale)
+        table = scale_rate(table, mean_rate(table) * rate_scale)
     mem = MemoryParams(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     plan = plan_memory(spec, g, Parallelism(tp=tp), quant, kv_dtype, block_size, mem)
     blocks = num_blocks if num_blocks is not None else plan.kv_blocks_per_rank
@@ -113,6 +133,7 @@ def simulate(
             num_blocks=blocks, block_size=block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             enable_prefix_caching=prefix_caching, host_blocks=host_blocks, host_bandwidth_bytes_s=host_gbps * 1e9,
             kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(kv_dtype)),
+            max_model_len=max_model_len or spec.max_position_embeddings,
         )  # fmt: skip
         pd_cfg = None
         if pools is not None:
@@ -139,6 +160,9 @@ def simulate(
         write_table(result.timeseries, timeseries_out)
     s = dict(result.summary)
     s.update(model=spec.name, gpu=g.name, tp=tp, kv_blocks_per_replica=blocks, step_model=type(step).__name__)
+    s["max_model_len"] = engine.max_model_len
+    s["rejected_over_max_model_len"] = _over_limit(table, engine.max_model_len)
+    s["input_accounting"] = account_json(cleaned.report)
     s["deployment"] = f"P/D {pools[0]}:{pools[1]}" if pools else f"{replicas} replica(s)"
     if json_out:
         print_json(s)
@@ -154,8 +178,17 @@ def simulate(
     console.print(t)
     thr = s["throughput"]
     console.print(
-        f"requests {s['requests']:,} (completed {s['completed']:,}, rejected {s['rejected']:,}, unfinished {s['unfinished']:,}); "
+        f"requests {s['requests']:,} (completed {s['completed']:,}, rejected {s['rejected']:,} of which "
+        f"{s['rejected_over_max_model_len']:,} longer than max_model_len {s['max_model_len']}, unfinished {s['unfinished']:,}); "
         f"duration {s['duration_s']:,.1f} s; output {thr['output_tok_s'] or 0:,.0f} tok/s, {thr['req_s'] or 0:,.2f} req/s; "
         f"preemptions {s['preemptions']:,}; prefix hit ratio {s['prefix_hit_ratio']:.3f}; "
         f"wall {s['wall_s']:.2f} s ({s['requests_per_wall_s'] or 0:,.0f} req/wall-s)"
     )
+
+
+def _over_limit(table: pa.Table, max_model_len: int | None) -> int:
+    """Requests whose prompt + output exceed the engine's limit (rejected on arrival; SLO misses)."""
+    if max_model_len is None:
+        return 0
+    total = table.column("isl").to_numpy() + table.column("osl").to_numpy()
+    return int((total > max_model_len).sum())

@@ -19,11 +19,27 @@ from rich.table import Table
 from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidates, workload_context_lengths
 from llmcap.catalog import load_model
 from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._trace_input import (
+    ArrivalRateOpt,
+    BlockSizeOpt,
+    ColumnOpt,
+    DuplicatesOpt,
+    FormatOpt,
+    GenerateArrivalsOpt,
+    TimeUnitOpt,
+    account_json,
+    plausible_rate,
+    positive,
+    read_input,
+    trace_params,
+    validated,
+)
+from llmcap.config import CleanParams
+from llmcap.errors import LlmcapError
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
-from llmcap.trace import ingest
 
 
 def _lengths_summary(isl: np.ndarray, osl: np.ndarray) -> dict:
@@ -51,21 +67,38 @@ def size(
     excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = 1500,
     workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = 1,
     dask_address: Annotated[str | None, typer.Option(help="Run the search on this Dask scheduler instead.")] = None,
+    max_model_len: Annotated[
+        int | None, typer.Option(min=1, help="Longest prompt + output a deployment accepts (default: the trace's longest, "
+                                 "within the model's max_position_embeddings); longer requests are rejected: SLO misses.")
+    ] = None,  # fmt: skip
     out: Annotated[Path | None, typer.Option(help="Write capacity.parquet/.md/.html here.")] = None,
+    fmt: FormatOpt = "auto",
+    time_unit: TimeUnitOpt = "auto",
+    column: ColumnOpt = None,
+    hash_block_size: BlockSizeOpt = None,
+    generate_arrivals: GenerateArrivalsOpt = False,
+    arrival_rate: ArrivalRateOpt = 1.0,
+    duplicates: DuplicatesOpt = "by_id",
     json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
 ) -> None:
     """Size a deployment for a trace under TTFT/ITL SLOs: candidates, simulated max rates, GPU count, cost."""
-    cleaned = ingest(trace)
-    cleaned.require_rows()
+    positive("--target-rps", target_rps)
+    if target_rps is not None:
+        plausible_rate("--target-rps", target_rps)
+    if out is not None and out.exists() and not out.is_dir():
+        raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
+    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
+    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
     table = cleaned.trace
     spec = load_model(model)
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
+    context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
     grid = EnumerationSpec(
         gpus=gpu, weight_quants=weight_quant, kv_dtypes=["bf16", "fp8"], parallel={"tp": tp},
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
         aggregated=SchedulerGrid(max_num_batched_tokens=[2048, 8192]),
-        max_context_len=workload_context_lengths(workload)["max"],
+        max_context_len=context,
     )  # fmt: skip
     candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
     params = SizeParams(
@@ -78,7 +111,13 @@ def size(
     with make_executor(params.compute) as executor, console.status("sizing ...") as status:
         outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=lambda m: status.update(m))
     paths = write_report(outcome.report, out) if out is not None else {}
-    summary = outcome.summary | {"report": {k: str(v) for k, v in paths.items()}}
+    over = int((isl + osl > context).sum())
+    summary = outcome.summary | {
+        "report": {k: str(v) for k, v in paths.items()},
+        "max_model_len": context,
+        "rejected_over_max_model_len": over,
+        "input_accounting": account_json(cleaned.report),
+    }
     if json_out:
         print_json(summary)
         return
@@ -92,6 +131,8 @@ def size(
                   r["search_status"])  # fmt: skip
     Console().print(t)
     print(f"chosen: {summary['chosen']} ({summary['mode']}): {summary['gpus']} GPUs, ${summary['usd_per_hour']:,.0f}/h")
+    if over:
+        print(f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses")
     for risk, h in summary["headroom"].items():
         print(f"  +{h['instances']} {risk}: {h['reasoning']}")
     for path in paths.values():

@@ -7,49 +7,39 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from llmcap.commands._common import err_console, print_json, user_errors
-from llmcap.config import ArrivalSpec, CharacteriseParams, CleanParams, ExcludeRule, TraceParams
+from llmcap.commands._trace_input import (
+    DEFAULT_MAX_CONTEXT,
+    ArrivalRateOpt,
+    BlockSizeOpt,
+    ColumnOpt,
+    DuplicatesOpt,
+    FormatOpt,
+    GenerateArrivalsOpt,
+    MaxContextOpt,
+    TimeUnitOpt,
+    account_json,
+    account_line,
+    check_outputs,
+    plausible_rate,
+    positive,
+    read_input,
+    trace_params,
+    validated,
+)
+from llmcap.config import ArrivalSpec, CharacteriseParams, CleanParams, ExcludeRule
 from llmcap.errors import LlmcapError
-from llmcap.trace import characterise, ingest, load_trace, scale_rate, synthesize, write_table
-from llmcap.trace.clean import CleanResult
+from llmcap.trace import characterise, ingest, scale_rate, synthesize, write_table
 
 app = typer.Typer(help="Inspect, clean and synthesise request traces.", no_args_is_help=True)
 
-FileArg = Annotated[Path, typer.Argument(help="trace file (Mooncake JSONL, Azure/BurstGPT/length CSV, generic CSV/JSONL/Parquet)")]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="auto|mooncake|azure|burstgpt|lengths|csv|jsonl|parquet")]
-TimeUnitOpt = Annotated[str, typer.Option("--time-unit", help="arrival clock of generic formats: auto|s|ms|us|ns|datetime")]
-ColumnOpt = Annotated[
-    list[str] | None, typer.Option("--column", "-c", help="generic formats: CANONICAL=SOURCE, e.g. -c isl=prompt_tokens")
+FileArg = Annotated[
+    Path, typer.Argument(help="trace file (Mooncake JSONL, Azure/BurstGPT/length CSV, generic CSV/JSONL/Parquet; .gz/.bz2/.xz/.zst or a pipe)")
 ]
-MaxContextOpt = Annotated[int, typer.Option("--max-context", help="quarantine rows with ISL+OSL above this")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
-
-
-def _params(model, **values):
-    try:
-        return model(**values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise LlmcapError(f"invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
-
-
-def _trace_params(file: Path, fmt: str, time_unit: str, columns: list[str] | None, block_size: int | None = None) -> TraceParams:
-    mapping = {}
-    for item in columns or []:
-        canon, sep, source = item.partition("=")
-        if not sep:
-            raise LlmcapError(f"--column expects CANONICAL=SOURCE, got {item!r}")
-        mapping[canon.strip()] = source.strip()
-    return _params(TraceParams, file=str(file), format=fmt, time_unit=time_unit, columns=mapping, block_size=block_size)
-
-
-def _ingest(file: Path, trace: TraceParams, clean: CleanParams) -> CleanResult:
-    with err_console.status(f"reading {file.name} …"):
-        return ingest(file, trace, clean)
 
 
 @app.command()
@@ -59,25 +49,26 @@ def inspect(
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
-    max_context: MaxContextOpt = CleanParams().max_context_tokens,
+    block_size: BlockSizeOpt = None,
+    generate_arrivals: GenerateArrivalsOpt = False,
+    arrival_rate: ArrivalRateOpt = 1.0,
+    duplicates: DuplicatesOpt = "by_id",
+    max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     lru_blocks: Annotated[list[int] | None, typer.Option("--lru-blocks", help="LRU prefix-cache sizes (blocks)")] = None,
-    drop_duplicates: Annotated[
-        bool, typer.Option("--drop-duplicates/--keep-duplicates", help="describe the file as is (default) or as `clean` keeps it")
-    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Characterise a trace: rates, lengths, correlation, burstiness, prefix reuse (invalid rows left out)."""
-    clean_params = _params(CleanParams, max_context_tokens=max_context, drop_duplicates=drop_duplicates)
-    result = _ingest(file, _trace_params(file, fmt, time_unit, column), clean_params)
-    result.require_rows()
-    char = CharacteriseParams() if lru_blocks is None else _params(CharacteriseParams, lru_cache_blocks=lru_blocks)
+    clean_params = validated(CleanParams, max_context_tokens=max_context, duplicates=duplicates)
+    trace = trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate)
+    result = read_input(file, trace, clean_params, announce=False)
+    char = CharacteriseParams() if lru_blocks is None else validated(CharacteriseParams, lru_cache_blocks=lru_blocks)
     summary = characterise(result.trace, char)
     summary["format"] = result.report.source_format
-    summary["accounting"] = {k: getattr(result.report, k) for k in ("rows_in", "rows_kept", "rows_quarantined", "by_reason")}
+    summary["accounting"] = account_json(result.report)
     if json_out:
         print_json(summary)
     else:
-        _print_summary(file, summary)
+        _print_summary(file, summary, account_line(result.report))
 
 
 @app.command()
@@ -89,11 +80,14 @@ def clean(
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
-    max_context: MaxContextOpt = CleanParams().max_context_tokens,
+    block_size: BlockSizeOpt = None,
+    generate_arrivals: GenerateArrivalsOpt = False,
+    arrival_rate: ArrivalRateOpt = 1.0,
+    duplicates: DuplicatesOpt = "by_id",
+    max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     window_start: Annotated[float | None, typer.Option("--window-start", help="s from first request")] = None,
     window_end: Annotated[float | None, typer.Option("--window-end", help="s from first request")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session)")] = None,
-    keep_duplicates: Annotated[bool, typer.Option("--keep-duplicates", help="do not drop exact duplicate rows")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Clean a trace into the canonical Parquet schema; invalid rows go to a quarantine file with reasons."""
@@ -102,17 +96,19 @@ def clean(
         field, sep, pattern = item.partition("=")
         if not sep:
             raise LlmcapError(f"--exclude expects FIELD=REGEX, got {item!r}")
-        rules.append(_params(ExcludeRule, field=field, pattern=pattern))
-    params = _params(
+        rules.append(validated(ExcludeRule, field=field, pattern=pattern))
+    params = validated(
         CleanParams,
         max_context_tokens=max_context,
         window_start_s=window_start,
         window_end_s=window_end,
         exclude=rules,
-        drop_duplicates=not keep_duplicates,
+        duplicates=duplicates,
     )
-    result = _ingest(file, _trace_params(file, fmt, time_unit, column), params)
     quarantine = quarantine or out.with_name(out.name.removesuffix(".parquet") + ".quarantine.parquet")
+    check_outputs([file], [out, quarantine])
+    with err_console.status(f"reading {file.name} …"):
+        result = ingest(file, trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate), params)
     write_table(result.trace, out)
     write_table(result.quarantine, quarantine)
     report = result.report.as_dict() | {"out": str(out), "quarantine": str(quarantine)}
@@ -120,10 +116,7 @@ def clean(
         print_json(report)
     else:
         r = result.report
-        Console().print(
-            f"[bold]{r.source_file}[/] ({r.source_format}): {r.rows_in:,} rows in = {r.rows_kept:,} kept + "
-            f"{r.rows_quarantined:,} quarantined → {out} / {quarantine}"
-        )
+        Console().print(f"{account_line(r)} → {out} / {quarantine}", highlight=False, markup=False, soft_wrap=True)
         for reason, count in r.by_reason.items():
             Console().print(f"  {reason:<22} {count:>8,}")
     result.require_rows()
@@ -143,16 +136,25 @@ def synth(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
+    column: ColumnOpt = None,
+    block_size: BlockSizeOpt = None,
+    duplicates: DuplicatesOpt = "by_id",
     json_out: JsonOpt = False,
 ) -> None:
     """What-if trace: rescale the source to a target rate, or resample requests jointly onto new arrivals."""
-    source = _load_any(file, fmt, time_unit)
+    positive("--rate", rate)
+    plausible_rate("--rate", rate)
+    if requests is not None and requests < 1:
+        raise LlmcapError(f"--requests must be at least 1, got {requests}")
+    check_outputs([file], [out])
+    trace = trace_params(file, fmt, time_unit, column, block_size, generate_arrivals=False)
+    source = read_input(file, trace, validated(CleanParams, duplicates=duplicates), announce=not json_out).trace
     if arrivals == "trace":
         if requests not in (None, source.num_rows):
             raise LlmcapError("--arrivals trace keeps the source requests; drop --requests or pick poisson/gamma")
         table = scale_rate(source, rate)
     elif arrivals in ("poisson", "gamma"):
-        spec = _params(
+        spec = validated(
             ArrivalSpec,
             process=arrivals,
             rate_rps=rate,
@@ -173,24 +175,12 @@ def synth(
         Console().print(f"wrote {brief['rows']:,} requests at {brief['mean_rps']:.3f} req/s → {out}")
 
 
-def _load_any(file: Path, fmt: str, time_unit: str):
-    """A canonical Parquet trace as is, anything else read and cleaned with default params."""
-    if file.suffix == ".parquet" and fmt in ("auto", "parquet"):
-        try:
-            return load_trace(file)
-        except LlmcapError:
-            pass  # a generic Parquet file, not one of ours: read it like any other trace
-    result = _ingest(file, _trace_params(file, fmt, time_unit, None), CleanParams())
-    result.require_rows()
-    return result.trace
-
-
-def _print_summary(file: Path, s: dict) -> None:
+def _print_summary(file: Path, s: dict, account: str) -> None:
     console = Console()
-    acc = s["accounting"]
+    console.print(account, highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"[bold]{file.name}[/] ({s['format']}): {s['rows']:,} requests over {s['duration_s']:,.1f} s, "
-        f"mean {s['mean_rps'] or 0:.3f} req/s  ({acc['rows_in']:,} read, {acc['rows_quarantined']:,} quarantined)"
+        f"mean {s['mean_rps'] or 0:.3f} req/s"
     )
     lengths = Table(title="Lengths (tokens)")
     lengths.add_column("")
@@ -201,8 +191,8 @@ def _print_summary(file: Path, s: dict) -> None:
         lengths.add_row(name.upper(), *(f"{s[name][k]:,.1f}" for k in keys))
     console.print(lengths)
     console.print(
-        f"corr(ISL,OSL): Pearson {s['corr_pearson']:.3f}, Spearman {s['corr_spearman']:.3f};  inter-arrival CV "
-        f"{s['interarrival_cv'] if s['interarrival_cv'] is None else round(s['interarrival_cv'], 3)}"
+        f"corr(ISL,OSL): Pearson {_num(s['corr_pearson'])}, Spearman {_num(s['corr_spearman'])};  "
+        f"inter-arrival CV {_num(s['interarrival_cv'])}"
     )
     rates = Table(title="Arrival rate per window (req/s)")
     for col in ("window", "windows", "p50", "p90", "p99", "max", "CV", "peak/mean"):
@@ -222,3 +212,8 @@ def _print_summary(file: Path, s: dict) -> None:
         )
     for label, shares in s["mix"].items():
         console.print(f"{label} mix: " + ", ".join(f"{k} {v:.1%}" for k, v in list(shares.items())[:8]))
+
+
+def _num(value: float | None) -> str:
+    """A statistic that can be undefined (a correlation of constant lengths, one request's CV)."""
+    return "undefined" if value is None or not np.isfinite(value) else f"{value:.3f}"

@@ -51,7 +51,7 @@ def test_pd_and_router_options(trace_file: Path) -> None:
     [
         (["--pd", "2"], "--pd must be P:D"),
         (["--router", "random"], "--router must be one of"),
-        (["--rate-scale", "0"], "--rate-scale must be a positive number"),
+        (["--rate-scale", "0"], "--rate-scale must be a positive finite number"),
         (["--max-num-seqs", "512", "--max-num-batched-tokens", "256"], "max_num_batched_tokens"),
         (["--model", "No-Such-Model"], "No-Such-Model"),
     ],
@@ -64,4 +64,4 @@ def test_bad_input_is_one_line_exit_2(trace_file: Path, args: list[str], message
 
 def test_missing_trace_file(tmp_path: Path) -> None:
     result = runner.invoke(app, [*BASE, "--trace", str(tmp_path / "nope.jsonl"), "--json"])
-    assert result.exit_code == 2 and "no such file" in result.stderr
+    assert result.exit_code == 2 and "nope.jsonl: file not found" in result.stderr
