@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,28 +35,33 @@ Mode = Literal["aggregated", "disaggregated"]
 
 
 class _Grid(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # strict: a YAML `true` is no 1 and "4" no 4 (ints still pass for floats); no .inf/.nan knob means anything
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
+
+
+Positive = Annotated[int, Field(ge=1)]
 
 
 class SchedulerGrid(_Grid):
     """Scheduler knobs for one role (vLLM names)."""
 
-    max_num_seqs: list[int] = Field(default=[256], min_length=1)
-    max_num_batched_tokens: list[int] = Field(default=[8192], min_length=1)
-    block_sizes: list[int] = Field(default=[16], min_length=1)
+    max_num_seqs: list[Positive] = Field(default=[256], min_length=1)
+    max_num_batched_tokens: list[Positive] = Field(default=[8192], min_length=1)
+    block_sizes: list[Positive] = Field(default=[16], min_length=1)
 
 
 class ParallelGrid(_Grid):
-    tp: list[int] = Field(default=[1, 2, 4, 8], min_length=1)
-    pp: list[int] = Field(default=[1], min_length=1)
-    ep: list[int] = Field(default=[1], min_length=1)
-    dp: list[int] = Field(default=[1], min_length=1)
+    tp: list[Positive] = Field(default=[1, 2, 4, 8], min_length=1)
+    pp: list[Positive] = Field(default=[1], min_length=1)
+    ep: list[Positive] = Field(default=[1], min_length=1)
+    dp: list[Positive] = Field(default=[1], min_length=1)
 
 
 class EnumerationSpec(_Grid):
     """The candidate grid (readable from params.yaml). Every list is enumerated in the order given."""
 
     gpus: list[str] = Field(default=["H100-SXM-80GB"], min_length=1)
+    """Catalog GPU names or aliases (unknown ones fail in `enumerate_candidates`, and at params load)."""
     weight_quants: list[str] = Field(default=["bf16"], min_length=1)
     kv_dtypes: list[str] = Field(default=["bf16"], min_length=1)
     parallel: ParallelGrid = ParallelGrid()
@@ -69,7 +74,7 @@ class EnumerationSpec(_Grid):
     allow_multi_node: bool = False
     """Allow one instance (TP x PP x DP GPUs) to span more than one node."""
     memory: MemoryParams = MemoryParams()
-    usd_per_gpu_hour: dict[str, float] = {}
+    usd_per_gpu_hour: dict[str, Annotated[float, Field(ge=0)]] = {}
     """$/GPU-hour overrides by GPU name or alias; GPUs not listed use the catalog default."""
 
 

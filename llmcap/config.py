@@ -1,19 +1,25 @@
 """Typed models of `params.yaml` (the knobs; `dvc.yaml` owns the paths).
 
 Each stage reads only its own section. Unknown keys are errors, so a typo in params.yaml fails loudly
-instead of silently falling back to a default.
+instead of silently falling back to a default. Validation is complete at load (`load_params`): types are
+strict (YAML's `true` is not a 1, "3" is not a 3; an int still passes for a float), floats are finite,
+every range is checked, and GPU, weight-format, KV-dtype and model names are looked up in the catalogs,
+so a bad value fails at once with its field named instead of later with a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from llmcap.candidates import EnumerationSpec, workload_context_lengths
+from llmcap.credentials import check_env_name, redact_text, split_userinfo
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.sizing.params import SizeParams
 
@@ -23,7 +29,12 @@ CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "hash_ids", "model", "adapter", "
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `seed: true` or `tp: "4"` is a mistake to report, not to coerce; no .inf / .nan knob is meaningful
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Percentile = Annotated[float, Field(gt=0, lt=100)]  # 0 and 100 are min and max, reported anyway
 
 
 class ArrivalSpec(_Strict):
@@ -34,16 +45,16 @@ class ArrivalSpec(_Strict):
     cv: float = Field(1.0, gt=0, description="inter-arrival coefficient of variation (gamma only; 1 = Poisson)")
     diurnal_amplitude: float = Field(0.0, ge=0, lt=1, description="relative sinusoidal rate swing, 0 = flat")
     diurnal_period_s: float = Field(86_400.0, gt=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
 
 
 class TraceParams(_Strict):
     """How to read the input trace."""
 
-    file: str = Field(description="trace file, relative to the raw-data directory dvc.yaml passes in")
+    file: str = Field(min_length=1, description="trace file, relative to the raw-data directory dvc.yaml passes in")
     format: TraceFormat = "auto"
     time_unit: TimeUnit = Field("auto", description="unit of the arrival column for generic formats")
-    columns: dict[str, str] = Field(
+    columns: dict[str, Annotated[str, Field(min_length=1)]] = Field(
         default_factory=dict,
         description="generic formats: canonical name (arrival, isl, osl, hash_ids, model, ...) -> source column",
     )
@@ -71,8 +82,8 @@ class ExcludeRule(_Strict):
 
 class CleanParams(_Strict):
     max_context_tokens: int = Field(262_144, gt=0, description="ISL+OSL above this is quarantined")
-    window_start_s: float | None = Field(None, description="keep arrivals at or after this (s from first request)")
-    window_end_s: float | None = Field(None, description="keep arrivals before this (s from first request)")
+    window_start_s: float | None = Field(None, ge=0, description="keep arrivals at or after this (s from first request)")
+    window_end_s: float | None = Field(None, gt=0, description="keep arrivals before this (s from first request)")
     exclude: list[ExcludeRule] = Field(default_factory=list)
     duplicates: Literal["by_id", "identical", "keep"] = Field(
         "by_id",
@@ -81,29 +92,38 @@ class CleanParams(_Strict):
         "without an id (strict); keep: drop nothing",
     )
 
+    @model_validator(mode="after")
+    def _window_not_empty(self) -> CleanParams:
+        if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
+            raise ValueError(f"window_end_s ({self.window_end_s:g}) must be after window_start_s ({self.window_start_s:g})")
+        return self
+
 
 class CharacteriseParams(_Strict):
-    rps_windows_s: list[float] = Field(default_factory=lambda: [1.0, 60.0, 300.0])
-    percentiles: list[float] = Field(default_factory=lambda: [50.0, 90.0, 99.0])
-    lru_cache_blocks: list[int] = Field(default_factory=lambda: [4_096, 16_384, 65_536])
+    rps_windows_s: list[Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: [1.0, 60.0, 300.0], min_length=1)
+    percentiles: list[Percentile] = Field(default_factory=lambda: [50.0, 90.0, 99.0], min_length=1)
+    lru_cache_blocks: list[PositiveInt] = Field(default_factory=lambda: [4_096, 16_384, 65_536])
     length_bucket_base: float = Field(2.0, gt=1, description="joint ISL/OSL buckets are powers of this")
 
 
 class EnumerateParams(EnumerationSpec):
     """Stage `enumerate`: the model to plan for plus the candidate grid (`llmcap.candidates.EnumerationSpec`)."""
 
-    model: str = "Llama-3.1-70B"
+    model: str = Field("Llama-3.1-70B", min_length=1)
     """Catalog model name (data/catalog/models/) or a path to a config.json or its directory."""
     max_context_len: int | Literal["model", "workload"] = Field(default="workload")  # type: ignore[assignment]
     """Longest ISL + OSL a deployment must accept: tokens, "model" (max_position_embeddings) or
     "workload" (the trace's longest ISL + longest OSL, from the characterise stage's summary)."""
 
-    @field_validator("max_context_len")
+    @field_validator("max_context_len", mode="before")
     @classmethod
-    def _positive(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and value < 1:
-            raise ValueError("must be >= 1 token, 'model' or 'workload'")
-        return value
+    def _tokens_or_keyword(cls, value: object) -> object:
+        # one message for the whole union (pydantic would report each member under its own extra loc entry)
+        if value in ("model", "workload") and isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        raise ValueError(f"must be a positive number of tokens, 'model' or 'workload' (got {value!r})")
 
     def grid(self, workload: Mapping[str, Any] | None = None) -> EnumerationSpec:
         """The plain EnumerationSpec, with max_context_len resolved against the workload summary."""
@@ -126,6 +146,10 @@ class ProfileParams(_Strict):
     """
 
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL to profile, e.g. http://127.0.0.1:8000")
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the endpoint's API key (sent as a Bearer token); "
+        "null: LLMCAP_API_KEY if set, else no key"
+    )
     served_model: str | None = Field(None, description="model name the endpoint serves (default: enumerate.model)")
     engine: str = "vllm"
     engine_version: str | None = None
@@ -147,16 +171,61 @@ class ProfileParams(_Strict):
     enable_chunked_prefill: bool | None = True
     enable_prefix_caching: bool | None = True
     scheduler: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
-    isl: list[int] = Field(default_factory=lambda: [128, 512, 2048, 8192], description="profiled prompt lengths")
-    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16], description="profiled concurrency levels")
+    isl: list[PositiveInt] = Field(default_factory=lambda: [128, 512, 2048, 8192], min_length=1,
+                                   description="profiled prompt lengths")
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16], min_length=1,
+                                           description="profiled concurrency levels")
     osl: int = Field(128, ge=2)
     repeats: int = Field(3, ge=1)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_without_secrets(cls, value: str | None) -> str | None:
+        # Messages here never quote the URL: it may hold the very secret being refused.
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ValueError("is not a URL") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000")
+        # params.yaml is committed, and DVC copies every param value into dvc.lock: no credential may live here
+        if split_userinfo(value)[1] is not None or redact_text(value) != value:
+            raise ValueError(
+                "carries a credential (user:password@ or a token in the query); params.yaml and dvc.lock are "
+                "committed, so put the key in an environment variable and name it in profile.api_key_env"
+            )
+        return value
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_env_name(value)
+            except LlmcapError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _scalar_knobs(cls, value: object) -> object:
+        # one message per knob instead of pydantic's one per member of the value union
+        if isinstance(value, dict):
+            for key, knob in value.items():
+                if not (knob is None or isinstance(knob, (str, int, float, bool))):
+                    raise ValueError(f"knob {key!r} must be a string, number, boolean or null (got {type(knob).__name__})")
+                if isinstance(knob, float) and not math.isfinite(knob):
+                    raise ValueError(f"knob {key!r} must be a finite number (got {knob})")
+        return value
 
 
 class Params(_Strict):
     """The whole of params.yaml."""
 
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     trace: TraceParams
     clean: CleanParams = CleanParams()
     characterise: CharacteriseParams = CharacteriseParams()
@@ -165,8 +234,12 @@ class Params(_Strict):
     size: SizeParams = SizeParams()
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate params.yaml; a bad key or value is one clear error naming the field."""
+def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:
+    """Read and validate params.yaml completely; the first bad key or value is one clear error naming its field.
+
+    Names are checked against the catalogs in `catalog_dir` (default: data/catalog): GPUs, weight
+    formats and KV dtypes of `enumerate` and `profile`, and `enumerate.model` (a catalog name or a path).
+    """
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -174,10 +247,62 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         raise InputFileError(path, "params file not found") from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputFileError(path, f"not valid YAML: {exc}", line=None if line is None else line + 1) from None
+        # one line: the problem, not PyYAML's quoted snippet (that line may hold an endpoint's password)
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise InputFileError(path, f"not valid YAML: {redact_text(problem)}", line=None if line is None else line + 1) from None
+    if not isinstance(raw, dict):
+        raise InputFileError(path, f"must be a mapping of sections (trace, clean, ...), not a {type(raw).__name__}")
     try:
-        return Params.model_validate(raw)
+        params = Params.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise InputFileError(path, err["msg"], field=field) from None
+        field, message = _describe(exc.errors(include_url=False))
+        raise InputFileError(path, message, field=field) from None
+    search = params.size.search
+    if search.min_rate >= search.max_rate:  # here, not in SearchParams: the search itself reports it for callers
+        raise InputFileError(path, f"must be below size.search.max_rate ({search.max_rate:g}) (got {search.min_rate:g})",
+                             field="size.search.min_rate")
+    for field, message in catalog_problems(params, catalog_dir):
+        raise InputFileError(path, message, field=field)
+    return params
+
+
+def _describe(errors: list[Any]) -> tuple[str, str]:
+    """(dotted field path, message) of the first error; the message says what came in and how many more are wrong."""
+    first = errors[0]
+    field = ".".join(str(p) for p in first["loc"])
+    message = first["msg"].removeprefix("Value error, ")
+    got = first.get("input")
+    if first["type"] not in ("value_error", "assertion_error", "missing", "extra_forbidden") and (
+        got is None or isinstance(got, (bool, int, float)) or (isinstance(got, str) and len(got) <= 60)
+    ):
+        message += f" (got {redact_text(repr(got)) if isinstance(got, str) else got!r})"
+    if len(errors) > 1:
+        others = [".".join(str(p) for p in e["loc"]) for e in errors[1:]]
+        shown = ", ".join(f"'{o}'" for o in others[:3]) + (", ..." if len(others) > 3 else "")
+        message += f"; {len(others)} more error{'s' if len(others) > 1 else ''}: {shown}"
+    return field, message
+
+
+def catalog_problems(params: Params, catalog_dir: str | Path | None = None) -> Iterator[tuple[str, str]]:
+    """(field, message) for every name in `params` that the catalogs do not know, in params.yaml order."""
+    from llmcap.catalog.gpus import default_catalog_dir, load_gpu_catalog
+    from llmcap.catalog.models import load_model
+    from llmcap.catalog.quant import kv_dtype_bytes, weight_format
+
+    catalog = Path(catalog_dir) if catalog_dir is not None else default_catalog_dir()
+    gpus = load_gpu_catalog(catalog / "gpus.yaml")
+    enum, prof = params.enumerate, params.profile
+    checks: list[tuple[str, Callable[[str], object], str]] = [
+        ("enumerate.model", lambda name: load_model(name, models_dir=catalog / "models"), enum.model)
+    ]
+    checks += [(f"enumerate.gpus.{i}", gpus.get, g) for i, g in enumerate(enum.gpus)]
+    checks += [(f"enumerate.weight_quants.{i}", weight_format, q) for i, q in enumerate(enum.weight_quants)]
+    checks += [(f"enumerate.kv_dtypes.{i}", kv_dtype_bytes, k) for i, k in enumerate(enum.kv_dtypes)]
+    checks += [(f"enumerate.usd_per_gpu_hour.{g}", gpus.get, g) for g in enum.usd_per_gpu_hour]
+    checks += [("profile.gpu", gpus.get, prof.gpu), ("profile.weight_quant", weight_format, prof.weight_quant),
+               ("profile.kv_dtype", kv_dtype_bytes, prof.kv_dtype)]
+    for field, lookup, name in checks:
+        try:
+            lookup(name)
+        except LlmcapError as exc:
+            yield field, str(exc)

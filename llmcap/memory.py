@@ -38,7 +38,8 @@ QUANTIZED_COMPONENTS = ("attention", "dense_mlp", "routed_experts", "shared_expe
 class MemoryParams(BaseModel):
     """Memory knobs, each with a documented default. Bytes are per rank (GPU)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # strict + finite: read from params.yaml, where `true` for a byte count or .nan for a fraction is a mistake
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
 
     gpu_memory_utilization: float = Field(default=0.90, gt=0, le=1)
     """Fraction of the driver-reported HBM the engine may use (vLLM's default 0.90)."""

@@ -32,12 +32,13 @@ def stage_main(
     args = ap.parse_args(argv)
     apply_defaults()
 
+    from llmcap.credentials import redact_text
     from llmcap.errors import LlmcapError  # after the defaults: stages import lazily on purpose
 
     try:
         message = run(args)
     except LlmcapError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact_text(str(exc))}", file=sys.stderr)  # a message quoting a URL never shows its password
         return 2
     print(f"[{name}] {message}")
     return 0

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.trace import write_table
     from stages import tracking, validation
 
-    params = load_params(args.params).enumerate
+    params = load_params(args.params, catalog_dir=args.catalog_dir).enumerate
     try:
         workload = json.loads(args.workload.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

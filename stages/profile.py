@@ -60,10 +60,11 @@ def _loud(message: str) -> None:
 def run(args: argparse.Namespace) -> str:
     from llmcap.catalog import get_gpu, load_model
     from llmcap.config import load_params
+    from llmcap.errors import LlmcapError
     from llmcap.perf import build_step_model, is_stale, read_profile
     from stages import tracking, validation
 
-    all_params = load_params(args.params)
+    all_params = load_params(args.params, catalog_dir=args.catalog_dir)
     params, model_name = all_params.profile, all_params.enumerate.model
     model = load_model(model_name, models_dir=args.catalog_dir / "models")
     current = target_fingerprint(params, model.name, args.catalog_dir)
@@ -77,13 +78,21 @@ def run(args: argparse.Namespace) -> str:
     if stored is not None and not changes:
         out["source"], profile = "profile", stored
     elif params.endpoint:
+        from llmcap.credentials import api_key_from_env, redact_url
         from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
         spec = ProfileSpec.grid(params.isl, params.concurrency, osl=params.osl, repeats=params.repeats,
                                 max_num_batched_tokens=params.max_num_batched_tokens)
-        m = measure_endpoint(params.endpoint, params.served_model or model.name, spec, progress=True)
+        m = measure_endpoint(params.endpoint, params.served_model or model.name, spec, progress=True,
+                             api_key=api_key_from_env(params.api_key_env))
+        if len(m.failed_runs) == len(m.runs):
+            first = next((r.error for run in m.runs for r in run.results if r.error), "no tokens came back")
+            raise LlmcapError(f"profile.endpoint: every request to {redact_url(params.endpoint)} failed: {first}")
         declared = current.model_dump(exclude={"engine", "engine_version", "block_size", "enable_prefix_caching", "kv_dtype"})
-        profile = to_profile(m, endpoint_fingerprint(m, **declared))
+        try:
+            profile = to_profile(m, endpoint_fingerprint(m, **declared))
+        except ValueError as exc:
+            raise LlmcapError(f"profile.endpoint: nothing to fit from {redact_url(params.endpoint)}: {exc}") from None
         profile.write(args.report_dir / "measured")
         out["source"], out["measured_profile"] = "profile-measured", str(args.report_dir / "measured")
         out["measured_fingerprint_changes"] = [c.__dict__ for c in is_stale(current, profile.fingerprint)]

@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from llmcap.credentials import redact_text
 from llmcap.errors import LlmcapError
 
 err_console = Console(stderr=True)
@@ -25,7 +26,7 @@ def user_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except LlmcapError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {redact_text(str(exc))}", file=sys.stderr)  # a message quoting a URL never shows its password
             raise typer.Exit(2) from None
 
     return wrapper

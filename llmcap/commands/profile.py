@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.commands._common import print_json, user_errors
+from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
 
 
@@ -25,7 +26,8 @@ def _ints(text: str, what: str) -> list[int]:
 
 @user_errors
 def profile(
-    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000.")],
+    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000 "
+                                               "(user:password@ in it is sent as basic auth and never printed).")],
     model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
     isl: Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")] = "128,512,2048",
     concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,16",
@@ -39,29 +41,36 @@ def profile(
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")] = 1,
     out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", metavar="NAME",
+        help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
+             f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).")] = None,
 ) -> None:
     """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."""
     import asyncio
 
-    from llmcap.live.client import async_client, served_models
+    from llmcap.live.client import endpoint_client, served_models
     from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
+    api_key = api_key_from_env(api_key_env)
     base = endpoint.rstrip("/")
+    shown = redact_url(base)  # everything printed below names the endpoint by this
     if model is None:
         async def first_model() -> list[dict]:
-            async with async_client() as client:
-                return await served_models(client, base)
+            url, client = endpoint_client(base, api_key)
+            async with client:
+                return await served_models(client, url)
 
         models = asyncio.run(first_model())
         if not models:
-            raise LlmcapError(f"{base}/v1/models lists no model (is the server up?); pass --model")
+            raise LlmcapError(f"{shown}/v1/models lists no model (is the server up?); pass --model")
         model = str(models[0]["id"])
     spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
                             vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
-    m = measure_endpoint(base, model, spec, progress=True)
+    m = measure_endpoint(base, model, spec, progress=True, api_key=api_key)
     if len(m.failed_runs) == len(m.runs):
         first = next((r for run in m.runs for r in run.results if r.error), None)
-        raise LlmcapError(f"every request to {base} failed: {first.error if first else 'no tokens came back'}")
+        raise LlmcapError(f"every request to {shown} failed: {first.error if first else 'no tokens came back'}")
     fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp)
     try:
         prof = to_profile(m, fp)
@@ -71,7 +80,7 @@ def profile(
     fit = prof.fit
     assert fit is not None
     summary = {
-        "endpoint": base, "model": model, "engine_version": m.version, "out": str(out),
+        "endpoint": shown, "model": model, "engine_version": m.version, "out": str(out),
         "fingerprint_hash": prof.fingerprint_hash, "wall_s": round(m.wall_s, 2), "failed_runs": len(m.failed_runs),
         "fit": fit.to_dict(), "points": prof.points.to_pylist(),
     }
@@ -79,7 +88,7 @@ def profile(
         print_json(summary)
         return
     console = Console()
-    table = Table(title=f"{model} @ {base} (engine {m.version}) — medians over {repeats} runs")
+    table = Table(title=f"{model} @ {shown} (engine {m.version}) — medians over {repeats} runs")
     for col in ("ISL", "conc", "TTFT ms", "mean ITL ms", "ITL p99 ms", "runs"):
         table.add_column(col, justify="right")
     for cell in m.cells.values():

@@ -17,9 +17,13 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import numpy as np
+
+from llmcap.credentials import redact_text, split_userinfo
+from llmcap.errors import LlmcapError
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
@@ -100,7 +104,7 @@ async def stream_completion(
             result.http_status = r.status_code
             if r.status_code != 200:
                 result.status = "rejected"
-                result.error = (await r.aread()).decode(errors="replace")[:500]
+                result.error = redact_text((await r.aread()).decode(errors="replace")[:500])
                 return result
             lines = SSELines()
             async for chunk in r.aiter_bytes():
@@ -117,7 +121,7 @@ async def stream_completion(
                     break
     except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: an event that is not JSON
         result.status = "unfinished"
-        result.error = f"{type(exc).__name__}: {exc}"[:500]
+        result.error = redact_text(f"{type(exc).__name__}: {exc}")[:500]  # a transport error may quote the URL
         return result
     if not done:
         result.status = "unfinished"
@@ -182,8 +186,17 @@ async def served_models(client: httpx.AsyncClient, base_url: str) -> list[dict]:
     return list(doc.get("data") or []) if doc else []
 
 
-def async_client(max_connections: int = 1024, keepalive: bool = False) -> httpx.AsyncClient:
+def async_client(
+    max_connections: int = 1024,
+    keepalive: bool = False,
+    *,
+    basic_auth: tuple[str, str] | None = None,
+    api_key: str | None = None,
+) -> httpx.AsyncClient:
     """A client for load generation: generous pool (open loop must never queue in the client).
+
+    `api_key` goes in `Authorization: Bearer` (what `vllm serve --api-key` and OpenAI-style servers
+    check); `basic_auth` is the user:password an endpoint URL carried (`endpoint_client` splits it off).
 
     No keep-alive by default: on a reused connection vLLM's small SSE writes were held back until
     the whole response was done (measured: 64 tokens arriving within 1 ms after 130 ms, while a
@@ -191,5 +204,18 @@ def async_client(max_connections: int = 1024, keepalive: bool = False) -> httpx.
     server side. A fresh connection per request costs ~0.1 ms on loopback and is what many
     independent users look like anyway.
     """
+    if basic_auth is not None and api_key is not None:
+        raise LlmcapError("the endpoint URL carries user:password and an API key is set: use one of them")
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections if keepalive else 0)
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0, connect=30.0))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else None
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0, connect=30.0), headers=headers,
+                             auth=httpx.BasicAuth(*basic_auth) if basic_auth is not None else None)
+
+
+def endpoint_client(base_url: str, api_key: str | None = None, **kwargs: Any) -> tuple[str, httpx.AsyncClient]:
+    """(the base URL to request, without `user:password@`; a client that authenticates instead).
+
+    httpx logs every request URL, password included, so credentials never stay in the URL we request.
+    """
+    url, userinfo = split_userinfo(base_url.rstrip("/"))
+    return url, async_client(basic_auth=userinfo, api_key=api_key, **kwargs)

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
-from llmcap.live.client import StreamResult, async_client, server_version, served_models, stream_completion, token_prompt
+from llmcap.credentials import redact_url
+from llmcap.live.client import StreamResult, endpoint_client, server_version, served_models, stream_completion, token_prompt
 from llmcap.live.metrics import MetricsSnapshot, delta, scrape
 from llmcap.perf.calibrate import StepObservations, decode_observations, fit_step_model, prefill_observations
 from llmcap.perf.fingerprint import EnvironmentFingerprint
@@ -304,12 +305,14 @@ async def _one_run(client: httpx.AsyncClient, base_url: str, model: str, spec: P
                server_itl_s=total / n if n and total is not None else None)
 
 
-async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, progress: bool = False) -> EndpointMeasurement:
-    base_url = base_url.rstrip("/")
+async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,
+                                 api_key: str | None = None) -> EndpointMeasurement:
+    shown_url = redact_url(base_url.rstrip("/"))  # what the measurement keeps (reports, manifests)
     seed = spec.seed if spec.seed is not None else int.from_bytes(os.urandom(6), "little")
     seeds = itertools.count(seed * 1_000_003 + 1)
     t0 = time.perf_counter()
-    async with async_client() as client:
+    base_url, client = endpoint_client(base_url, api_key)
+    async with client:
         version = await server_version(client, base_url)
         models = await served_models(client, base_url)
         info = next((m for m in models if m.get("id") == model), {})
@@ -333,12 +336,16 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
                 runs.append(await _one_run(client, base_url, model, spec, isl, c, rep, seeds, scrape_metrics))
                 advance(f"ISL {isl} x {c}")
         after = await scrape(client, base_url)
-    return EndpointMeasurement(base_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0)
+    return EndpointMeasurement(shown_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0)
 
 
-def measure_endpoint(base_url: str, model: str, spec: ProfileSpec, progress: bool = False) -> EndpointMeasurement:
-    """Run the experiments of `spec` against `base_url` (blocking; see the module docstring)."""
-    return asyncio.run(measure_endpoint_async(base_url, model, spec, progress))
+def measure_endpoint(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,
+                     api_key: str | None = None) -> EndpointMeasurement:
+    """Run the experiments of `spec` against `base_url` (blocking; see the module docstring).
+
+    Credentials in `base_url` (user:password) are sent as basic auth, `api_key` as a Bearer token;
+    the measurement keeps the URL with its password masked."""
+    return asyncio.run(measure_endpoint_async(base_url, model, spec, progress, api_key))
 
 
 class _progress:
@@ -400,7 +407,7 @@ def to_profile(m: EndpointMeasurement, fingerprint: EnvironmentFingerprint, fit_
                         [m.cells[k].repeats for k in keys])
     manifest = {
         "source": "endpoint",
-        "base_url": m.base_url,
+        "base_url": redact_url(m.base_url),  # already masked by measure_endpoint; a hand-made measurement may not be
         "served_model": m.model,
         "spec": {**{k: v for k, v in m.spec.__dict__.items() if k != "cells"}, "cells": [list(c) for c in m.spec.cells]},
         "fit_cells": [list(k) for k in dict.fromkeys(keys)],

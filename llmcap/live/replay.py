@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from llmcap.live.client import FIRST_ORDINARY_ID, StreamResult, async_client, stream_completion, token_prompt
+from llmcap.live.client import FIRST_ORDINARY_ID, StreamResult, endpoint_client, stream_completion, token_prompt
 from llmcap.sim.records import REQUEST_SCHEMA
 
 
@@ -82,6 +82,7 @@ async def replay_async(
     base_url: str, model: str, arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray, *,
     request_id: np.ndarray | None = None, rate_scale: float = 1.0, hash_ids: list | None = None,
     block_tokens: int | None = None, vocab_size: int = 1000, seed: int = 0, timeout_s: float = 600.0,
+    api_key: str | None = None,
 ) -> ReplayResult:
     if rate_scale <= 0:
         raise ValueError("rate_scale must be > 0")
@@ -89,10 +90,10 @@ async def replay_async(
     isl, osl = np.asarray(isl, dtype=np.int64), np.asarray(osl, dtype=np.int64)
     rid = np.arange(arrival.size) if request_id is None else np.asarray(request_id, dtype=np.int64)
     prompts = _prompts(isl, hash_ids, block_tokens, vocab_size, seed)
-    base_url = base_url.rstrip("/")
     sent = np.zeros(arrival.size)
 
-    async with async_client(max_connections=max(64, 2 * arrival.size)) as client:
+    base_url, client = endpoint_client(base_url, api_key, max_connections=max(64, 2 * arrival.size))
+    async with client:
         t0 = time.perf_counter() + 0.05  # a moment to start all tasks before the first arrival
 
         async def one(i: int) -> StreamResult:

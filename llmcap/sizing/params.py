@@ -6,7 +6,7 @@ elsewhere; the code converts once, at the edge.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -15,7 +15,9 @@ DistMetric = Literal["ttft", "tpot", "e2e", "queue", "itl_p50", "itl_p99", "itl_
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # strict: a YAML `true` is no 1 and "3" no 3 (ints still pass for floats); no knob means anything at .inf/.nan.
+    # Tuple fields say strict=False: YAML gives lists (their items stay strict).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
 
 
 class DistributionTarget(_Strict):
@@ -46,7 +48,7 @@ class SloParams(_Strict):
     """Longest time a request may wait before it is first scheduled."""
     attainment_target: float = Field(default=0.99, gt=0, le=1)
     """Share of (steady-window) requests that must qualify for a rate to count as feasible."""
-    distribution: tuple[DistributionTarget, ...] = ()
+    distribution: tuple[DistributionTarget, ...] = Field(default=(), strict=False)
     """Distribution-level checks across requests, reported beside attainment."""
     warmup_s: float = Field(default=0.0, ge=0)
     """Arrivals in the first `warmup_s` of the arrival span are not measured (cold caches, empty queues)."""
@@ -68,7 +70,7 @@ class SloParams(_Strict):
 class SearchParams(_Strict):
     """Max-feasible-rate search: bracket from an initial guess, then bisection (see `llmcap.sizing.search`)."""
 
-    seeds: tuple[int, ...] = Field(default=(0, 1, 2), min_length=1)
+    seeds: tuple[Annotated[int, Field(ge=0)], ...] = Field(default=(0, 1, 2), min_length=1, strict=False)
     """Seeds evaluated at every rate."""
     feasibility: Literal["all_seeds", "mean"] = "all_seeds"
     """`all_seeds`: feasible only if every seed meets the attainment target (default, conservative);

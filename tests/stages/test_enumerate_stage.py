@@ -94,7 +94,7 @@ def test_is_deterministic_and_logs_to_mlflow(tmp_path: Path) -> None:
 def test_bad_params_are_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert stage.main(_setup(tmp_path, {"gpus": ["v100"]})) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: unknown GPU 'v100'")
+    assert len(err) == 1 and err[0].startswith("error: ") and "field 'enumerate.gpus.0': unknown GPU 'v100'" in err[0]
 
     assert stage.main(_setup(tmp_path, {"modle": "Llama-3.1-8B"})) == 2
     assert "field 'enumerate.modle'" in capsys.readouterr().err
