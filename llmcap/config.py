@@ -10,6 +10,7 @@ so a bad value fails at once with its field named instead of later with a traceb
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -78,6 +79,15 @@ class ExcludeRule(_Strict):
 
     field: Literal["model", "adapter", "tenant", "session"]
     pattern: str
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
 
 class CleanParams(_Strict):

@@ -42,6 +42,9 @@ from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloPar
 from llmcap.sizing.plan import size_deployments
 
 
+MIN_REQUESTS = 20  # warm-up and drain are excluded from every replay: fewer leave no steady window to judge
+
+
 def _lengths_summary(isl: np.ndarray, osl: np.ndarray) -> dict:
     def stats(x: np.ndarray) -> dict:
         p = np.percentile(x, [50, 90, 99])
@@ -56,7 +59,7 @@ def size(
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory.")],
     slo_ttft_p99: Annotated[float, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet.")],
     slo_itl_p99: Annotated[float, typer.Option("--slo-itl-p99", min=0.001, help="Per-request P99 inter-token latency target (ms).")],
-    target_rps: Annotated[float | None, typer.Option("--target-rps", min=1e-9, help="Planning rate (req/s); default: the trace's mean rate.")] = None,
+    target_rps: Annotated[float | None, typer.Option("--target-rps", help="Planning rate (req/s); default: the trace's mean rate.")] = None,
     ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = 0.0,
     attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = 0.99,
     gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPU(s) to consider (repeat the option).")] = ["H100-SXM-80GB", "H200-SXM-141GB"],  # noqa: B006
@@ -90,6 +93,8 @@ def size(
     source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
     cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
     table = cleaned.trace
+    if table.num_rows < MIN_REQUESTS:
+        raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
     spec = load_model(model)
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)

@@ -11,6 +11,7 @@ import lzma
 import shutil
 import stat
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,6 @@ def local_file(path: Path) -> Iterator[Path]:
         try:
             with (opener(path) if opener is not None else path.open("rb")) as src, local.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-        except (OSError, EOFError, lzma.LZMAError, pa.ArrowInvalid) as exc:
+        except (OSError, EOFError, zlib.error, lzma.LZMAError, pa.ArrowInvalid) as exc:
             raise InputFileError(path, f"cannot read{' compressed' if opener else ''} input ({str(exc).splitlines()[0]})") from None
         yield local
