@@ -141,8 +141,9 @@ def _check_mlflow(root: Path, env: dict) -> None:
         assert tags["git.commit"] == head and tags["git.dirty"] == "false", stage
         assert re.fullmatch(r"[0-9a-f]{64}", tags["dvc.stage_hash"]), stage
     assert children["clean"].data.tags["input.trace.sha256"] == hashlib.sha256(raw.read_bytes()).hexdigest()
-    assert children["clean"].data.metrics["rows_kept"] == 12_030
-    assert children["clean"].data.metrics["rows_quarantined"] == 1
+    # Mooncake has no request ids: its two equal rows are two requests (clean.duplicates: by_id)
+    assert children["clean"].data.metrics["rows_kept"] == 12_031
+    assert children["clean"].data.metrics["rows_quarantined"] == 0
     assert children["characterise"].data.metrics["prefix.ideal_hit_ratio"] == pytest.approx(0.3736, abs=1e-4)
     clean_artifacts = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "clean")}
     assert {"clean/clean_report.json", "clean/validation_trace.json", "clean/validation_quarantine.json"} <= clean_artifacts
