@@ -89,6 +89,26 @@ class SearchParams(_Strict):
     """Rates (not rate × seed) evaluated per search at most."""
 
 
+class SteadyParams(_Strict):
+    """How long each search evaluation replays, and when a run counts as overloaded whatever its attainment
+    (see `llmcap.sizing.simeval` and `llmcap.sizing.stability`)."""
+
+    span_ttft_multiple: float = Field(default=30.0, ge=0)
+    """The replayed arrival span is at least this many TTFT targets (the mean request's), so a queue that
+    grows faster than the target has time to show."""
+    span_drain_multiple: float = Field(default=10.0, ge=0)
+    """... and at least this many drain times (last finish − last arrival of the run), so the requests in
+    flight at the window's edges are a small part of it. A run that passes but spans less is replayed once
+    at this length (at most the whole trace); one that already fails is judged as it is."""
+    ttft_growth: float = Field(default=0.5, gt=0)
+    """Overloaded when the median TTFT of the steady window's last `edge_frac` of arrivals exceeds that of
+    its first by more than this share of the TTFT target (the queue is still growing)."""
+    min_served_ratio: float = Field(default=0.9, gt=0, le=1)
+    """Overloaded when fewer requests finish inside the steady window than this share of those arriving in it."""
+    edge_frac: float = Field(default=0.25, gt=0, le=0.5)
+    """Share of the steady window's arrivals (by arrival order) compared at its start and at its end."""
+
+
 class HeadroomParams(_Strict):
     """Headroom by risk (see `llmcap.sizing.headroom`); each risk adds its own computed instances."""
 
