@@ -87,6 +87,11 @@ class SearchParams(_Strict):
     """Guard rates are answer × (1 − i × guard_step), i = 1..guard_points (clipped at min_rate)."""
     max_evaluations: int = Field(default=64, ge=1)
     """Rates (not rate × seed) evaluated per search at most."""
+    confirm_step: float = Field(default=0.2, gt=0, lt=1)
+    """Whole-trace confirmation: after a failure with no confirmed rate below it, the next rate tried is
+    the failed one × (1 − confirm_step); once one holds, bisection to `rel_tol`."""
+    max_confirmations: int = Field(default=12, ge=1)
+    """Whole-trace evaluations per confirmation at most (then the last confirmed rate, or 0, is kept)."""
 
 
 class SteadyParams(_Strict):
