@@ -157,7 +157,13 @@ class SizeParams(_Strict):
     target_rps: float | None = Field(default=None, gt=0)
     """Planning rate (req/s); None = the trace's own mean rate (headroom then covers its peaks)."""
     excerpt_requests: int = Field(default=1500, ge=10)
-    """Requests per search evaluation: each seed replays a different run of this many consecutive requests."""
+    """Fewest requests per search evaluation: each seed replays a different run of at least this many
+    consecutive requests (more at high rates: `steady`)."""
+    steady: SteadyParams = SteadyParams()
+    confirm_whole_trace: Literal["chosen", "all", "off"] = "chosen"
+    """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
+    cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
+    (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
     router: Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"] = "least_outstanding_tokens"
     shortlist: int = Field(default=4, ge=1)
     """Aggregated candidates searched per round (in order of analytic bound per GPU)."""
