@@ -47,14 +47,17 @@ def plot_attainment(curves: Mapping[str, SearchResult], target: float) -> bytes:
             continue
         x, y = zip(*pts, strict=True)
         (line,) = ax.plot(x, y, marker="o", ms=3, lw=1, label=f"{key} (λ* {res.max_rate:.3g})")
-        if res.max_rate > 0:
-            knee = next(a for r, a in pts if r == res.max_rate)
-            ax.plot([res.max_rate], [knee], marker="*", ms=12, color=line.get_color())
+        if res.confirmation is not None:  # whole-trace runs: points only, they are not the excerpts' curve
+            conf = [(p.rate, p.mean_attainment) for p in res.confirmation.points]
+            ax.plot(*zip(*conf, strict=True), ls="none", marker="x", ms=5, color=line.get_color())
+        best = res.best
+        if res.max_rate > 0 and best is not None:
+            ax.plot([res.max_rate], [best.mean_attainment], marker="*", ms=12, color=line.get_color())
     ax.axhline(target, color="k", ls="--", lw=0.8, label=f"target {target:g}")
     ax.set_xscale("log")
     ax.set_xlabel("arrival rate λ (req/s)")
     ax.set_ylabel("SLO attainment (mean over seeds)")
-    ax.set_title("Attainment vs arrival rate (★ = max feasible rate)")
+    ax.set_title("Attainment vs arrival rate (★ = max feasible rate, × = whole-trace confirmation)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()

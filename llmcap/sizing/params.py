@@ -89,6 +89,31 @@ class SearchParams(_Strict):
     """Guard rates are answer × (1 − i × guard_step), i = 1..guard_points (clipped at min_rate)."""
     max_evaluations: int = Field(default=64, ge=1)
     """Rates (not rate × seed) evaluated per search at most."""
+    confirm_step: float = Field(default=0.2, gt=0, lt=1)
+    """Whole-trace confirmation: after a failure with no confirmed rate below it, the next rate tried is
+    the failed one × (1 − confirm_step); once one holds, bisection to `rel_tol`."""
+    max_confirmations: int = Field(default=12, ge=1)
+    """Whole-trace evaluations per confirmation at most (then the last confirmed rate, or 0, is kept)."""
+
+
+class SteadyParams(_Strict):
+    """How long each search evaluation replays, and when a run counts as overloaded whatever its attainment
+    (see `llmcap.sizing.simeval` and `llmcap.sizing.stability`)."""
+
+    span_ttft_multiple: float = Field(default=30.0, ge=0)
+    """The replayed arrival span is at least this many TTFT targets (the mean request's), so a queue that
+    grows faster than the target has time to show."""
+    span_drain_multiple: float = Field(default=10.0, ge=0)
+    """... and at least this many drain times (last finish − last arrival of the run), so the requests in
+    flight at the window's edges are a small part of it. A run that passes but spans less is replayed once
+    at this length (at most the whole trace); one that already fails is judged as it is."""
+    ttft_growth: float = Field(default=0.5, gt=0)
+    """Overloaded when the median TTFT of the steady window's last `edge_frac` of arrivals exceeds that of
+    its first by more than this share of the TTFT target (the queue is still growing)."""
+    min_served_ratio: float = Field(default=0.9, gt=0, le=1)
+    """Overloaded when fewer requests finish inside the steady window than this share of those arriving in it."""
+    edge_frac: float = Field(default=0.25, gt=0, le=0.5)
+    """Share of the steady window's arrivals (by arrival order) compared at its start and at its end."""
 
 
 class HeadroomParams(_Strict):
@@ -134,7 +159,13 @@ class SizeParams(_Strict):
     target_rps: float | None = Field(default=None, gt=0)
     """Planning rate (req/s); None = the trace's own mean rate (headroom then covers its peaks)."""
     excerpt_requests: int = Field(default=1500, ge=10)
-    """Requests per search evaluation: each seed replays a different run of this many consecutive requests."""
+    """Fewest requests per search evaluation: each seed replays a different run of at least this many
+    consecutive requests (more at high rates: `steady`)."""
+    steady: SteadyParams = SteadyParams()
+    confirm_whole_trace: Literal["chosen", "all", "off"] = "chosen"
+    """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
+    cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
+    (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
     router: Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"] = "least_outstanding_tokens"
     shortlist: int = Field(default=4, ge=1)
     """Aggregated candidates searched per round (in order of analytic bound per GPU)."""

@@ -7,7 +7,11 @@
    beat the best goodput per GPU found (branch and bound, at most `max_simulated`). Every pruned
    candidate is listed in the notes with its reason.
 2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
-   (`llmcap.sizing.search`; seeds replay different excerpts); evaluations go through the executor.
+   (`llmcap.sizing.search`; seeds replay different excerpts, long enough at each rate for a queue to show,
+   and an overloaded run fails whatever its attainment); evaluations go through the executor. Each answer
+   is confirmed on the whole trace at that rate, stepping down until it holds (`confirm_whole_trace`: the
+   chosen candidate's, re-choosing until the cheapest plan is a confirmed one; or every candidate's); the
+   notes say what each confirmation did and which rates stay unconfirmed.
 3. Size: each searched unit is scaled to the target rate, plus headroom by risk, with cost. The
    cheapest plan is checked end to end: its whole deployment simulated on the full trace at the
    target rate, adding instances until it meets the attainment target.
@@ -37,7 +41,7 @@ from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import CapacityPlan, plan_headroom
 from llmcap.sizing.params import SizeParams, SloParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
-from llmcap.sizing.search import SearchResult, SearchTask, pd_ratio_candidates, search_candidates, search_pd_ratios
+from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, pd_ratio_candidates, search_candidates, search_pd_ratios
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
@@ -159,6 +163,7 @@ class SizedRow:
     gpu: GpuSpec
     pd_ratio: tuple[int, int] | None = None
     unit: Unit | None = None  # aggregated only
+    whole_trace: SimEvaluate | None = None  # the unit's evaluate on the whole trace (confirmation)
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,7 @@ def unit_evaluate(
     `unit` as the prefill pool and `decode` as the decode pool)."""
     return SimEvaluate(
         trace, unit.step_model, unit.engine, params.slo, excerpt or params.excerpt_requests, replicas, params.router, pd,
-        None if decode is None else decode.step_model,
+        None if decode is None else decode.step_model, params.steady,
     )  # fmt: skip
 
 
@@ -214,6 +219,29 @@ class _Sizer:
 
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
+
+    def search_task(self, unit: Unit) -> SearchTask:
+        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all")."""
+        p, ev = self.params, self.evaluate(unit)
+        confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
+        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm)
+
+    def sized(self, row: SizedRow, result: SearchResult) -> SizedRow:
+        """`row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
+        if result.confirmation is not None:
+            self.notes.append(f"whole-trace confirmation of {row.key}: {result.confirmation.describe()}")
+        plan = None
+        if result.max_rate > 0:
+            kv = None if row.unit is None else float(row.unit.row["kv_tokens_per_instance"])
+            p99 = None if row.unit is None else _metric(result, "kv_tokens_p99")
+            plan = self.plan(result.max_rate, row.unit_gpus, row.gpu, p99, kv)
+        return replace(row, result=result, plan=plan)
+
+    def confirm(self, row: SizedRow) -> SizedRow:
+        """`row` with its max rate confirmed on the whole trace (`confirm_max_rate`) and its plan redone."""
+        assert row.whole_trace is not None
+        self.say(f"confirming {row.key} on the whole trace")
+        return self.sized(row, confirm_max_rate(row.whole_trace, row.result, self.params.search, self.executor))
 
     def plan(self, unit_rps: float, unit_gpus: int, gpu: GpuSpec, p99_tokens: float | None, kv_tokens: float | None) -> CapacityPlan:
         return plan_headroom(
@@ -251,13 +279,12 @@ class _Sizer:
                 break
             n = min(p.shortlist, p.max_simulated - len(out))
             batch, queue = queue[:n], queue[n:]
-            tasks = [SearchTask(u.key, self.evaluate(u), p.slo.attainment_target, p.search, 0.5 * u.bounds.rate) for u in batch]
+            tasks = [self.search_task(u) for u in batch]
             results = search_candidates(tasks, self.executor)
             for u in batch:
                 res = results[u.key]
-                kv = float(u.row["kv_tokens_per_instance"])
-                plan = self.plan(res.max_rate, u.gpus, u.gpu, _metric(res, "kv_tokens_p99"), kv) if res.max_rate > 0 else None
-                out.append(SizedRow(u.key, "aggregated", u.gpus, res, plan, u.config, u.gpu, unit=u))
+                row = SizedRow(u.key, "aggregated", u.gpus, res, None, u.config, u.gpu, unit=u, whole_trace=self.evaluate(u).whole_trace())
+                out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:
                     best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
         for u in bounded:
@@ -288,12 +315,37 @@ class _Sizer:
             self.say(f"disaggregated: searching P:D ratios of {key}")
             link = LinkConfig(bandwidth_bytes_s=pu.gpu.nic_bytes_s * pu.gpus, latency_s=p.pd_link_latency_s)
             factory = _PdFactory(self.trace, pu, du, link, p)
+            confirm = replace(factory, whole_trace=True) if p.confirm_whole_trace == "all" else None
             ratios = pd_ratio_candidates(g_p, g_d, p.pd_max_decode)[: p.pd_ratios]
-            best = search_pd_ratios(factory, ratios, pu.gpus, du.gpus, p.slo.attainment_target, p.search, (0.5 * g_p, 0.5 * g_d), self.executor)[0]
-            res = best.result
-            plan = self.plan(res.max_rate, best.gpus, pu.gpu, None, None) if res.max_rate > 0 else None
-            out.append(SizedRow(key, "disaggregated", best.gpus, res, plan, du.config, pu.gpu, (best.n_prefill, best.n_decode)))
+            best = search_pd_ratios(
+                factory, ratios, pu.gpus, du.gpus, p.slo.attainment_target, p.search, (0.5 * g_p, 0.5 * g_d), self.executor, confirm
+            )[0]
+            ratio = (best.n_prefill, best.n_decode)
+            whole = factory(*ratio).whole_trace()
+            row = SizedRow(key, "disaggregated", best.gpus, best.result, None, du.config, pu.gpu, ratio, whole_trace=whole)
+            out.append(self.sized(row, best.result))
         return out
+
+    def choose(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
+        """The cheapest sized row; in mode "chosen" confirmed on the whole trace first, re-choosing while a
+        confirmation steps the cheapest down (each row is confirmed at most once)."""
+
+        def cost(r: SizedRow) -> tuple[float, float, str]:
+            assert r.plan is not None
+            return (r.plan.usd_per_hour, -r.result.max_rate / r.unit_gpus, r.key)
+
+        while True:
+            sized = [r for r in rows if r.plan is not None]
+            if not sized:
+                raise LlmcapError("no candidate meets the SLOs at any rate the search tried; relax the SLOs or add candidates")
+            chosen = min(sized, key=cost)
+            if self.params.confirm_whole_trace == "off" or chosen.result.confirmation is not None or chosen.whole_trace is None:
+                break
+            rows = [self.confirm(r) if r is chosen else r for r in rows]
+        unconfirmed = [r.key for r in rows if r.result.confirmation is None and r.result.max_rate > 0]
+        if unconfirmed:
+            self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
+        return chosen, rows
 
     def validate(self, row: SizedRow) -> SizedRow:
         """End-to-end check of an aggregated plan on the whole trace at the target rate; fix its base count."""
@@ -325,10 +377,12 @@ class _PdFactory:
     decode: Unit
     link: LinkConfig
     params: SizeParams
+    whole_trace: bool = False  # evaluates that replay the whole trace (confirmation)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
         pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
-        return unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
+        ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
+        return ev.whole_trace() if self.whole_trace else ev
 
 
 def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -363,14 +417,7 @@ def size_deployments(
     if (feasible["mode"] == "aggregated").any():
         rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
 
-    def cost(r: SizedRow) -> tuple[float, float, str]:
-        assert r.plan is not None
-        return (r.plan.usd_per_hour, -r.result.max_rate / r.unit_gpus, r.key)
-
-    sized = [r for r in rows if r.plan is not None]
-    if not sized:
-        raise LlmcapError("no candidate meets the SLOs at any rate the search tried; relax the SLOs or add candidates")
-    chosen = min(sized, key=cost)
+    chosen, rows = sizer.choose(rows)
     if chosen.mode == "aggregated":
         checked = sizer.validate(chosen)
         rows = [checked if r is chosen else r for r in rows]

@@ -15,14 +15,20 @@ Algorithm (deterministic: the same evaluate gives the same sequence of rates and
    the search continues there. It ends when a converged answer's guard points all pass.
 A rate is feasible when **every seed** meets the attainment target (`feasibility="all_seeds"`, the
 default: a capacity promise should hold on each independent draw of the arrivals, not on average), or
-when the mean over seeds does (`"mean"`).
+when the mean over seeds does (`"mean"`). Under either rule a run the evaluate reports as overloaded
+(`EvalResult.overload`) makes the rate infeasible whatever its attainment.
+
+Confirmation (`confirm_max_rate`, when the caller passes a second evaluate, e.g. the whole trace): the
+answer is evaluated there; if it fails, rates step down × (1 − confirm_step) until one holds, then bisect
+between the highest that held and the lowest that failed to `rel_tol`. The answer becomes the highest rate
+that held (0 when none did within `max_confirmations`), and `SearchResult.confirmation` says what happened.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
@@ -40,10 +46,16 @@ class EvalResult:
 
     attainment: float
     metrics: Mapping[str, float] = field(default_factory=dict)
+    overload: str = ""  # why the run was overloaded (a still-growing queue, ...); "" when it was stable
+
+    @property
+    def stable(self) -> bool:
+        return not self.overload
 
 
 Evaluate = Callable[[float, int], EvalResult]
 Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations"]
+ConfirmStatus = Literal["confirmed", "stepped_down", "none_held", "max_evaluations"]
 
 
 @dataclass(frozen=True)
@@ -72,17 +84,35 @@ class Violation:
 
 
 @dataclass(frozen=True)
+class Confirmation:
+    """The search's answer checked on a second evaluate (the whole trace): what held, what did not."""
+
+    search_rate: float  # the search's own answer, before confirmation
+    status: ConfirmStatus
+    points: tuple[RatePoint, ...]  # in evaluation order, phase "confirm"
+
+    def describe(self) -> str:
+        tried = ", ".join(f"{p.rate:.4g} {'holds' if p.feasible else 'fails'}" for p in self.points)
+        overloads = sorted({r.overload for p in self.points for r in p.results if r.overload})
+        why = f" (overloaded: {overloads[0]})" if overloads else ""
+        return f"{self.status.replace('_', ' ')}: searched {self.search_rate:.4g} req/s; {tried}{why}"
+
+
+@dataclass(frozen=True)
 class SearchResult:
-    max_rate: float  # the highest feasible rate below every infeasible one; 0 when none
+    max_rate: float  # the highest feasible (and, when confirmed, confirmed) rate below every infeasible one; 0 when none
     upper_rate: float | None  # the lowest infeasible rate seen (None: none seen)
     status: Status
-    points: tuple[RatePoint, ...]  # in evaluation order
+    points: tuple[RatePoint, ...]  # the search's evaluations, in order (confirmation's: `confirmation.points`)
     violations: tuple[Violation, ...]
     attainment_target: float
+    confirmation: Confirmation | None = None
 
     @property
     def best(self) -> RatePoint | None:
-        return next((p for p in self.points if p.rate == self.max_rate and p.feasible), None)
+        """The evaluation at the answer: the confirming one when there is one."""
+        confirmed = () if self.confirmation is None else self.confirmation.points
+        return next((p for p in (*confirmed, *self.points) if p.rate == self.max_rate and p.feasible), None)
 
     def curve(self) -> list[tuple[float, float]]:
         """(rate, mean attainment) sorted by rate — the attainment-vs-λ curve; the knee is `max_rate`."""
@@ -90,6 +120,8 @@ class SearchResult:
 
 
 def _feasible(results: Sequence[EvalResult], target: float, rule: str) -> bool:
+    if not all(r.stable for r in results):  # an overloaded run is never averaged away
+        return False
     att = [r.attainment for r in results]
     return min(att) >= target if rule == "all_seeds" else sum(att) / len(att) >= target
 
@@ -118,8 +150,10 @@ def search_max_rate(
     params: SearchParams | None = None,
     initial_rate: float | None = None,
     executor: Executor | None = None,
+    confirm: Evaluate | None = None,
 ) -> SearchResult:
-    """The max feasible rate of one candidate (module docstring). Seeds of one rate go through `executor`."""
+    """The max feasible rate of one candidate (module docstring). Seeds of one rate go through `executor`;
+    with `confirm`, the answer is then confirmed on it (`confirm_max_rate`)."""
     p = params or SearchParams()
     if p.min_rate > p.max_rate:
         raise LlmcapError(f"search min_rate {p.min_rate:g} > max_rate {p.max_rate:g}")
@@ -127,9 +161,7 @@ def search_max_rate(
     order: list[float] = []
 
     def run(rate: float, phase: str) -> None:
-        fn = partial(_run_seed, evaluate, rate)
-        results = tuple(executor.map(fn, list(p.seeds)) if executor is not None else [fn(s) for s in p.seeds])
-        points[rate] = RatePoint(rate, _feasible(results, attainment_target, p.feasibility), p.seeds, results, phase)
+        points[rate] = _evaluate_rate(evaluate, rate, attainment_target, p, phase, executor)
         order.append(rate)
 
     start = p.initial_rate or initial_rate or 1.0
@@ -167,7 +199,7 @@ def search_max_rate(
         status = "at_max_rate" if hi is None else "converged"
         break
     lo, hi = _bracket(points)
-    return SearchResult(
+    result = SearchResult(
         max_rate=0.0 if lo is None else lo,
         upper_rate=hi,
         status=status,
@@ -175,6 +207,51 @@ def search_max_rate(
         violations=_violations(points),
         attainment_target=attainment_target,
     )
+    return result if confirm is None else confirm_max_rate(confirm, result, p, executor)
+
+
+def _evaluate_rate(evaluate: Evaluate, rate: float, target: float, p: SearchParams, phase: str, executor: Executor | None) -> RatePoint:
+    fn = partial(_run_seed, evaluate, rate)
+    results = tuple(executor.map(fn, list(p.seeds)) if executor is not None else [fn(s) for s in p.seeds])
+    return RatePoint(rate, _feasible(results, target, p.feasibility), p.seeds, results, phase)
+
+
+def confirm_max_rate(confirm: Evaluate, result: SearchResult, params: SearchParams | None = None, executor: Executor | None = None) -> SearchResult:
+    """`result` with its answer confirmed on `confirm` (module docstring): the highest rate that held there,
+    never above the search's. A search without an answer (max rate 0) is returned as it is."""
+    p = params or SearchParams()
+    if result.max_rate <= 0:
+        return result
+    held: float | None = None
+    failed: float | None = None
+    pts: list[RatePoint] = []
+    rate = result.max_rate
+    status: ConfirmStatus = "max_evaluations"
+    while len(pts) < p.max_confirmations:
+        pt = _evaluate_rate(confirm, rate, result.attainment_target, p, "confirm", executor)
+        pts.append(pt)
+        if pt.feasible:
+            held = rate
+        else:
+            failed = rate
+        if failed is None:
+            status = "confirmed"
+            break
+        if held is None:
+            rate = failed * (1 - p.confirm_step)
+            if rate < p.min_rate:
+                status = "none_held"
+                break
+            continue
+        if failed - held <= p.rel_tol * held:
+            status = "stepped_down"
+            break
+        rate = (held + failed) / 2
+    confirmation = Confirmation(result.max_rate, status, tuple(pts))
+    if held is None:
+        return replace(result, max_rate=0.0, upper_rate=failed, status="infeasible", confirmation=confirmation)
+    upper = result.upper_rate if failed is None else failed
+    return replace(result, max_rate=held, upper_rate=upper, confirmation=confirmation)
 
 
 # ---------------------------------------------------------------- many candidates, one executor
@@ -189,10 +266,11 @@ class SearchTask:
     attainment_target: float
     params: SearchParams = SearchParams()
     initial_rate: float | None = None
+    confirm: Evaluate | None = None  # where the answer is confirmed (the whole trace); None = not confirmed
 
 
 def run_search_task(task: SearchTask) -> SearchResult:
-    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate)
+    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm)
 
 
 def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:
@@ -269,9 +347,11 @@ class PdRatioResult:
     goodput_per_gpu: float
 
 
-def _pd_task(factory: PdFactory, attainment_target: float, params: SearchParams, job: tuple[tuple[int, int], float | None]) -> SearchResult:
+def _pd_task(
+    factory: PdFactory, attainment_target: float, params: SearchParams, confirm: PdFactory | None, job: tuple[tuple[int, int], float | None]
+) -> SearchResult:
     ratio, guess = job
-    return search_max_rate(factory(*ratio), attainment_target, params, guess)
+    return search_max_rate(factory(*ratio), attainment_target, params, guess, confirm=None if confirm is None else confirm(*ratio))
 
 
 def search_pd_ratios(
@@ -283,10 +363,12 @@ def search_pd_ratios(
     params: SearchParams | None = None,
     per_instance_rps: tuple[float, float] | None = None,
     executor: Executor | None = None,
+    confirm_factory: PdFactory | None = None,
 ) -> list[PdRatioResult]:
     """Max feasible rate of each joint (n_P, n_D) unit, best goodput per GPU first (ties: fewer GPUs, then ratio).
 
     `per_instance_rps` = (G_P, G_D) gives each search its analytic start min(n_P·G_P, n_D·G_D).
+    `confirm_factory`: each ratio's answer is confirmed on its evaluate (`confirm_max_rate`).
     One ratio's whole search is one executor task.
     """
     p = params or SearchParams()
@@ -295,7 +377,7 @@ def search_pd_ratios(
         (r, None if per_instance_rps is None else min(r[0] * per_instance_rps[0], r[1] * per_instance_rps[1]))
         for r in ratios
     ]
-    fn = partial(_pd_task, factory, attainment_target, p)
+    fn = partial(_pd_task, factory, attainment_target, p, confirm_factory)
     results = executor.map(fn, jobs) if executor is not None else [fn(j) for j in jobs]
     out = []
     for (npf, nd), res in zip(ratios, results, strict=True):

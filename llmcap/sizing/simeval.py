@@ -6,13 +6,25 @@ prefix structure stay as recorded), spreads requests that share a quantised time
 simulated per-request records are scored with the SLOs over the steady window (warm-up and drain
 excluded), and the metrics the capacity table shows are measured over the same window.
 
+Excerpt length (rate-aware, `SteadyParams`): at rate λ the excerpt holds at least `excerpt_requests`
+requests and spans at least max(span_ttft_multiple × T, span_drain_multiple × D) seconds of arrivals,
+i.e. ⌈λ × span⌉ + 1 requests, where T is the TTFT target of the trace's mean-ISL request and D the drain
+time (last finish − last arrival) of the run; a passing run shorter than its own drain rule is replayed
+once at that length (a failing one is already judged). Never more than the whole trace. A fixed request count would shrink to a few seconds at high
+rates, ending before a growing queue shows.
+
+Stability (`llmcap.sizing.stability`): a run whose TTFT still grows across the steady window, or that
+serves less than it is offered, is overloaded: the evaluation reports it and the search counts the rate
+infeasible whatever its attainment.
+
 `SimEvaluate` is a frozen dataclass of plain data (trace table, step model, engine knobs, SLOs), so
 it pickles to process or Dask workers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -21,9 +33,10 @@ from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.sim.config import Router
-from llmcap.sizing.params import SloParams
+from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, window_for
+from llmcap.sizing.stability import stability
 from llmcap.trace.synth import scale_rate, spread_ties
 
 
@@ -95,16 +108,37 @@ class SimEvaluate:
     step_model: StepTimeModel
     engine: EngineConfig
     slo: SloParams
-    excerpt_requests: int = 2000
+    excerpt_requests: int = 2000  # the fewest requests per excerpt (more at high rates: module docstring)
     replicas: int = 1
     router: Router = "least_outstanding_tokens"
     pd: PDConfig | None = None
     decode_model: StepTimeModel | None = None  # P/D: the decode pool's, when its parallelism differs
+    steady: SteadyParams = SteadyParams()
 
     timeseries_bins: int = 500  # per-replica gauges: about this many bins over the excerpt's span
 
-    def simulate(self, rate: float, seed: int) -> SimResult:
-        part = scale_rate(spread_ties(excerpt(self.trace, self.excerpt_requests, seed), np.random.default_rng(seed)), rate)
+    def whole_trace(self) -> SimEvaluate:
+        """The same evaluate replaying the whole trace at every rate and seed (seeds: tie spreading only)."""
+        return replace(self, excerpt_requests=max(self.trace.num_rows, 2))
+
+    def ttft_target_s(self) -> float | None:
+        """The TTFT target of the trace's mean-ISL request (None: no TTFT target)."""
+        if self.slo.ttft_ms is None:
+            return None
+        mean_isl = float(np.mean(self.trace.column("isl").to_numpy()))
+        return (self.slo.ttft_ms + self.slo.ttft_ms_per_1k_isl * mean_isl / 1000.0) / 1e3
+
+    def requests_at(self, rate: float, drain_s: float = 0.0) -> int:
+        """Excerpt length at `rate` (module docstring), given the drain time of a run at that rate."""
+        ttft = self.ttft_target_s() or 0.0
+        span = max(self.steady.span_ttft_multiple * ttft, self.steady.span_drain_multiple * drain_s)
+        n = max(self.excerpt_requests, math.ceil(rate * span) + 1)
+        return min(n, self.trace.num_rows)
+
+    def simulate(self, rate: float, seed: int, requests: int | None = None) -> SimResult:
+        """One run at `rate` on seed's excerpt of `requests` (default: `requests_at(rate)`) requests."""
+        n = self.requests_at(rate) if requests is None else requests
+        part = scale_rate(spread_ties(excerpt(self.trace, n, seed), np.random.default_rng(seed)), rate)
         arrival = part.column("arrival_s").to_numpy()
         # a fixed resolution would cost bins ∝ 1/rate at the low rates the search may probe
         resolution = max(1.0, float(arrival[-1] - arrival[0]) / self.timeseries_bins)
@@ -114,7 +148,39 @@ class SimEvaluate:
         return simulate(part, self.step_model, config, rng=np.random.default_rng(seed), decode_model=self.decode_model)
 
     def __call__(self, rate: float, seed: int) -> EvalResult:
-        result = self.simulate(rate, seed)
-        att = attainment(result.records, self.slo)
+        n = self.requests_at(rate)
+        result = self.simulate(rate, seed, n)
+        verdict = self._judge(result)
+        longer = self.requests_at(rate, drain_time(result.records)) if n < self.trace.num_rows else n
+        # Only a run that passes is replayed longer: one that already fails needs no more evidence (and an
+        # overloaded run's drain time would ask for the whole trace).
+        if longer > n and verdict.attainment >= self.slo.attainment_target and verdict.stable:
+            result = self.simulate(rate, seed, longer)
+            verdict = self._judge(result)
+        return verdict
+
+    def _judge(self, result: SimResult) -> EvalResult:
+        rec = result.records
+        att = attainment(rec, self.slo)
         metrics = run_metrics(result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None)
-        return EvalResult(att, metrics)
+        stab = stability(rec, window_for(rec, self.slo), self._trend_scale_s(rec), self.steady)
+        metrics |= {"replayed_requests": float(rec.num_rows), "served_ratio": stab.served_ratio}
+        return EvalResult(att, metrics, overload=stab.reason)
+
+    def _trend_scale_s(self, records: pa.Table) -> float:
+        """What a TTFT rise is compared with: the TTFT target, else the E2E target, else the run's median E2E."""
+        ttft = self.ttft_target_s()
+        if ttft is not None:
+            return ttft
+        if self.slo.e2e_ms is not None:
+            return self.slo.e2e_ms / 1e3
+        e2e = _col(records, "e2e_s", _steady(records, self.slo))
+        return float(np.median(e2e)) if e2e.size else math.inf
+
+
+def drain_time(records: pa.Table) -> float:
+    """Seconds from the last arrival to the last finish (0 when nothing finished after it)."""
+    finish = records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)
+    last_arrival = float(np.max(records.column("arrival_s").to_numpy()))
+    last_finish = float(np.nanmax(finish)) if np.any(~np.isnan(finish)) else last_arrival
+    return max(0.0, last_finish - last_arrival)

@@ -39,6 +39,7 @@ def make_records(rows: list[dict[str, Any]]) -> pa.Table:
             first_token_s=None if ttft is None else a + ttft,
             tpot_s=None if not done or r.get("tpot_ms", itl) is None else r.get("tpot_ms", itl) / 1e3,
             e2e_s=r.get("e2e_ms", 500.0) / 1e3 if done else None,
+            finish_s=a + r.get("e2e_ms", 500.0) / 1e3 if done else None,
             itl_p50_s=itl_s,
             itl_p99_s=None if itl_s is None else r.get("itl_p99_ms", itl) / 1e3,
             itl_max_s=None if itl_s is None else r.get("itl_max_ms", itl) / 1e3,

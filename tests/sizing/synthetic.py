@@ -45,3 +45,13 @@ class PdUnit:
 
     def __call__(self, n_p: int, n_d: int) -> Knee:
         return Knee(min(n_p * self.g_p, n_d * self.g_d))
+
+
+@dataclass(frozen=True)
+class Overloaded:
+    """Attainment always 1 (the run ends before the queue shows), but runs above `threshold` report overload."""
+
+    threshold: float
+
+    def __call__(self, rate: float, seed: int) -> EvalResult:
+        return EvalResult(1.0, overload="queue still growing" if rate > self.threshold else "")

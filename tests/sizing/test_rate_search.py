@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from synthetic import Dips, Knee, PdUnit
+from synthetic import Dips, Knee, Overloaded, PdUnit
 
 from llmcap.errors import LlmcapError
 from llmcap.sizing.params import SearchParams
 from llmcap.sizing.search import (
     EvalResult,
+    confirm_max_rate,
     deployment_for,
     fit_pd_at_rate,
     pd_ratio_candidates,
@@ -81,6 +82,51 @@ def test_guard_catches_a_dip_below_a_bisection_answer():
     assert r.upper_rate is not None and r.upper_rate <= failed
 
 
+def test_an_overloaded_run_is_infeasible_whatever_its_attainment():
+    r = search_max_rate(Overloaded(12.0), 0.99, SearchParams(seeds=(0, 1), rel_tol=TOL), initial_rate=3.0)
+    assert 12.0 * (1 - TOL) <= r.max_rate <= 12.0
+    over = [pt for pt in r.points if pt.rate > 12.0]
+    assert over and all(not pt.feasible and pt.mean_attainment == 1.0 for pt in over)
+    mean = search_max_rate(Overloaded(12.0), 0.99, SearchParams(seeds=(0, 1), feasibility="mean"), initial_rate=3.0)
+    assert mean.max_rate <= 12.0  # not averaged away under the mean rule either
+
+
+def test_confirmation_steps_down_to_a_rate_that_holds():
+    # the excerpts say 40 (A ≥ 0.99 up to 40.4), the whole trace holds only up to 25.25
+    p = SearchParams(seeds=(0,), rel_tol=TOL)
+    r = search_max_rate(Knee(40.0), 0.99, p, initial_rate=10.0, confirm=Knee(25.0))
+    c = r.confirmation
+    assert c is not None and c.status == "stepped_down"
+    assert 40.4 * (1 - TOL) <= c.search_rate <= 40.4
+    assert 25.25 * (1 - TOL) <= r.max_rate <= 25.25
+    assert r.upper_rate is not None and 25.25 < r.upper_rate <= r.max_rate * (1 + TOL)
+    # first the searched rate, then × (1 − confirm_step) steps until one holds, then bisection
+    rates = [pt.rate for pt in c.points]
+    assert rates[0] == c.search_rate and rates[1] == pytest.approx(c.search_rate * (1 - p.confirm_step))
+    assert all(pt.phase == "confirm" for pt in c.points) and not c.points[0].feasible
+    assert r.best is not None and r.best in c.points and r.best.rate == r.max_rate
+    assert "stepped down" in c.describe() and "fails" in c.describe()
+    # the excerpt search's own points are untouched (the attainment curve is theirs)
+    assert r.points == search_max_rate(Knee(40.0), 0.99, p, initial_rate=10.0).points
+
+
+def test_confirmation_keeps_a_rate_that_holds_and_reports_none_that_does():
+    p = SearchParams(seeds=(0,))
+    searched = search_max_rate(Knee(20.0), 0.99, p, initial_rate=5.0)
+    kept = confirm_max_rate(Knee(30.0), searched, p)
+    assert kept.confirmation is not None and kept.confirmation.status == "confirmed"
+    assert kept.max_rate == searched.max_rate and len(kept.confirmation.points) == 1
+    assert kept.best is kept.confirmation.points[0]
+    never = confirm_max_rate(lambda rate, seed: EvalResult(0.0), searched, p.model_copy(update={"min_rate": 10.0}))
+    assert never.confirmation is not None and never.confirmation.status == "none_held"
+    assert (never.max_rate, never.status, never.best) == (0.0, "infeasible", None)
+    assert [pt.rate for pt in never.confirmation.points] == pytest.approx([20.0, 16.0, 12.8, 10.24])  # next: 8.19 < min_rate
+    capped = confirm_max_rate(Knee(1.0), searched, p.model_copy(update={"max_confirmations": 2}))
+    assert capped.confirmation is not None and capped.confirmation.status == "max_evaluations"
+    assert capped.max_rate == 0.0 and len(capped.confirmation.points) == 2
+    assert confirm_max_rate(Knee(1.0), never, p) is never  # nothing to confirm
+
+
 def test_deterministic():
     ev = Knee(7.3, jitter=0.05)
     a = search_max_rate(ev, 0.99, SearchParams(), initial_rate=2.0)
@@ -139,3 +185,14 @@ def test_pd_ratio_search_and_fit():
     fit = fit_pd_at_rate(PdUnit(4.0, 7.0), 12.0, (4, 2), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)))
     assert fit == (3, 2)
     assert fit_pd_at_rate(PdUnit(4.0, 7.0), 100.0, (1, 1), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,))) is None
+
+
+def test_pd_ratio_answers_are_confirmed_when_asked():
+    # the excerpts say G_P = 4, G_D = 7; on the whole trace a prefill instance holds only 2 req/s
+    res = search_pd_ratios(PdUnit(4.0, 7.0), [(1, 1), (2, 1)], 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)),
+                           per_instance_rps=(4.0, 7.0), confirm_factory=PdUnit(2.0, 7.0))  # fmt: skip
+    got = {(x.n_prefill, x.n_decode): x.result for x in res}
+    for (n_p, n_d), r in got.items():
+        whole = min(n_p * 2.0, n_d * 7.0)
+        assert r.confirmation is not None and r.confirmation.status == "stepped_down"
+        assert whole * (1 - TOL) <= r.max_rate <= whole

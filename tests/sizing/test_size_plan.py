@@ -106,3 +106,19 @@ def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
     lengths = Lengths.of(trace)
     assert make_unit(MODEL, row, lengths, PARAMS.slo, measured).step_model is fitted
     assert isinstance(make_unit(MODEL, other, lengths, PARAMS.slo, measured).step_model, RooflineModel)
+
+
+def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, trace, candidates):
+    # default ("chosen"): the chosen candidate's rate is confirmed on the whole trace, the others are listed as excerpt-only
+    chosen = outcome.report.curves[outcome.summary["chosen"]]
+    assert chosen.confirmation is not None and chosen.max_rate == outcome.summary["max_rps_per_unit"]
+    assert chosen.max_rate <= chosen.confirmation.search_rate and chosen.best in chosen.confirmation.points
+    unconfirmed = [k for k, r in outcome.report.curves.items() if r.confirmation is None and r.max_rate > 0]
+    listed = [n for n in outcome.summary["notes"] if n.startswith("max rates from excerpts only")]
+    assert bool(unconfirmed) == bool(listed) and all(k in listed[0] for k in unconfirmed)
+    every = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "all"}))
+    assert all(r.confirmation is not None or r.max_rate == 0 for r in every.report.curves.values())  # nothing to confirm at 0
+    confirmed = [r for r in every.report.curves.values() if r.confirmation is not None]
+    assert len(confirmed) == sum(n.startswith("whole-trace confirmation of") for n in every.summary["notes"]) > 1
+    off = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "off"}))
+    assert all(r.confirmation is None for r in off.report.curves.values())
