@@ -42,7 +42,7 @@ $(ROOT)/.tools/bin/uv:
 	$(ROOT)/.tools/bin/pip install --quiet uv
 
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --python 3.11
+	$(UV) sync --frozen --python 3.11 --extra pipeline
 	@mkdir -p $(WORK) $(PREFECT_HOME) $(DVC_SITE_CACHE_DIR) $(MPLCONFIGDIR)
 	@touch $@
 

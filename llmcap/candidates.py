@@ -157,7 +157,7 @@ def enumerate_candidates(
     """All candidates of `spec` for `model`, each feasible or not with explicit reasons, plus a summary.
 
     `context_lengths` (label -> ISL + OSL tokens) adds a `max_seqs_<label>` column per entry;
-    `gpu_catalog` defaults to data/catalog/gpus.yaml.
+    `gpu_catalog` defaults to llmcap/catalog/data/gpus.yaml.
     """
     spec = spec or EnumerationSpec()
     contexts = dict(context_lengths or {})

@@ -6,6 +6,8 @@ User errors print one line on stderr and exit with code 2 (see `commands._common
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from llmcap.commands import memory as memory_cmd
@@ -23,6 +25,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"llmcap {version('llmcap')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            print("llmcap (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs."""
+
+
 app.add_typer(trace_cmd.app, name="trace")
 app.command("plan")(plan_cmd.plan)
 app.command("memory")(memory_cmd.memory)

@@ -120,7 +120,7 @@ class EnumerateParams(EnumerationSpec):
     """Stage `enumerate`: the model to plan for plus the candidate grid (`llmcap.candidates.EnumerationSpec`)."""
 
     model: str = Field("Llama-3.1-70B", min_length=1)
-    """Catalog model name (data/catalog/models/) or a path to a config.json or its directory."""
+    """Catalog model name (llmcap/catalog/data/models/) or a path to a config.json or its directory."""
     max_context_len: int | Literal["model", "workload"] = Field(default="workload")  # type: ignore[assignment]
     """Longest ISL + OSL a deployment must accept: tokens, "model" (max_position_embeddings) or
     "workload" (the trace's longest ISL + longest OSL, from the characterise stage's summary)."""
@@ -247,7 +247,7 @@ class Params(_Strict):
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:
     """Read and validate params.yaml completely; the first bad key or value is one clear error naming its field.
 
-    Names are checked against the catalogs in `catalog_dir` (default: data/catalog): GPUs, weight
+    Names are checked against the catalogs in `catalog_dir` (default: llmcap/catalog/data): GPUs, weight
     formats and KV dtypes of `enumerate` and `profile`, and `enumerate.model` (a catalog name or a path).
     """
     path = Path(path)

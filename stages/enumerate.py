@@ -1,6 +1,6 @@
 """Stage `enumerate` (step 2): model + GPU catalog + workload summary → candidates table + summary.
 
-    python -m stages.enumerate --catalog-dir data/catalog --workload data/processed/workload.json
+    python -m stages.enumerate --catalog-dir llmcap/catalog/data --workload data/processed/workload.json
         --candidates OUT.parquet --report-dir DIR
 
 Every candidate (GPU x weight quant x KV dtype x TP/PP/EP/DP x serving mode x scheduler knobs) is a

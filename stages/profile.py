@@ -1,6 +1,6 @@
 """Stage `profile` (step 3): the step-time model the plan uses, and where it came from.
 
-    python -m stages.profile --catalog-dir data/catalog --profile data/profiles/target
+    python -m stages.profile --catalog-dir llmcap/catalog/data --profile data/profiles/target
         --step-model data/processed/step_model.json --report-dir data/reports/profile
 
 The target environment (params `profile` + `enumerate.model`) has a fingerprint. A stored profile

@@ -155,7 +155,7 @@ def test_cli_refuses_a_named_variable_that_is_unset() -> None:
 def _stage_args(tmp_path: Path, profile_params: dict) -> list[str]:
     params = {"trace": {"file": "unused.jsonl"}, "enumerate": {"model": "Llama-3.1-8B"}, "profile": profile_params}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    return ["--params", str(tmp_path / "params.yaml"), "--catalog-dir", str(ROOT / "data" / "catalog"),
+    return ["--params", str(tmp_path / "params.yaml"), "--catalog-dir", str(ROOT / "llmcap" / "catalog" / "data"),
             "--profile", str(tmp_path / "stored"), "--step-model", str(tmp_path / "out" / "step_model.json"),
             "--report-dir", str(tmp_path / "reports")]
 

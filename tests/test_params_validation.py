@@ -128,7 +128,7 @@ def test_the_message_says_what_came_in_and_counts_the_other_errors(tmp_path: Pat
         ({"enumerate.max_context_len": "model"}, lambda p: p.enumerate.max_context_len == "model"),
         ({"enumerate.max_context_len": 8192}, lambda p: p.enumerate.max_context_len == 8192),
         ({"enumerate.gpus": ["h100", "H200"], "profile.gpu": "h100_sxm5"}, lambda p: p.enumerate.gpus == ["h100", "H200"]),
-        ({"enumerate.model": str(ROOT / "data" / "catalog" / "models" / "Llama-3.1-8B")}, lambda p: p.enumerate.model.endswith("Llama-3.1-8B")),
+        ({"enumerate.model": str(ROOT / "llmcap" / "catalog" / "data" / "models" / "Llama-3.1-8B")}, lambda p: p.enumerate.model.endswith("Llama-3.1-8B")),
         ({"enumerate.weight_quants": ["int4-awq-g64", "FP8"], "enumerate.kv_dtypes": ["fp8_e4m3"]}, lambda p: p.enumerate.kv_dtypes == ["fp8_e4m3"]),
         ({"characterise.percentiles": [0.1, 99.9]}, lambda p: p.characterise.percentiles == [0.1, 99.9]),
         ({"profile.endpoint": "https://llm.internal:8443/", "profile.api_key_env": "OPENAI_API_KEY"}, lambda p: p.profile.api_key_env == "OPENAI_API_KEY"),
@@ -162,7 +162,7 @@ def test_a_yaml_error_does_not_quote_a_password(tmp_path: Path) -> None:
 def test_names_are_checked_against_the_given_catalog(tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     (catalog / "models").mkdir(parents=True)
-    (catalog / "gpus.yaml").write_text((ROOT / "data" / "catalog" / "gpus.yaml").read_text(encoding="utf-8"))
+    (catalog / "gpus.yaml").write_text((ROOT / "llmcap" / "catalog" / "data" / "gpus.yaml").read_text(encoding="utf-8"))
     with pytest.raises(InputFileError) as err:  # the shipped model is not in this catalog
         load_params(ROOT / "params.yaml", catalog_dir=catalog)
     assert err.value.field == "enumerate.model" and "catalog (empty)" in err.value.reason

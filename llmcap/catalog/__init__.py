@@ -1,4 +1,4 @@
-"""Model and GPU catalog: specs parsed from HF config.json and data/catalog/gpus.yaml, and weight/KV formats.
+"""Model and GPU catalog: specs parsed from HF config.json and llmcap/catalog/data/gpus.yaml, and weight/KV formats.
 
 Public API:
     load_model(name_or_path) -> ModelSpec        parse_model_config(path) -> ModelSpec

@@ -1,10 +1,11 @@
-"""GPU catalog: `data/catalog/gpus.yaml` validated by pydantic, served as frozen dataclasses.
+"""GPU catalog: `llmcap/catalog/data/gpus.yaml` validated by pydantic, served as frozen dataclasses.
 
 Units are explicit in the YAML (see its header). Inside llmcap everything is SI: bytes, bytes/s, FLOP/s.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -22,9 +23,15 @@ GIB = 2**30
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4", "int8", "int4")
 
 
+CATALOG_ENV = "LLMCAP_CATALOG_DIR"
+
+
 def default_catalog_dir() -> Path:
-    """`data/catalog` of this checkout (the package lives next to it)."""
-    return Path(__file__).resolve().parents[2] / "data" / "catalog"
+    """The catalog shipped inside the package (`llmcap/catalog/data`: gpus.yaml, models/), so an installed
+    wheel has it too; `LLMCAP_CATALOG_DIR` points every command at another one (commands and stages that
+    take a catalog path override both)."""
+    override = os.environ.get(CATALOG_ENV)
+    return Path(override) if override else Path(__file__).resolve().parent / "data"
 
 
 def _norm(name: str) -> str:
@@ -165,7 +172,7 @@ def _to_spec(e: _GpuEntry) -> GpuSpec:
 
 
 def load_gpu_catalog(path: str | Path | None = None) -> GpuCatalog:
-    """Parse and validate a GPU catalog YAML (default: data/catalog/gpus.yaml)."""
+    """Parse and validate a GPU catalog YAML (default: llmcap/catalog/data/gpus.yaml)."""
     p = Path(path) if path is not None else default_catalog_dir() / "gpus.yaml"
     return _load_cached(str(p.resolve()))
 

@@ -21,7 +21,7 @@ def memory(
         str,
         typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from data/catalog/gpus.yaml (e.g. h100).")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")] = 1,

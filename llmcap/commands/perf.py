@@ -43,7 +43,7 @@ def perf(
         str,
         typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from data/catalog/gpus.yaml (e.g. h100).")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")],
     isl: Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")],
     osl: Annotated[int, typer.Option(min=1, help="Output length in tokens.")],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,

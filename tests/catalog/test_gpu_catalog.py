@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from llmcap.catalog import get_gpu, load_gpu_catalog
+from llmcap.catalog.gpus import default_catalog_dir
 from llmcap.errors import InputFileError, LlmcapError
 
 REQUIRED = ["H100-SXM-80GB", "H200-SXM-141GB", "B200-SXM-180GB", "A100-SXM-80GB", "L40S-48GB", "MI300X-192GB", "H20-96GB"]
@@ -72,7 +73,7 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
 
 
 def test_schema_error_names_the_field(tmp_path):
-    good = (Path(__file__).parents[2] / "data" / "catalog" / "gpus.yaml").read_text()
+    good = (default_catalog_dir() / "gpus.yaml").read_text()
     bad = good.replace("bandwidth_gb_s: 3350", "bandwidth_gb_s: fast", 1)
     with pytest.raises(InputFileError) as exc:
         load_gpu_catalog(_write(tmp_path, bad))
@@ -80,7 +81,7 @@ def test_schema_error_names_the_field(tmp_path):
 
 
 def test_missing_source_is_rejected(tmp_path):
-    good = (Path(__file__).parents[2] / "data" / "catalog" / "gpus.yaml").read_text()
+    good = (default_catalog_dir() / "gpus.yaml").read_text()
     bad = good.replace("      source: https://www.nvidia.com/en-us/data-center/h100/\n", "", 1)
     with pytest.raises(InputFileError) as exc:
         load_gpu_catalog(_write(tmp_path, bad))
@@ -88,7 +89,7 @@ def test_missing_source_is_rejected(tmp_path):
 
 
 def test_duplicate_alias_is_rejected(tmp_path):
-    good = (Path(__file__).parents[2] / "data" / "catalog" / "gpus.yaml").read_text()
+    good = (default_catalog_dir() / "gpus.yaml").read_text()
     bad = good.replace("aliases: [h200,", "aliases: [h100, h200,", 1)
     with pytest.raises(InputFileError, match="used by both"):
         load_gpu_catalog(_write(tmp_path, bad))

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from llmcap.catalog import load_model, parse_model_config
+from llmcap.catalog.gpus import default_catalog_dir
 from llmcap.errors import InputFileError, LlmcapError
 
 TINY = {
@@ -91,11 +92,9 @@ def test_accepts_file_directory_and_short_name(tmp_path):
 
 
 def test_every_shipped_config_parses_and_has_a_source_entry():
-    from pathlib import Path
-
     from llmcap.catalog import known_models
 
-    models_dir = Path(__file__).parents[2] / "data" / "catalog" / "models"
+    models_dir = default_catalog_dir() / "models"
     sources = (models_dir / "SOURCES.md").read_text()
     names = known_models()
     for required in ["Llama-3.1-8B", "Llama-3.1-70B", "Mixtral-8x7B", "DeepSeek-V3", "Qwen2.5-7B", "Qwen3-30B-A3B"]:

@@ -14,7 +14,7 @@ from stages import enumerate as stage
 from stages import validation
 from tests.conftest import ROOT
 
-CATALOG = ROOT / "data" / "catalog"
+CATALOG = ROOT / "llmcap" / "catalog" / "data"
 WORKLOAD = {  # the shape of the characterise stage's summary (only what enumerate reads)
     "rows": 100,
     "isl": {"mean": 3000.2, "p50": 2000.0, "p90": 7000.0, "p99": 15000.5, "min": 10.0, "max": 30000.0},

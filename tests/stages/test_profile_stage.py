@@ -18,7 +18,7 @@ from llmcap.perf.profile import points_table, steps_table
 from stages import profile as stage
 from tests.conftest import ROOT
 
-CATALOG = ROOT / "data" / "catalog"
+CATALOG = ROOT / "llmcap" / "catalog" / "data"
 TARGET = {"engine_version": "0.32.0", "gpu": "h100", "tp": 2, "block_size": 16}
 
 
