@@ -42,7 +42,8 @@ class Flight:
 
     isl: int
     osl: int
-    keys: list[int]  # prefix-cache keys of its full prompt blocks (`twin.prefix.block_keys`)
+    keys: list[int]  # prefix-cache keys of its prompt's segments (`twin.prefix.block_keys`: one a full block)
+    his: list[int] | None = None  # engine-block end of each segment (None: one block per key)
     tag: object = None  # the caller's (the server's stream)
     slot: int = -1
     req: Req | None = None  # on its replica (the prefill replica under P/D)
@@ -129,7 +130,8 @@ class OnlineCluster:
         self._reset_slot(i)
         caching = self.cfg.engine.enable_prefix_caching
         keys = flight.keys if caching else []
-        req = Req(i, flight.isl, 1 if self.pd is not None else flight.osl, keys, list(range(1, len(keys) + 1)))
+        his = (flight.his if flight.his is not None else list(range(1, len(keys) + 1))) if caching else []
+        req = Req(i, flight.isl, 1 if self.pd is not None else flight.osl, keys, his)
         j = self.router.choose(req, t)
         rec = self.rec
         rec.prefill_replica[i] = j
