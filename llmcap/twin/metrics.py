@@ -56,7 +56,9 @@ class _EngineState:
         slowdown.add_metric([], t.slowdown)
         faults = CounterMetricFamily("llmcap_twin_injected_errors", "HTTP 500s injected by --error-rate.")
         faults.add_metric([], t.injected_errors)
-        return [running, waiting, usage, preempt, steps, cache, info, slowdown, faults]
+        lag = GaugeMetricFamily("llmcap_twin_max_lag_seconds", "Latest the twin ran a simulated decision behind its wall time (wall s).")
+        lag.add_metric([], t.max_lag_s)
+        return [running, waiting, usage, preempt, steps, cache, info, slowdown, faults, lag]
 
 
 class TwinMetrics:
@@ -66,6 +68,7 @@ class TwinMetrics:
         self.info = info
         self.slowdown = 1.0
         self.injected_errors = 0
+        self.max_lag_s = 0.0
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine", "twin"]
         reg = self.registry

@@ -143,6 +143,9 @@ class Twin:
             self._wake.clear()
             if timer is not None:
                 timer.cancel()
+                # how late this wake-up is for the decision it was for: a twin that cannot keep up
+                # (too many tokens a second for one process) shows it here; --dilation is the remedy
+                self.metrics.max_lag_s = max(self.metrics.max_lag_s, time.perf_counter() - self.clock.wall_of(nxt))
             self.cluster.run_until(self.clock.sigma() + SIGMA_SLACK)
 
     def _emit(self, flight: Flight, new: int, sigma: float, done: bool) -> None:
