@@ -17,6 +17,7 @@ from llmcap.commands import profile as profile_cmd
 from llmcap.commands import simulate as simulate_cmd
 from llmcap.commands import size as size_cmd
 from llmcap.commands import trace as trace_cmd
+from llmcap.commands import twin as twin_cmd
 
 app = typer.Typer(
     name="llmcap",
@@ -46,6 +47,7 @@ def _main(
 
 
 app.add_typer(trace_cmd.app, name="trace")
+app.add_typer(twin_cmd.app, name="twin")
 app.command("plan")(plan_cmd.plan)
 app.command("memory")(memory_cmd.memory)
 app.command("simulate")(simulate_cmd.simulate)

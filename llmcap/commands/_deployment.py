@@ -1,0 +1,128 @@
+"""What one deployment is, as `simulate` and `twin serve` take it on the command line: the options
+(model, GPU, TP, replicas or P/D pools, router, engine limits, KV cache) and the `SimConfig` plus
+step-time model they build. One place, so the simulator and the twin always see the same engine.
+
+Step times come from the roofline (`llmcap.perf.build_step_model`, compiled for speed by the
+simulator); KV blocks per replica come from the memory plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+import llmcap.perf as perf
+from llmcap.catalog import GpuSpec, ModelSpec
+from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.errors import LlmcapError
+from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.perf.model import StepTimeModel
+from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig
+from llmcap.sim.config import ROUTERS
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name or path to config.json")]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")]
+MaxModelLenOpt = Annotated[
+    int | None, typer.Option(min=1, help="longest prompt + output the engine accepts; longer requests are rejected (default: the model's max_position_embeddings)")
+]
+TpOpt = Annotated[int, typer.Option(min=1, help="tensor parallel degree of one replica")]
+ReplicasOpt = Annotated[int, typer.Option(min=1, help="aggregated replicas (ignored with --pd)")]
+RouterOpt = Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")]
+PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D prefill and decode replicas")]
+FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: first token visible from 'prefill' or 'decode'")]
+LinkGbpsOpt = Annotated[float, typer.Option(min=0.001, help="P/D: KV link bandwidth per prefill replica, GB/s")]
+LinkLatencyOpt = Annotated[float, typer.Option(min=0.0, help="P/D: link latency, ms")]
+QuantOpt = Annotated[str, typer.Option(help="weight format (bf16, fp8, ...)")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype")]
+MaxNumSeqsOpt = Annotated[int, typer.Option(min=1)]
+MaxBatchedOpt = Annotated[int, typer.Option(min=1)]
+KvBlockSizeOpt = Annotated[int, typer.Option(min=1, help="tokens per KV block")]
+NumBlocksOpt = Annotated[int | None, typer.Option(min=1, help="KV blocks per replica (default: from the memory plan)")]
+GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0)]
+PrefixCachingOpt = Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")]
+HostBlocksOpt = Annotated[int, typer.Option(min=0, help="host-memory KV tier, blocks per replica")]
+HostGbpsOpt = Annotated[float, typer.Option(min=0.001, help="host tier load bandwidth, GB/s")]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine and pool options of a deployment, as the command line gives them."""
+
+    tp: int = 1
+    replicas: int = 1
+    router: str = "least_outstanding_tokens"
+    pd: str | None = None
+    first_token_from: str = "prefill"
+    link_gbps: float = 50.0
+    link_latency_ms: float = 0.0
+    quant: str = "bf16"
+    kv_dtype: str = "bf16"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    num_blocks: int | None = None
+    gpu_memory_utilization: float = 0.90
+    prefix_caching: bool = True
+    host_blocks: int = 0
+    host_gbps: float = 25.0
+    max_model_len: int | None = None
+
+
+def parse_pd(spec: str | None) -> tuple[int, int] | None:
+    if spec is None:
+        return None
+    parts = spec.split(":")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise LlmcapError(f"--pd must be P:D with positive integers (e.g. 2:3), got {spec!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def check_choices(o: EngineOptions) -> None:
+    """The options' one-line errors that need no catalog (checked before any file is read)."""
+    if o.router not in ROUTERS:
+        raise LlmcapError(f"--router must be one of {', '.join(ROUTERS)}, got {o.router!r}")
+    if o.first_token_from not in ("prefill", "decode"):
+        raise LlmcapError(f"--first-token-from must be prefill or decode, got {o.first_token_from!r}")
+    parse_pd(o.pd)
+
+
+def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> StepTimeModel:
+    return perf.build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
+
+
+def sim_config(
+    spec: ModelSpec, g: GpuSpec, o: EngineOptions, *, reference: bool = False, resolution: float = 1.0, max_time: float | None = None
+) -> SimConfig:
+    """The simulator's config of this deployment (KV blocks from the memory plan unless given)."""
+    pools = parse_pd(o.pd)
+    mem = MemoryParams(gpu_memory_utilization=o.gpu_memory_utilization, max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens)
+    plan = plan_memory(spec, g, Parallelism(tp=o.tp), o.quant, o.kv_dtype, o.block_size, mem)
+    blocks = o.num_blocks if o.num_blocks is not None else plan.kv_blocks_per_rank
+    if blocks < 1:
+        raise LlmcapError(f"{spec.name} does not fit on {g.name} with TP={o.tp}: no memory left for KV blocks")
+    try:
+        engine = EngineConfig(
+            num_blocks=blocks, block_size=o.block_size, max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens,
+            enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
+            kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype)),
+            max_model_len=o.max_model_len or spec.max_position_embeddings,
+        )  # fmt: skip
+        pd_cfg = None
+        if pools is not None:
+            link = LinkConfig(bandwidth_bytes_s=o.link_gbps * 1e9, latency_s=o.link_latency_ms / 1e3)
+            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from)  # type: ignore[arg-type]
+        return SimConfig(
+            engine=engine, replicas=o.replicas, router=o.router, pd=pd_cfg, reference=reference,  # type: ignore[arg-type]
+            timeseries_resolution_s=resolution, max_time_s=max_time if max_time else math.inf,
+        )  # fmt: skip
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise LlmcapError(f"invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def deployment_label(cfg: SimConfig) -> str:
+    return f"P/D {cfg.pd.prefill_replicas}:{cfg.pd.decode_replicas}" if cfg.pd else f"{cfg.replicas} replica(s)"

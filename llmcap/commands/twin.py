@@ -1,0 +1,126 @@
+"""`llmcap twin serve --model M --gpu G [--tp N] [--replicas R | --pd P:D] ...`: serve the simulated
+deployment as an OpenAI-compatible endpoint (see `llmcap.twin`). Prints one line with its URL, serves
+until SIGINT/SIGTERM (exit 0) or a simulated crash (exit 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Annotated
+
+import typer
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.commands._common import user_errors
+from llmcap.commands._deployment import (
+    EngineOptions,
+    FirstTokenFromOpt,
+    GpuMemUtilOpt,
+    GpuOpt,
+    HostBlocksOpt,
+    HostGbpsOpt,
+    KvBlockSizeOpt,
+    KvDtypeOpt,
+    LinkGbpsOpt,
+    LinkLatencyOpt,
+    MaxBatchedOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    ModelOpt,
+    NumBlocksOpt,
+    PdOpt,
+    PrefixCachingOpt,
+    QuantOpt,
+    ReplicasOpt,
+    RouterOpt,
+    TpOpt,
+    check_choices,
+    deployment_label,
+    sim_config,
+    step_model,
+)
+from llmcap.errors import LlmcapError
+from llmcap.twin import Twin, TwinSpec
+
+CRASH_EXIT = 3
+
+app = typer.Typer(help="The digital twin: the simulator behind an OpenAI-compatible API (not a measurement).", no_args_is_help=True)
+
+
+@app.command("serve")
+@user_errors
+def serve(
+    model: ModelOpt,
+    gpu: GpuOpt,
+    tp: TpOpt = 1,
+    replicas: ReplicasOpt = 1,
+    pd: PdOpt = None,
+    router: RouterOpt = "least_outstanding_tokens",
+    first_token_from: FirstTokenFromOpt = "prefill",
+    link_gbps: LinkGbpsOpt = 50.0,
+    link_latency_ms: LinkLatencyOpt = 0.0,
+    quant: QuantOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: MaxBatchedOpt = 8192,
+    block_size: KvBlockSizeOpt = 16,
+    num_blocks: NumBlocksOpt = None,
+    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
+    prefix_caching: PrefixCachingOpt = True,
+    host_blocks: HostBlocksOpt = 0,
+    host_gbps: HostGbpsOpt = 25.0,
+    max_model_len: MaxModelLenOpt = None,
+    host: Annotated[str, typer.Option(help="address to bind (fault knobs answer loopback clients only)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")] = 8000,
+    served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the catalog name)")] = None,
+    dilation: Annotated[float, typer.Option(min=1e-6, help="wall seconds per simulated second (10: ten times slower than real time)")] = 1.0,
+    slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: every engine step takes this many times its simulated time")] = 1.0,
+    error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fault: share of completion requests answered HTTP 500 (seeded)")] = 0.0,
+    crash_after: Annotated[int | None, typer.Option(min=0, help="fault: the request after this many kills the twin (streams cut, exit 3)")] = None,
+    stall_s: Annotated[float, typer.Option(min=0.0, help="fault: the engine produces nothing for this many simulated seconds ...")] = 0.0,
+    stall_at: Annotated[float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")] = 0.0,
+    seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = 0,
+    max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = 1 << 16,
+) -> None:
+    """Serve MODEL on GPU (TP, replicas or P/D pools) as a simulated OpenAI-compatible endpoint."""
+    opts = EngineOptions(
+        tp=tp, replicas=replicas, router=router, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
+        link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, num_blocks=num_blocks,
+        gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,
+        host_gbps=host_gbps, max_model_len=max_model_len,
+    )  # fmt: skip
+    check_choices(opts)
+    spec = load_model(model)
+    g = get_gpu(gpu)
+    cfg = sim_config(spec, g, opts)
+    label = deployment_label(cfg)
+    twin_spec = TwinSpec(
+        config=cfg, step_model=step_model(model, gpu, tp, quant, kv_dtype), served_model_name=served_model_name or spec.name,
+        info={"model": spec.name, "gpu": g.name, "tp": str(tp), "deployment": label, "dilation": f"{dilation:g}"},
+        vocab_size=spec.vocab_size, max_model_len=cfg.engine.max_model_len, dilation=dilation, slowdown=slowdown,
+        error_rate=error_rate, crash_after=crash_after, stall_s=stall_s, stall_at=stall_at, seed=seed, slots=max_in_flight,
+    )  # fmt: skip
+    crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
+    if crashed:
+        print(f"llmcap twin: simulated crash after {crash_after} requests (--crash-after)", file=sys.stderr)
+        raise typer.Exit(CRASH_EXIT)
+
+
+async def _serve(spec: TwinSpec, host: str, port: int, what: str) -> bool:
+    """Serve until a signal (False) or a simulated crash (True)."""
+    twin = Twin(spec)
+    try:
+        url = await twin.start(host, port)
+    except OSError as exc:
+        raise LlmcapError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, twin.ended.set)
+    print(f"llmcap twin (simulated, not a measurement): {what} at {url}", flush=True)
+    await twin.ended.wait()
+    crashed = twin.crashed
+    await twin.stop()
+    return crashed

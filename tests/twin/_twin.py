@@ -1,0 +1,41 @@
+"""A twin in this test's event loop (127.0.0.1, any free port; stopped when the block ends) and the
+deployment the twin tests simulate."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.commands._deployment import EngineOptions, sim_config, step_model
+from llmcap.perf.model import StepTimeModel
+from llmcap.sim import SimConfig
+from llmcap.twin import Twin, TwinSpec
+
+SERVED = "twin-under-test"
+FAST = ("Llama-3.1-8B", "H100-SXM-80GB", 1)  # decode steps of ~7 ms: fault tests finish in seconds
+
+
+@lru_cache(maxsize=None)
+def deployment(model: str, gpu: str, tp: int, max_num_seqs: int = 256) -> tuple[SimConfig, StepTimeModel]:
+    """What `llmcap twin serve` / `llmcap simulate` build for these options."""
+    cfg = sim_config(load_model(model), get_gpu(gpu), EngineOptions(tp=tp, max_num_seqs=max_num_seqs))
+    return cfg, step_model(model, gpu, tp, "bf16", "bf16")
+
+
+def spec(**knobs: Any) -> TwinSpec:
+    cfg, step = deployment(*FAST)
+    return TwinSpec(config=cfg, step_model=step, served_model_name=SERVED, info={"model": FAST[0], "gpu": FAST[1]},
+                    max_model_len=cfg.engine.max_model_len, **knobs)  # fmt: skip
+
+
+@asynccontextmanager
+async def running_twin(**knobs: Any) -> AsyncIterator[Twin]:
+    twin = Twin(spec(**knobs))
+    await twin.start("127.0.0.1", 0)
+    try:
+        yield twin
+    finally:
+        await twin.stop()
