@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,8 +83,9 @@ async def replay_async(
     base_url: str, model: str, arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray, *,
     request_id: np.ndarray | None = None, rate_scale: float = 1.0, hash_ids: list | None = None,
     block_tokens: int | None = None, vocab_size: int = 1000, seed: int = 0, timeout_s: float = 600.0,
-    api_key: str | None = None,
+    api_key: str | None = None, on_done: Callable[[], None] | None = None,
 ) -> ReplayResult:
+    """`on_done` is called as each request ends (a progress bar's tick)."""
     if rate_scale <= 0:
         raise ValueError("rate_scale must be > 0")
     arrival = (np.asarray(arrival_s, dtype=np.float64) - float(np.min(arrival_s))) / rate_scale
@@ -99,7 +101,10 @@ async def replay_async(
         async def one(i: int) -> StreamResult:
             await asyncio.sleep(max(0.0, t0 + arrival[i] - time.perf_counter()))
             sent[i] = time.perf_counter()
-            return await stream_completion(client, base_url, model, prompts[i], int(osl[i]), timeout_s)
+            result = await stream_completion(client, base_url, model, prompts[i], int(osl[i]), timeout_s)
+            if on_done is not None:
+                on_done()
+            return result
 
         results = await asyncio.gather(*(one(i) for i in range(arrival.size)))
     wall = time.perf_counter() - t0

@@ -1,0 +1,199 @@
+"""`llmcap replay --endpoint URL --trace T`: send a trace open loop to any OpenAI-compatible streaming
+server (vLLM, SGLang, TensorRT-LLM serve, `llmcap twin serve`) and report what came back.
+
+Every request leaves at its scheduled time whatever the server does (`llmcap.live.replay`); errors,
+timeouts and cut streams are rows with their status and count as SLO misses. A run whose send
+lateness exceeds `--max-lateness-ms` measured the client, not the server: it is reported INVALID and
+the command exits 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from llmcap.commands._common import dumps, err_console, print_json, user_errors
+from llmcap.commands._trace_input import (
+    ArrivalRateOpt,
+    BlockSizeOpt,
+    ColumnOpt,
+    DuplicatesOpt,
+    FormatOpt,
+    GenerateArrivalsOpt,
+    TimeUnitOpt,
+    account_json,
+    plausible_rate,
+    positive,
+    read_input,
+    trace_params,
+    validated,
+)
+from llmcap.config import CleanParams
+from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
+from llmcap.errors import LlmcapError
+from llmcap.live.client import endpoint_client, served_models
+from llmcap.live.replay import ReplayResult, replay_async
+from llmcap.sizing.params import SloParams
+from llmcap.sizing.slo import goodput
+from llmcap.trace import mean_rate, write_table
+from llmcap.trace.synth import spread_ties
+
+INVALID_EXIT = 3  # the client could not keep its schedule: the latencies are not the server's
+
+
+def _pct_ms(values: np.ndarray) -> dict[str, float | None]:
+    v = values[np.isfinite(values)]
+    if v.size == 0:
+        return {"p50": None, "p90": None, "p99": None}
+    p = np.percentile(v, [50, 90, 99]) * 1e3
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float) -> dict[str, Any]:
+    """What a replay measured: statuses, latency percentiles (ITL over every token), send lateness, the
+    verdict on the run's validity, and SLO attainment when targets are given."""
+    rec = result.requests
+    status = np.asarray(rec.column("status").to_numpy(zero_copy_only=False))
+    col = lambda name: rec.column(name).to_numpy(zero_copy_only=False).astype(np.float64)  # noqa: E731
+    ok = status == "ok"
+    lateness = result.lateness_s
+    out_tokens = int(np.asarray(rec.column("osl").to_numpy())[ok].sum())
+    summary: dict[str, Any] = {
+        "requests": int(rec.num_rows),
+        "status": {s: int((status == s).sum()) for s in ("ok", "unfinished", "rejected")},
+        "ttft_ms": _pct_ms(col("ttft_s")[ok]),
+        "itl_ms": _pct_ms(result.itls),
+        "tpot_ms": _pct_ms(col("tpot_s")[ok]),
+        "e2e_ms": _pct_ms(col("e2e_s")[ok]),
+        "output_tok_s": out_tokens / result.wall_s if result.wall_s > 0 else None,
+        "wall_s": result.wall_s,
+        "send_lateness_ms": {"p50": float(np.percentile(lateness, 50) * 1e3), "p99": float(np.percentile(lateness, 99) * 1e3),
+                             "max": float(lateness.max() * 1e3)} if lateness.size else None,  # fmt: skip
+        "max_lateness_ms": max_lateness_s * 1e3,
+    }
+    late = float(lateness.max()) if lateness.size else 0.0
+    summary["valid"] = late <= max_lateness_s
+    if slo is not None:
+        g = goodput(rec, slo)
+        summary["slo"] = {"attainment": g.attainment, "goodput_rps": g.goodput_rps, "offered_rps": g.offered_rps,
+                          "requests_in_window": g.requests, "misses": g.misses}  # fmt: skip
+    return summary
+
+
+@user_errors
+def replay(
+    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server (user:password@ is sent as basic auth, never printed).")],
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace file (any format `llmcap trace inspect` reads).")],
+    model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
+    request_rate: Annotated[float | None, typer.Option("--request-rate", help="Replay at this mean rate, req/s (the trace's burst shape kept).")] = None,
+    rate_scale: Annotated[float, typer.Option(help="Or: multiply the trace's own rate by this.")] = 1.0,
+    max_requests: Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
+    slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
+    max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = 50.0,
+    timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
+    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
+    block_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per prefix hash block: equal hashes become equal token blocks "
+                                                                  "(default: the trace's block size).")] = None,  # fmt: skip
+    seed: Annotated[int, typer.Option(help="Seed of the prompts' token ids.")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Write records.parquet (the request schema) and summary.json here.")] = None,
+    fmt: FormatOpt = "auto",
+    time_unit: TimeUnitOpt = "auto",
+    column: ColumnOpt = None,
+    hash_block_size: BlockSizeOpt = None,
+    generate_arrivals: GenerateArrivalsOpt = False,
+    arrival_rate: ArrivalRateOpt = 1.0,
+    duplicates: DuplicatesOpt = "by_id",
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", metavar="NAME",
+                                                     help=f"Environment variable holding the API key (default: {DEFAULT_API_KEY_ENV} if set).")] = None,  # fmt: skip
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+) -> None:
+    """Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."""
+    positive("--rate-scale", rate_scale)
+    positive("--request-rate", request_rate)
+    positive("--max-lateness-ms", max_lateness_ms)
+    if out is not None and out.exists() and not out.is_dir():
+        raise LlmcapError(f"{out}: is a file; --out names a directory")
+    api_key = api_key_from_env(api_key_env)
+    base, shown = endpoint.rstrip("/"), redact_url(endpoint.rstrip("/"))
+    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
+    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
+    table = cleaned.trace if max_requests is None else cleaned.trace.slice(0, max_requests)
+    # a clock coarser than the rate logs distinct requests at one tick: spread them within it, as simulate does
+    table = spread_ties(table, np.random.default_rng(seed))
+    if table.num_rows < 2:
+        raise LlmcapError(f"{trace}: a replay needs at least 2 requests, {table.num_rows} selected")
+    scale = rate_scale if request_rate is None else request_rate / mean_rate(table)
+    plausible_rate("the replay's mean rate", mean_rate(table) * scale)
+    slo = None
+    if slo_ttft_ms is not None or slo_itl_ms is not None:
+        slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, warmup_frac=0.1, drain_frac=0.1)
+    model = model or _first_model(base, shown, api_key)
+    result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key, quiet=json_out)
+    summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
+               **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
+    if out is not None:
+        write_table(result.requests, out / "records.parquet")
+        (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if json_out:
+        print_json(summary)
+    else:
+        _print(summary)
+    if not summary["valid"]:
+        raise typer.Exit(INVALID_EXIT)
+
+
+def _first_model(base: str, shown: str, api_key: str | None) -> str:
+    async def first() -> list[dict]:
+        url, client = endpoint_client(base, api_key)
+        async with client:
+            return await served_models(client, url)
+
+    models = asyncio.run(first())
+    if not models:
+        raise LlmcapError(f"{shown}/v1/models lists no model (is the server up?); pass --model")
+    return str(models[0]["id"])
+
+
+def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
+         api_key: str | None, quiet: bool) -> ReplayResult:  # fmt: skip
+    kwargs: dict[str, Any] = dict(
+        request_id=table.column("request_id").to_numpy(), rate_scale=scale, hash_ids=table.column("hash_ids").to_pylist(),
+        block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key,
+    )  # fmt: skip
+    args = (base, model, table.column("arrival_s").to_numpy(), table.column("isl").to_numpy(), table.column("osl").to_numpy())
+    if quiet:
+        return asyncio.run(replay_async(*args, **kwargs))
+    with Progress("replaying", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("requests", total=table.num_rows)
+        return asyncio.run(replay_async(*args, on_done=lambda: bar.advance(task), **kwargs))
+
+
+def _print(s: dict[str, Any]) -> None:
+    console = Console()
+    t = Table(title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s (open loop)")
+    for c in ("metric", "p50", "p90", "p99"):
+        t.add_column(c, justify="right")
+    for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
+        t.add_row(key, *("-" if v is None else f"{v:,.1f}" for v in s[key].values()))
+    console.print(t)
+    st, late = s["status"], s["send_lateness_ms"]
+    console.print(f"status: ok {st['ok']:,}, unfinished {st['unfinished']:,}, rejected {st['rejected']:,}; "
+                  f"output {s['output_tok_s'] or 0:,.0f} tok/s over {s['wall_s']:,.1f} s", highlight=False)  # fmt: skip
+    console.print(f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
+                  f"(bound {s['max_lateness_ms']:.0f} ms)", highlight=False)  # fmt: skip
+    if "slo" in s:
+        g = s["slo"]
+        console.print(f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "
+                      f"misses {json.dumps(g['misses'])}", highlight=False)  # fmt: skip
+    if not s["valid"]:
+        console.print(f"[bold red]INVALID[/]: sends ran up to {late['max']:.0f} ms late (> {s['max_lateness_ms']:.0f} ms): "
+                      "the client could not keep the schedule, so these latencies are not the server's.")  # fmt: skip

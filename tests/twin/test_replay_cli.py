@@ -1,0 +1,83 @@
+"""`llmcap replay` against a real `llmcap twin serve` process (127.0.0.1, stopped by PID): every request
+has a row, the summary's statuses add up, outputs are written, injected errors are counted as misses,
+and a run that cannot keep its schedule is reported INVALID with exit 3."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from llmcap.cli import app
+from llmcap.commands.replay import INVALID_EXIT
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+runner = CliRunner()
+
+
+@contextmanager
+def twin(*extra: str) -> Iterator[str]:
+    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "-m", "Llama-3.1-8B", "-g", "h100", "--port", "0", *extra]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60.0)
+        line = proc.stdout.readline() if ready else ""
+        assert "not a measurement" in line, line
+        yield line.strip().rsplit(" ", 1)[-1]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,isl,osl\n" + "".join(f"{k * 0.05:.2f},{100 + 7 * k},{8 + k % 5}\n" for k in range(40)))
+    return path
+
+
+def test_every_request_is_accounted_for_and_written(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with twin() as url:
+        args = ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "2000", "--slo-itl-ms", "200",
+                "--out", str(out), "--json"]  # fmt: skip
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.stdout)
+    assert s["requests"] == 40 and s["status"] == {"ok": 40, "unfinished": 0, "rejected": 0}
+    assert s["valid"] and s["send_lateness_ms"]["max"] <= s["max_lateness_ms"]
+    assert s["slo"]["attainment"] == 1.0 and s["model"] and s["input_accounting"]["rows_kept"] == 40
+    records = pq.read_table(out / "records.parquet")
+    assert records.num_rows == 40 and sorted(records.column("request_id").to_pylist()) == list(range(40))
+    assert records.column("osl").to_pylist() == [8 + k % 5 for k in range(40)]  # exact OSL came back
+    assert json.loads((out / "summary.json").read_text())["requests"] == 40
+
+
+def test_errors_are_rows_and_misses(trace: Path) -> None:
+    with twin("--error-rate", "0.5", "--seed", "1") as url:
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "2000", "--json"])
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.stdout)
+    assert s["requests"] == 40 and sum(s["status"].values()) == 40
+    assert 0 < s["status"]["rejected"] < 40
+    assert s["slo"]["misses"]["status"] > 0 and s["slo"]["attainment"] < 1.0
+
+
+def test_a_run_that_misses_its_schedule_is_invalid(trace: Path) -> None:
+    with twin() as url:
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-lateness-ms", "1e-6", "--json"])
+    assert result.exit_code == INVALID_EXIT, result.output
+    assert json.loads(result.stdout)["valid"] is False
