@@ -24,7 +24,7 @@ from llmcap.credentials import check_env_name, redact_text, split_userinfo
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.sizing.params import SizeParams
 
-TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "csv", "jsonl", "parquet"]
+TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "vllm-bench", "guidellm", "csv", "jsonl", "parquet"]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
 CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "hash_ids", "model", "adapter", "tenant", "session", "deadline_s", "request_id")
 

@@ -20,7 +20,7 @@ from llmcap.errors import LlmcapError
 from llmcap.trace import ingest
 from llmcap.trace.clean import CleanReport, CleanResult
 
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="auto|mooncake|azure|burstgpt|lengths|csv|jsonl|parquet")]
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help="auto|mooncake|azure|burstgpt|lengths|vllm-bench|guidellm|csv|jsonl|parquet")]
 TimeUnitOpt = Annotated[str, typer.Option("--time-unit", help="arrival clock of generic formats: auto|s|ms|us|ns|datetime")]
 ColumnOpt = Annotated[
     list[str] | None,
@@ -94,7 +94,8 @@ def account_line(r: CleanReport) -> str:
     reasons = {k: v for k, v in r.by_reason.items() if k != "duplicate"}
     why = f" ({', '.join(f'{k} {v:,}' for k, v in reasons.items())})" if reasons else ""
     if r.generated_arrivals:
-        clock = "arrivals GENERATED (the file has no arrival times)"
+        how = f": {r.arrival_process} (--arrival-rate sets the rate)" if r.arrival_process else ""
+        clock = f"arrivals GENERATED{how}; the file has no arrival times"
     else:
         clock = f"arrivals from '{r.arrival_column}' ({r.arrival_unit})" if r.arrival_column else "arrivals from the file"
     return (
@@ -105,7 +106,7 @@ def account_line(r: CleanReport) -> str:
 
 def account_json(r: CleanReport) -> dict[str, Any]:
     keys = ("source_file", "source_format", "rows_in", "rows_kept", "rows_quarantined", "by_reason", "duplicates",
-            "generated_arrivals", "arrival_column", "arrival_unit", "block_size")  # fmt: skip
+            "generated_arrivals", "arrival_process", "arrival_column", "arrival_unit", "block_size")  # fmt: skip
     return {k: getattr(r, k) for k in keys}
 
 

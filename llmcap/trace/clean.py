@@ -59,6 +59,7 @@ class CleanReport:
     generated_arrivals: bool
     arrival_column: str | None  # the source column the arrival clock came from (None: generated)
     arrival_unit: str | None  # s | ms | us | ns | datetime
+    arrival_process: str | None  # generated arrivals: how they were drawn
     duplicates: str  # the duplicate policy applied (CleanParams.duplicates)
     accounting_ok: bool = field(init=False)
 
@@ -142,6 +143,7 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         generated_arrivals=raw.generated_arrivals,
         arrival_column=raw.arrival_column,
         arrival_unit=raw.arrival_unit,
+        arrival_process=raw.arrival_process,
         duplicates=params.duplicates,
     )
     if not report.accounting_ok:  # an internal bug, never a user error: fail loudly

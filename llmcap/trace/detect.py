@@ -17,7 +17,7 @@ PARQUET_MAGIC = b"PAR1"
 
 @dataclass(frozen=True)
 class Sniff:
-    container: str  # "csv" | "jsonl" | "parquet"
+    container: str  # "csv" | "jsonl" | "json" (one document of per-request lists) | "parquet"
     fields: tuple[str, ...]  # CSV header (names stripped of surrounding spaces) / first JSON object's keys / parquet columns
     bom: bool
     raw_fields: tuple[str, ...] = ()  # CSV: the header names as written
@@ -56,8 +56,12 @@ def sniff(path: Path) -> Sniff:
         try:
             keys = tuple(json.loads(first))
         except json.JSONDecodeError as exc:
-            raise InputFileError(path, f"first record is not valid JSON ({exc.msg})", line=first_line_no) from None
-        return Sniff("jsonl", keys, bom)
+            document = _json_document_keys(path) if first.strip() == "{" else None  # pretty-printed: one document
+            if document is None:
+                raise InputFileError(path, f"first record is not valid JSON ({exc.msg})", line=first_line_no) from None
+            return Sniff("json", document, bom)
+        # one JSON document of per-request lists (`vllm bench serve --save-detailed`), not one record per line
+        return Sniff("json" if JSON_DOCUMENT_KEYS <= set(keys) else "jsonl", keys, bom)
     header = next(csv.reader(io.StringIO(first)))
     if len(header) == 1:
         for delim, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
@@ -66,6 +70,22 @@ def sniff(path: Path) -> Sniff:
                     path, f"header is {name}-separated; llmcap reads comma-separated CSV", line=first_line_no
                 )
     return Sniff("csv", tuple(h.strip() for h in header), bom, raw_fields=tuple(header))
+
+
+#: Keys of a JSON document that holds a trace as per-request lists (vLLM's benchmark results).
+JSON_DOCUMENT_KEYS = frozenset({"input_lens", "output_lens"})
+MAX_JSON_DOCUMENT_BYTES = 1 << 30
+
+
+def _json_document_keys(path: Path) -> tuple[str, ...] | None:
+    """The top-level keys of a pretty-printed JSON document of per-request lists, else None."""
+    if path.stat().st_size > MAX_JSON_DOCUMENT_BYTES:
+        return None
+    try:
+        doc = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return tuple(doc) if isinstance(doc, dict) and JSON_DOCUMENT_KEYS <= set(doc) else None
 
 
 def _decode_prefix(path: Path, body: bytes) -> str:
@@ -85,6 +105,8 @@ SIGNATURES: dict[str, tuple[str, frozenset[str]]] = {
     "azure": ("csv", frozenset({"TIMESTAMP", "ContextTokens", "GeneratedTokens"})),
     "burstgpt": ("csv", frozenset({"Timestamp", "Request tokens", "Response tokens"})),
     "lengths": ("csv", frozenset({"num_prefill_tokens", "num_decode_tokens"})),
+    "vllm-bench": ("json", frozenset({"input_lens", "output_lens"})),
+    "guidellm": ("jsonl", frozenset({"prompt_tokens_count", "output_tokens_count"})),
 }
 
 

@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from llmcap.config import CANONICAL_MAPPABLE, TraceParams
+from llmcap.config import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
 from llmcap.errors import InputFileError
 from llmcap.trace._lines import LineIndex
 from llmcap.trace.arrivals import generate_arrivals
@@ -59,6 +59,13 @@ PRESETS: dict[str, Preset] = {
         zero_osl_reason="failed_request",
     ),
     "lengths": Preset("csv", {"isl": "num_prefill_tokens", "osl": "num_decode_tokens"}, "s"),
+    # `vllm bench serve --save-result --save-detailed`: start_times are perf_counter seconds at send (newer
+    # vLLM); a failed request has 0 output tokens
+    "vllm-bench": Preset(
+        "json", {"arrival": "start_times", "isl": "input_lens", "osl": "output_lens"}, "s", zero_osl_reason="failed_request"
+    ),
+    # guidellm's request data (its synthetic/preprocessed datasets): lengths only, arrivals generated
+    "guidellm": Preset("jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count"}, "s"),
 }
 
 _DEFAULT_GENERIC = {"arrival": "arrival_s", **{c: c for c in CANONICAL_MAPPABLE if c != "arrival"}}
@@ -85,6 +92,7 @@ class RawTrace:
     generated_arrivals: bool = False
     arrival_column: str | None = None  # the source column the clock was read from (None: generated)
     arrival_unit: str | None = None  # its unit: s | ms | us | ns | datetime
+    arrival_process: str | None = None  # how generated arrivals were drawn, e.g. "poisson at 2 req/s, seed 0"
     line_index: LineIndex | None = None
 
     @property
@@ -118,6 +126,8 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         if canon not in source_cols or source_cols[canon] not in found.fields:
             wanted = source_cols.get(canon, _DEFAULT_GENERIC[canon])
             raise InputFileError(path, f"required column for '{canon}' is missing (have: {', '.join(found.fields)})", line=1, field=wanted)
+    if fmt == "vllm-bench" and "start_times" not in found.fields:
+        del source_cols["arrival"]  # older vLLM wrote no send times: a length-only file, arrivals generated (and said)
     if "arrival" in source_cols and source_cols["arrival"] not in found.fields:
         if fmt in PRESETS or "arrival" in params.columns:
             raise InputFileError(path, f"the arrival-time column is missing (have: {', '.join(found.fields)})", line=1, field=source_cols["arrival"])
@@ -127,7 +137,7 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         if clock is not None:
             source_cols["arrival"] = clock
 
-    reader = {"csv": _read_csv, "jsonl": _read_jsonl, "parquet": _read_parquet}[preset.container]
+    reader = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json_document, "parquet": _read_parquet}[preset.container]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
     if table.num_rows == 0 and not parse_errors:
         raise InputFileError(path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1)
@@ -195,8 +205,14 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         generated_arrivals=generated,
         arrival_column=None if "arrival" not in source_cols else source_cols["arrival"],
         arrival_unit=arrival_unit,
+        arrival_process=_describe(params.arrivals) if generated and canonical is None else None,
         line_index=line_index,
     )
+
+
+def _describe(spec: ArrivalSpec) -> str:
+    shape = "" if spec.process == "poisson" else f" cv {spec.cv:g}"
+    return f"{spec.process}{shape} at {spec.rate_rps:g} req/s, seed {spec.seed}"
 
 
 #: Column names a generic file's arrival clock goes by (lower-cased), besides the canonical `arrival_s`.
@@ -369,6 +385,21 @@ def _read_jsonl_per_line(path: Path, index: LineIndex, record_lines: np.ndarray,
         else:
             columns[c] = pa.array([None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string())
     return pa.table(columns), errors, raw, index, record_lines
+
+
+def _read_json_document(path: Path, found: Sniff, cols: dict[str, str]):
+    """One JSON document whose mapped keys are per-request lists of equal length (one record per index;
+    every record's line is the document's first)."""
+    doc = json.loads(path.read_bytes())
+    wanted = list(dict.fromkeys(cols.values()))
+    lengths = {c: len(doc[c]) for c in wanted if isinstance(doc.get(c), list)}
+    bad = [c for c in wanted if c not in lengths]
+    if bad:
+        raise InputFileError(path, "expected a list of per-request values", field=bad[0])
+    if len(set(lengths.values())) > 1:
+        raise InputFileError(path, f"per-request lists differ in length: {lengths}", field=max(lengths, key=lengths.__getitem__))
+    table = pa.table({c: pa.array([None if isinstance(v, (list, dict)) else str(v) for v in doc[c]], pa.string()) for c in wanted})
+    return table, {}, {}, None, np.ones(table.num_rows, dtype=np.int64)
 
 
 def _int64_hashes(value: object) -> list[int] | None:
