@@ -89,6 +89,15 @@ def read_input(file: Path, trace: TraceParams, clean: CleanParams, *, announce: 
     return result
 
 
+def read_trace_input(
+    file: Path, fmt: str, time_unit: str, columns: list[str] | None, block_size: int | None, generate_arrivals: bool,
+    arrival_rate: float, duplicates: str, *, announce: bool,
+) -> CleanResult:
+    """`read_input` from the input options every trace-reading command takes."""
+    trace = trace_params(file, fmt, time_unit, columns, block_size, generate_arrivals, arrival_rate)
+    return read_input(file, trace, validated(CleanParams, duplicates=duplicates), announce=announce)
+
+
 def account_line(r: CleanReport) -> str:
     """`trace.csv (csv): 600 rows in = 600 kept + 0 quarantined; duplicates by_id: 0 dropped; arrivals from 'arrival_s' (s)`."""
     reasons = {k: v for k, v in r.by_reason.items() if k != "duplicate"}

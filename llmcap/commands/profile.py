@@ -47,24 +47,13 @@ def profile(
              f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).")] = None,
 ) -> None:
     """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."""
-    import asyncio
-
-    from llmcap.live.client import endpoint_client, served_models
+    from llmcap.commands._endpoint import first_served_model
     from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
     api_key = api_key_from_env(api_key_env)
     base = endpoint.rstrip("/")
     shown = redact_url(base)  # everything printed below names the endpoint by this
-    if model is None:
-        async def first_model() -> list[dict]:
-            url, client = endpoint_client(base, api_key)
-            async with client:
-                return await served_models(client, url)
-
-        models = asyncio.run(first_model())
-        if not models:
-            raise LlmcapError(f"{shown}/v1/models lists no model (is the server up?); pass --model")
-        model = str(models[0]["id"])
+    model = model or first_served_model(base, shown, api_key)
     spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
                             vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
     m = measure_endpoint(base, model, spec, progress=True, api_key=api_key)

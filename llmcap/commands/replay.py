@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from llmcap.commands._common import dumps, err_console, print_json, user_errors
+from llmcap.commands._endpoint import first_served_model
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -32,14 +33,11 @@ from llmcap.commands._trace_input import (
     account_json,
     plausible_rate,
     positive,
-    read_input,
-    trace_params,
+    read_trace_input,
     validated,
 )
-from llmcap.config import CleanParams
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
-from llmcap.live.client import endpoint_client, served_models
 from llmcap.live.replay import ReplayResult, replay_async
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
@@ -124,8 +122,9 @@ def replay(
         raise LlmcapError(f"{out}: is a file; --out names a directory")
     api_key = api_key_from_env(api_key_env)
     base, shown = endpoint.rstrip("/"), redact_url(endpoint.rstrip("/"))
-    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
-    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
+    cleaned = read_trace_input(
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+    )
     table = cleaned.trace if max_requests is None else cleaned.trace.slice(0, max_requests)
     # a clock coarser than the rate logs distinct requests at one tick: spread them within it, as simulate does
     table = spread_ties(table, np.random.default_rng(seed))
@@ -136,7 +135,7 @@ def replay(
     slo = None
     if slo_ttft_ms is not None or slo_itl_ms is not None:
         slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, warmup_frac=0.1, drain_frac=0.1)
-    model = model or _first_model(base, shown, api_key)
+    model = model or first_served_model(base, shown, api_key)
     result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key, quiet=json_out)
     summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
@@ -149,18 +148,6 @@ def replay(
         _print(summary)
     if not summary["valid"]:
         raise typer.Exit(INVALID_EXIT)
-
-
-def _first_model(base: str, shown: str, api_key: str | None) -> str:
-    async def first() -> list[dict]:
-        url, client = endpoint_client(base, api_key)
-        async with client:
-            return await served_models(client, url)
-
-    models = asyncio.run(first())
-    if not models:
-        raise LlmcapError(f"{shown}/v1/models lists no model (is the server up?); pass --model")
-    return str(models[0]["id"])
 
 
 def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,

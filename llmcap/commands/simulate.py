@@ -58,11 +58,8 @@ from llmcap.commands._trace_input import (
     check_outputs,
     plausible_rate,
     positive,
-    read_input,
-    trace_params,
-    validated,
+    read_trace_input,
 )
-from llmcap.config import CleanParams
 from llmcap.sim import simulate as run_simulation
 from llmcap.trace import mean_rate, scale_rate, write_table
 from llmcap.trace.synth import spread_ties
@@ -122,8 +119,9 @@ def simulate(
     check_outputs([trace], [p for p in (out, timeseries_out) if p is not None])
     spec = load_model(model)
     g = get_gpu(gpu)
-    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
-    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
+    cleaned = read_trace_input(
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+    )
     # A clock coarser than the request rate logs distinct requests at one tick: spread them within it,
     # as the sizing search does, instead of sending every tick's requests at once.
     table = spread_ties(cleaned.trace, np.random.default_rng(seed))

@@ -30,11 +30,8 @@ from llmcap.commands._trace_input import (
     account_json,
     plausible_rate,
     positive,
-    read_input,
-    trace_params,
-    validated,
+    read_trace_input,
 )
-from llmcap.config import CleanParams
 from llmcap.errors import LlmcapError
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
@@ -90,8 +87,9 @@ def size(
         plausible_rate("--target-rps", target_rps)
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
-    source = trace_params(trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate)
-    cleaned = read_input(trace, source, validated(CleanParams, duplicates=duplicates), announce=not json_out)
+    cleaned = read_trace_input(
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+    )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")

@@ -27,6 +27,7 @@ from llmcap.commands._trace_input import (
     plausible_rate,
     positive,
     read_input,
+    read_trace_input,
     trace_params,
     validated,
 )
@@ -147,8 +148,7 @@ def synth(
     if requests is not None and requests < 1:
         raise LlmcapError(f"--requests must be at least 1, got {requests}")
     check_outputs([file], [out])
-    trace = trace_params(file, fmt, time_unit, column, block_size, generate_arrivals=False)
-    source = read_input(file, trace, validated(CleanParams, duplicates=duplicates), announce=not json_out).trace
+    source = read_trace_input(file, fmt, time_unit, column, block_size, False, 1.0, duplicates, announce=not json_out).trace
     if arrivals == "trace":
         if requests not in (None, source.num_rows):
             raise LlmcapError("--arrivals trace keeps the source requests; drop --requests or pick poisson/gamma")
