@@ -411,10 +411,17 @@ class _Sizer:
         self, role: str, units: Sequence[Unit], bound: Callable[[Unit], float], make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]]
     ) -> list[RoleRow]:
         """Each unit's per-instance rate as one instance of a pool of n (pools multiplex: one instance alone
-        queues every short prompt behind a long one). n = ceil(λ / (½ × bound)) first; when the measured rate
-        implies another count, searched once more at that count. The search starts at λ."""
+        queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
+        pool under per-request latency targets runs at a quarter to a half of its analytic bound); when the
+        measured rate implies a count more than a quarter (and more than one instance) away, searched once
+        more at that count. The search starts at λ, the rate the pool is sized to carry."""
         p, lam = self.params, self.planning
-        sizes = {u.key: max(1, math.ceil(lam / (0.5 * bound(u)))) for u in units}
+        sizes = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
+
+        def off(u: Unit) -> bool:
+            r = rows[u.key].rate
+            return r > 0 and abs(ceil_count(lam / r) - sizes[u.key]) > max(1, 0.25 * sizes[u.key])
+
         rows: dict[str, RoleRow] = {}
         todo = list(units)
         for _ in range(2):
@@ -424,7 +431,7 @@ class _Sizer:
             for u in todo:
                 n = sizes[u.key]
                 rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n)
-            todo = [u for u in todo if rows[u.key].rate > 0 and max(1, ceil_count(lam / rows[u.key].rate)) != sizes[u.key]]
+            todo = [u for u in todo if off(u)]
             for u in todo:
                 sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
             if not todo:
