@@ -35,7 +35,7 @@ def capacity_suite(gxe) -> list:
     return [
         gxe.ExpectTableRowCountToBeBetween(min_value=1),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=["workload_id", "candidate", "mode"]),
-        gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["aggregated", "disaggregated"]),
+        gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["aggregated", "prefill", "decode", "disaggregated"]),
         gxe.ExpectColumnValuesToBeInSet(column="search_status", value_set=["converged", "at_max_rate", "infeasible", "max_evaluations"]),
         gxe.ExpectColumnValuesToBeBetween(column="max_rps", min_value=0),
         gxe.ExpectColumnValuesToBeBetween(column="attainment", min_value=0, max_value=1),
@@ -111,17 +111,15 @@ def run(args: argparse.Namespace) -> str:
         mlflow.log_metrics({"target_rps": s["target_rps"], "gpus": s["gpus"], "instances": s["instances"], "base_instances": s["base_instances"],
                             "usd_per_hour": s["usd_per_hour"], "max_rps_per_unit": s["max_rps_per_unit"],
                             "candidates_simulated": s["candidates_simulated"]})  # fmt: skip
-        mlflow.log_metrics({f"headroom.{risk}": h["instances"] for risk, h in s["headroom"].items()})
+        mlflow.log_metrics({f"headroom.{pool}.{risk}": h["instances"] for pool, q in s["pool_plans"].items() for risk, h in q["headroom"].items()})
+        mlflow.log_metrics({f"instances.{pool}": q["instances"] for pool, q in s["pool_plans"].items()})
         mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]),
                          "chosen.gpus": str(s["gpus"]), "step_model.source": step_source, "validation.success": str(check.success).lower()})  # fmt: skip
         for artifact in (args.capacity, summary_path, validation_path, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
-    return (
-        f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {s['base_instances']} base + "
-        f"{s['instances'] - s['base_instances']} headroom instance(s) for {s['target_rps']:.3g} req/s, "
-        f"${s['usd_per_hour']:,.0f}/h → {paths['html']}"
-    )
+    pools = " + ".join(f"{name} {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']})" for name, q in s["pool_plans"].items())
+    return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
 
 
 def main(argv: list[str] | None = None) -> int:

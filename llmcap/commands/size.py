@@ -108,7 +108,7 @@ def size(
         slo=SloParams(ttft_ms=slo_ttft_p99, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_ms=slo_itl_p99, itl_stat="p99",
                       attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
         search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
-        pd_shortlist=1 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
+        pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
     )  # fmt: skip
     console = Console(stderr=True, quiet=json_out)
     with make_executor(params.compute) as executor, console.status("sizing ...") as status:
@@ -136,7 +136,14 @@ def size(
     print(f"chosen: {summary['chosen']} ({summary['mode']}): {summary['gpus']} GPUs, ${summary['usd_per_hour']:,.0f}/h")
     if over:
         print(f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses")
-    for risk, h in summary["headroom"].items():
-        print(f"  +{h['instances']} {risk}: {h['reasoning']}")
+    for pool, q in summary["pool_plans"].items():
+        print(f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)")
+        for risk, h in q["headroom"].items():
+            print(f"    +{h['instances']} {risk} (+{h['rps']:.3g} req/s): {h['reasoning']}")
+    for line in summary["scenarios"] or []:
+        print(f"  scenario {line}")
+    for line in summary["minimality"] or []:
+        print(f"  one fewer: {line}")
+    print(f"  {summary['ledger']['line']}")
     for path in paths.values():
         print(f"  wrote {path}", file=sys.stderr)

@@ -1,12 +1,16 @@
 """The capacity table (one row per (candidate, mode) result) and its parquet / Markdown / HTML writers.
 
 Columns (`CAPACITY_SCHEMA`; units in the names: _rps req/s, _ms milliseconds, _mb megabytes):
-- workload_id; candidate (unique key within the workload); mode ("aggregated" | "disaggregated");
+- workload_id; candidate (unique key within the workload); mode: "aggregated" (one instance searched and
+  sized), "prefill" / "decode" (one P/D role's pool of gpus_per_unit / gpus_per_instance instances, searched
+  beside an ample other pool; not sized on its own), "disaggregated" (a prefill row + decode row pairing, sized pool by pool);
   gpu, weight_quant, kv_dtype, tp, pp, ep, dp, max_num_seqs, max_num_batched_tokens (the engine config;
-  P/D: the decode pool's), gpus_per_instance, pd_ratio ("n_P:n_D" of the searched unit, P/D only);
-  gpus_per_unit (GPUs of the searched unit: one instance, or the P/D unit).
+  pairings: the decode pool's), gpus_per_instance, pd_ratio ("N_P:N_D" planned, pairings only);
+  gpus_per_unit (GPUs of one instance; pairings: one prefill + one decode instance).
 - search_status, max_rps (max feasible arrival rate of the unit), attainment (mean over seeds there),
-  monotonicity_violations.
+  monotonicity_violations. Pairings: max_rps = what gpus_per_unit GPUs carry in pools balanced to the
+  measured role rates, (g_P + g_D) / (g_P/G_P + g_D/G_D); attainment, status: the worse role's; metrics:
+  TTFT from the prefill role's search, the rest from the decode role's.
 - at max_rps, each the mean over seeds of the evaluate callable's `metrics` of the same name:
   ttft/itl/e2e _p50/_p90/_p99_ms, tokens_per_s (output), mean_active, mean_waiting, preemptions,
   kv_usage_p50 / kv_usage_p99 (fraction of KV capacity), network_payload_mb (mean per request),
@@ -34,8 +38,10 @@ import pyarrow.parquet as pq
 from numpy.typing import ArrayLike
 
 from llmcap.report import capacity_plots as plots
-from llmcap.sizing.headroom import CapacityPlan
+from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
+from llmcap.sizing.ledger import Ledger
 from llmcap.sizing.params import SloParams
+from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
 
 _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
@@ -119,6 +125,40 @@ def capacity_row(
     return row
 
 
+_STATUS_RANK = {"infeasible": 0, "max_evaluations": 1, "at_max_rate": 2, "converged": 3}
+
+
+def pairing_row(
+    workload_id: str,
+    candidate: str,
+    config: Mapping[str, Any],
+    prefill: tuple[SearchResult, float, int],
+    decode: tuple[SearchResult, float, int],
+    plan: CapacityPlan | None,
+) -> dict[str, Any]:
+    """One P/D pairing's row from its two role searches — each (search, per-instance rate G, GPUs per
+    instance) — and its per-pool plan (module docstring)."""
+    (pre_res, g_p, prefill_gpus), (dec_res, g_d, decode_gpus) = prefill, decode
+    gpus = prefill_gpus + decode_gpus
+    rate = gpus / (prefill_gpus / g_p + decode_gpus / g_d) if g_p > 0 and g_d > 0 else 0.0
+    row = capacity_row(workload_id, candidate, "disaggregated", config, dec_res, gpus, plan)
+    pre = capacity_row(workload_id, candidate, "disaggregated", config, pre_res, gpus)
+    atts = [a for a in (pre["attainment"], row["attainment"]) if a is not None]
+    att = min(atts) if len(atts) == 2 else None
+    goodput = None if att is None else rate * att
+    row.update(
+        pd_ratio=None if plan is None else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
+        search_status=min((pre_res.status, dec_res.status), key=lambda st: _STATUS_RANK[st]),
+        max_rps=rate,
+        attainment=att,
+        monotonicity_violations=len(pre_res.violations) + len(dec_res.violations),
+        goodput_rps=goodput,
+        goodput_per_gpu=None if goodput is None else goodput / gpus,
+        **{k: v for k, v in pre.items() if k.startswith("ttft_")},
+    )
+    return row
+
+
 def _sort_key(r: Mapping[str, Any]) -> tuple[Any, ...]:
     g = r["goodput_per_gpu"]
     return (r["workload_id"], r["mode"], -(g if g is not None else -math.inf), r["candidate"])
@@ -156,6 +196,9 @@ class CapacityReport:
     kv_usage: Mapping[str, tuple[ArrayLike, ArrayLike]] | None = None
     title: str = "Capacity plan"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    analytic: CapacityPlan | None = None  # the per-pool plan before the scenario simulations (default: `plan`)
+    fit: FitResult | None = None  # the scenario simulations and minimality check of the chosen plan
+    ledger: Ledger | None = None  # the four-ledger floor beside the simulated count
 
 
 _SHOWN = [
@@ -204,22 +247,57 @@ def _slo_line(slo: SloParams) -> str:
 
 def _summary_lines(report: CapacityReport) -> list[str]:
     r, p = _chosen_row(report), report.plan
-    return [
+    pools = " + ".join(f"{q.name} {q.instances} × {q.pool.gpus_per_instance} GPU (base {q.base_instances})" for q in p.pools)
+    lines = [
         f"SLO: {_slo_line(report.slo)}.",
-        f"Chosen: **{report.chosen}** ({r['mode']}) — max feasible {r['max_rps']:.4g} req/s per unit of "
-        f"{r['gpus_per_unit']} GPU(s), goodput/GPU {_fmt(r['goodput_per_gpu'])}.",
-        f"For {p.rate_rps:g} req/s: {p.base_instances} base + {p.total_instances - p.base_instances} headroom = "
-        f"**{p.total_instances} instances, {p.total_gpus} GPUs**, {p.gpu_hours_per_day:,.0f} GPU-h/day, "
+        f"Chosen: **{report.chosen}** ({r['mode']}) — goodput/GPU {_fmt(r['goodput_per_gpu'])}.",
+        f"For {p.target_rps:g} req/s (planning rate {p.planning_rps:.4g}): {pools} = "
+        f"**{p.total_instances} instances, {p.total_gpus} GPUs** (base {p.base_gpus}), {p.gpu_hours_per_day:,.0f} GPU-h/day, "
         f"${p.usd_per_hour:,.2f}/h.",
-        *report.notes,
     ]
+    if report.fit is not None:
+        a = report.analytic or p
+        verdict = "every scenario passes" if report.fit.ok else "NOT every scenario passes"
+        lines.append(f"Scenarios simulated on the whole trace: {verdict}; analytic count {a.total_gpus} GPUs → simulated {p.total_gpus} GPUs.")
+    if report.ledger is not None:
+        lines.append(report.ledger.line() + ".")
+    return lines + list(report.notes)
 
 
-def _headroom_rows(plan: CapacityPlan) -> list[tuple[str, str, str]]:
-    rows = [("base", str(plan.base_instances), f"ceil({plan.rate_rps:g} / {plan.per_instance_rps:.4g}) req/s per instance")]
-    rows += [(i.risk, f"+{i.instances}", i.reasoning) for i in plan.items]
-    rows.append(("total", str(plan.total_instances), f"{plan.total_gpus} GPUs × ${plan.usd_per_gpu_hour:g}/GPU-h = ${plan.usd_per_hour:,.2f}/h"))
+def _headroom_rows(plan: CapacityPlan) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for q in plan.pools:
+        g = q.pool.per_instance_rps
+        rows.append((q.name, "base", f"{q.target_rps:.4g}", str(q.base_instances), f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance"))
+        rows += [(q.name, i.risk, f"+{i.rps:.4g}", f"+{i.instances}", i.reasoning) for i in q.items]
+        fit = q.instances - q.base_instances - sum(i.instances for i in q.items)
+        if fit:
+            rows.append((q.name, "simulation", "", f"{fit:+d}", "scenario fit and minimality check (below) changed the analytic count"))
+        rows.append((q.name, "total", f"{q.instances * g:.4g}", str(q.instances), f"{q.combination()}; {q.gpus} GPUs, ${q.usd_per_hour:,.2f}/h"))
+    rows.append(("all", "total", "", str(plan.total_instances), f"{plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h; combination: {COMBINATION_RULE}"))
     return rows
+
+
+_HEADROOM_HEAD = ["pool", "risk", "req/s", "instances", "reasoning"]
+_SCENARIO_HEAD = ["scenario", "serving", "attainment", "KV p99", "verdict", "why"]
+
+
+def _scenario_rows(fit: FitResult | None) -> list[tuple[str, ...]]:
+    if fit is None:
+        return []
+    out: list[tuple[str, ...]] = []
+    for r in fit.results:
+        sc = r.scenario
+        kv = "–" if r.kv_p99_share is None else f"{r.kv_p99_share:.0%}"
+        out.append((sc.name, ", ".join(f"{k} {v}" for k, v in sc.serving), f"{r.attainment:.4f}", kv, "pass" if r.passed else "FAIL", sc.reasoning))
+    return out
+
+
+def _minimality_lines(fit: FitResult | None) -> list[str]:
+    if fit is None:
+        return ["Scenarios were not simulated."]
+    lines = [f"one instance fewer — {m.note}" for m in fit.minimality]
+    return lines + [f"fit: {h}" for h in fit.history]
 
 
 def _md_row(cells: list[str]) -> str:
@@ -230,8 +308,11 @@ def render_markdown(report: CapacityReport) -> str:
     head, rows = _table_cells(report.table)
     lines = [f"# {report.title}", "", *_summary_lines(report), "", "## Capacity table", "", _md_row(head), _md_row(["---"] * len(head))]
     lines += [_md_row(r) for r in rows]
-    lines += ["", "## Headroom by risk", "", _md_row(["risk", "instances", "reasoning"]), _md_row(["---"] * 3)]
+    lines += ["", "## Headroom per pool", "", _md_row(_HEADROOM_HEAD), _md_row(["---"] * len(_HEADROOM_HEAD))]
     lines += [_md_row(list(r)) for r in _headroom_rows(report.plan)]
+    lines += ["", "## Scenarios", "", _md_row(_SCENARIO_HEAD), _md_row(["---"] * len(_SCENARIO_HEAD))]
+    lines += [_md_row(list(r)) for r in _scenario_rows(report.fit)]
+    lines += ["", "## Minimality", "", *(f"- {m}" for m in _minimality_lines(report.fit))]
     return "\n".join(lines) + "\n"
 
 
@@ -245,7 +326,7 @@ def _html_table(head: list[str], rows: list[list[str]] | list[tuple[str, ...]]) 
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-SECTIONS = ("summary", "capacity-table", "attainment", "goodput", "latency-cdfs", "kv-usage", "headroom")
+SECTIONS = ("summary", "capacity-table", "attainment", "goodput", "latency-cdfs", "kv-usage", "headroom", "scenarios")
 
 _CSS = (
     "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;font-size:12px}"
@@ -265,7 +346,11 @@ def render_html(report: CapacityReport) -> str:
         "goodput": ("Goodput per GPU", _img(plots.plot_goodput_per_gpu(report.table), "goodput per GPU")),
         "latency-cdfs": (f"TTFT / ITL at the chosen point ({report.chosen})", _img(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs")),
         "kv-usage": ("KV usage over time", _img(plots.plot_kv_usage(report.kv_usage), "KV usage")),
-        "headroom": ("Headroom by risk", _img(plots.plot_headroom(report.plan), "headroom") + _html_table(["risk", "instances", "reasoning"], _headroom_rows(report.plan))),
+        "headroom": ("Headroom per pool", _img(plots.plot_headroom(report.plan), "headroom") + _html_table(_HEADROOM_HEAD, _headroom_rows(report.plan))),
+        "scenarios": (
+            "Scenarios and minimality",
+            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit)) + "".join(f"<p>{html.escape(m)}</p>" for m in _minimality_lines(report.fit)),
+        ),
     }
     body = "".join(f'<section id="{sid}"><h2>{html.escape(parts[sid][0])}</h2>{parts[sid][1]}</section>\n' for sid in SECTIONS)
     return (

@@ -124,18 +124,24 @@ def plot_kv_usage(series: Mapping[str, tuple[ArrayLike, ArrayLike]] | None) -> b
 
 
 def plot_headroom(plan: CapacityPlan) -> bytes:
-    """Instances stacked by reason: base, then each risk's headroom."""
-    parts = [("base", plan.base_instances)] + [(i.risk, i.instances) for i in plan.items]
-    fig, ax = plt.subplots(figsize=(8, 2.6))
-    left = 0
-    for label, n in parts:
-        if n:
-            ax.barh([0], [n], left=left, label=f"{label} {n}")
-            ax.text(left + n / 2, 0, str(n), ha="center", va="center", fontsize=8)
-        left += n
-    ax.set_yticks([])
-    ax.set_xlabel(f"instances ({plan.gpus_per_instance} GPU each) — total {plan.total_instances}, {plan.total_gpus} GPUs")
-    ax.set_title("Headroom by risk")
-    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    """GPUs per pool stacked by reason: base, then each risk's headroom instances (× the pool's GPUs per instance)."""
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.7 * len(plan.pools)))
+    colors = dict(zip(("base", "traffic", "memory", "failure", "deployment", "control", "fit"), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    seen: set[str] = set()
+    for y, q in enumerate(plan.pools):
+        g = q.pool.gpus_per_instance
+        parts = [("base", q.base_instances)] + [(i.risk, i.instances) for i in q.items]
+        parts.append(("fit", q.instances - q.base_instances - sum(i.instances for i in q.items)))  # simulation's change
+        left = 0
+        for label, n in parts:
+            if n > 0:
+                ax.barh([y], [n * g], left=left, color=colors[label], label=None if label in seen else label)
+                ax.text(left + n * g / 2, y, str(n * g), ha="center", va="center", fontsize=8)
+                seen.add(label)
+                left += n * g
+    ax.set_yticks(range(len(plan.pools)), [f"{q.name} ({q.instances} × {q.pool.gpus_per_instance} GPU)" for q in plan.pools])
+    ax.set_xlabel(f"GPUs — total {plan.total_gpus}")
+    ax.set_title("Base and headroom per pool")
+    ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.5))
     fig.tight_layout()
     return _png(fig)

@@ -1,128 +1,239 @@
-"""Headroom by risk: each risk is its own computed number of instances, with the arithmetic as its reason.
+"""Headroom per pool, in req/s, rounded once: each risk is a scenario on the deployment, not a ceiling of its own.
 
-With λ the planning rate, G one instance's max feasible rate (req/s, from the search), g its GPUs and
-N_base = ceil(λ / G):
-- traffic:    N_peak = ceil(λ·f / G), f = windowed peak-to-mean of the trace (or 1 + forecast error);
-              adds N_peak − N_base.
-- failure:    losing k nodes must leave N_peak whole instances. g ≤ node size n: a node holds ⌊n/g⌋
-              instances (n mod g GPUs stranded: TP does not span nodes), so the worst loss is k·⌊n/g⌋;
-              g > n: an instance spans ⌈g/n⌉ whole nodes, each lost node kills at most one instance → k.
-- deployment: a rolling upgrade needs max_surge extra instances' GPUs, and max_unavailable instances
-              are down at once → max_surge + max_unavailable.
-- memory:     P99 active KV tokens per instance (at N_peak) must stay ≤ kv_safe_fraction × KV capacity;
-              spreading the same tokens over more instances: ceil(N_peak · P99 / limit) − N_peak when above.
-- control:    demand grows by ΔR while a new instance becomes ready: ceil(ΔR / G), ΔR = the trace's largest
-              rise of the windowed rate within T_ready (or a given ramp × T_ready).
-The total is N_base + every risk's instances. Risks are summed, not maxed: they can coincide (a node dies
-mid-upgrade during a burst), and the sum is the number an operator can defend line by line.
+A deployment has one pool (aggregated: "instances") or two (disaggregated: "prefill", "decode"), each
+sized from the planning rate and its own per-instance max rate G (req/s, measured by simulation):
+- traffic:    the planning rate λ is the target (the trace's mean, or given) — times (1 + forecast error)
+              when `traffic_method` is forecast_error. Every scenario replays the whole trace at mean λ, so
+              the trace's own bursts are in it (the report states its windowed-rate percentile); no peak
+              factor is added on top.
+- memory:     P99 KV tokens per instance at the operating point (the pool's max rate) must stay ≤
+              kv_safe_fraction × capacity; when above, the pool carries λ × P99 / limit (spreading the same
+              tokens over more instances). Applies in every scenario (aggregated and the decode pool).
+- failure:    lose the worst `node_failures` node(s) given the placement (`llmcap.sizing.placement`: each pool
+              on its own nodes), i.e. the instances of that pool on them; the rest must carry λ.
+- deployment: a rolling upgrade of one pool at a time takes max_surge + max_unavailable of its instances
+              out of service (surge: the new instance's GPUs, not yet serving; unavailable: down); the rest
+              must carry λ.
+- control:    0 for a static plan sized to the planning rate: reacting to a ramp is the autoscaler's job
+              (its T_ready and the trace's largest rise are reported for it).
+Combination: a node loss and a rolling upgrade do not coincide (an operator does not roll while a node is
+out, and a node loss hits one pool), so per pool the survivors S = ⌈λ·m / G⌉ (m = memory factor ≥ 1: the
+one rounding) must remain after the larger of the two outages: N = the smallest count with
+N − max(node loss(N), upgrade) ≥ S. Nothing is summed across risks.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.analytic import ceil_count, demand_growth, peak_to_mean
+from llmcap.sizing.analytic import ceil_count, demand_growth
 from llmcap.sizing.params import HeadroomParams
+from llmcap.sizing.placement import Placement, place
+from llmcap.trace.stats import window_counts
+
+RISKS = ("traffic", "memory", "failure", "deployment", "control")
 
 
 @dataclass(frozen=True)
 class HeadroomItem:
-    risk: str  # "traffic" | "failure" | "deployment" | "memory" | "control"
-    instances: int
+    risk: str  # one of RISKS
+    rps: float  # req/s of capacity this risk asks for beyond the target (traffic) or the planning rate (others)
+    instances: int  # what it costs in whole instances of the pool (after the combination rule)
     reasoning: str
 
 
-def traffic_headroom(rate_rps: float, per_instance_rps: float, factor: float, source: str) -> HeadroomItem:
-    base = ceil_count(rate_rps / per_instance_rps)
-    peak = ceil_count(rate_rps * factor / per_instance_rps)
-    why = (
-        f"{source}: factor {factor:.4g}; peak {rate_rps:g} × {factor:.4g} = {rate_rps * factor:.4g} req/s needs "
-        f"ceil({rate_rps * factor:.4g} / {per_instance_rps:.4g}) = {peak} instances vs base {base}"
-    )
-    return HeadroomItem("traffic", peak - base, why)
+@dataclass(frozen=True)
+class PoolInput:
+    """One pool as measured: its per-instance max rate and what a node and an hour cost it."""
+
+    name: str  # "instances" (aggregated) | "prefill" | "decode"
+    per_instance_rps: float  # G: one instance's max feasible rate
+    gpus_per_instance: int
+    gpus_per_node: int
+    usd_per_gpu_hour: float
+    p99_kv_tokens: float | None = None  # per instance at the operating point; None: not measured (prefill)
+    kv_tokens: float | None = None  # per-instance KV capacity
 
 
-def failure_headroom(peak_instances: int, gpus_per_instance: int, gpus_per_node: int, node_failures: int) -> HeadroomItem:
-    g, n, k = gpus_per_instance, gpus_per_node, node_failures
-    if k == 0 or peak_instances == 0:
-        return HeadroomItem("failure", 0, "no node failures planned for")
-    if g <= n:
-        per_node = n // g
-        on_one_node = min(per_node, peak_instances)  # a deployment smaller than a node puts its spare elsewhere
-        lost = k * on_one_node
-        stranded = n - per_node * g
-        why = (
-            f"a {n}-GPU node holds {n} // {g} = {per_node} instance(s) ({stranded} GPU(s) stranded: instances do "
-            f"not span nodes), of the {peak_instances} needed at most {on_one_node} share one node; losing {k} node(s) "
-            f"loses {k} × {on_one_node} = {lost} instance(s)"
-        )
+@dataclass(frozen=True)
+class Traffic:
+    target_rps: float
+    planning_rps: float
+    reasoning: str
+
+
+def traffic_plan(target_rps: float, params: HeadroomParams, arrival_s: ArrayLike | None = None) -> Traffic:
+    """The planning rate (module docstring) with what the replay at it already contains (`arrival_s`: the
+    trace's arrivals on any clock; its full windows' rates are scaled so their mean is the planning rate)."""
+    p = params
+    if p.traffic_method == "forecast_error":
+        lam = target_rps * (1 + p.forecast_error)
+        why = f"forecast {target_rps:.4g} req/s × (1 + {p.forecast_error:g} error at the planning quantile) = {lam:.4g} req/s"
     else:
-        span = math.ceil(g / n)
-        lost = k
-        why = f"an instance spans ceil({g} / {n}) = {span} nodes; losing {k} node(s) loses at most {k} instance(s)"
-    return HeadroomItem("failure", lost, why + f"; {peak_instances} must remain → +{lost}")
+        lam = target_rps
+        why = f"target {lam:.4g} req/s"
+    if arrival_s is not None:
+        counts = window_counts(np.sort(np.asarray(arrival_s, dtype=np.float64)), p.traffic_window_s)
+        if counts.size:
+            rates = counts / counts.mean() * lam  # the replay at mean λ: each full window's rate
+            pct = float(np.percentile(rates, p.traffic_percentile))
+            why += (
+                f"; the whole-trace replay at that mean carries the trace's own bursts: {p.traffic_window_s:g} s windowed rate "
+                f"p{p.traffic_percentile:g} {pct:.4g} req/s, max {float(rates.max()):.4g} req/s — no peak factor on top"
+            )
+    return Traffic(target_rps, lam, why)
 
 
-def deployment_headroom(max_surge: int, max_unavailable: int) -> HeadroomItem:
-    n = max_surge + max_unavailable
-    why = (
-        f"rolling upgrade: {max_surge} surge instance(s) need GPUs to start on, {max_unavailable} instance(s) are "
-        f"down at once → +{max_surge} + {max_unavailable} = {n}"
-    )
-    return HeadroomItem("deployment", n, why)
-
-
-def memory_headroom(
-    peak_instances: int, p99_active_tokens_per_instance: float | None, kv_tokens_per_instance: float | None, safe_fraction: float
-) -> HeadroomItem:
-    if p99_active_tokens_per_instance is None or not kv_tokens_per_instance:
-        return HeadroomItem("memory", 0, "no KV measurement at the operating point: not assessed")
-    limit = safe_fraction * kv_tokens_per_instance
-    p99 = p99_active_tokens_per_instance
+def _memory_factor(pool: PoolInput, safe_fraction: float) -> tuple[float, str]:
+    if pool.p99_kv_tokens is None or not pool.kv_tokens:
+        return 1.0, "no KV measurement at the operating point (a prefill pool hands its KV off): not assessed"
+    limit = safe_fraction * pool.kv_tokens
+    p99 = pool.p99_kv_tokens
     if p99 <= limit:
-        why = f"P99 active KV tokens {p99:,.0f} ≤ {safe_fraction:g} × {kv_tokens_per_instance:,.0f} = {limit:,.0f} per instance → +0"
-        return HeadroomItem("memory", 0, why)
-    need = ceil_count(peak_instances * p99 / limit)
-    why = (
-        f"P99 active KV tokens {p99:,.0f} > {safe_fraction:g} × {kv_tokens_per_instance:,.0f} = {limit:,.0f} per "
-        f"instance; ceil({peak_instances} × {p99:,.0f} / {limit:,.0f}) = {need} → +{need - peak_instances}"
+        return 1.0, f"P99 KV tokens {p99:,.0f} ≤ {safe_fraction:g} × {pool.kv_tokens:,.0f} = {limit:,.0f} per instance at its max rate"
+    return p99 / limit, (
+        f"P99 KV tokens {p99:,.0f} > {safe_fraction:g} × {pool.kv_tokens:,.0f} = {limit:,.0f} per instance at its max rate: "
+        f"the pool carries λ × {p99:,.0f} / {limit:,.0f} = λ × {p99 / limit:.4g}"
     )
-    return HeadroomItem("memory", need - peak_instances, why)
 
 
-def control_headroom(t_ready_s: float, growth_rps: float, per_instance_rps: float, source: str) -> HeadroomItem:
-    n = ceil_count(growth_rps / per_instance_rps)
-    why = (
-        f"demand can rise {growth_rps:.4g} req/s within T_ready {t_ready_s:g} s ({source}) before a new instance "
-        f"serves; ceil({growth_rps:.4g} / {per_instance_rps:.4g}) = {n}"
-    )
-    return HeadroomItem("control", n, why)
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: PoolInput
+    target_rps: float
+    planning_rps: float
+    base_instances: int  # ⌈target / G⌉: the bare count at the mean rate, no risk
+    survivors: int  # S = ⌈λ·m / G⌉: instances that must serve in every scenario
+    instances: int  # N, the planned count
+    items: tuple[HeadroomItem, ...]
+    placement: Placement
+    params: HeadroomParams
+
+    @property
+    def name(self) -> str:
+        return self.pool.name
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.pool.gpus_per_instance
+
+    @property
+    def base_gpus(self) -> int:
+        return self.base_instances * self.pool.gpus_per_instance
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.gpus * self.pool.usd_per_gpu_hour
+
+    @property
+    def node_loss(self) -> int:
+        return self.placement.lost(self.params.node_failures)
+
+    @property
+    def upgrading(self) -> int:
+        return min(self.instances, self.params.max_surge + self.params.max_unavailable)
+
+    def item(self, risk: str) -> HeadroomItem:
+        return next(i for i in self.items if i.risk == risk)
+
+    def combination(self) -> str:
+        g = self.pool.per_instance_rps
+        worst = max(self.node_loss, self.upgrading)
+        return (
+            f"survivors S = ceil({self.planning_rps:.4g} × memory / {g:.4g}) = {self.survivors}; N = {self.instances} with "
+            f"max(node loss {self.node_loss}, upgrade {self.upgrading}) = {worst} out leaves {self.instances - worst} ≥ S "
+            f"(capacity {self.instances * g:.4g} req/s, {(self.instances - worst) * g:.4g} in the worst outage)"
+        )
+
+    def with_instances(self, n: int) -> PoolPlan:
+        """The same pool at `n` instances (after simulation added or removed some), re-placed."""
+        return replace(self, instances=n, placement=place(n, self.pool.gpus_per_instance, self.pool.gpus_per_node, self.params.node_failures > 0))
+
+
+def plan_pool(traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_rps: float, growth_source: str) -> PoolPlan:
+    """One pool's count under the module docstring's scenarios and combination rule."""
+    p, g = params, pool.per_instance_rps
+    if g <= 0:
+        raise LlmcapError(f"pool {pool.name}: per-instance capacity must be > 0 req/s to plan headroom")
+    lam = traffic.planning_rps
+    mem, mem_why = _memory_factor(pool, p.kv_safe_fraction)
+    survivors = max(1, ceil_count(lam * mem / g))
+    upgrade = p.max_surge + p.max_unavailable
+    spread = p.node_failures > 0
+    n = survivors + upgrade
+    while n - max(place(n, pool.gpus_per_instance, pool.gpus_per_node, spread).lost(p.node_failures), upgrade) < survivors:
+        n += 1
+    placed = place(n, pool.gpus_per_instance, pool.gpus_per_node, spread)
+    lost = placed.lost(p.node_failures)
+    base = max(1, ceil_count(traffic.target_rps / g))
+    out = n - survivors  # the larger outage, plus any slack the placement forces
+    mem_n = survivors - max(1, ceil_count(lam / g))
+    items = (
+        HeadroomItem("traffic", lam - traffic.target_rps, max(1, ceil_count(lam / g)) - base, traffic.reasoning),
+        HeadroomItem("memory", lam * (mem - 1), mem_n, mem_why),
+        HeadroomItem(
+            "failure", lost * g, out if lost >= upgrade else 0,
+            f"{placed.describe()}; losing {p.node_failures} node(s) loses {lost} {pool.name} instance(s) = {lost * g:.4g} req/s; "
+            f"the rest must carry {lam:.4g} req/s",
+        ),
+        HeadroomItem(
+            "deployment", upgrade * g, out if upgrade > lost else 0,
+            f"rolling upgrade of the {pool.name} pool, one step at a time: {p.max_surge} surge (GPUs for the new instance, not yet "
+            f"serving) + {p.max_unavailable} unavailable = {upgrade} instance(s) = {upgrade * g:.4g} req/s out; the rest must carry {lam:.4g} req/s",
+        ),
+        HeadroomItem(
+            "control", 0.0, 0,
+            f"static plan sized to the planning rate: 0 (an autoscaler would need {growth_rps:.4g} req/s ready ahead — {growth_source} "
+            f"within T_ready {p.t_ready_s:g} s)",
+        ),
+    )  # fmt: skip
+    return PoolPlan(pool, traffic.target_rps, lam, base, survivors, n, items, placed, p)
+
+
+COMBINATION_RULE = (
+    "per pool: the planning-rate replay (its bursts included) with the larger of one node lost or one rolling-upgrade step "
+    "out, never both (they do not coincide; a node loss hits one pool, an upgrade rolls one pool at a time); the memory "
+    "limit holds in every scenario; control is the autoscaler's (0 here)"
+)
 
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    rate_rps: float
-    per_instance_rps: float
-    gpus_per_instance: int
-    base_instances: int
-    items: tuple[HeadroomItem, ...]
-    usd_per_gpu_hour: float
+    """The deployment: its pools, each with base, headroom by risk and planned instances; cost."""
+
+    target_rps: float
+    planning_rps: float
+    traffic_reasoning: str
+    pools: tuple[PoolPlan, ...]
+
+    @property
+    def rate_rps(self) -> float:
+        return self.target_rps
+
+    @property
+    def base_instances(self) -> int:
+        return sum(p.base_instances for p in self.pools)
 
     @property
     def total_instances(self) -> int:
-        return self.base_instances + sum(i.instances for i in self.items)
+        return sum(p.instances for p in self.pools)
+
+    @property
+    def base_gpus(self) -> int:
+        return sum(p.base_gpus for p in self.pools)
 
     @property
     def total_gpus(self) -> int:
-        return self.total_instances * self.gpus_per_instance
+        return sum(p.gpus for p in self.pools)
 
     @property
     def usd_per_hour(self) -> float:
-        return self.total_gpus * self.usd_per_gpu_hour
+        return sum(p.usd_per_hour for p in self.pools)
 
     @property
     def gpu_hours_per_day(self) -> float:
@@ -130,53 +241,33 @@ class CapacityPlan:
 
     @property
     def operational_margin(self) -> float:
-        """Headroom instances as a share of the base (0.5 = 50% more than the bare minimum)."""
-        return (self.total_instances - self.base_instances) / self.base_instances if self.base_instances else 0.0
+        """Headroom GPUs as a share of the base GPUs (0.5 = 50% more than the bare minimum)."""
+        return (self.total_gpus - self.base_gpus) / self.base_gpus if self.base_gpus else 0.0
 
-    def item(self, risk: str) -> HeadroomItem:
-        return next(i for i in self.items if i.risk == risk)
+    def pool(self, name: str) -> PoolPlan:
+        return next(p for p in self.pools if p.name == name)
+
+    def counts(self) -> dict[str, int]:
+        return {p.name: p.instances for p in self.pools}
+
+    def with_counts(self, counts: Mapping[str, int]) -> CapacityPlan:
+        return replace(self, pools=tuple(p.with_instances(counts.get(p.name, p.instances)) for p in self.pools))
 
 
 def plan_headroom(
-    rate_rps: float,
-    per_instance_rps: float,
-    gpus_per_instance: int,
-    gpus_per_node: int,
-    usd_per_gpu_hour: float,
-    params: HeadroomParams | None = None,
-    arrival_s: ArrayLike | None = None,
-    p99_active_tokens_per_instance: float | None = None,
-    kv_tokens_per_instance: float | None = None,
+    target_rps: float, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams | None = None, arrival_s: ArrayLike | None = None
 ) -> CapacityPlan:
-    """Base instances for `rate_rps` plus each risk's computed headroom (module docstring).
+    """Each pool's count for `target_rps` under the scenarios of the module docstring.
 
-    `arrival_s`: the trace's arrivals as replayed at the planning rate (rate-scaled), so the demand ramp
-    is in the planned traffic's units (peak-to-mean does not depend on the scale).
+    `arrival_s`: the trace's arrivals as replayed at the target (rate-scaled), for the windowed-rate
+    statement and the autoscaler's ramp.
     """
     p = params or HeadroomParams()
-    if per_instance_rps <= 0:
-        raise LlmcapError("per-instance capacity must be > 0 req/s to plan headroom")
-    base = ceil_count(rate_rps / per_instance_rps)
-    if p.traffic_method == "peak_to_mean":
-        if arrival_s is None:
-            raise LlmcapError("traffic headroom 'peak_to_mean' needs the trace's arrival times")
-        traffic = traffic_headroom(rate_rps, per_instance_rps, peak_to_mean(arrival_s, p.traffic_window_s), f"windowed peak/mean over {p.traffic_window_s:g} s")
-    elif p.traffic_method == "forecast_error":
-        traffic = traffic_headroom(rate_rps, per_instance_rps, 1 + p.forecast_error, f"forecast error +{p.forecast_error:.0%}")
-    else:
-        traffic = HeadroomItem("traffic", 0, "planning rate is already the peak")
-    peak = base + traffic.instances
     if p.ramp_rps_per_s is not None:
         growth, src = p.ramp_rps_per_s * p.t_ready_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
     elif arrival_s is not None:
-        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"largest rise of the {p.traffic_window_s:g} s-window rate in the trace"
+        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
     else:
-        raise LlmcapError("control headroom needs ramp_rps_per_s or the trace's arrival times")
-    items = (
-        traffic,
-        failure_headroom(peak, gpus_per_instance, gpus_per_node, p.node_failures),
-        deployment_headroom(p.max_surge, p.max_unavailable),
-        memory_headroom(peak, p99_active_tokens_per_instance, kv_tokens_per_instance, p.kv_safe_fraction),
-        control_headroom(p.t_ready_s, growth, per_instance_rps, src),
-    )
-    return CapacityPlan(rate_rps, per_instance_rps, gpus_per_instance, base, items, usd_per_gpu_hour)
+        growth, src = 0.0, "no ramp given and no arrivals"
+    traffic = traffic_plan(target_rps, p, arrival_s)
+    return CapacityPlan(target_rps, traffic.planning_rps, traffic.reasoning, tuple(plan_pool(traffic, q, p, growth, src) for q in pools))

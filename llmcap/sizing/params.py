@@ -117,27 +117,32 @@ class SteadyParams(_Strict):
 
 
 class HeadroomParams(_Strict):
-    """Headroom by risk (see `llmcap.sizing.headroom`); each risk adds its own computed instances."""
+    """Headroom per pool as scenarios on the deployment (see `llmcap.sizing.headroom`): traffic at the planning
+    rate with the larger of one node lost or one rolling-upgrade step out, under the KV limit."""
 
-    traffic_method: Literal["peak_to_mean", "forecast_error", "none"] = "peak_to_mean"
-    """How much above the planning rate traffic may go: the trace's windowed peak-to-mean, a forecast-error
-    quantile, or none (the planning rate already is the peak)."""
+    traffic_method: Literal["replay", "forecast_error"] = "replay"
+    """The planning rate: `replay` = the target itself (every scenario replays the whole trace at that mean, so
+    the trace's own bursts are in it; no peak factor on top), `forecast_error` = target × (1 + forecast_error)."""
     traffic_window_s: float = Field(default=60.0, gt=0)
-    """Window for the peak-to-mean ratio and the demand ramp."""
+    """Window of the stated windowed-rate percentile and of the autoscaler's ramp."""
+    traffic_percentile: float = Field(default=99.0, gt=0, le=100)
+    """Which percentile of the windowed rate the report states the replay covers."""
     forecast_error: float = Field(default=0.2, ge=0)
     """Relative forecast error at the chosen quantile (0.2 = actual may be 20% above forecast)."""
     node_failures: int = Field(default=1, ge=0)
-    """Nodes that may be lost while still carrying the peak."""
+    """Nodes that may be lost (the fullest ones of a pool) while the rest still carry the planning rate."""
     max_surge: int = Field(default=1, ge=0)
-    """Rolling upgrade: extra instances started before old ones stop (their GPUs must exist)."""
+    """Rolling upgrade: new instances started before old ones stop (their GPUs must exist: out of service)."""
     max_unavailable: int = Field(default=0, ge=0)
-    """Rolling upgrade: instances down at once (capacity lost while upgrading)."""
+    """Rolling upgrade: instances down at once."""
     kv_safe_fraction: float = Field(default=0.9, gt=0, le=1)
-    """P99 active KV tokens per instance must stay below this share of the instance's KV capacity."""
+    """P99 KV tokens per instance at the operating point must stay below this share of its KV capacity."""
     t_ready_s: float = Field(default=600.0, ge=0)
-    """Scale-up time: schedule + image + weights + init + graphs + health, until the router admits it."""
+    """Scale-up time (schedule + image + weights + init + graphs + health): reported for an autoscaler, whose
+    job control headroom is; a static plan adds none."""
     ramp_rps_per_s: float | None = Field(default=None, ge=0)
-    """Demand growth (req/s per second) to cover during t_ready; None = the trace's largest windowed rise."""
+    """Demand growth (req/s per second) an autoscaler must cover during t_ready; None = the trace's largest
+    windowed rise. Reported, not added."""
 
 
 class ComputeParams(_Strict):
@@ -171,16 +176,16 @@ class SizeParams(_Strict):
     """Aggregated candidates searched per round (in order of analytic bound per GPU)."""
     max_simulated: int = Field(default=12, ge=1)
     """Branch and bound stops after this many aggregated candidates even if bounds could still win."""
-    pd_shortlist: int = Field(default=1, ge=0)
-    """Disaggregated pairings (best prefill row + best decode row of a GPU type) simulated; 0 = none."""
-    pd_ratios: int = Field(default=2, ge=1)
-    """P:D ratios searched per pairing, nearest the analytic balance first."""
-    pd_max_decode: int = Field(default=1, ge=1)
-    """Largest decode-instance count in a searched P/D unit."""
+    pd_prefill_shortlist: int = Field(default=2, ge=0)
+    """Disaggregated: prefill rows whose pool rate G_P is searched (the best row of each GPU/parallel layout, by
+    analytic prefill bound per dollar); every pairing with a searched decode row is sized. 0 = no P/D."""
+    pd_decode_shortlist: int = Field(default=1, ge=1)
+    """Disaggregated: decode rows whose pool rate G_D is searched (best per layout by analytic decode bound per dollar)."""
     pd_link_latency_s: float = Field(default=20e-6, ge=0)
     """KV-transfer link latency; bandwidth = the prefill instance's NICs (catalog)."""
     pools_split_isl: int | None = Field(default=None, gt=0)
     """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
     each class sized on its own sub-trace; None = skip."""
     validate_max_extra: int = Field(default=3, ge=0)
-    """End-to-end check of the chosen plan: instances added (one at a time) before giving up."""
+    """Scenario fit of the chosen plan: instances added (one at a time, to the pool a failing scenario points
+    at) before giving up; also the most instances one pool may shed in the minimality check."""

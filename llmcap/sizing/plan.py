@@ -2,7 +2,7 @@
 
 1. Bound: every feasible candidate gets analytic upper bounds on one instance's rate (prefill compute,
    decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle (an
-   upper bound at any rate). The best `pd_shortlist` prefill/decode pairings are searched first; then
+   upper bound at any rate). The disaggregated roles are searched first (below); then
    aggregated candidates in order of bound per GPU, in batches of `shortlist`, while a bound can still
    beat the best goodput per GPU found (branch and bound, at most `max_simulated`). Every pruned
    candidate is listed in the notes with its reason.
@@ -12,9 +12,14 @@
    is confirmed on the whole trace at that rate, stepping down until it holds (`confirm_whole_trace`: the
    chosen candidate's, re-choosing until the cheapest plan is a confirmed one; or every candidate's); the
    notes say what each confirmation did and which rates stay unconfirmed.
-3. Size: each searched unit is scaled to the target rate, plus headroom by risk, with cost. The
-   cheapest plan is checked end to end: its whole deployment simulated on the full trace at the
-   target rate, adding instances until it meets the attainment target.
+   Disaggregated rows are searched per role (`_Sizer.disaggregated`): each prefill row's and each decode
+   row's own per-instance rate G_P / G_D, beside an ample other pool; every pairing (any GPU types,
+   any prefill layout) is then sized pool by pool — no fixed P:D unit.
+3. Size: each option's pools are sized from the planning rate with headroom per pool, in req/s, rounded
+   once (`llmcap.sizing.headroom`), with cost. The cheapest plan is simulated end to end on the whole
+   trace at the planning rate in every scenario (node loss, rolling upgrade; `llmcap.sizing.scenarios`),
+   instances are added per pool until all pass, and each pool is shown minimal (one fewer fails one).
+   The four-ledger floor (`llmcap.sizing.ledger`) is reported beside it.
 """
 
 from __future__ import annotations
@@ -34,14 +39,18 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.errors import LlmcapError
 from llmcap.perf import build_step_model, decode_step_time, prefill_time
 from llmcap.perf.model import StepTimeModel
-from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table
+from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table, pairing_row
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig
 from llmcap.sizing.analytic import RateBounds, rate_bounds
 from llmcap.sizing.executor import Executor
-from llmcap.sizing.headroom import CapacityPlan, plan_headroom
+from llmcap.sizing.analytic import ceil_count
+from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan, PoolInput, plan_headroom, traffic_plan
+from llmcap.sizing.ledger import Ledger, four_ledgers
 from llmcap.sizing.params import SizeParams, SloParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
-from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, pd_ratio_candidates, search_candidates, search_pd_ratios
+from llmcap.sizing.scenarios import FitResult, Judge
+from llmcap.sizing.scenarios import fit as fit_scenarios
+from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
@@ -87,6 +96,7 @@ class Unit:
     engine: EngineConfig
     bounds: RateBounds
     unloaded_attainment: float  # share of requests meeting TTFT and ITL alone on an idle instance
+    decode_step_s: float = 0.0  # one decode step at the largest batch the scheduler and KV allow (mean context)
 
     @property
     def gpus(self) -> int:
@@ -149,21 +159,54 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     batch = max(1, min(engine.max_num_seqs, kv_tokens // max(1, math.ceil(mean_isl + mean_osl))))
     t_batch, t_one = decode_step_time(step, [batch, 1], mean_isl + mean_osl / 2)
     bounds = rate_bounds(lengths.isl, lengths.osl, uncached / t_prefill, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
-    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(step, engine, lengths, slo))
+    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(step, engine, lengths, slo), float(t_batch))
 
 
 @dataclass(frozen=True)
 class SizedRow:
+    """A sized option: an aggregated candidate (one pool, "instances") or a P/D pairing (pools "prefill", "decode")."""
+
     key: str
-    mode: str
-    unit_gpus: int
-    result: SearchResult
+    mode: str  # "aggregated" | "disaggregated"
+    result: SearchResult  # aggregated: the instance's search; P/D: the prefill role's
     plan: CapacityPlan | None
-    config: Mapping[str, Any]
-    gpu: GpuSpec
-    pd_ratio: tuple[int, int] | None = None
-    unit: Unit | None = None  # aggregated only
-    whole_trace: SimEvaluate | None = None  # the unit's evaluate on the whole trace (confirmation)
+    unit: Unit  # aggregated: the instance; P/D: the prefill role's
+    whole_trace: SimEvaluate | None = None  # aggregated: the unit's evaluate on the whole trace (confirmation)
+    decode: Unit | None = None  # P/D: the decode role's unit
+    pd_roles: tuple[RoleRow, RoleRow] | None = None  # P/D: the prefill and decode role searches
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return (self.decode or self.unit).config  # P/D: the decode pool's, as the table documents
+
+    @property
+    def gpus_per_unit(self) -> int:
+        return self.unit.gpus + (0 if self.decode is None else self.decode.gpus)
+
+    @property
+    def balanced_rps_per_gpu(self) -> float:
+        """Req/s per GPU: the instance's max rate ÷ its GPUs, or for P/D pools balanced to the measured role
+        rates, 1 / (g_P/G_P + g_D/G_D)."""
+        if self.decode is None or self.pd_roles is None:
+            return self.result.max_rate / self.unit.gpus
+        g_p, g_d = self.pd_roles[0].rate, self.pd_roles[1].rate
+        return 0.0 if g_p <= 0 or g_d <= 0 else 1.0 / (self.unit.gpus / g_p + self.decode.gpus / g_d)
+
+
+@dataclass(frozen=True)
+class RoleRow:
+    """One searched P/D role: a prefill or decode row's own pool rate, searched beside an ample other pool."""
+
+    role: str  # "prefill" | "decode"
+    unit: Unit
+    result: SearchResult  # the search of a pool of `instances` of the unit
+    partner: str  # how it was searched
+    instances: int = 1
+
+    @property
+    def rate(self) -> float:
+        """G: the pool's max rate per instance."""
+        return self.result.max_rate / self.instances
 
 
 @dataclass(frozen=True)
@@ -179,30 +222,36 @@ def _metric(result: SearchResult, name: str) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def validate_instances(
-    make_eval: Callable[[int], SimEvaluate], start: int, target_rps: float, attainment_target: float, seeds: Sequence[int], max_extra: int
-) -> tuple[int | None, list[tuple[int, float]]]:
-    """Smallest instance count ≥ start whose whole deployment meets the target at `target_rps` on every seed."""
-    tried: list[tuple[int, float]] = []
-    for n in range(max(1, start), max(1, start) + max_extra + 1):
-        ev = make_eval(n)
-        worst = min(ev(target_rps, s).attainment for s in seeds)
-        tried.append((n, worst))
-        if worst >= attainment_target:
-            return n, tried
-    return None, tried
-
-
 def unit_evaluate(
     trace: pa.Table, params: SizeParams, unit: Unit, replicas: int = 1, pd: PDConfig | None = None,
     decode: Unit | None = None, excerpt: int | None = None,
 ) -> SimEvaluate:  # fmt: skip
-    """The simulator-backed evaluate(rate, seed) of `replicas` instances of `unit` (or a P/D unit with `pd`,
+    """The simulator-backed evaluate(rate, seed) of `replicas` instances of `unit` (or a P/D deployment with `pd`,
     `unit` as the prefill pool and `decode` as the decode pool)."""
     return SimEvaluate(
         trace, unit.step_model, unit.engine, params.slo, excerpt or params.excerpt_requests, replicas, params.router, pd,
         None if decode is None else decode.step_model, params.steady,
     )  # fmt: skip
+
+
+def _per_usd(rate: float, unit: Unit) -> float:
+    return rate / (unit.gpus * max(unit.gpu.usd_per_gpu_hour, 1e-12))
+
+
+def _best_per_layout(units: Sequence[Unit], score: Callable[[Unit], float]) -> list[Unit]:
+    """The best-scoring unit of each (GPU, TP, PP, EP) layout, best first (ties: key)."""
+    best: dict[tuple, Unit] = {}
+    for u in sorted(units, key=lambda u: (-score(u), u.key)):
+        best.setdefault((u.row["gpu"], int(u.row["tp"]), int(u.row["pp"]), int(u.row["ep"])), u)
+    return list(best.values())
+
+
+def _numerics(u: Unit) -> tuple[str, str]:
+    return str(u.row["weight_quant"]), str(u.row["kv_dtype"])
+
+
+def _decode_bound(u: Unit) -> float:
+    return min(u.bounds.decode_bandwidth, u.bounds.kv)
 
 
 class _Sizer:
@@ -215,7 +264,9 @@ class _Sizer:
         self.lengths = Lengths.of(trace)
         self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
         self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
+        self.planning = traffic_plan(self.target, params.headroom).planning_rps
         self.notes: list[str] = []
+        self.roles: list[RoleRow] = []
 
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
@@ -226,15 +277,20 @@ class _Sizer:
         confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
         return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm)
 
+    def pool(self, name: str, unit: Unit, rate: float, kv_from: SearchResult | None) -> PoolInput:
+        """A pool of `unit` at `rate` req/s per instance; `kv_from`: the search whose KV P99 applies (KV-holding pools)."""
+        p99 = None if kv_from is None else _metric(kv_from, "kv_tokens_p99")
+        cap = None if kv_from is None else float(unit.row["kv_tokens_per_instance"])
+        return PoolInput(name, rate, unit.gpus, unit.gpu.gpus_per_node, unit.gpu.usd_per_gpu_hour, p99, cap)
+
+    def plan(self, pools: Sequence[PoolInput]) -> CapacityPlan:
+        return plan_headroom(self.target, tuple(pools), self.params.headroom, arrival_s=self.arrivals_at_target)
+
     def sized(self, row: SizedRow, result: SearchResult) -> SizedRow:
-        """`row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
+        """Aggregated `row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
         if result.confirmation is not None:
             self.notes.append(f"whole-trace confirmation of {row.key}: {result.confirmation.describe()}")
-        plan = None
-        if result.max_rate > 0:
-            kv = None if row.unit is None else float(row.unit.row["kv_tokens_per_instance"])
-            p99 = None if row.unit is None else _metric(result, "kv_tokens_p99")
-            plan = self.plan(result.max_rate, row.unit_gpus, row.gpu, p99, kv)
+        plan = self.plan([self.pool("instances", row.unit, result.max_rate, result)]) if result.max_rate > 0 else None
         return replace(row, result=result, plan=plan)
 
     def confirm(self, row: SizedRow) -> SizedRow:
@@ -242,12 +298,6 @@ class _Sizer:
         assert row.whole_trace is not None
         self.say(f"confirming {row.key} on the whole trace")
         return self.sized(row, confirm_max_rate(row.whole_trace, row.result, self.params.search, self.executor))
-
-    def plan(self, unit_rps: float, unit_gpus: int, gpu: GpuSpec, p99_tokens: float | None, kv_tokens: float | None) -> CapacityPlan:
-        return plan_headroom(
-            self.target, unit_rps, unit_gpus, gpu.gpus_per_node, gpu.usd_per_gpu_hour, self.params.headroom,
-            arrival_s=self.arrivals_at_target, p99_active_tokens_per_instance=p99_tokens, kv_tokens_per_instance=kv_tokens,
-        )  # fmt: skip
 
     def aggregated(self, rows: pd.DataFrame, incumbent: float) -> list[SizedRow]:
         """Branch and bound in rounds of `shortlist`: simulate candidates by analytic bound per GPU (the best
@@ -283,7 +333,7 @@ class _Sizer:
             results = search_candidates(tasks, self.executor)
             for u in batch:
                 res = results[u.key]
-                row = SizedRow(u.key, "aggregated", u.gpus, res, None, u.config, u.gpu, unit=u, whole_trace=self.evaluate(u).whole_trace())
+                row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
                 out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:
                     best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
@@ -293,46 +343,109 @@ class _Sizer:
             self.notes.append(f"not simulated {u.key} (bound {u.bound_per_gpu:.3g} req/s per GPU): max_simulated {p.max_simulated} reached")
         return out
 
+    def pd_factory(self, prefill: Unit, decode: Unit) -> _PdFactory:
+        link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=self.params.pd_link_latency_s)
+        return _PdFactory(self.trace, prefill, decode, link, self.params)
+
     def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
-        """Per GPU type: the best prefill row (prefill bound/GPU) with the best decode row (decode bound/GPU)."""
+        """Each pool's per-instance rate searched on its own, then every (prefill row, decode row) pairing sized.
+
+        Numerics (weight quant, KV dtype) are those of the best decode row by analytic bound per dollar: both
+        pools must share them. Prefill rows (the best of each GPU/TP layout by prefill bound per dollar,
+        `pd_prefill_shortlist`) are searched first, as a pool ahead of ceil(2 × pool bound / decode bound)
+        instances of the best decode row (decode never binds: its bound, halved, still covers the pool's
+        bound); then decode rows (`pd_decode_shortlist`) as a pool behind ceil(1.5 × pool bound / G_P)
+        instances of the prefill row with the best measured G_P per dollar (`role_rates` sets the pool
+        sizes). Pairings may mix GPU types and prefill layouts; each is sized pool by pool
+        (`llmcap.sizing.headroom`) — no fixed P:D unit.
+        """
         p = self.params
-        pairs = []
-        for gpu_name, group in rows.groupby("gpu", sort=True):
-            units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in group.iterrows()]
-            good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
-            pre = [u for u in good if u.row["role"] == "prefill"]
-            dec = [u for u in good if u.row["role"] == "decode"]
-            if not pre or not dec:
-                continue
-            pu = max(pre, key=lambda u: (u.bounds.prefill_compute / u.gpus, u.key))
-            du = max(dec, key=lambda u: (min(u.bounds.decode_bandwidth, u.bounds.kv) / u.gpus, u.key))
-            g_p, g_d = pu.bounds.prefill_compute, min(du.bounds.decode_bandwidth, du.bounds.kv)
-            per_gpu = 1.0 / (pu.gpus / g_p + du.gpus / g_d)  # req/s per GPU of a balanced pool
-            pairs.append((-per_gpu, str(gpu_name), pu, du, g_p, g_d))
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
+        good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
+        dec = _best_per_layout([u for u in good if u.row["role"] == "decode"], lambda u: _per_usd(_decode_bound(u), u))
+        if not dec:
+            return []
+        # Both pools run the same numerics (the handed-off KV must be readable, the tokens the same model's):
+        # those of the best decode row by bound per dollar.
+        numerics = _numerics(dec[0])
+        dec = [u for u in dec if _numerics(u) == numerics]
+        pre = [u for u in good if u.row["role"] == "prefill" and _numerics(u) == numerics]
+        pre = _best_per_layout(pre, lambda u: _per_usd(u.bounds.prefill_compute, u))
+        if not pre:
+            return []
+        pre, dec = pre[: p.pd_prefill_shortlist], dec[: p.pd_decode_shortlist]
+        self.say(f"disaggregated: searching the prefill pool rate of {len(pre)} row(s), then the decode pool rate of {len(dec)}")
+        lead_d = dec[0]
+
+        def prefill_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
+            n_d = max(1, math.ceil(2 * n * u.bounds.prefill_compute / _decode_bound(lead_d)))
+            return self.pd_factory(u, lead_d)(n, n_d), f"ahead of {n_d} decode instance(s) of {lead_d.key}"
+
+        pre_rows = self.role_rates("prefill", pre, lambda u: u.bounds.prefill_compute, prefill_eval)
+        usable = [r for r in pre_rows if r.rate > 0]
+        if not usable:
+            self.roles += pre_rows
+            self.notes.append("disaggregated: no prefill row carries any rate under the SLOs; no P/D plan")
+            return []
+        lead_p = max(usable, key=lambda r: (_per_usd(r.rate, r.unit), r.unit.key))
+
+        def decode_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
+            n_p = max(1, math.ceil(1.5 * n * _decode_bound(u) / lead_p.rate))
+            return self.pd_factory(lead_p.unit, u)(n_p, n), f"behind {n_p} prefill instance(s) of {lead_p.unit.key}"
+
+        dec_rows = self.role_rates("decode", dec, _decode_bound, decode_eval)
+        self.roles += pre_rows + dec_rows
+        for r in pre_rows + dec_rows:
+            self.notes.append(f"{r.role} pool rate of {r.unit.key}: G = {r.rate:.4g} req/s per instance ({r.partner})")
         out = []
-        for _, _, pu, du, g_p, g_d in sorted(pairs, key=lambda x: (x[0], x[1]))[: p.pd_shortlist]:
-            key = f"P[{pu.key}]+D[{du.key}]"
-            self.say(f"disaggregated: searching P:D ratios of {key}")
-            link = LinkConfig(bandwidth_bytes_s=pu.gpu.nic_bytes_s * pu.gpus, latency_s=p.pd_link_latency_s)
-            factory = _PdFactory(self.trace, pu, du, link, p)
-            confirm = replace(factory, whole_trace=True) if p.confirm_whole_trace == "all" else None
-            ratios = pd_ratio_candidates(g_p, g_d, p.pd_max_decode)[: p.pd_ratios]
-            best = search_pd_ratios(
-                factory, ratios, pu.gpus, du.gpus, p.slo.attainment_target, p.search, (0.5 * g_p, 0.5 * g_d), self.executor, confirm
-            )[0]
-            ratio = (best.n_prefill, best.n_decode)
-            whole = factory(*ratio).whole_trace()
-            row = SizedRow(key, "disaggregated", best.gpus, best.result, None, du.config, pu.gpu, ratio, whole_trace=whole)
-            out.append(self.sized(row, best.result))
+        for pr in pre_rows:
+            for dr in dec_rows:
+                key = f"P[{pr.unit.key}]+D[{dr.unit.key}]"
+                plan = None
+                if pr.rate > 0 and dr.rate > 0:
+                    plan = self.plan([self.pool("prefill", pr.unit, pr.rate, None), self.pool("decode", dr.unit, dr.rate, dr.result)])
+                out.append(SizedRow(key, "disaggregated", pr.result, plan, pr.unit, decode=dr.unit, pd_roles=(pr, dr)))
         return out
 
+    def role_rates(
+        self, role: str, units: Sequence[Unit], bound: Callable[[Unit], float], make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]]
+    ) -> list[RoleRow]:
+        """Each unit's per-instance rate as one instance of a pool of n (pools multiplex: one instance alone
+        queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
+        pool under per-request latency targets runs at a quarter to a half of its analytic bound); when the
+        measured rate implies a count more than a quarter (and more than one instance) away, searched once
+        more at that count. The search starts at λ, the rate the pool is sized to carry."""
+        p, lam = self.params, self.planning
+        sizes = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
+
+        def off(u: Unit) -> bool:
+            r = rows[u.key].rate
+            return r > 0 and abs(ceil_count(lam / r) - sizes[u.key]) > max(1, 0.25 * sizes[u.key])
+
+        rows: dict[str, RoleRow] = {}
+        todo = list(units)
+        for _ in range(2):
+            evals = {u.key: make_eval(u, sizes[u.key]) for u in todo}
+            tasks = [SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo]
+            res = search_candidates(tasks, self.executor)
+            for u in todo:
+                n = sizes[u.key]
+                rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n)
+            todo = [u for u in todo if off(u)]
+            for u in todo:
+                sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
+            if not todo:
+                break
+        return [rows[u.key] for u in units]
+
     def choose(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
-        """The cheapest sized row; in mode "chosen" confirmed on the whole trace first, re-choosing while a
-        confirmation steps the cheapest down (each row is confirmed at most once)."""
+        """The cheapest sized row; in mode "chosen" an aggregated one is confirmed on the whole trace first,
+        re-choosing while a confirmation steps the cheapest down (each row is confirmed at most once). A P/D
+        pairing needs no confirmation: its whole deployment is simulated in every scenario."""
 
         def cost(r: SizedRow) -> tuple[float, float, str]:
             assert r.plan is not None
-            return (r.plan.usd_per_hour, -r.result.max_rate / r.unit_gpus, r.key)
+            return (r.plan.usd_per_hour, -r.balanced_rps_per_gpu, r.key)
 
         while True:
             sized = [r for r in rows if r.plan is not None]
@@ -342,42 +455,44 @@ class _Sizer:
             if self.params.confirm_whole_trace == "off" or chosen.result.confirmation is not None or chosen.whole_trace is None:
                 break
             rows = [self.confirm(r) if r is chosen else r for r in rows]
-        unconfirmed = [r.key for r in rows if r.result.confirmation is None and r.result.max_rate > 0]
+        unconfirmed = [r.key for r in rows if r.mode == "aggregated" and r.result.confirmation is None and r.result.max_rate > 0]
         if unconfirmed:
             self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
         return chosen, rows
 
-    def validate(self, row: SizedRow) -> SizedRow:
-        """End-to-end check of an aggregated plan on the whole trace at the target rate; fix its base count."""
-        assert row.unit is not None and row.plan is not None
-        unit, p = row.unit, self.params
-        n_ok, tried = validate_instances(
-            lambda n: self.evaluate(unit, replicas=n, excerpt=self.trace.num_rows),
-            row.plan.base_instances, self.target, p.slo.attainment_target, p.search.seeds[:1], p.validate_max_extra,
-        )  # fmt: skip
-        tried_txt = ", ".join(f"{n} → {a:.3f}" for n, a in tried)
-        if n_ok is None:
-            self.notes.append(
-                f"end-to-end check of {row.key} at {self.target:.3g} req/s failed up to {tried[-1][0]} instances "
-                f"(instances → attainment: {tried_txt}); the count shown is the linear estimate"
-            )
-            return row
-        self.notes.append(f"end-to-end check of {row.key} on the whole trace at {self.target:.3g} req/s (instances → attainment): {tried_txt}")
-        if n_ok == row.plan.base_instances:
-            return row
-        return replace(row, plan=replace(row.plan, base_instances=n_ok))
+    def fit(self, row: SizedRow) -> FitResult:
+        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+        assert row.plan is not None
+        p, plan = self.params, row.plan
+        seed, rate = p.search.seeds[0], plan.planning_rps
+        if row.decode is None:
+            unit = row.unit
+
+            def run(counts: Mapping[str, int]) -> EvalResult:
+                return self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)(rate, seed)
+
+            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
+        else:
+            factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+
+            def run(counts: Mapping[str, int]) -> EvalResult:
+                return factory(counts["prefill"], counts["decode"])(rate, seed)
+
+            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
+        self.say(f"simulating the scenarios of {row.key} on the whole trace at {rate:.4g} req/s")
+        return fit_scenarios(plan, run, judge, p.validate_max_extra)
 
 
 @dataclass(frozen=True)
 class _PdFactory:
-    """(n_P, n_D) → evaluate of that P/D unit (a class, not a closure, so it pickles to workers)."""
+    """(n_P, n_D) → evaluate of that P/D deployment (a class, not a closure, so it pickles to workers)."""
 
     trace: pa.Table
     prefill: Unit
     decode: Unit
     link: LinkConfig
     params: SizeParams
-    whole_trace: bool = False  # evaluates that replay the whole trace (confirmation)
+    whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
         pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
@@ -393,6 +508,42 @@ def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def ledger_check(lengths: Lengths, row: SizedRow, rate_rps: float, plan: CapacityPlan) -> Ledger:
+    """The four-ledger floor of `row`'s configuration at `rate_rps` (`llmcap.sizing.ledger`), beside `plan`'s count."""
+    pre, dec = row.unit, row.decode or row.unit
+    return four_ledgers(
+        rate_rps, lengths.isl, lengths.osl, lengths.cached,
+        prefill_tokens_s=pre.bounds.prefill_compute * float((lengths.isl - lengths.cached).mean()), prefill_gpus=pre.gpus,
+        decode_tokens_s=dec.bounds.decode_bandwidth * float(lengths.osl.mean()), decode_gpus=dec.gpus,
+        decode_step_s=dec.decode_step_s, kv_tokens_per_instance=float(dec.row["kv_tokens_per_instance"]),
+        kv_bytes_per_token=dec.engine.kv_bytes_per_token, nic_bytes_s_per_gpu=pre.gpu.nic_bytes_s,
+        disaggregated=row.decode is not None, final_gpus=plan.total_gpus,
+    )  # fmt: skip
+
+
+def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow]) -> list[dict[str, Any]]:
+    out = [capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan) for r in rows if r.mode == "aggregated"]
+    out += [capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles]
+    for r in rows:
+        if r.mode == "disaggregated":
+            assert r.pd_roles is not None
+            pr, dr = r.pd_roles
+            out.append(pairing_row(workload_id, r.key, r.config, (pr.result, pr.rate, pr.unit.gpus), (dr.result, dr.rate, dr.unit.gpus), r.plan))
+    return out
+
+
+def _pool_summary(plan: CapacityPlan) -> dict[str, Any]:
+    return {
+        q.name: {
+            "per_instance_rps": q.pool.per_instance_rps, "gpus_per_instance": q.pool.gpus_per_instance,
+            "base_instances": q.base_instances, "instances": q.instances, "gpus": q.gpus, "usd_per_hour": q.usd_per_hour,
+            "headroom": {i.risk: {"rps": i.rps, "instances": i.instances, "reasoning": i.reasoning} for i in q.items},
+            "placement": q.placement.describe(),
+        }
+        for q in plan.pools
+    }  # fmt: skip
+
+
 def size_deployments(
     trace: pa.Table,
     candidates: pd.DataFrame,
@@ -402,50 +553,68 @@ def size_deployments(
     workload_id: str = "workload",
     progress: Callable[[str], None] | None = None,
     measured: MeasuredModels | None = None,
+    simulate_scenarios: bool = True,
 ) -> SizingOutcome:
     """The capacity table, report and summary for `trace` over the feasible rows of `candidates`
-    (`measured`: calibrated step models that replace the roofline for matching candidates)."""
+    (`measured`: calibrated step models that replace the roofline for matching candidates;
+    `simulate_scenarios` False: the analytic per-pool plan without the scenario simulations)."""
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
         raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
     sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None), measured)
     rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
-    if params.pd_shortlist > 0 and not dis.empty:
+    if params.pd_prefill_shortlist > 0 and not dis.empty:
         rows += sizer.disaggregated(dis)
-    incumbent = max((r.result.max_rate * r.result.best.mean_attainment / r.unit_gpus for r in rows if r.result.best and r.result.max_rate > 0), default=0.0)
+    incumbent = max((r.balanced_rps_per_gpu for r in rows), default=0.0)
     if (feasible["mode"] == "aggregated").any():
         rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
 
     chosen, rows = sizer.choose(rows)
-    if chosen.mode == "aggregated":
-        checked = sizer.validate(chosen)
-        rows = [checked if r is chosen else r for r in rows]
-        chosen = checked
     assert chosen.plan is not None
-    table = capacity_table([capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit_gpus, r.plan, r.pd_ratio) for r in rows])
+    analytic = chosen.plan
+    fitted = sizer.fit(chosen) if simulate_scenarios else None
+    if fitted is not None:
+        chosen_fit = replace(chosen, plan=fitted.plan)
+        rows = [chosen_fit if r is chosen else r for r in rows]
+        chosen = chosen_fit
+        if not fitted.ok:
+            sizer.notes.append(f"scenario fit of {chosen.key} did not pass every scenario within +{params.validate_max_extra} instance(s); the count shown is the last tried")
+    plan = chosen.plan
+    assert plan is not None
+    table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
 
     records = kv_usage = None
-    if chosen.unit is not None:  # the chosen point re-simulated for the report's CDFs and KV plot
+    if chosen.mode == "aggregated":  # the chosen point re-simulated for the report's CDFs and KV plot
         sim = sizer.evaluate(chosen.unit).simulate(chosen.result.max_rate, params.search.seeds[0])
         records, kv_usage = sim.records, _kv_usage(sim.timeseries)
-    curves = {r.key: r.result for r in rows}
-    report = CapacityReport(table, params.slo, curves, chosen.key, chosen.plan, records, kv_usage, notes=tuple(sizer.notes))
-    plan = chosen.plan
+    curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
+    ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
+    report = CapacityReport(table, params.slo, curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes),
+                            analytic=analytic, fit=fitted, ledger=ledger)  # fmt: skip
     summary = {
         "target_rps": sizer.target,
+        "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,
-        "pd_ratio": None if chosen.pd_ratio is None else f"{chosen.pd_ratio[0]}:{chosen.pd_ratio[1]}",
+        "pd_ratio": None if chosen.mode == "aggregated" else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
         "max_rps_per_unit": chosen.result.max_rate,
-        "gpus_per_unit": chosen.unit_gpus,
+        "gpus_per_unit": chosen.gpus_per_unit,
         "base_instances": plan.base_instances,
+        "base_gpus": plan.base_gpus,
         "instances": plan.total_instances,
         "gpus": plan.total_gpus,
         "usd_per_hour": plan.usd_per_hour,
-        "headroom": {i.risk: {"instances": i.instances, "reasoning": i.reasoning} for i in plan.items},
+        "pool_plans": _pool_summary(plan),
+        "analytic_gpus": analytic.total_gpus,
+        "combination_rule": COMBINATION_RULE,
+        "scenarios": None if fitted is None else [r.describe() for r in fitted.results],
+        "scenarios_pass": None if fitted is None else fitted.ok,
+        "minimality": None if fitted is None else [m.note for m in fitted.minimality],
+        "fit_history": None if fitted is None else list(fitted.history),
+        "ledger": ledger.as_dict(),
         "candidates_feasible": len(feasible),
-        "candidates_simulated": len(rows),
+        "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
         "notes": list(sizer.notes),
     }
     return SizingOutcome(table, report, summary)
@@ -461,13 +630,13 @@ def class_pools(
     executor: Executor | None = None,
     measured: MeasuredModels | None = None,
 ) -> PoolComparison:
-    """One shared pool (the plan already sized) against a pool per request class: prompts of at most
+    """One shared deployment (the plan already sized) against one per request class: prompts of at most
     `split_isl` tokens vs longer ones, each class sized on its own sub-trace at its share of the target
-    rate with its own best configuration. Compared on base instances (headroom applies to either)."""
+    rate with its own best configuration (P/D pools sized separately too). Compared on base GPUs (the
+    bare counts at the mean rate; headroom applies to either, and per-class scenarios are not simulated)."""
     isl = trace.column("isl").to_numpy()
     s = shared.summary
-    usd_per_gpu = s["usd_per_hour"] / s["gpus"]
-    pools_shared = [Pool("shared", s["target_rps"], s["max_rps_per_unit"], s["gpus_per_unit"], usd_per_gpu)]
+    pools_shared = [Pool("shared", s["target_rps"], s["base_gpus"], _base_usd(s))]
     split = []
     for name, mask in ((f"ISL ≤ {split_isl:,}", isl <= split_isl), (f"ISL > {split_isl:,}", isl > split_isl)):
         n = int(mask.sum())
@@ -475,10 +644,17 @@ def class_pools(
             raise LlmcapError(f"request-class split at ISL {split_isl:,} leaves {n} request(s) in class '{name}'")
         sub = trace.filter(pa.array(mask))
         rate = s["target_rps"] * n / trace.num_rows
+        update = {"target_rps": rate, "pools_split_isl": None}
         try:
-            out = size_deployments(sub, candidates, model, params.model_copy(update={"target_rps": rate, "pools_split_isl": None}), executor, name, measured=measured)
+            out = size_deployments(sub, candidates, model, params.model_copy(update=update), executor, name, measured=measured, simulate_scenarios=False)
         except LlmcapError as exc:
             raise LlmcapError(f"class '{name}' ({n:,} requests) alone: {exc}") from None
         o = out.summary
-        split.append(Pool(f"{name}: {o['chosen']}", rate, o["max_rps_per_unit"], o["gpus_per_unit"], o["usd_per_hour"] / o["gpus"]))
+        split.append(Pool(f"{name}: {o['chosen']}", rate, o["base_gpus"], _base_usd(o)))
     return compare_pools(pools_shared, split)
+
+
+def _base_usd(summary: Mapping[str, Any]) -> float:
+    """$/h of the base counts (each pool's base GPUs at its GPU's price)."""
+    pools = summary["pool_plans"].values()
+    return float(sum(q["usd_per_hour"] * q["base_instances"] / q["instances"] for q in pools))

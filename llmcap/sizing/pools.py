@@ -1,8 +1,8 @@
 """Request-class pools: one shared pool against one pool per class (e.g. long prompts vs chat).
 
-Each option is a list of pools, each pool sized by `replicas_for` from its own class rate and its own
-best configuration's max feasible rate. The comparison is cost per hour; the report says which is
-cheaper and by how much. (The per-class max rates come from searches on the class's sub-trace.)
+Each option is a list of pools, each with the base GPUs its own sizing found for its class rate (its
+best configuration, P/D pools sized separately). The comparison is cost per hour; the report says which
+is cheaper and by how much. (The per-class counts come from sizing the class's sub-trace.)
 """
 
 from __future__ import annotations
@@ -10,28 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmcap.sizing.analytic import ceil_count
 
 
 @dataclass(frozen=True)
 class Pool:
     name: str
     rate_rps: float
-    per_instance_rps: float
-    gpus_per_instance: int
-    usd_per_gpu_hour: float
-
-    @property
-    def instances(self) -> int:
-        return ceil_count(self.rate_rps / self.per_instance_rps)
-
-    @property
-    def gpus(self) -> int:
-        return self.instances * self.gpus_per_instance
-
-    @property
-    def usd_per_hour(self) -> float:
-        return self.gpus * self.usd_per_gpu_hour
+    gpus: int  # base GPUs of the class's plan (all its pools)
+    usd_per_hour: float
 
 
 @dataclass(frozen=True)

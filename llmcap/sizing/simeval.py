@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
@@ -35,7 +36,7 @@ from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.sim.config import Router
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
-from llmcap.sizing.slo import attainment, window_for
+from llmcap.sizing.slo import attainment, misses, window_for
 from llmcap.sizing.stability import stability
 from llmcap.trace.synth import scale_rate, spread_ties
 
@@ -86,9 +87,16 @@ def run_metrics(
     if ts.num_rows:
         m["mean_active"] = float(np.mean(ts.column("running").to_numpy()))
         m["mean_waiting"] = float(np.mean(ts.column("waiting").to_numpy()))
-        usage = ts.column("kv_usage").to_numpy()
-        m["kv_usage_p50"], m["kv_usage_p99"] = (float(v) for v in np.percentile(usage, [50, 99]))
-        m["kv_tokens_p99"] = float(np.percentile(ts.column("kv_used_blocks").to_numpy(), 99)) * block_size
+        # KV is held by the decode pool in P/D (a prefill replica frees its blocks at the handoff)
+        held = ts.filter(pc.equal(ts["role"], "decode")) if disaggregated else ts
+        if held.num_rows:
+            usage = held.column("kv_usage").to_numpy()
+            m["kv_usage_p50"], m["kv_usage_p99"] = (float(v) for v in np.percentile(usage, [50, 99]))
+            m["kv_tokens_p99"] = float(np.percentile(held.column("kv_used_blocks").to_numpy(), 99)) * block_size
+            m["kv_p99_share"] = m["kv_usage_p99"]
+    miss = misses(rec, slo)
+    m["ttft_misses"] = float((miss["ttft_s"] & steady).sum()) if "ttft_s" in miss else 0.0
+    m["itl_misses"] = float(sum((v & steady).sum() for k, v in miss.items() if k.startswith(("itl_", "tpot_"))))
     m["preemptions"] = float(result.summary["preemptions"])
     if disaggregated:  # the whole prompt's KV moves from the prefill to the decode replica
         m["network_payload_mb"] = float(np.mean(_col(rec, "isl", ok)) * kv_bytes_per_token / 1e6) if ok.any() else 0.0

@@ -45,7 +45,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
             shutil.copy2(src, dest / rel)
     # A lighter sizing search than the shipped default (same code path): this test runs the pipeline 3 times.
     params = yaml.safe_load((dest / "params.yaml").read_text())
-    params["size"].update(excerpt_requests=400, shortlist=1, pd_shortlist=0, validate_max_extra=1, pools_split_isl=None)
+    params["size"].update(excerpt_requests=400, shortlist=1, pd_prefill_shortlist=0, validate_max_extra=1, pools_split_isl=None)
     params["size"]["search"]["seeds"] = [0]
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     work = dest / ".work"

@@ -10,7 +10,7 @@ from synthetic import Knee
 
 from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table
 from llmcap.sizing.executor import Executor
-from llmcap.sizing.headroom import plan_headroom
+from llmcap.sizing.headroom import PoolInput, plan_headroom
 from llmcap.sizing.params import HeadroomParams, SearchParams, SloParams
 from llmcap.sizing.search import SearchResult, SearchTask, search_candidates
 
@@ -31,7 +31,7 @@ def table_from(results: Mapping[str, SearchResult]) -> pa.Table:
     rows = []
     for key, (_, cfg) in CANDIDATES.items():
         res = results[key]
-        plan = plan_headroom(20.0, res.max_rate, cfg["gpus_per_instance"], 8, 2.5, HeadroomParams(traffic_method="none", ramp_rps_per_s=0.005))
+        plan = plan_headroom(20.0, [PoolInput("instances", res.max_rate, cfg["gpus_per_instance"], 8, 2.5)], HeadroomParams(ramp_rps_per_s=0.005))
         rows.append(capacity_row("wl", key, "aggregated", cfg, res, cfg["gpus_per_instance"], plan))
     return capacity_table(rows)
 
@@ -41,7 +41,8 @@ def report(records: pa.Table, results: Mapping[str, SearchResult] | None = None)
     table = table_from(results)
     chosen = table.column("candidate")[0].as_py()
     res = results[chosen]
-    plan = plan_headroom(20.0, res.max_rate, CANDIDATES[chosen][1]["gpus_per_instance"], 8, 2.5, HeadroomParams(traffic_method="forecast_error", ramp_rps_per_s=0.005))
+    pool = PoolInput("instances", res.max_rate, CANDIDATES[chosen][1]["gpus_per_instance"], 8, 2.5)
+    plan = plan_headroom(20.0, [pool], HeadroomParams(traffic_method="forecast_error", ramp_rps_per_s=0.005))
     t = np.arange(0, 10.0, 0.5)
     kv = {"replica 0": (t, 0.5 + 0.4 * np.sin(t) ** 2), "replica 1": (t, 0.3 + 0.2 * np.cos(t) ** 2)}
     return CapacityReport(table, SLO, results, chosen, plan, records, kv, title="Test plan")

@@ -9,6 +9,7 @@ import pytest
 from capacity_fixture import CANDIDATES, SLO, report, searches, table_from
 
 from llmcap.report.capacity import CAPACITY_SCHEMA, SECTIONS, capacity_row, capacity_table, render_html, render_markdown, write_report
+from llmcap.sizing.placement import place
 from llmcap.sizing.search import EvalResult, RatePoint, SearchResult
 
 
@@ -30,10 +31,14 @@ def test_table_schema_order_and_values():
     assert row["max_rps"] == res.max_rate and row["gpus_per_unit"] == 2
     assert row["goodput_rps"] == pytest.approx(res.max_rate * res.best.mean_attainment)
     assert row["goodput_per_gpu"] == pytest.approx(row["goodput_rps"] / 2)
-    # target 20 req/s: base ceil(20 / λ*), failure 8 // 2 = 4, surge 1, control ceil(600 × 0.005 / λ*)
-    base = -(-20 // res.max_rate)
-    assert row["base_instances"] == base
-    assert row["instances"] == base + 4 + 1 + -(-3 // res.max_rate)
+    # target 20 req/s: S = ceil(20 / λ*) must survive the larger of a node loss (TP2, 8-GPU nodes: placement rule)
+    # and one surge step; nothing else is added
+    base = int(-(-20 // res.max_rate))
+    n = base + 1
+    while n - max(place(n, 2, 8).lost(1), 1) < base:
+        n += 1
+    assert row["base_instances"] == base and row["instances"] == n and row["headroom_instances"] == n - base
+    assert n - base == place(n, 2, 8).lost(1) > 1  # a node loss, not a surge step, binds here
     assert row["gpus"] == 2 * row["instances"] and row["usd_per_hour"] == pytest.approx(2.5 * row["gpus"])
     assert row["ttft_p50_ms"] is None  # the synthetic evaluate reports no latency metrics
     with pytest.raises(ValueError):
@@ -66,7 +71,7 @@ def test_html_is_self_contained_with_every_section(chosen_records):
     assert "http" not in page and "<script" not in page  # nothing fetched from anywhere
     for key in CANDIDATES:
         assert key in page
-    for item in rep.plan.items:
+    for item in rep.plan.pools[0].items:
         assert item.reasoning.split(";")[0].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in page
     # a different input changes the page (the plots really depend on the data)
     other = report(chosen_records.slice(0, 20))
@@ -79,6 +84,7 @@ def test_markdown_lists_rows_and_headroom(chosen_records):
     assert md.startswith("# Test plan\n")
     assert all(f"| {k} |" in md for k in CANDIDATES)
     assert f"**{rep.plan.total_instances} instances, {rep.plan.total_gpus} GPUs**" in md
-    for risk in ("traffic", "failure", "deployment", "memory", "control"):
-        assert f"| {risk} |" in md
+    for risk in ("base", "traffic", "failure", "deployment", "memory", "control", "total"):
+        assert f"| instances | {risk} |" in md
+    assert "## Scenarios" in md and "Scenarios were not simulated." in md  # the fixture simulates none
     assert f"TTFT ≤ {SLO.ttft_ms:g} ms" in md

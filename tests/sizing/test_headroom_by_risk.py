@@ -1,4 +1,4 @@
-"""Headroom by risk on hand-computed cases."""
+"""Headroom per pool, in req/s, rounded once, on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -6,80 +6,96 @@ import numpy as np
 import pytest
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.headroom import (
-    control_headroom,
-    deployment_headroom,
-    failure_headroom,
-    memory_headroom,
-    plan_headroom,
-    traffic_headroom,
-)
+from llmcap.sizing.headroom import PoolInput, plan_headroom, traffic_plan
 from llmcap.sizing.params import HeadroomParams
+from llmcap.sizing.placement import place
+
+# the seed's worked example pools: prefill TP2 at 4 req/s, decode TP4 at 7 req/s, 8-GPU nodes
+PREFILL = PoolInput("prefill", per_instance_rps=4.0, gpus_per_instance=2, gpus_per_node=8, usd_per_gpu_hour=2.0)
+DECODE = PoolInput("decode", per_instance_rps=7.0, gpus_per_instance=4, gpus_per_node=8, usd_per_gpu_hour=3.0)
+STATIC = dict(traffic_method="replay", ramp_rps_per_s=0.0)
 
 
-def test_traffic():
-    # λ 10, G 3: base ceil(3.33) = 4; ×1.5 → 15 req/s → ceil(5) = 5 → +1
-    t = traffic_headroom(10, 3, 1.5, "test")
-    assert t.instances == 1 and "= 5 instances vs base 4" in t.reasoning
+def test_placement_packs_nodes_and_a_lost_node_takes_its_instances():
+    # 8 GPUs / 2 = 4 TP2 instances per node: 10 instances pack 4 + 4 + 2
+    p = place(10, 2, 8)
+    assert p.per_node == (4, 4, 2) and p.lost(1) == 4 and p.lost(2) == 8
+    # a pool smaller than two full nodes splits over two, so one loss never takes all of it
+    assert place(2, 2, 8).per_node == (1, 1) and place(5, 2, 8).per_node == (3, 2)
+    # an instance wider than a node spans ceil(16 / 8) = 2 nodes: a lost node kills one instance
+    assert place(3, 16, 8).lost(1) == 1
+    # instances never span nodes: 8 // 3 = 2 per node
+    assert place(4, 3, 8).per_node == (2, 2)
 
 
-def test_failure_rebuilds_whole_instances_per_node():
-    assert failure_headroom(5, gpus_per_instance=2, gpus_per_node=8, node_failures=1).instances == 4  # 8 // 2
-    f3 = failure_headroom(5, gpus_per_instance=3, gpus_per_node=8, node_failures=1)
-    assert f3.instances == 2 and "2 GPU(s) stranded" in f3.reasoning  # 8 // 3 = 2, 8 − 6 = 2 stranded
-    assert failure_headroom(5, 2, 8, node_failures=2).instances == 8
-    assert failure_headroom(5, 16, 8, 1).instances == 1  # an instance spans 2 nodes: one node kills one instance
-    assert failure_headroom(5, 2, 8, 0).instances == 0
+def test_a_node_of_four_prefill_instances_loses_four_prefill_not_a_unit():
+    # λ = 24: prefill S = ceil(24 / 4) = 6; packed, 10 instances sit 4 + 4 + 2 and losing a node leaves 6 ≥ 6
+    plan = plan_headroom(24.0, [PREFILL, DECODE], HeadroomParams(max_surge=1, **STATIC))
+    pre, dec = plan.pool("prefill"), plan.pool("decode")
+    assert (pre.survivors, pre.instances, pre.node_loss) == (6, 10, 4)
+    assert pre.item("failure").instances == 4 and pre.item("failure").rps == pytest.approx(16.0)
+    assert pre.item("deployment").instances == 0  # one upgrade step (1) needs less than a node loss (4): not summed
+    # the decode pool is sized on its own: S = ceil(24 / 7) = 4, a TP4 node holds 2 → 6 (2 + 2 + 2), loses 2
+    assert (dec.survivors, dec.instances, dec.node_loss) == (4, 6, 2)
+    assert plan.total_gpus == 10 * 2 + 6 * 4 and plan.usd_per_hour == pytest.approx(20 * 2.0 + 24 * 3.0)
 
 
-def test_deployment_memory_control():
-    assert deployment_headroom(1, 1).instances == 2
-    # limit 0.9 × 10000 = 9000 < P99 9500: ceil(5 × 9500 / 9000) = ceil(5.28) = 6 → +1
-    assert memory_headroom(5, 9500, 10000, 0.9).instances == 1
-    assert memory_headroom(5, 8000, 10000, 0.9).instances == 0
-    assert memory_headroom(5, None, 10000, 0.9).instances == 0
-    # 600 s × 0.01 req/s² = 6 req/s of growth; ceil(6 / 3) = 2
-    assert control_headroom(600, 6.0, 3, "given").instances == 2  # 6 req/s of growth / 3 per instance
+def test_surge_of_one_adds_one_instance_of_each_pool():
+    # no node losses: the worked example's λ = 12 → S_P = 3, S_D = 2, each + 1 surge instance
+    plan = plan_headroom(12.0, [PREFILL, DECODE], HeadroomParams(node_failures=0, max_surge=1, **STATIC))
+    assert plan.counts() == {"prefill": 4, "decode": 3}
+    assert plan.pool("prefill").item("deployment").instances == 1 and plan.pool("decode").item("deployment").instances == 1
+    assert plan.pool("prefill").item("deployment").rps == pytest.approx(4.0)  # one instance's rate, in req/s
+    none = plan_headroom(12.0, [PREFILL, DECODE], HeadroomParams(node_failures=0, max_surge=0, **STATIC))
+    assert none.counts() == {"prefill": 3, "decode": 2}
+    assert none.base_gpus == 3 * 2 + 2 * 4 and none.operational_margin == 0.0
 
 
-def test_plan_sums_every_risk_with_cost():
-    p = HeadroomParams(traffic_method="forecast_error", forecast_error=0.5, ramp_rps_per_s=0.01, max_surge=1, max_unavailable=0)
-    plan = plan_headroom(
-        10, 3, gpus_per_instance=2, gpus_per_node=8, usd_per_gpu_hour=2.5, params=p,
-        p99_active_tokens_per_instance=9500, kv_tokens_per_instance=10000,
-    )
-    # base 4; traffic +1 (peak 5); failure +4; deployment +1; memory +1 (vs peak 5); control +2 → 13
-    assert plan.base_instances == 4
-    assert [(i.risk, i.instances) for i in plan.items] == [
-        ("traffic", 1), ("failure", 4), ("deployment", 1), ("memory", 1), ("control", 2)
-    ]
-    assert (plan.total_instances, plan.total_gpus) == (13, 26)
-    assert plan.usd_per_hour == pytest.approx(26 * 2.5)
-    assert plan.gpu_hours_per_day == pytest.approx(26 * 24)
-    assert plan.operational_margin == pytest.approx(9 / 4)
-    assert all(i.reasoning for i in plan.items)
+def test_node_loss_and_upgrade_are_not_summed():
+    # decode, λ = 12: S = 2; a lost node takes 2 TP4 instances, an upgrade step takes 1 + 1 = 2: N = 2 + 2, not 2 + 4
+    params = HeadroomParams(max_surge=1, max_unavailable=1, **STATIC)
+    dec = plan_headroom(12.0, [DECODE], params).pool("decode")
+    assert (dec.survivors, dec.node_loss, dec.upgrading, dec.instances) == (2, 2, 2, 4)
+    assert dec.item("failure").instances + dec.item("deployment").instances == 2
+    # one node of 2 instances lost OR one step of 2 out: the rest (2 × 7 = 14 req/s) carry 12 req/s
+    assert (dec.instances - max(dec.node_loss, dec.upgrading)) * 7.0 >= 12.0
+    assert "max(node loss 2, upgrade 2) = 2 out" in dec.combination()
+    assert dec.item("control").instances == 0 and dec.item("control").rps == 0.0
 
 
-def test_plan_from_trace_arrivals():
-    # 60 s windows: counts [60, 120, 60] → peak/mean = 120 / 80 = 1.5; rises +1 req/s then −1 → ramp 1/60 req/s²
+def test_memory_scales_the_rate_a_pool_carries_once():
+    # P99 9,500 KV tokens > 0.9 × 10,000: the pool carries 12 × 9500 / 9000 = 12.67 req/s → S = ceil(12.67 / 7) = 2
+    # (no rounding before the ceiling: 12 / 7 → 2 alone, too)
+    hot = PoolInput("decode", 7.0, 4, 8, 3.0, p99_kv_tokens=9_500, kv_tokens=10_000)
+    p = HeadroomParams(node_failures=0, max_surge=0, **STATIC)
+    assert plan_headroom(12.0, [hot], p).pool("decode").survivors == 2
+    # at λ = 13.5: 13.5 / 7 = 1.93 → 2, but 13.5 × 9500 / 9000 / 7 = 2.04 → 3
+    q = plan_headroom(13.5, [hot], p).pool("decode")
+    assert q.survivors == 3 and q.item("memory").instances == 1
+    assert q.item("memory").rps == pytest.approx(13.5 * (9500 / 9000 - 1))
+    cool = PoolInput("decode", 7.0, 4, 8, 3.0, p99_kv_tokens=8_000, kv_tokens=10_000)
+    assert plan_headroom(13.5, [cool], p).pool("decode").item("memory").instances == 0
+    assert "not assessed" in plan_headroom(13.5, [PREFILL], p).pool("prefill").item("memory").reasoning
+
+
+def test_traffic_is_the_replay_at_the_planning_rate_not_a_peak_factor():
+    # 60 s windows with counts [60, 120, 60]: the replay at mean 10 req/s has windows at 7.5, 15, 7.5 req/s
     arr = np.r_[np.linspace(0, 59, 60), np.linspace(60, 119.5, 120), np.linspace(120, 179, 60), [180.0]]
-    plan = plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams(t_ready_s=360), arrival_s=arr)
-    assert plan.item("traffic").instances == 1  # as in the hand case: 10 × 1.5 / 3 = 5 vs 4
-    # within T_ready (360 s = up to 6 windows, only 2 lags exist) the rate rises at most 1 → 2 req/s = +1 req/s
-    # → ceil(1 / 3) = 1 (a one-window slope of 1/60 req/s² is not extrapolated over 360 s)
-    assert plan.item("control").instances == 1
-    assert "not assessed" in plan.item("memory").reasoning
-    none = plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams(traffic_method="none", ramp_rps_per_s=0.0))
-    assert none.item("traffic").instances == 0 and none.item("control").instances == 0
+    t = traffic_plan(10.0, HeadroomParams(traffic_percentile=100), arr)
+    assert t.planning_rps == 10.0 and "max 15 req/s" in t.reasoning and "no peak factor" in t.reasoning
+    plan = plan_headroom(10.0, [PREFILL], HeadroomParams(node_failures=0, max_surge=0, **STATIC), arr)
+    assert plan.pool("prefill").instances == 3 and plan.pool("prefill").item("traffic").instances == 0  # ceil(10 / 4)
+    # a forecast: plan for its error quantile, and the replay at that mean
+    f = plan_headroom(10.0, [PREFILL], HeadroomParams(traffic_method="forecast_error", forecast_error=0.25, node_failures=0, max_surge=0), arr)
+    assert f.planning_rps == pytest.approx(12.5) and f.pool("prefill").instances == 4  # ceil(12.5 / 4)
+    assert f.pool("prefill").item("traffic").instances == 1 and f.pool("prefill").base_instances == 3
     with pytest.raises(LlmcapError):
-        plan_headroom(10, 3, 2, 8, 1.0, HeadroomParams())  # peak_to_mean needs arrivals
-    with pytest.raises(LlmcapError):
-        plan_headroom(10, 0, 2, 8, 1.0, HeadroomParams(traffic_method="none", ramp_rps_per_s=0.0))
+        plan_headroom(10.0, [PoolInput("prefill", 0.0, 2, 8, 1.0)], HeadroomParams(**STATIC))
 
 
-def test_failure_headroom_of_a_deployment_smaller_than_a_node():
-    # 1-GPU instances, 8 per node, but only 2 needed: they need not share a node, so a node loss costs at most 2
-    item = failure_headroom(2, 1, 8, 1)
-    assert item.instances == 2
-    # 20 needed: some node holds a full 8 of them → +8
-    assert failure_headroom(20, 1, 8, 1).instances == 8
+def test_every_item_keeps_its_reasoning_and_the_total_adds_up():
+    plan = plan_headroom(24.0, [PREFILL, DECODE], HeadroomParams(max_surge=1, **STATIC))
+    for q in plan.pools:
+        assert [i.risk for i in q.items] == ["traffic", "memory", "failure", "deployment", "control"]
+        assert all(i.reasoning for i in q.items)
+        assert q.base_instances + sum(i.instances for i in q.items) == q.instances

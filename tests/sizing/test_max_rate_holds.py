@@ -25,7 +25,7 @@ from tests.conftest import TRACES
 MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(  # what `llmcap size --slo-ttft-p99 2000 --slo-itl-p99 100` builds
     slo=SloParams(ttft_ms=2000, itl_ms=100, itl_stat="p99", attainment_target=0.99, warmup_frac=0.1, drain_frac=0.1),
-    search=SearchParams(seeds=(0, 1), rel_tol=0.05), excerpt_requests=1500, shortlist=1, pd_shortlist=0,
+    search=SearchParams(seeds=(0, 1), rel_tol=0.05), excerpt_requests=1500, shortlist=1, pd_prefill_shortlist=0,
 )  # fmt: skip
 
 

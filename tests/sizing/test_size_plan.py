@@ -10,7 +10,7 @@ import pytest
 
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
-from llmcap.report.capacity import render_html
+from llmcap.report.capacity import render_html, render_markdown
 from llmcap.sizing.executor import DaskExecutor
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
@@ -21,7 +21,7 @@ MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(
     slo=SloParams(ttft_ms=500, itl_ms=60, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
     search=SearchParams(seeds=(0, 1), rel_tol=0.1, guard_points=1),
-    excerpt_requests=300, shortlist=2, pd_shortlist=1, pd_ratios=1, validate_max_extra=2,
+    excerpt_requests=300, shortlist=2, pd_prefill_shortlist=2, pd_decode_shortlist=1, validate_max_extra=2,
 )
 
 
@@ -51,19 +51,69 @@ def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
     s = outcome.summary
     # the default target is the trace's own mean rate; the chosen plan covers it with at least one instance
     assert s["target_rps"] == pytest.approx(trace.num_rows / (trace["arrival_s"][-1].as_py() - trace["arrival_s"][0].as_py()))
-    assert s["base_instances"] >= 1 and s["instances"] == s["base_instances"] + sum(h["instances"] for h in s["headroom"].values())
-    assert s["gpus"] == s["instances"] * s["gpus_per_unit"]
-    assert set(s["headroom"]) == {"traffic", "failure", "deployment", "memory", "control"}
-    assert all(h["reasoning"] for h in s["headroom"].values())
+    pools = s["pool_plans"]
+    assert s["base_instances"] == sum(q["base_instances"] for q in pools.values()) >= 1
+    assert s["instances"] == sum(q["instances"] for q in pools.values()) and s["gpus"] == sum(q["gpus"] for q in pools.values())
+    for q in pools.values():
+        assert set(q["headroom"]) == {"traffic", "failure", "deployment", "memory", "control"}
+        assert all(h["reasoning"] for h in q["headroom"].values())
+        assert q["gpus"] == q["instances"] * q["gpus_per_instance"]
     rows = outcome.table.to_pylist()
-    assert {r["mode"] for r in rows} == {"aggregated", "disaggregated"}
+    assert {r["mode"] for r in rows} == {"aggregated", "prefill", "decode", "disaggregated"}
     chosen = next(r for r in rows if r["candidate"] == s["chosen"])
-    # the chosen row is the cheapest sized one, and its searched rate met the attainment target
+    # the chosen row is the cheapest sized one, and what it was sized from met the attainment target
     assert chosen["usd_per_hour"] == min(r["usd_per_hour"] for r in rows if r["usd_per_hour"] is not None)
     assert chosen["attainment"] >= PARAMS.slo.attainment_target and chosen["max_rps"] > 0
-    if s["mode"] == "aggregated":  # validated end to end on the whole excerpt at the target rate
-        assert any(n.startswith("end-to-end check") for n in s["notes"])
+    # the chosen deployment was simulated end to end in every scenario, and every scenario passes
+    assert s["scenarios_pass"] and s["scenarios"] and all(line.endswith("pass") for line in s["scenarios"])
     assert "<img" in render_html(outcome.report)
+
+
+def test_pd_pairings_size_each_pool_from_its_own_searched_rate(outcome):
+    pairs = [r for r in outcome.table.to_pylist() if r["mode"] == "disaggregated"]
+    roles = {(r["mode"], r["candidate"]): r for r in outcome.table.to_pylist() if r["mode"] in ("prefill", "decode")}
+    assert pairs and {m for m, _ in roles} == {"prefill", "decode"}
+    # every searched prefill row is paired with every searched decode row (more than one prefill layout)
+    n_pre, n_dec = sum(m == "prefill" for m, _ in roles), sum(m == "decode" for m, _ in roles)
+    assert n_pre == 2 and len(pairs) == n_pre * n_dec
+    for r in pairs:
+        n_p, n_d = (int(x) for x in r["pd_ratio"].split(":"))
+        assert n_p >= 1 and n_d >= 1  # pools sized separately: no fixed decode count per unit
+
+
+@pytest.fixture(scope="module")
+def busy(trace, candidates):
+    """The same trace planned at 10× its rate: pools of several instances, where minimality means something."""
+    return size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"target_rps": 50.0}))
+
+
+def test_final_plan_passes_every_scenario_and_each_pool_one_fewer_fails_one(busy):
+    fit = busy.report.fit
+    assert fit is not None and fit.ok
+    names = {r.scenario.name for r in fit.results}
+    assert "traffic" in names and any(n.startswith("node loss") for n in names) and any(n.startswith("upgrade") for n in names)
+    assert all(r.passed for r in fit.results)
+    assert all(r.scenario.counts() for r in fit.results)
+    planned = fit.plan.counts()
+    assert max(planned.values()) > 1  # a real pool, not a lone instance
+    assert {m.pool for m in fit.minimality} == set(planned)
+    for m in fit.minimality:
+        assert m.instances == planned[m.pool] - 1
+        assert m.failed is not None and not m.failed.passed  # one fewer fails at least one scenario
+        # the failing deployment really has one instance fewer of that pool than the plan's same scenario
+        assert m.failed.scenario.counts()[m.pool] < planned[m.pool]
+    assert busy.summary["gpus"] == fit.plan.total_gpus
+
+
+def test_final_count_is_within_the_stated_factor_of_the_four_ledgers(outcome, busy):
+    from llmcap.sizing.ledger import FACTOR
+
+    for out in (outcome, busy):
+        ledger = out.report.ledger
+        assert ledger is not None and ledger.final_gpus == out.summary["gpus"]
+        # the ledger is a floor (100% busy, no SLO, no headroom) and the plan within FACTOR of it
+        assert ledger.gpus <= out.summary["gpus"] <= FACTOR * ledger.gpus, ledger.line()
+        assert ledger.line() in render_markdown(out.report)
 
 
 def test_same_inputs_give_byte_identical_tables(outcome, trace, candidates):
@@ -108,16 +158,23 @@ def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
     assert isinstance(make_unit(MODEL, other, lengths, PARAMS.slo, measured).step_model, RooflineModel)
 
 
+def _aggregated_curves(out):
+    """Searched aggregated candidates (P/D role searches are not confirmed: their deployment is simulated whole in every scenario)."""
+    return {k: r for k, r in out.report.curves.items() if not k.startswith(("prefill: ", "decode: "))}
+
+
 def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, trace, candidates):
-    # default ("chosen"): the chosen candidate's rate is confirmed on the whole trace, the others are listed as excerpt-only
-    chosen = outcome.report.curves[outcome.summary["chosen"]]
-    assert chosen.confirmation is not None and chosen.max_rate == outcome.summary["max_rps_per_unit"]
-    assert chosen.max_rate <= chosen.confirmation.search_rate and chosen.best in chosen.confirmation.points
-    unconfirmed = [k for k, r in outcome.report.curves.items() if r.confirmation is None and r.max_rate > 0]
+    # default ("chosen"): an aggregated choice's rate is confirmed on the whole trace, the others are listed as excerpt-only
+    on = outcome.summary["chosen"] if outcome.summary["mode"] == "aggregated" else None
+    if on is not None:
+        chosen = outcome.report.curves[on]
+        assert chosen.confirmation is not None and chosen.max_rate == outcome.summary["max_rps_per_unit"]
+        assert chosen.max_rate <= chosen.confirmation.search_rate and chosen.best in chosen.confirmation.points
+    unconfirmed = [k for k, r in _aggregated_curves(outcome).items() if r.confirmation is None and r.max_rate > 0]
     listed = [n for n in outcome.summary["notes"] if n.startswith("max rates from excerpts only")]
     assert bool(unconfirmed) == bool(listed) and all(k in listed[0] for k in unconfirmed)
     every = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "all"}))
-    assert all(r.confirmation is not None or r.max_rate == 0 for r in every.report.curves.values())  # nothing to confirm at 0
+    assert all(r.confirmation is not None or r.max_rate == 0 for r in _aggregated_curves(every).values())  # nothing to confirm at 0
     confirmed = [r for r in every.report.curves.values() if r.confirmation is not None]
     assert len(confirmed) == sum(n.startswith("whole-trace confirmation of") for n in every.summary["notes"]) > 1
     off = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "off"}))

@@ -1,0 +1,172 @@
+"""The planned deployment simulated end to end in each headroom scenario, grown until all pass, then shown minimal.
+
+Scenarios (`llmcap.sizing.headroom`), each the whole trace replayed at the planning rate (P/D included:
+prefill queues, the KV handoff, decode KV):
+- "traffic": every planned instance serving;
+- "node loss: <pool>": that pool without the instances on its fullest `node_failures` node(s);
+- "upgrade: <pool>": that pool without its max_surge + max_unavailable instances of one upgrade step.
+A scenario passes when attainment ≥ the target, the run is stable (`llmcap.sizing.stability`), and the
+KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
+same instances are one simulation.
+
+Fit: while a scenario fails, one instance is added to the pool it takes instances from (the traffic
+scenario: the pool its misses point at — TTFT misses the prefill pool, ITL and KV the decode pool). Then
+minimality, pool by pool: one instance fewer is tried (re-placed, scenarios redrawn); when every scenario
+still passes the pool shrinks and the check repeats; the first failing scenario is the evidence that the
+count is minimal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from llmcap.sizing.headroom import CapacityPlan
+from llmcap.sizing.search import EvalResult
+
+Counts = Mapping[str, int]
+RunDeployment = Callable[[Counts], EvalResult]
+"""Serving instances per pool → the whole-trace evaluation of that deployment at the planning rate."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    serving: tuple[tuple[str, int], ...]  # (pool, serving instances), in the plan's pool order
+    reasoning: str
+    reduced: str = ""  # the pool this scenario takes instances from ("" = none)
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.serving)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    scenario: Scenario
+    attainment: float
+    overload: str
+    kv_p99_share: float | None  # P99 KV tokens per instance ÷ capacity of the KV-holding pool
+    passed: bool
+    blame: str  # the pool a failure points at ("" when it passed)
+
+    def describe(self) -> str:
+        kv = "" if self.kv_p99_share is None else f", KV p99 {self.kv_p99_share:.0%}"
+        why = f" (overloaded: {self.overload})" if self.overload else ""
+        return f"{self.scenario.name} [{_counts_txt(self.scenario.counts())}]: attainment {self.attainment:.4f}{kv} → {'pass' if self.passed else 'FAIL'}{why}"
+
+
+def _counts_txt(counts: Counts) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def scenarios(plan: CapacityPlan) -> list[Scenario]:
+    """The module docstring's scenarios of `plan` (pools with nothing left serving are kept at 0: they fail)."""
+    base = plan.counts()
+    out = [Scenario("traffic", tuple(base.items()), f"all planned instances at {plan.planning_rps:.4g} req/s")]
+    for pool in plan.pools:
+        for kind, lost, why in (
+            ("node loss", pool.node_loss, f"the fullest {pool.params.node_failures} node(s) of the {pool.name} pool lost"),
+            ("upgrade", pool.upgrading, f"one rolling-upgrade step of the {pool.name} pool out of service"),
+        ):
+            if lost > 0:
+                serving = {**base, pool.name: pool.instances - lost}
+                out.append(Scenario(f"{kind}: {pool.name}", tuple(serving.items()), f"{why}: −{lost}", pool.name))
+    return out
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Turns one evaluation into a verdict for a scenario."""
+
+    attainment_target: float
+    kv_safe_fraction: float
+    kv_pool: str  # the pool whose KV is checked ("instances" or "decode")
+    prefill_pool: str | None  # P/D: where TTFT misses point
+
+    def __call__(self, scenario: Scenario, r: EvalResult) -> ScenarioResult:
+        share = r.metrics.get("kv_p99_share")
+        kv_ok = share is None or share <= self.kv_safe_fraction
+        passed = r.attainment >= self.attainment_target and r.stable and kv_ok
+        blame = ""
+        if not passed:
+            blame = scenario.reduced or self._blame(r, kv_ok)
+        return ScenarioResult(scenario, r.attainment, r.overload, share, passed, blame)
+
+    def _blame(self, r: EvalResult, kv_ok: bool) -> str:
+        if self.prefill_pool is None:
+            return self.kv_pool
+        ttft, itl = r.metrics.get("ttft_misses", 0.0), r.metrics.get("itl_misses", 0.0)
+        return self.prefill_pool if kv_ok and ttft >= itl else self.kv_pool
+
+
+def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult]) -> list[ScenarioResult]:
+    """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure."""
+    out = []
+    for sc in sorted(scenarios(plan), key=lambda s: sum(n for _, n in s.serving)):  # the thinnest deployment first: likeliest to fail
+        key = sc.serving
+        if key not in cache:
+            empty = [p for p, n in sc.serving if n <= 0]
+            cache[key] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving") if empty else run(dict(sc.serving))
+        res = judge(sc, cache[key])
+        out.append(res)
+        if not res.passed:
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class Minimality:
+    pool: str
+    instances: int  # the count tried (planned − 1)
+    failed: ScenarioResult | None  # the scenario that fails with one fewer; None = all passed (not minimal)
+    note: str
+
+
+@dataclass(frozen=True)
+class FitResult:
+    plan: CapacityPlan  # the final counts
+    results: tuple[ScenarioResult, ...]  # the final plan's scenarios (all pass when `ok`)
+    ok: bool
+    history: tuple[str, ...]  # what was tried, in order
+    minimality: tuple[Minimality, ...]
+
+
+def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
+    return plan.with_counts({pool: plan.pool(pool).instances + delta})
+
+
+def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int) -> FitResult:
+    """Grow the plan until every scenario passes (at most `max_extra` instances added in all), then check
+    (and, where one fewer passes, step down) each pool's count (module docstring)."""
+    cache: dict[tuple, EvalResult] = {}
+    history: list[str] = []
+    results = check(plan, run, judge, cache)
+    added = 0
+    while not all(r.passed for r in results) and added < max_extra:
+        bad = next(r for r in results if not r.passed)
+        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +1 {bad.blame}")
+        plan, added = _with(plan, bad.blame, +1), added + 1
+        results = check(plan, run, judge, cache)
+    if not all(r.passed for r in results):
+        bad = next(r for r in results if not r.passed)
+        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; gave up after +{added}")
+        return FitResult(plan, tuple(results), False, tuple(history), ())
+    history.append(f"{_counts_txt(plan.counts())}: every scenario passes")
+    minimal: list[Minimality] = []
+    for pool in [p.name for p in plan.pools]:
+        for _ in range(max(1, max_extra) + 1):  # bounded: a count far above the need is a sizing bug, not a loop
+            n = plan.pool(pool).instances
+            if n <= 1:
+                minimal.append(Minimality(pool, n - 1, None, f"{pool}: 1 instance, cannot go lower"))
+                break
+            fewer = _with(plan, pool, -1)
+            tried = check(fewer, run, judge, cache)
+            failed = next((r for r in tried if not r.passed), None)
+            if failed is not None:
+                minimal.append(Minimality(pool, n - 1, failed, f"{pool} at {n - 1}: {failed.describe()}"))
+                break
+            history.append(f"{_counts_txt(fewer.counts())}: every scenario still passes → {pool} −1")
+            plan, results = fewer, tried
+        else:
+            minimal.append(Minimality(pool, plan.pool(pool).instances - 1, None, f"{pool}: still shrinking when the step limit was reached"))
+    return FitResult(plan, tuple(check(plan, run, judge, cache)), True, tuple(history), tuple(minimal))
