@@ -26,14 +26,12 @@ that held (0 when none did within `max_confirmations`), and `SearchResult.confir
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.analytic import ceil_count
 from llmcap.sizing.params import SearchParams
 
 if TYPE_CHECKING:
@@ -280,144 +278,3 @@ def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = N
         raise LlmcapError("search task keys must be unique")
     results = executor.map(run_search_task, list(tasks)) if executor is not None else [run_search_task(t) for t in tasks]
     return dict(zip(keys, results, strict=True))
-
-
-# ---------------------------------------------------------------- from a max rate to a deployment
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """Instances and GPUs that carry `target_rps`, from a unit's (n instances, g GPUs) max feasible rate."""
-
-    target_rps: float
-    unit_max_rps: float
-    instances_per_unit: int
-    gpus_per_unit: int
-    goodput_per_gpu: float  # unit max rate × mean attainment there ÷ unit GPUs
-    instances: int
-    gpus: int
-    reasoning: str
-
-
-def deployment_for(
-    result: SearchResult, target_rps: float, gpus_per_unit: int, instances_per_unit: int = 1
-) -> Deployment:
-    """Scale the searched unit linearly to the target: instances = ceil(target × n / λ*).
-
-    Linear scaling assumes the router spreads load evenly; validate the final count by evaluating the
-    whole deployment at the target rate (P/D: `fit_pd_at_rate`).
-    """
-    lam = result.max_rate
-    if lam <= 0:
-        raise LlmcapError("the candidate has no feasible rate: it cannot be sized")
-    best = result.best
-    att = best.mean_attainment if best is not None else result.attainment_target
-    n = ceil_count(target_rps * instances_per_unit / lam)
-    g_per_inst = gpus_per_unit / instances_per_unit
-    why = (
-        f"unit of {instances_per_unit} instance(s) on {gpus_per_unit} GPU(s) carries {lam:.4g} req/s; "
-        f"ceil({target_rps:g} × {instances_per_unit} / {lam:.4g}) = {n} instances × {g_per_inst:g} GPUs"
-    )
-    return Deployment(target_rps, lam, instances_per_unit, gpus_per_unit, lam * att / gpus_per_unit, n, int(round(n * g_per_inst)), why)
-
-
-# ---------------------------------------------------------------- disaggregated: the P:D ratio
-
-
-PdFactory = Callable[[int, int], Evaluate]
-"""(prefill instances, decode instances) -> evaluate of that joint P/D unit."""
-
-
-def pd_ratio_candidates(prefill_rps: float, decode_rps: float, max_decode: int = 4) -> list[tuple[int, int]]:
-    """(n_P, n_D) near the balance n_P·G_P = n_D·G_D, for n_D = 1..max_decode (floor and ceil of n_P), sorted."""
-    out: set[tuple[int, int]] = set()
-    for nd in range(1, max_decode + 1):
-        x = nd * decode_rps / prefill_rps
-        for npf in {max(1, math.floor(x + 1e-9)), max(1, ceil_count(x))}:
-            out.add((npf, nd))
-    return sorted(out)
-
-
-@dataclass(frozen=True)
-class PdRatioResult:
-    n_prefill: int
-    n_decode: int
-    gpus: int
-    result: SearchResult
-    goodput_per_gpu: float
-
-
-def _pd_task(
-    factory: PdFactory, attainment_target: float, params: SearchParams, confirm: PdFactory | None, job: tuple[tuple[int, int], float | None]
-) -> SearchResult:
-    ratio, guess = job
-    return search_max_rate(factory(*ratio), attainment_target, params, guess, confirm=None if confirm is None else confirm(*ratio))
-
-
-def search_pd_ratios(
-    factory: PdFactory,
-    ratios: Sequence[tuple[int, int]],
-    prefill_gpus: int,
-    decode_gpus: int,
-    attainment_target: float,
-    params: SearchParams | None = None,
-    per_instance_rps: tuple[float, float] | None = None,
-    executor: Executor | None = None,
-    confirm_factory: PdFactory | None = None,
-) -> list[PdRatioResult]:
-    """Max feasible rate of each joint (n_P, n_D) unit, best goodput per GPU first (ties: fewer GPUs, then ratio).
-
-    `per_instance_rps` = (G_P, G_D) gives each search its analytic start min(n_P·G_P, n_D·G_D).
-    `confirm_factory`: each ratio's answer is confirmed on its evaluate (`confirm_max_rate`).
-    One ratio's whole search is one executor task.
-    """
-    p = params or SearchParams()
-    ratios = list(dict.fromkeys(ratios))
-    jobs = [
-        (r, None if per_instance_rps is None else min(r[0] * per_instance_rps[0], r[1] * per_instance_rps[1]))
-        for r in ratios
-    ]
-    fn = partial(_pd_task, factory, attainment_target, p, confirm_factory)
-    results = executor.map(fn, jobs) if executor is not None else [fn(j) for j in jobs]
-    out = []
-    for (npf, nd), res in zip(ratios, results, strict=True):
-        gpus = npf * prefill_gpus + nd * decode_gpus
-        best = res.best
-        gpg = res.max_rate * (best.mean_attainment if best else 0.0) / gpus
-        out.append(PdRatioResult(npf, nd, gpus, res, gpg))
-    return sorted(out, key=lambda r: (-r.goodput_per_gpu, r.gpus, r.n_prefill, r.n_decode))
-
-
-def _feasible_at(factory: PdFactory, rate: float, seeds: Sequence[int], target: float, rule: str, counts: tuple[int, int]) -> bool:
-    ev = factory(*counts)
-    return _feasible([ev(rate, s) for s in seeds], target, rule)
-
-
-def fit_pd_at_rate(
-    factory: PdFactory,
-    target_rps: float,
-    start: tuple[int, int],
-    prefill_gpus: int,
-    decode_gpus: int,
-    attainment_target: float,
-    params: SearchParams | None = None,
-    radius: int = 1,
-    executor: Executor | None = None,
-) -> tuple[int, int] | None:
-    """The cheapest (n_P, n_D) within ±radius of `start` (plus up to 2·radius more) feasible at the target rate.
-
-    Validates the linearly scaled count end to end (P queue, handoff and D KV are coupled). Candidates are
-    tried cheapest first (GPUs, then n_P, n_D); None when none is feasible.
-    """
-    p = params or SearchParams()
-    n0, d0 = start
-    combos = sorted(
-        {(a, b) for a in range(max(1, n0 - radius), n0 + 2 * radius + 1) for b in range(max(1, d0 - radius), d0 + 2 * radius + 1)},
-        key=lambda c: (c[0] * prefill_gpus + c[1] * decode_gpus, c[0], c[1]),
-    )
-    fn = partial(_feasible_at, factory, target_rps, p.seeds, attainment_target, p.feasibility)
-    for c in combos:  # sequential on purpose: stop at the first (cheapest) feasible one
-        ok = executor.map(fn, [c])[0] if executor is not None else fn(c)
-        if ok:
-            return c
-    return None

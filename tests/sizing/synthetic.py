@@ -37,17 +37,6 @@ class Dips:
 
 
 @dataclass(frozen=True)
-class PdUnit:
-    """A joint P/D unit: n_P prefill instances at g_p req/s each, n_D decode at g_d: capacity min(n_P·g_p, n_D·g_d)."""
-
-    g_p: float
-    g_d: float
-
-    def __call__(self, n_p: int, n_d: int) -> Knee:
-        return Knee(min(n_p * self.g_p, n_d * self.g_d))
-
-
-@dataclass(frozen=True)
 class Overloaded:
     """Attainment always 1 (the run ends before the queue shows), but runs above `threshold` report overload."""
 

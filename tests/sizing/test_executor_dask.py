@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from synthetic import Knee, PdUnit
+from synthetic import Knee
 
 from llmcap.sizing.executor import DaskExecutor, LocalExecutor, make_executor
 from llmcap.sizing.params import ComputeParams, SearchParams
-from llmcap.sizing.search import SearchTask, search_candidates, search_max_rate, search_pd_ratios
+from llmcap.sizing.search import SearchTask, search_candidates, search_max_rate
 
 TASKS = [
     SearchTask("a", Knee(3.0, jitter=0.1), 0.99, SearchParams(), initial_rate=1.0),
@@ -51,10 +51,8 @@ def test_dask_matches_local(cluster_address):
         assert isinstance(ex, DaskExecutor)
         assert ex.map(square, list(range(10))) == [x * x for x in range(10)]
         assert search_candidates(TASKS, ex) == local
-        # seeds of one rate through Dask, and P:D ratio searches as one task each
+        # the seeds of one rate through Dask
         assert search_max_rate(Knee(4.0, 0.1), 0.99, SearchParams(), 1.0, executor=ex) == search_max_rate(Knee(4.0, 0.1), 0.99, SearchParams(), 1.0)
-        pd = [(1, 1), (2, 1)]
-        assert search_pd_ratios(PdUnit(4, 7), pd, 2, 4, 0.99, executor=ex) == search_pd_ratios(PdUnit(4, 7), pd, 2, 4, 0.99)
     ex.close()  # idempotent
     with pytest.raises(RuntimeError):
         ex.map(square, [1])

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from synthetic import Dips, Knee, Overloaded, PdUnit
+from synthetic import Dips, Knee, Overloaded
 
 from llmcap.errors import LlmcapError
 from llmcap.sizing.params import SearchParams
 from llmcap.sizing.search import (
     EvalResult,
     confirm_max_rate,
-    deployment_for,
-    fit_pd_at_rate,
-    pd_ratio_candidates,
     search_max_rate,
-    search_pd_ratios,
 )
 
 TOL = 0.02
@@ -157,42 +153,3 @@ def test_calls_every_seed_at_every_rate():
     assert calls == [(pt.rate, s) for pt in r.points for s in (7, 8)]
 
 
-def test_deployment_for_target_rate():
-    r = search_max_rate(Knee(5.0), 1.0, SearchParams(seeds=(0,)), initial_rate=5.0)
-    assert r.max_rate == 5.0  # 5 passes, 10 fails, every bisection point above 5 fails (A < 1)
-    d = deployment_for(r, target_rps=12.0, gpus_per_unit=2)
-    # ceil(12 / 5) = 3 instances × 2 GPUs; goodput/GPU = 5 × 1.0 / 2
-    assert (d.instances, d.gpus, d.goodput_per_gpu) == (3, 6, 2.5)
-    unit = deployment_for(r, target_rps=12.0, gpus_per_unit=8, instances_per_unit=4)  # a 4-instance unit at 5 req/s
-    assert (unit.instances, unit.gpus) == (10, 20)  # ceil(12 × 4 / 5) = 10 instances × 2 GPUs
-    never = search_max_rate(Knee(1.0), 0.99, SearchParams(seeds=(0,), min_rate=10.0), initial_rate=10.0)
-    with pytest.raises(LlmcapError):
-        deployment_for(never, 1.0, 1)
-
-
-def test_pd_ratio_search_and_fit():
-    # G_P = 4 req/s (2 GPUs), G_D = 7 req/s (4 GPUs): balance n_P / n_D = 7 / 4
-    ratios = pd_ratio_candidates(4.0, 7.0, max_decode=2)
-    assert ratios == [(1, 1), (2, 1), (3, 2), (4, 2)]  # n_D = 1: 1.75 → 1, 2; n_D = 2: 3.5 → 3, 4
-    res = search_pd_ratios(PdUnit(4.0, 7.0), ratios, 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)), per_instance_rps=(4.0, 7.0))
-    # unit capacity min(n_P·4, n_D·7) per GPUs: (1,1) 4/6, (2,1) 7/8, (3,2) 12/14, (4,2) 14/16 → (2,1) and (4,2) tie at
-    # 0.875; fewer GPUs wins
-    got = {(x.n_prefill, x.n_decode): x.goodput_per_gpu for x in res}
-    assert got == pytest.approx({(1, 1): 4 / 6, (2, 1): 7 / 8, (3, 2): 12 / 14, (4, 2): 14 / 16})
-    assert (res[0].n_prefill, res[0].n_decode, res[0].gpus) == (2, 1, 8)
-    # scale (2, 1) at 7 req/s to 12 req/s: ceil(12·2/7) = 4 P, ceil(12·1/7) = 2 D; the cheapest feasible nearby is
-    # (3, 2): min(12, 14) ≥ 12 on 14 GPUs (cheaper combos: (3,1) 7, (1,2) 4, (2,2) 8 req/s all fall short)
-    fit = fit_pd_at_rate(PdUnit(4.0, 7.0), 12.0, (4, 2), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)))
-    assert fit == (3, 2)
-    assert fit_pd_at_rate(PdUnit(4.0, 7.0), 100.0, (1, 1), 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,))) is None
-
-
-def test_pd_ratio_answers_are_confirmed_when_asked():
-    # the excerpts say G_P = 4, G_D = 7; on the whole trace a prefill instance holds only 2 req/s
-    res = search_pd_ratios(PdUnit(4.0, 7.0), [(1, 1), (2, 1)], 2, 4, attainment_target=1.0, params=SearchParams(seeds=(0,)),
-                           per_instance_rps=(4.0, 7.0), confirm_factory=PdUnit(2.0, 7.0))  # fmt: skip
-    got = {(x.n_prefill, x.n_decode): x.result for x in res}
-    for (n_p, n_d), r in got.items():
-        whole = min(n_p * 2.0, n_d * 7.0)
-        assert r.confirmation is not None and r.confirmation.status == "stepped_down"
-        assert whole * (1 - TOL) <= r.max_rate <= whole
