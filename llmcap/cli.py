@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from llmcap.commands import decisions as decisions_cmd
 from llmcap.commands import memory as memory_cmd
 from llmcap.commands import perf as perf_cmd
 from llmcap.commands import plan as plan_cmd
@@ -25,6 +26,9 @@ app = typer.Typer(
 )
 app.add_typer(trace_cmd.app, name="trace")
 app.command("plan")(plan_cmd.plan)
+app.command("history")(decisions_cmd.history)
+app.command("reproduce")(decisions_cmd.reproduce)
+app.command("diff")(decisions_cmd.diff)
 app.command("memory")(memory_cmd.memory)
 app.command("simulate")(simulate_cmd.simulate)
 app.command("perf")(perf_cmd.perf)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -146,10 +147,18 @@ def dep_kind(path: str) -> str:
     return "code"
 
 
-def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """Run a command's main: an OpsError is one line on stderr and exit code 2."""
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    """Run a command's main and exit with its code; an OpsError is one line on stderr and exit code 2.
+
+    The exit skips interpreter teardown (os._exit after flushing): with DVC's git/fsspec threads and
+    pyarrow loaded, teardown has intermittently aborted ("terminate called without an active
+    exception", exit 134) after the command had finished and printed its result."""
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
-        return main(argv)
+        code = main(argv)
     except OpsError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
