@@ -58,4 +58,5 @@ def diff(
     json: Json = False,
 ) -> None:
     """What changed in the decision between A and B (GPUs, configuration, cost, headroom, max rates) and which inputs explain it."""
-    _run(project, "diff", [a, b] + (["--json"] if json else []))
+    sides = [str(Path(s).resolve()) if Path(s).is_dir() else s for s in (a, b)]  # the subprocess runs in the project
+    _run(project, "diff", sides + (["--json"] if json else []))
