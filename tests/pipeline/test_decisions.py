@@ -75,18 +75,25 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     status = {r["path"]: r["status"] for r in pulled["outputs"]}
     assert status["data/processed/capacity.parquet"] == "identical" and status["data/reports/capacity"] == "identical"
     assert status["data/reports/clean"] == "not stored (cache: false)"
-    md5 = next(o["md5"] for o in lock_a["stages"]["size"]["outs"] if o["path"] == "data/processed/capacity.parquet")
+    outs_a = {o["path"]: o["md5"] for o in lock_a["stages"]["size"]["outs"]}
+    md5 = outs_a["data/processed/capacity.parquet"]
     obj = root / ".work/dvc-remote/files/md5" / md5[:2] / md5[2:]
     obj.chmod(0o644)
-    obj.write_bytes(obj.read_bytes() + b"tampered")
+    original = obj.read_bytes()
+    obj.write_bytes(original + b"tampered")
     bad = subprocess.run([*LLMCAP, "reproduce", a, "--pull", "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 1, bad.stderr[-3000:]
     wrong = [r for r in json.loads(bad.stdout)["outputs"] if r["status"] != "identical" and not r["status"].startswith("not stored")]
-    assert [(r["path"], r["expected"], r["got"]) for r in wrong] == [
-        ("data/processed/capacity.parquet", md5, hashlib.md5(obj.read_bytes()).hexdigest())
+    tampered = hashlib.md5(obj.read_bytes()).hexdigest()
+    # the report directory holds a copy of the table: the same remote object, so both outputs differ, file by file
+    assert [(r["path"], r["expected"], r["status"]) for r in wrong] == [
+        ("data/processed/capacity.parquet", md5, "differs"), ("data/reports/capacity", outs_a["data/reports/capacity"], "differs")
     ]
+    assert wrong[0]["got"] == tampered
+    assert wrong[1]["files"] == [{"path": "data/reports/capacity/capacity.parquet", "expected": md5, "got": tampered}]
     human = subprocess.run([*LLMCAP, "reproduce", a, "--pull"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert human.returncode == 1 and "DIFFERS" in human.stdout and "data/processed/capacity.parquet" in human.stdout
+    obj.write_bytes(original)
 
     # 4. diff A B: the decision changed (failure headroom) and the one param explains it
     d = json.loads(sh([*LLMCAP, "diff", a, b, "--json"], root, env).stdout)
@@ -125,5 +132,5 @@ def _check_run_tags(root: Path, env: dict, run_id: str, commit: str, raw: Path, 
     assert tags["step_model.source"] == "roofline-fallback" and tags["step_model.fingerprint.tp"] == "4"
     assert len(tags["step_model.version"]) == 16 and tags["approval"] == "none"
     assert run.data.metrics["dvc.pushed_files"] >= 1
-    stored = mlflow.artifacts.load_dict(f"runs:/{run_id}/decision/summary.json")
-    assert stored == summary
+    stored = client.download_artifacts(run_id, "decision/summary.json", dst_path=str(root.parent))
+    assert json.loads(Path(stored).read_text()) == summary
