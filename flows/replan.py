@@ -22,6 +22,7 @@ apply_defaults()  # before Prefect/MLflow read their settings
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
+from ops import decision, store  # noqa: E402
 from stages import tracking  # noqa: E402
 
 OUTPUTS = {
@@ -51,8 +52,11 @@ def reproduce(root: str, force: bool) -> list[str]:
 
     # Stage commands call `python`: make it this interpreter's, whatever PATH the caller had.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    # run_cache=False: DVC's run-cache key drops every mapping key named `size` at any depth (dict_sha256's
+    # exclude of the output meta field), so our `size:` params section is not in it and a changed size.* param
+    # would restore the previous run's outputs instead of running the stage (tests/pipeline/test_decisions.py).
     with Repo(root) as repo:
-        stages = repo.reproduce(force=force)
+        stages = repo.reproduce(force=force, run_cache=False)
     return [s.addressing for s in stages]
 
 
@@ -68,6 +72,12 @@ def collect(root: str) -> dict:
         "candidates": json.loads((base / OUTPUTS["candidates summary"]).read_text()),
         "capacity": json.loads((base / OUTPUTS["capacity summary"]).read_text()),
     }
+
+
+@task(name="dvc-push")
+def push(root: str) -> dict:
+    """Store the decision: every cached output of dvc.lock goes to the default DVC remote (ops.store)."""
+    return store.push(Path(root))
 
 
 @flow(name="replan", log_prints=True)
@@ -95,6 +105,14 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         k = results["capacity"]
         mlflow.log_metrics({"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]})
         mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"]})
+        tags, artifacts = decision.record(Path(root))
+        mlflow.set_tags(tags)
+        for name, content in artifacts.items():
+            mlflow.log_dict(content, f"decision/{name}")
+        pushed = push(root)
+        mlflow.set_tags({"dvc.remote": pushed["name"], "dvc.remote.url": pushed["url"]})
+        mlflow.log_metric("dvc.pushed_files", pushed["pushed"])
+        results["stored"] = pushed
         logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
         create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
         return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
@@ -138,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
           f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")
     print(f"report: {ROOT / OUTPUTS['capacity report']}")
+    stored = result["stored"]
+    print(f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
+          "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)")
     return 0
 
 

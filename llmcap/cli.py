@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from llmcap.commands import decisions as decisions_cmd
 from llmcap.commands import memory as memory_cmd
 from llmcap.commands import perf as perf_cmd
 from llmcap.commands import plan as plan_cmd
@@ -50,6 +51,9 @@ def _main(
 app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(twin_cmd.app, name="twin")
 app.command("plan")(plan_cmd.plan)
+app.command("history")(decisions_cmd.history)
+app.command("reproduce")(decisions_cmd.reproduce)
+app.command("diff")(decisions_cmd.diff)
 app.command("memory")(memory_cmd.memory)
 app.command("simulate")(simulate_cmd.simulate)
 app.command("perf")(perf_cmd.perf)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,15 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.pipeline._project import make_project, sh
 
 pytestmark = pytest.mark.slow
-
-
-def _sh(cmd: list[str], cwd: Path, env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{cmd} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    return proc
 
 
 def _ran(output: str) -> list[str]:
@@ -34,33 +27,7 @@ def _ran(output: str) -> list[str]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A fresh copy of the repository (tracked + new files, nothing ignored) with its own git history."""
-    dest = tmp_path_factory.mktemp("clone") / "llmcap"
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
-    ).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    # A lighter sizing search than the shipped default (same code path): this test runs the pipeline 3 times.
-    params = yaml.safe_load((dest / "params.yaml").read_text())
-    params["size"].update(excerpt_requests=400, shortlist=1, pd_prefill_shortlist=0, validate_max_extra=1, pools_split_isl=None)
-    params["size"]["search"]["seeds"] = [0]
-    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    work = dest / ".work"
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "PREFECT_HOME": str(work / "prefect"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-        "DVC_SITE_CACHE_DIR": str(work / "dvc-site-cache"),
-        "MPLCONFIGDIR": str(work / "matplotlib"),
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost",
-    }
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fresh clone"]):
-        _sh(cmd, dest, env)
-    return dest, env
+    return make_project(tmp_path_factory.mktemp("clone") / "llmcap")
 
 
 def _output_hashes(root: Path) -> dict[str, str]:
@@ -77,7 +44,7 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     stages = list(yaml.safe_load((root / "dvc.yaml").read_text())["stages"])
 
     # 1. The flow, as `make plan` runs it: every stage runs on a fresh clone, outputs are listed.
-    first = _sh([sys.executable, "-m", "flows.replan"], root, env)
+    first = sh([sys.executable, "-m", "flows.replan"], root, env)
     assert f"stages run: {', '.join(stages)}" in first.stdout
     assert "MLflow run" in first.stdout
     for rel in ("data/interim/trace.parquet", "data/interim/quarantine.parquet", "data/processed/workload.json",
@@ -88,11 +55,11 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     _check_mlflow(root, env)
 
     # 2. Nothing changed: DVC runs nothing.
-    again = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    again = sh([sys.executable, "-m", "dvc", "repro"], root, env)
     assert _ran(again.stdout + again.stderr) == []
 
     # 3. Determinism: forcing every stage again gives byte-identical outputs.
-    _sh([sys.executable, "-m", "dvc", "repro", "--force"], root, env)
+    sh([sys.executable, "-m", "dvc", "repro", "--force"], root, env)
     assert _output_hashes(root) == hashes
 
     # 4. Kill a run after its first stage and re-run: it resumes and gives the same outputs.
@@ -109,7 +76,7 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     proc.wait()
     proc.stdout.close()
     assert "Running stage 'characterise'" in log, log[-3000:]
-    resumed = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    resumed = sh([sys.executable, "-m", "dvc", "repro"], root, env)
     assert "clean" not in _ran(resumed.stdout + resumed.stderr)
     assert "characterise" in _ran(resumed.stdout + resumed.stderr)
     assert _output_hashes(root) == hashes
@@ -118,7 +85,7 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["characterise"]["lru_cache_blocks"] = [1024]
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    changed = _sh([sys.executable, "-m", "dvc", "repro"], root, env)
+    changed = sh([sys.executable, "-m", "dvc", "repro"], root, env)
     ran = _ran(changed.stdout + changed.stderr)
     assert "clean" not in ran and ran[0] == "characterise"
     assert '"1024"' in (root / "data/processed/workload.json").read_text()

@@ -1,0 +1,75 @@
+"""What a plan's MLflow run records about its decision (the flow `replan` calls `record`).
+
+Tags: `dvc.lock.sha256` (finds the commit that records the decision), `uv.lock.sha256`,
+`params.sha256`, `trace.file` / `trace.sha256` (the raw trace planned for), `trace.canonical.md5`,
+`step_model.source` / `.version` / `.fingerprint_hash` and `step_model.fingerprint.<field>`, and
+`approval` (`none` until approvals exist). Artifacts under `decision/`: the capacity summary, the
+step model and `outputs.json` (md5 of every output file, per file inside directory outputs — what
+`reproduce` compares a re-run with).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ops.common import CAPACITY_SUMMARY, STEP_MODEL, dir_manifest, lock_outs, md5_file, parse_lock, sha256
+
+
+def step_model_version(step_model: dict) -> str:
+    """Content hash of the step-time model itself (source + fitted/roofline parameters), 16 hex digits."""
+    core = {"source": step_model.get("source"), "step_model": step_model.get("step_model")}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def step_model_tags(step_model: dict) -> dict[str, str]:
+    tags = {
+        "step_model.source": str(step_model.get("source")),
+        "step_model.version": step_model_version(step_model),
+        "step_model.fingerprint_hash": str(step_model.get("fingerprint_hash")),
+    }
+    for key, value in sorted((step_model.get("fingerprint") or {}).items()):
+        tags[f"step_model.fingerprint.{key}"] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+    return tags
+
+
+def outputs_manifest(root: Path, lock: dict) -> dict[str, str]:
+    """md5 of every file of every output in the lock, directory outputs file by file (`dir/file`)."""
+    out = {}
+    for path in lock_outs(lock):
+        p = root / path
+        if p.is_dir():
+            out.update({f"{path}/{rel}": md5 for rel, md5 in dir_manifest(p).items()})
+        elif p.is_file():
+            out[path] = md5_file(p)
+    return out
+
+
+def record(root: Path) -> tuple[dict[str, str], dict[str, Any]]:
+    """(tags, {artifact name: JSON content}) for the replan run of the plan now in the workspace."""
+    lock_bytes = (root / "dvc.lock").read_bytes()
+    lock = parse_lock(lock_bytes)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    trace_file = params["trace"]["file"]
+    raw = root / "data" / "raw" / trace_file
+    step_model = json.loads((root / STEP_MODEL).read_text())
+    tags = {
+        "dvc.lock.sha256": sha256(lock_bytes),
+        "uv.lock.sha256": sha256((root / "uv.lock").read_bytes()),
+        "params.sha256": sha256((root / "params.yaml").read_bytes()),
+        "trace.file": trace_file,
+        "trace.sha256": sha256(raw.read_bytes()) if raw.is_file() else "missing",
+        "trace.canonical.md5": str(lock_outs(lock).get("data/interim/trace.parquet", {}).get("md5")),
+        **step_model_tags(step_model),
+        "approval": "none",
+    }
+    artifacts = {
+        "summary.json": json.loads((root / CAPACITY_SUMMARY).read_text()),
+        "step_model.json": step_model,
+        "outputs.json": outputs_manifest(root, lock),
+    }
+    return tags, artifacts

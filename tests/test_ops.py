@@ -1,0 +1,104 @@
+"""ops: hashing as DVC does, input changes between two dvc.locks, the venv per uv.lock hash, decision fields,
+and the CLI's one-line errors (the end-to-end path is tests/pipeline/test_decisions.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ops import reproduce
+from ops.common import dir_manifest, dir_md5, input_changes
+from ops.diff import decision_fields, explain
+from tests.conftest import ROOT
+
+
+def test_dir_md5_is_dvcs(tmp_path: Path) -> None:
+    from dvc_data.hashfile.hash_info import HashInfo
+    from dvc_data.hashfile.meta import Meta
+    from dvc_data.hashfile.tree import Tree
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.json").write_text('{"x": 1}\n')
+    (tmp_path / "sub" / "b.png").write_bytes(bytes(range(256)))
+    manifest = dir_manifest(tmp_path)
+    assert sorted(manifest) == ["a.json", "sub/b.png"]
+    tree = Tree()
+    for rel, md5 in manifest.items():
+        tree.add(tuple(rel.split("/")), Meta(), HashInfo("md5", md5))
+    tree.digest()
+    assert dir_md5(manifest) == tree.hash_info.value
+
+
+def _lock(node_failures: int, config_md5: str, cmd: str = "python -m stages.size") -> dict:
+    return {"schema": "2.0", "stages": {
+        "clean": {"cmd": "python -m stages.clean", "deps": [{"path": "llmcap/config.py", "md5": config_md5}, {"path": "uv.lock", "md5": "u"}],
+                  "params": {"params.yaml": {"trace": {"file": "t.jsonl"}}}, "outs": []},
+        "size": {"cmd": cmd, "deps": [{"path": "llmcap/config.py", "md5": config_md5}, {"path": "data/catalog", "md5": "c.dir"}],
+                 "params": {"params.yaml": {"size": {"headroom": {"node_failures": node_failures, "max_surge": 1}}, "trace.file": "t.jsonl"}},
+                 "outs": []},
+    }}  # fmt: skip
+
+
+def test_input_changes_name_params_code_and_commands() -> None:
+    assert input_changes(_lock(1, "x"), _lock(1, "x")) == {"params": [], "deps": [], "cmds": []}
+    changes = input_changes(_lock(1, "x"), _lock(2, "y", cmd="python -m stages.size --fast"))
+    assert changes["params"] == [{"key": "size.headroom.node_failures", "a": 1, "b": 2, "stages": ["size"]}]
+    assert changes["deps"] == [{"path": "llmcap/config.py", "kind": "code", "a": "x", "b": "y", "stages": ["clean", "size"]}]
+    assert changes["cmds"] == [{"stage": "size", "a": "python -m stages.size", "b": "python -m stages.size --fast"}]
+
+
+def test_decision_fields_and_explanation() -> None:
+    summary = {"chosen": "H100/tp4", "mode": "aggregated", "gpus": 8, "usd_per_hour": 20.0,
+               "headroom": {"failure": {"instances": 1, "reasoning": "..."}},
+               "pools": {"cheaper": "shared", "shared": [{"name": "shared", "gpus": 8, "usd_per_hour": 20.0, "rate_rps": 3.0}], "split": []}}  # fmt: skip
+    fields = decision_fields(summary)
+    assert fields["headroom.failure.instances"] == 1 and fields["pools.shared[shared].gpus"] == 8 and fields["gpus"] == 8
+    inputs = {"params": [], "code": [], "data": [], "environment": [{"path": "uv.lock", "stages": ["size"]}], "cmds": [],
+              "trace": {"file": {"a": "t", "b": "t"}, "canonical": {"a": "m", "b": "n"}},
+              "step_model": {"source": {"a": "profile", "b": "roofline-fallback"}, "version": {"a": "1", "b": "2"},
+                             "fingerprint": [{"field": "engine_version", "a": "0.10", "b": "0.11"}]}}  # fmt: skip
+    assert explain(inputs) == [
+        "canonical trace changed: md5 m → n", "environment `uv.lock` changed (stages: size)",
+        "step model source: profile → roofline-fallback", "step model version: 1 → 2",
+        "step-model fingerprint `engine_version`: '0.10' → '0.11'",
+    ]
+
+
+def test_venv_per_uv_lock_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "uv.lock").write_bytes(b"current lock")
+    python, how = reproduce.venv_for(root, tmp_path, b"current lock")
+    assert python == Path(sys.executable) and "is the project's" in how
+
+    calls = []
+
+    def fake_run(cmd, cwd, env):
+        calls.append((cmd, cwd, env["UV_PROJECT_ENVIRONMENT"]))
+        (Path(env["UV_PROJECT_ENVIRONMENT"]) / "bin").mkdir(parents=True)
+        (Path(env["UV_PROJECT_ENVIRONMENT"]) / "bin" / "python").touch()
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setenv("LLMCAP_VENV_CACHE", str(tmp_path / "venvs"))
+    monkeypatch.setenv("UV", sys.executable)  # any existing file: the fake run never executes it
+    monkeypatch.setattr(reproduce.subprocess, "run", fake_run)
+    import hashlib
+
+    venv = tmp_path / "venvs" / hashlib.sha256(b"old lock").hexdigest()[:16]
+    python, how = reproduce.venv_for(root, tmp_path / "worktree", b"old lock")
+    assert python == venv / "bin" / "python" and how.startswith("new venv")
+    assert calls == [([sys.executable, "sync", "--frozen", "--no-install-project", "--python", f"{sys.version_info.major}.{sys.version_info.minor}"],
+                      tmp_path / "worktree", str(venv))]  # fmt: skip
+    python, how = reproduce.venv_for(root, tmp_path / "worktree", b"old lock")  # cached: no second sync
+    assert python == venv / "bin" / "python" and how.startswith("cached venv") and len(calls) == 1
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "llmcap", "reproduce", "no-such-rev"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"error: 'no-such-rev': not a commit of {ROOT}"]
+    proc = subprocess.run([sys.executable, "-m", "llmcap", "history", "--project", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "not an llmcap project" in proc.stderr
