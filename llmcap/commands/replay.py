@@ -103,6 +103,8 @@ def replay(
     slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
     max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = 50.0,
     timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
+    max_drain: Annotated[float | None, typer.Option(min=0.0, help="Cut requests still streaming this many s after the last send "
+                                                                  "(unfinished; default: only --timeout bounds them).")] = None,  # fmt: skip
     vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
     block_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per prefix hash block: equal hashes become equal token blocks "
                                                                   "(default: the trace's block size).")] = None,  # fmt: skip
@@ -147,7 +149,7 @@ def replay(
         slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, warmup_frac=0.1, drain_frac=0.1)
     model = model or _first_model(base, shown, api_key)
     result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key,
-                  quiet=json_out, api=api, processes=processes)  # fmt: skip
+                  quiet=json_out, api=api, processes=processes, max_drain=max_drain)  # fmt: skip
     summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
     if out is not None:
@@ -174,10 +176,11 @@ def _first_model(base: str, shown: str, api_key: str | None) -> str:
 
 
 def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
-         api_key: str | None, quiet: bool, api: str, processes: int | None) -> ReplayResult:  # fmt: skip
+         api_key: str | None, quiet: bool, api: str, processes: int | None, max_drain: float | None) -> ReplayResult:  # fmt: skip
     kwargs: dict[str, Any] = dict(
         request_id=table.column("request_id").to_numpy(), rate_scale=scale, hash_ids=table.column("hash_ids").to_pylist(),
         block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key, api=api, processes=processes,
+        max_drain_s=max_drain,
     )  # fmt: skip
     args = (base, model, table.column("arrival_s").to_numpy(), table.column("isl").to_numpy(), table.column("osl").to_numpy())
     if quiet:

@@ -42,8 +42,10 @@ class Sent:
 
 
 async def send_on_schedule(connector: Connector, schedule: Schedule, t0: float, timeout_s: float,
-                           on_done: Callable[[], None] | None = None) -> Sent:  # fmt: skip
-    """Send every request at `t0 + due_s` (perf_counter seconds) and wait for all to end."""
+                           on_done: Callable[[], None] | None = None, max_drain_s: float | None = None) -> Sent:  # fmt: skip
+    """Send every request at `t0 + due_s` (perf_counter seconds) and wait for all to end, or for
+    `max_drain_s` after the last send: requests still streaming then are cut, `unfinished` ("run
+    deadline") — the per-read timeout alone would let a server that trickles hold the run forever."""
     loop = asyncio.get_running_loop()
     due = t0 + np.asarray(schedule.due_s, dtype=np.float64)
     results = [StreamResult(sent_s=0.0, isl=int(n), max_tokens=int(m)) for n, m in zip(schedule.isl, schedule.max_tokens, strict=True)]
@@ -54,7 +56,7 @@ async def send_on_schedule(connector: Connector, schedule: Schedule, t0: float, 
         if on_done is not None:
             on_done()
 
-    tasks: list[asyncio.Task[None]] = []
+    tasks: dict[asyncio.Task[None], int] = {}
     cpu0 = time.process_time()
     gc.freeze()
     try:
@@ -62,8 +64,16 @@ async def send_on_schedule(connector: Connector, schedule: Schedule, t0: float, 
             wait = due[k] - time.perf_counter()
             if wait > 0:
                 await asyncio.sleep(wait)
-            tasks.append(loop.create_task(one(k)))
-        await asyncio.gather(*tasks)
+            tasks[loop.create_task(one(k))] = k
+        _, cut = await asyncio.wait(tasks, timeout=max_drain_s) if tasks else (set(), set())
+        for t in cut:
+            t.cancel()
+        await asyncio.gather(*cut, return_exceptions=True)
+        for t in cut:
+            results[tasks[t]].status, results[tasks[t]].error = "unfinished", "run deadline"
+        for t in tasks:
+            if t not in cut and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]  # a bug, not a server fault: never swallowed
     finally:
         for t in tasks:
             t.cancel()  # only the unfinished ones (cancelled from outside): they drop their connections

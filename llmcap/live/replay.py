@@ -103,10 +103,11 @@ async def replay_async(
     request_id: np.ndarray | None = None, rate_scale: float = 1.0, hash_ids: list | None = None,
     block_tokens: int | None = None, vocab_size: int = 1000, seed: int = 0, timeout_s: float = 600.0,
     api_key: str | None = None, on_done: Callable[[], None] | None = None, processes: int | None = None,
-    api: str = "completions",
+    api: str = "completions", max_drain_s: float | None = None,
 ) -> ReplayResult:
     """`on_done` is called as each request ends (a progress bar's tick); `processes`: how many send the
-    schedule (None: `processes_for` decides); `api`: "completions" or "chat" (`llmcap.live.prompts`)."""
+    schedule (None: `processes_for` decides); `api`: "completions" or "chat" (`llmcap.live.prompts`);
+    `max_drain_s`: requests still streaming this long after the last send are cut (`unfinished`)."""
     if rate_scale <= 0:
         raise ValueError("rate_scale must be > 0")
     if processes is not None and processes < 1:
@@ -124,15 +125,15 @@ async def replay_async(
         connector = Connector(endpoint)
         await connector.resolve()
         t0 = time.perf_counter() + LEAD_S
-        sent = await send_on_schedule(connector, schedule, t0, timeout_s, on_done)
+        sent = await send_on_schedule(connector, schedule, t0, timeout_s, on_done, max_drain_s)
     else:
-        t0, sent = await _sharded(endpoint, schedule, n, timeout_s, on_done)
+        t0, sent = await _sharded(endpoint, schedule, n, timeout_s, on_done, max_drain_s)
     wall = time.perf_counter() - t0
     return _result(sent, arrival, rid, t0, wall, n)
 
 
 async def _sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: float,
-                   on_done: Callable[[], None] | None) -> tuple[float, Sent]:  # fmt: skip
+                   on_done: Callable[[], None] | None, max_drain_s: float | None) -> tuple[float, Sent]:  # fmt: skip
     loop = asyncio.get_running_loop()
     stop = threading.Event()
 
@@ -142,7 +143,7 @@ async def _sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: fl
                 loop.call_soon_threadsafe(on_done)
 
     try:
-        t0, sent, _ = await loop.run_in_executor(None, send_sharded, endpoint, schedule, n, timeout_s, stop, ticks)
+        t0, sent, _ = await loop.run_in_executor(None, send_sharded, endpoint, schedule, n, timeout_s, stop, ticks, max_drain_s)
     finally:
         stop.set()  # cancelled: the thread terminates the processes
     return t0, sent

@@ -47,11 +47,11 @@ def deal(schedule: Schedule, n: int) -> list[tuple[np.ndarray, Schedule]]:
 
 def _worker(fd: int) -> None:
     conn = Connection(fd)
-    endpoint, schedule, timeout_s = conn.recv()
-    asyncio.run(_work(conn, endpoint, schedule, timeout_s))
+    endpoint, schedule, timeout_s, max_drain_s = conn.recv()
+    asyncio.run(_work(conn, endpoint, schedule, timeout_s, max_drain_s))
 
 
-async def _work(conn: Connection, endpoint: Endpoint, schedule: Schedule, timeout_s: float) -> None:
+async def _work(conn: Connection, endpoint: Endpoint, schedule: Schedule, timeout_s: float, max_drain_s: float | None) -> None:
     connector = Connector(endpoint)
     await connector.resolve()
     conn.send("ready")
@@ -71,14 +71,14 @@ async def _work(conn: Connection, endpoint: Endpoint, schedule: Schedule, timeou
                 reported = finished
 
     reporter = asyncio.get_running_loop().create_task(report())
-    sent = await send_on_schedule(connector, schedule, t0, timeout_s, tick)
+    sent = await send_on_schedule(connector, schedule, t0, timeout_s, tick, max_drain_s)
     reporter.cancel()
     conn.send(("progress", finished - reported))
     conn.send(("done", sent))
 
 
 def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: float, stop: threading.Event,
-                 on_done: Callable[[int], None] | None = None) -> tuple[float, Sent, list[float]]:  # fmt: skip
+                 on_done: Callable[[int], None] | None = None, max_drain_s: float | None = None) -> tuple[float, Sent, list[float]]:  # fmt: skip
     """Blocking (run it in a thread). (t0, every result in `schedule` order with the CPU seconds of all
     processes summed, each process's CPU seconds). `stop` set: terminate the processes and raise."""
     parts = deal(schedule, n)
@@ -90,7 +90,7 @@ def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: floa
             procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(there.fileno())], pass_fds=[there.fileno()]))
             there.close()
             conns.append(Connection(here.detach()))
-            conns[-1].send((endpoint, part, timeout_s))
+            conns[-1].send((endpoint, part, timeout_s, max_drain_s))
         for c in conns:
             _expect(c, stop, START_TIMEOUT_S)
         t0 = time.perf_counter() + LEAD_S

@@ -65,6 +65,17 @@ def test_a_schedule_dealt_to_two_processes_comes_back_whole_and_on_time():
     assert np.allclose(np.asarray(rec["arrival_s"]) - arrival, res.lateness_s)
 
 
+def test_a_run_stops_by_itself_when_its_drain_time_is_up():
+    n = 20
+    arrival = np.arange(n) * 0.01
+    with serving_loopback(stall_at_s=0.0, stall_for_s=30.0) as url:  # nothing comes back for 30 s
+        res = asyncio.run(asyncio.wait_for(
+            replay_async(url, "m", arrival, np.full(n, 8), np.full(n, 4), timeout_s=60.0, max_drain_s=0.5, processes=1), 20))
+    rec = res.requests.to_pydict()
+    assert rec["status"] == ["unfinished"] * n and rec["first_token_s"] == [None] * n
+    assert 0.5 <= res.wall_s < 3.0  # the drain limit ended it, not the 60 s read timeout
+
+
 def test_the_process_count_follows_the_busiest_second():
     assert peak_rate(np.array([0.0, 0.1, 0.2, 5.0])) == 3.0
     steady = np.arange(1000) / 100.0  # 100 req/s
