@@ -38,7 +38,8 @@ from llmcap.commands._trace_input import (
 )
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
-from llmcap.live.replay import ReplayResult, replay_async
+from llmcap.live.prompts import APIS
+from llmcap.live.replay import RATE_PER_PROCESS, ReplayResult, replay_async
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table
@@ -76,6 +77,8 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
         "send_lateness_ms": {"p50": float(np.percentile(lateness, 50) * 1e3), "p99": float(np.percentile(lateness, 99) * 1e3),
                              "max": float(lateness.max() * 1e3)} if lateness.size else None,  # fmt: skip
         "max_lateness_ms": max_lateness_s * 1e3,
+        "client": {"processes": result.processes, "cpu_s": result.client_cpu_s,
+                   "cpu_us_per_request": result.client_cpu_s / rec.num_rows * 1e6 if rec.num_rows else None},
     }
     late = float(lateness.max()) if lateness.size else 0.0
     summary["valid"] = late <= max_lateness_s
@@ -98,10 +101,16 @@ def replay(
     slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
     max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = 50.0,
     timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
+    max_drain: Annotated[float | None, typer.Option(min=0.0, help="Cut requests still streaming this many s after the last send "
+                                                                  "(unfinished; default: only --timeout bounds them).")] = None,  # fmt: skip
     vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
     block_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per prefix hash block: equal hashes become equal token blocks "
                                                                   "(default: the trace's block size).")] = None,  # fmt: skip
     seed: Annotated[int, typer.Option(help="Seed of the prompts' token ids.")] = 0,
+    api: Annotated[str, typer.Option(help="completions (token-id prompts: exact ISL) or chat (/v1/chat/completions; "
+                                          "text prompts: ISL approximate).")] = "completions",  # fmt: skip
+    processes: Annotated[int | None, typer.Option(min=1, help="Load generator processes (default: one per "
+                                                              f"{RATE_PER_PROCESS:,.0f} req/s of the busiest second, at most one per core).")] = None,  # fmt: skip
     out: Annotated[Path | None, typer.Option(help="Write records.parquet (the request schema) and summary.json here.")] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
@@ -118,6 +127,8 @@ def replay(
     positive("--rate-scale", rate_scale)
     positive("--request-rate", request_rate)
     positive("--max-lateness-ms", max_lateness_ms)
+    if api not in APIS:
+        raise LlmcapError(f"--api must be one of {', '.join(APIS)}, not {api!r}")
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory")
     api_key = api_key_from_env(api_key_env)
@@ -136,7 +147,8 @@ def replay(
     if slo_ttft_ms is not None or slo_itl_ms is not None:
         slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, warmup_frac=0.1, drain_frac=0.1)
     model = model or first_served_model(base, shown, api_key)
-    result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key, quiet=json_out)
+    result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key,
+                  quiet=json_out, api=api, processes=processes, max_drain=max_drain)  # fmt: skip
     summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
     if out is not None:
@@ -151,10 +163,11 @@ def replay(
 
 
 def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
-         api_key: str | None, quiet: bool) -> ReplayResult:  # fmt: skip
+         api_key: str | None, quiet: bool, api: str, processes: int | None, max_drain: float | None) -> ReplayResult:  # fmt: skip
     kwargs: dict[str, Any] = dict(
         request_id=table.column("request_id").to_numpy(), rate_scale=scale, hash_ids=table.column("hash_ids").to_pylist(),
-        block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key,
+        block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key, api=api, processes=processes,
+        max_drain_s=max_drain,
     )  # fmt: skip
     args = (base, model, table.column("arrival_s").to_numpy(), table.column("isl").to_numpy(), table.column("osl").to_numpy())
     if quiet:
@@ -176,7 +189,8 @@ def _print(s: dict[str, Any]) -> None:
     console.print(f"status: ok {st['ok']:,}, unfinished {st['unfinished']:,}, rejected {st['rejected']:,}; "
                   f"output {s['output_tok_s'] or 0:,.0f} tok/s over {s['wall_s']:,.1f} s", highlight=False)  # fmt: skip
     console.print(f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
-                  f"(bound {s['max_lateness_ms']:.0f} ms)", highlight=False)  # fmt: skip
+                  f"(bound {s['max_lateness_ms']:.0f} ms); client: {s['client']['processes']} process(es), "
+                  f"{s['client']['cpu_s']:.2f} CPU s", highlight=False)  # fmt: skip
     if "slo" in s:
         g = s["slo"]
         console.print(f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "

@@ -106,18 +106,10 @@ async def stream_completion(
                 result.status = "rejected"
                 result.error = redact_text((await r.aread()).decode(errors="replace")[:500])
                 return result
-            lines = SSELines()
+            events = SSEEvents(result)
             async for chunk in r.aiter_bytes():
-                for line in lines.feed(chunk):
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    now = time.perf_counter()
-                    _add_event(result, json.loads(data), now)
-                if done:
+                if events.feed(chunk, time.perf_counter()):
+                    done = True
                     break
     except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: an event that is not JSON
         result.status = "unfinished"
@@ -129,13 +121,35 @@ async def stream_completion(
     return result
 
 
+class SSEEvents:
+    """A completion stream's body, fed in arbitrary byte chunks, folded into its StreamResult: only
+    what a row needs (tokens per event, arrival times, usage, finish reason) is kept."""
+
+    def __init__(self, result: StreamResult) -> None:
+        self.result, self._lines = result, SSELines()
+
+    def feed(self, chunk: bytes, now: float) -> bool:
+        """True once `data: [DONE]` arrived; raises ValueError for an event that is not JSON.
+        `now` stamps every event the chunk completes (they arrived together)."""
+        for line in self._lines.feed(chunk):
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                return True
+            _add_event(self.result, json.loads(data), now)
+        return False
+
+
 def _add_event(result: StreamResult, event: dict, now: float) -> None:
     if event.get("usage"):
         result.prompt_tokens = event["usage"].get("prompt_tokens")
         result.completion_tokens = event["usage"].get("completion_tokens")
     for choice in event.get("choices") or []:
         ids = choice.get("token_ids")
-        n = len(ids) if ids is not None else (1 if choice.get("text") else 0)
+        # completions carry `text`, chat completions `delta.content`; without token ids, one token per event
+        text = choice.get("text") or (choice.get("delta") or {}).get("content")
+        n = len(ids) if ids is not None else (1 if text else 0)
         if n:
             result.chunk_s.append(now)
             result.chunk_tokens.append(n)

@@ -59,6 +59,7 @@ def test_every_request_is_accounted_for_and_written(trace: Path, tmp_path: Path)
     s = json.loads(result.stdout)
     assert s["requests"] == 40 and s["status"] == {"ok": 40, "unfinished": 0, "rejected": 0}
     assert s["valid"] and s["send_lateness_ms"]["max"] <= s["max_lateness_ms"]
+    assert s["client"]["processes"] == 1 and s["client"]["cpu_s"] > 0  # 40 requests: one sender is plenty
     assert s["slo"]["attainment"] == 1.0 and s["model"] and s["input_accounting"]["rows_kept"] == 40
     records = pq.read_table(out / "records.parquet")
     assert records.num_rows == 40 and sorted(records.column("request_id").to_pylist()) == list(range(40))
