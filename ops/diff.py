@@ -118,8 +118,11 @@ def load_run(run_id: str) -> Side:
 
 def decision_fields(summary: dict) -> dict[str, Any]:
     out = {k: summary.get(k) for k in SCALARS}
-    for risk, item in (summary.get("headroom") or {}).items():
-        out[f"headroom.{risk}.instances"] = item.get("instances")
+    for name, pool in (summary.get("pool_plans") or {}).items():  # per pool: its count and each risk's instances
+        for key in ("per_instance_rps", "base_instances", "instances", "gpus"):
+            out[f"pool.{name}.{key}"] = pool.get(key)
+        for risk, item in (pool.get("headroom") or {}).items():
+            out[f"pool.{name}.headroom.{risk}.instances"] = item.get("instances")
     pools = summary.get("pools")
     if pools:
         out["pools.cheaper"] = pools.get("cheaper")

@@ -52,10 +52,11 @@ def test_input_changes_name_params_code_and_commands() -> None:
 
 def test_decision_fields_and_explanation() -> None:
     summary = {"chosen": "H100/tp4", "mode": "aggregated", "gpus": 8, "usd_per_hour": 20.0,
-               "headroom": {"failure": {"instances": 1, "reasoning": "..."}},
+               "pool_plans": {"instances": {"instances": 3, "gpus": 8, "headroom": {"failure": {"instances": 1, "reasoning": "..."}}}},
                "pools": {"cheaper": "shared", "shared": [{"name": "shared", "gpus": 8, "usd_per_hour": 20.0, "rate_rps": 3.0}], "split": []}}  # fmt: skip
     fields = decision_fields(summary)
-    assert fields["headroom.failure.instances"] == 1 and fields["pools.shared[shared].gpus"] == 8 and fields["gpus"] == 8
+    assert fields["pool.instances.headroom.failure.instances"] == 1 and fields["pool.instances.instances"] == 3
+    assert fields["pools.shared[shared].gpus"] == 8 and fields["gpus"] == 8
     inputs = {"params": [], "code": [], "data": [], "environment": [{"path": "uv.lock", "stages": ["size"]}], "cmds": [],
               "trace": {"file": {"a": "t", "b": "t"}, "canonical": {"a": "m", "b": "n"}},
               "step_model": {"source": {"a": "profile", "b": "roofline-fallback"}, "version": {"a": "1", "b": "2"},
