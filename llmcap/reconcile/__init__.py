@@ -1,0 +1,1 @@
+"""Reconciliation: predictions against measurements (step 8 of the loop)."""
