@@ -242,6 +242,15 @@ class EndpointMeasurement:
     metrics_after: MetricsSnapshot | None
     wall_s: float
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
+    ttft_probe_repeats: dict[int, list[int]] = field(default_factory=dict)  # ISL -> the repeat of each TTFT probe
+
+    def ttft_by_repeat(self, isl: int) -> dict[int, float]:
+        """Repeat -> median TTFT of that repeat's probes at `isl` (requests alone): the cell's run-to-run spread."""
+        probes = np.asarray(self.ttft_probes.get(isl, []), dtype=np.float64)
+        reps = np.asarray(self.ttft_probe_repeats.get(isl, []), dtype=np.int64)
+        if probes.size != reps.size:
+            raise ValueError(f"ISL {isl}: {probes.size} TTFT probes but {reps.size} repeat labels")
+        return {int(r): float(np.median(probes[reps == r])) for r in np.unique(reps)}
 
     def __post_init__(self) -> None:
         by_cell: dict[tuple[int, int], list[Run]] = {}
@@ -326,6 +335,7 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
         todo = run_order(spec.cells, spec.repeats, seed)
         runs: list[Run] = []
         probes: dict[int, list[float]] = {}
+        probe_repeats: dict[int, list[int]] = {}
         with _progress(progress, len(todo)) as advance:
             for rep, isl, c in todo:
                 if c == 1:
@@ -333,10 +343,12 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
                         t = await _ttft_probe(client, base_url, model, spec, isl, seeds)
                         if t is not None:
                             probes.setdefault(isl, []).append(t)
+                            probe_repeats.setdefault(isl, []).append(rep)
                 runs.append(await _one_run(client, base_url, model, spec, isl, c, rep, seeds, scrape_metrics))
                 advance(f"ISL {isl} x {c}")
         after = await scrape(client, base_url)
-    return EndpointMeasurement(shown_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0)
+    return EndpointMeasurement(shown_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0,
+                               ttft_probe_repeats=probe_repeats)
 
 
 def measure_endpoint(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,

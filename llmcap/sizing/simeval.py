@@ -143,10 +143,14 @@ class SimEvaluate:
         n = max(self.excerpt_requests, math.ceil(rate * span) + 1)
         return min(n, self.trace.num_rows)
 
-    def simulate(self, rate: float, seed: int, requests: int | None = None) -> SimResult:
-        """One run at `rate` on seed's excerpt of `requests` (default: `requests_at(rate)`) requests."""
+    def workload(self, rate: float, seed: int, requests: int | None = None) -> pa.Table:
+        """What one run at `rate` replays: seed's excerpt of `requests` (default: `requests_at(rate)`) requests."""
         n = self.requests_at(rate) if requests is None else requests
-        part = scale_rate(spread_ties(excerpt(self.trace, n, seed), np.random.default_rng(seed)), rate)
+        return scale_rate(spread_ties(excerpt(self.trace, n, seed), np.random.default_rng(seed)), rate)
+
+    def simulate(self, rate: float, seed: int, requests: int | None = None) -> SimResult:
+        """One run at `rate` on `workload(rate, seed, requests)`."""
+        part = self.workload(rate, seed, requests)
         arrival = part.column("arrival_s").to_numpy()
         # a fixed resolution would cost bins ∝ 1/rate at the low rates the search may probe
         resolution = max(1.0, float(arrival[-1] - arrival[0]) / self.timeseries_bins)

@@ -6,9 +6,8 @@ model, the workload they replay, and a replay measured from both sides.
   on the fit cells only and predicts the held-out ones; the simulator checks use `Calibration.fit`,
   the NNLS fit on every measured cell (all the evidence there is). Plus `measure_frontend`: what
   vLLM's own TTFT holds beyond its engine core's queue and prefill, for requests sent alone.
-- `calibrate_speed`: that fit scaled in situ (`llmcap.sim.makespan_fit`) to the measured makespan of a
-  burst of an excerpt no acceptance test replays (`speed_excerpt`), once per session by the `speed`
-  fixture; the fidelity test prints its predictions beside the profile fit's.
+- `probe_speed`: two of the profile's cells measured again (~1 s): how fast the engine runs now against
+  the profile, which the acceptance checks use to scale each repeat's prediction (in-situ calibration).
 - `azure_workload`: the Azure 2023 conversation trace, transformed to suit this engine (see there).
 - `engine_config`: the simulator's `EngineConfig` from the engine's own settings.
 - `measure_replay`: an open-loop replay (`llmcap.live.replay`) plus the engine's own TTFT / ITL
@@ -40,10 +39,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmcap.live import EndpointMeasurement, ProfileSpec, ReplayResult, measure_endpoint, replay
 from llmcap.perf import CalibratedFit, fit_step_model
-from llmcap.sim import EngineConfig, SimConfig
-from llmcap.sim.makespan_fit import MakespanFit, fit_to_makespan, makespan
+from llmcap.sim import EngineConfig
 from llmcap.sizing.simeval import excerpt
-from llmcap.trace import ingest, scale_rate
+from llmcap.trace import ingest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -266,13 +264,7 @@ def measure_replay(base_url: str, model: str, trace: pa.Table, seed: int) -> Mea
     return Measured(res, ttft, itl, n_req, n_gaps, {n: mean_between(sums0, sums1, n) for n in MEAN_HISTS}, tail)
 
 
-# ------------------------------------------------------------------ in-situ speed
-
 EXCERPT_REQUESTS = 200  # every acceptance excerpt: N consecutive requests of `azure_workload`
-HELD_OUT_SEEDS = (0, 1)  # excerpt seeds the acceptance tests replay (fidelity: 0; sizing search: 0, 1)
-SPEED_BURST_RATE = 1000.0  # req/s: the excerpt's 200 requests within ~0.2 s, far beyond capacity
-SPEED_REPEATS = int(os.environ.get("LLMCAP_SPEED_REPEATS", "3"))
-SPEED_PROMPT_SEED0 = 90_000
 
 
 def shifted_excerpt(trace: pa.Table, seed: int, n: int = EXCERPT_REQUESTS) -> pa.Table:
@@ -280,38 +272,6 @@ def shifted_excerpt(trace: pa.Table, seed: int, n: int = EXCERPT_REQUESTS) -> pa
     ex = excerpt(trace, n, seed)
     a = ex.column("arrival_s").to_numpy()
     return ex.set_column(ex.schema.get_field_index("arrival_s"), "arrival_s", pa.array(a - a[0]))
-
-
-def speed_excerpt(trace: pa.Table, held_out: tuple[int, ...] = HELD_OUT_SEEDS) -> pa.Table:
-    """The first seeded excerpt that shares no request with any excerpt an acceptance test replays."""
-    held = set().union(*(excerpt(trace, EXCERPT_REQUESTS, s).column("request_id").to_pylist() for s in held_out))
-    for seed in range(max(held_out) + 1, max(held_out) + 200):
-        ex = shifted_excerpt(trace, seed)
-        if not held & set(ex.column("request_id").to_pylist()):
-            return ex
-    raise AssertionError("no excerpt disjoint from the held-out ones in 200 seeds")
-
-
-@dataclass(frozen=True)
-class SpeedCalibration:
-    fit: CalibratedFit  # the profile's fit, step times x info.factor
-    info: MakespanFit
-    spans_s: list[float]  # measured makespan of each burst replay (the fit matches their median)
-
-    def describe(self) -> str:
-        return (f"burst of {EXCERPT_REQUESTS} held-out requests, measured makespan {', '.join(f'{x:.2f}' for x in self.spans_s)} s "
-                f"(median {self.info.measured_s:.2f}); profile-only simulator {self.info.unscaled_s:.2f} s -> step times "
-                f"x {self.info.factor:.3f}")
-
-
-def calibrate_speed(base_url: str, model: str, fit: CalibratedFit, config: SimConfig, trace: pa.Table) -> SpeedCalibration:
-    burst = scale_rate(speed_excerpt(trace), SPEED_BURST_RATE)
-    spans = []
-    for rep in range(SPEED_REPEATS):
-        res = replay(base_url, model, burst, seed=SPEED_PROMPT_SEED0 + rep)
-        spans.append(makespan(res.requests))
-    scaled, info = fit_to_makespan(burst, fit, config, float(np.median(spans)))
-    return SpeedCalibration(scaled, info, spans)
 
 
 # ------------------------------------------------------------------ the engine's speed now, against the profile's

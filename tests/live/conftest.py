@@ -11,8 +11,7 @@ The session fixture `vllm_engine`:
 4. yields a `LiveEngine`; at session end stops the server's whole process group by PID.
 
 The session fixture `calibration` profiles that engine once (tests/live/_calibration.py) and gives the
-measurement and the NNLS-calibrated step model to every test that needs them; `speed` scales that
-model once to a measured burst of held-out trace requests (a diagnostic the fidelity test prints).
+measurement and the NNLS-calibrated step model to every test that needs them.
 
 A failure to install or start fails the tests loudly, with the log's tail; it never skips.
 
@@ -42,9 +41,8 @@ import httpx
 import pytest
 
 from llmcap.live.engine_kv import CacheConfigInfo, KVCacheLogInfo, parse_cache_config_info, parse_kv_cache_log
-from llmcap.sim import SimConfig
 from tests.live._calibration import (
-    Calibration, SpeedCalibration, azure_workload, calibrate, calibrate_speed, engine_config, histogram_buckets,
+    Calibration, calibrate, histogram_buckets,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -389,14 +387,3 @@ def calibration(vllm_engine: LiveEngine) -> Calibration:
     print(f"[calibration] profiled in {time.monotonic() - t0:.0f} s ({cal.measurement.spec.repeats} repeats): "
           + ", ".join(f"{k}={v:.3g}" for k, v in coef.items()) + f"; frontend: {cal.frontend.describe()}")
     return cal
-
-
-@pytest.fixture(scope="session")
-def speed(vllm_engine: LiveEngine, calibration: Calibration) -> SpeedCalibration:
-    """The calibrated fit scaled in situ to the engine's measured speed on the acceptance workload."""
-    t0 = time.monotonic()
-    config = SimConfig(engine=engine_config(vllm_engine))
-    sc = calibrate_speed(vllm_engine.base_url, vllm_engine.model, calibration.fit, config,
-                         azure_workload(vllm_engine.kv.max_model_len))
-    print(f"[speed] {time.monotonic() - t0:.0f} s: {sc.describe()}")
-    return sc
