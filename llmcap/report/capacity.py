@@ -43,6 +43,7 @@ from llmcap.sizing.ledger import Ledger
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
+from llmcap.sizing.slo import definitions
 
 _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
 
@@ -232,24 +233,18 @@ def _chosen_row(report: CapacityReport) -> dict[str, Any]:
     return rows[0]
 
 
-def _slo_line(slo: SloParams) -> str:
-    parts = []
-    if slo.ttft_ms is not None:
-        per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else ""
-        parts.append(f"TTFT ≤ {slo.ttft_ms:g} ms{per_1k}")
-    if slo.itl_ms is not None:
-        parts.append(f"ITL ({slo.itl_stat} per request) ≤ {slo.itl_ms:g} ms")
-    for name, label in (("tpot_ms", "TPOT"), ("e2e_ms", "E2E"), ("max_queue_ms", "queue")):
-        if getattr(slo, name) is not None:
-            parts.append(f"{label} ≤ {getattr(slo, name):g} ms")
-    return f"every request must meet {', '.join(parts) or 'no per-request target'}; attainment ≥ {slo.attainment_target:g}"
+def _slo_line(report: CapacityReport) -> str:
+    """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
+    disaggregated = any(q.name == "prefill" for q in report.plan.pools)
+    names = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
+    return "; ".join(f"{names[k]} {v}" for k, v in definitions(report.slo, disaggregated).items())
 
 
 def _summary_lines(report: CapacityReport) -> list[str]:
     r, p = _chosen_row(report), report.plan
     pools = " + ".join(f"{q.name} {q.instances} × {q.pool.gpus_per_instance} GPU (base {q.base_instances})" for q in p.pools)
     lines = [
-        f"SLO: {_slo_line(report.slo)}.",
+        f"SLO: {_slo_line(report)}.",
         f"Chosen: **{report.chosen}** ({r['mode']}) — goodput/GPU {_fmt(r['goodput_per_gpu'])}.",
         f"For {p.target_rps:g} req/s (planning rate {p.planning_rps:.4g}): {pools} = "
         f"**{p.total_instances} instances, {p.total_gpus} GPUs** (base {p.base_gpus}), {p.gpu_hours_per_day:,.0f} GPU-h/day, "

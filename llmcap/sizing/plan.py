@@ -52,6 +52,7 @@ from llmcap.sizing.scenarios import FitResult, Judge
 from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
+from llmcap.sizing.slo import definitions, itl_column
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
@@ -120,7 +121,7 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
     if slo.ttft_ms is not None:
         ttft = prefill_time(step, lengths.isl, lengths.cached, chunk=engine.max_num_batched_tokens)
         ok &= ttft <= (slo.ttft_ms + slo.ttft_ms_per_1k_isl * lengths.isl / 1000.0) * 1e-3
-    if slo.itl_ms is not None:
+    if slo.itl_ms is not None and itl_column(slo.itl_stat) is not None:  # a token-level target binds no one request
         itl = decode_step_time(step, np.ones_like(lengths.isl), lengths.isl + lengths.osl)
         ok &= (itl <= slo.itl_ms * 1e-3) | (lengths.osl <= 1)
     return float(ok.mean())
@@ -495,7 +496,8 @@ class _PdFactory:
     whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
-        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
+        first_token = "decode" if self.params.slo.ttft_includes_handoff else "prefill"
+        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token, decode_engine=self.decode.engine)
         ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
         return ev.whole_trace() if self.whole_trace else ev
 
@@ -594,6 +596,7 @@ def size_deployments(
                             analytic=analytic, fit=fitted, ledger=ledger)  # fmt: skip
     summary = {
         "target_rps": sizer.target,
+        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
         "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,

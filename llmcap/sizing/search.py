@@ -16,7 +16,8 @@ Algorithm (deterministic: the same evaluate gives the same sequence of rates and
 A rate is feasible when **every seed** meets the attainment target (`feasibility="all_seeds"`, the
 default: a capacity promise should hold on each independent draw of the arrivals, not on average), or
 when the mean over seeds does (`"mean"`). Under either rule a run the evaluate reports as overloaded
-(`EvalResult.overload`) makes the rate infeasible whatever its attainment.
+(`EvalResult.overload`), or missing a run-level target (`EvalResult.run_miss`: token-level ITL), makes the
+rate infeasible whatever its attainment.
 
 Confirmation (`confirm_max_rate`, when the caller passes a second evaluate, e.g. the whole trace): the
 answer is evaluated there; if it fails, rates step down × (1 − confirm_step) until one holds, then bisect
@@ -45,10 +46,16 @@ class EvalResult:
     attainment: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     overload: str = ""  # why the run was overloaded (a still-growing queue, ...); "" when it was stable
+    run_miss: str = ""  # a target judged on the whole run that it missed (token-level ITL, ...); "" when none
 
     @property
     def stable(self) -> bool:
         return not self.overload
+
+    @property
+    def run_ok(self) -> bool:
+        """Stable and no run-level target missed: only then does attainment decide."""
+        return self.stable and not self.run_miss
 
 
 Evaluate = Callable[[float, int], EvalResult]
@@ -118,7 +125,7 @@ class SearchResult:
 
 
 def _feasible(results: Sequence[EvalResult], target: float, rule: str) -> bool:
-    if not all(r.stable for r in results):  # an overloaded run is never averaged away
+    if not all(r.run_ok for r in results):  # an overloaded run (or a run-level miss) is never averaged away
         return False
     att = [r.attainment for r in results]
     return min(att) >= target if rule == "all_seeds" else sum(att) / len(att) >= target
