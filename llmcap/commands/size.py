@@ -119,7 +119,7 @@ def size(
     grid = EnumerationSpec(
         gpus=gpu, weight_quants=weight_quant, kv_dtypes=["bf16", "fp8"], parallel={"tp": tp},
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
-        aggregated=SchedulerGrid(max_num_batched_tokens=[2048, 8192]),
+        aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
         max_context_len=context,
     )  # fmt: skip
     candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
