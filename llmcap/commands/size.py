@@ -165,6 +165,8 @@ def size(
         print(f"  scenario {line}")
     for line in summary["minimality"] or []:
         print(f"  one fewer: {line}")
+    for line in (summary["count_range"] or {}).get("lines", []):
+        print(f"  range: {line}")
     print(f"  {summary['ledger']['line']}")
     for path in paths.values():
         print(f"  wrote {path}", file=sys.stderr)

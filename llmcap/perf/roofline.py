@@ -407,21 +407,9 @@ class RooflineModel:
         """Seconds per engine iteration for every batch in `batch`."""
         return self._evaluate(batch)[1]
 
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_compiled"}  # tables are rebuilt where unpickled
-
     def compile(self, max_tokens: int = 0) -> CompiledRoofline:
-        """The same step times, fast: tables over integer token counts (pre-sized for `max_tokens`).
-
-        Built once per model and reused: a sizing search simulates one candidate hundreds of times, and
-        building the tables cost about as much as a short simulation. Reuse changes no bits: tables grow
-        in fixed blocks whatever asked for them first (`CompiledRoofline._block`)."""
-        compiled: CompiledRoofline | None = self.__dict__.get("_compiled")
-        if compiled is None:
-            compiled = self._compiled = CompiledRoofline(self, max_tokens)
-        elif max_tokens >= compiled._n:
-            compiled._grow(int(max_tokens) + 1)
-        return compiled
+        """The same step times, fast: tables over integer token counts (pre-sized for `max_tokens`)."""
+        return CompiledRoofline(self, max_tokens)
 
     def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
         """Every op of batch `index` that does work (time, FLOPs, bytes, bound), in execution order; their

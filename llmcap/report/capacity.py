@@ -200,6 +200,7 @@ class CapacityReport:
     analytic: CapacityPlan | None = None  # the per-pool plan before the scenario simulations (default: `plan`)
     fit: FitResult | None = None  # the scenario simulations and minimality check of the chosen plan
     ledger: Ledger | None = None  # the four-ledger floor beside the simulated count
+    count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
 
 
 _SHOWN = [
@@ -308,6 +309,7 @@ def render_markdown(report: CapacityReport) -> str:
     lines += ["", "## Scenarios", "", _md_row(_SCENARIO_HEAD), _md_row(["---"] * len(_SCENARIO_HEAD))]
     lines += [_md_row(list(r)) for r in _scenario_rows(report.fit)]
     lines += ["", "## Minimality", "", *(f"- {m}" for m in _minimality_lines(report.fit))]
+    lines += ["", "## Count range", "", *(f"- {m}" for m in report.count_range or ("Not computed.",))]
     return "\n".join(lines) + "\n"
 
 
@@ -344,7 +346,8 @@ def render_html(report: CapacityReport) -> str:
         "headroom": ("Headroom per pool", _img(plots.plot_headroom(report.plan), "headroom") + _html_table(_HEADROOM_HEAD, _headroom_rows(report.plan))),
         "scenarios": (
             "Scenarios and minimality",
-            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit)) + "".join(f"<p>{html.escape(m)}</p>" for m in _minimality_lines(report.fit)),
+            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit))
+            + "".join(f"<p>{html.escape(m)}</p>" for m in (*_minimality_lines(report.fit), *report.count_range)),
         ),
     }
     body = "".join(f'<section id="{sid}"><h2>{html.escape(parts[sid][0])}</h2>{parts[sid][1]}</section>\n' for sid in SECTIONS)

@@ -194,6 +194,9 @@ class SizeParams(_Strict):
     pools_split_isl: int | None = Field(default=None, gt=0)
     """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
     each class sized on its own sub-trace; None = skip."""
+    count_seeds: tuple[Annotated[int, Field(ge=0)], ...] = Field(default=(1, 2), strict=False)
+    """Seeds on which the final plan's scenarios, and each pool with one instance fewer, are simulated again
+    for the count's range (`llmcap.sizing.uncertainty`; the search's first seed is the point answer's). () = off."""
     validate_max_extra: int = Field(default=3, ge=0)
     """Scenario fit of the chosen plan: instances added (one at a time, to the pool a failing scenario points
     at) before giving up; also the most instances one pool may shed in the minimality check."""

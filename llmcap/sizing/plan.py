@@ -55,6 +55,7 @@ from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.slo import definitions, itl_column
+from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
@@ -182,7 +183,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     chunk = engine.max_num_batched_tokens
     # Prefill bound from the trace's whole length distribution (each prompt alone, in its chunks, with its
     # own prefix hits), not from the mean prompt: attention grows with context, so E[t(ISL)] > t(E[ISL]).
-    # the roofline's compiled tables time these prompts faster, and the simulator reuses them
+    # the roofline's compiled tables time these prompts faster (a copy of its own: the simulator compiles afresh)
     timing = step.compile() if isinstance(step, RooflineModel) else step
     alone = prefill_alone(timing, lengths, chunk)
     # the largest decode batch the scheduler and the KV allow at the mean request length
@@ -499,27 +500,45 @@ class _Sizer:
             self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
         return chosen, rows
 
-    def fit(self, row: SizedRow) -> FitResult:
-        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+    def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
+        """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
+        the judge of its scenarios."""
         assert row.plan is not None
-        p, plan = self.params, row.plan
-        seed, rate = p.search.seeds[0], plan.planning_rps
+        p, rate = self.params, row.plan.planning_rps
         if row.decode is None:
             unit = row.unit
 
-            def run(counts: Mapping[str, int]) -> EvalResult:
+            def run(counts: Mapping[str, int], seed: int) -> EvalResult:
                 return self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)(rate, seed)
 
-            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
+            return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
+        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+
+        def run_pd(counts: Mapping[str, int], seed: int) -> EvalResult:
+            return factory(counts["prefill"], counts["decode"])(rate, seed)
+
+        return run_pd, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
+
+    def fit(self, row: SizedRow) -> FitResult:
+        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+        assert row.plan is not None
+        run, judge = self.deployment(row)
+        seed = self.params.search.seeds[0]
+        self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra)
+
+    def count_range(self, row: SizedRow) -> CountRange:
+        """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
+        assert row.plan is not None
+        if row.pd_roles is None:
+            spreads = [pool_spread("instances", seed_max_rates(row.result), self.target)]
         else:
-            factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
-
-            def run(counts: Mapping[str, int]) -> EvalResult:
-                return factory(counts["prefill"], counts["decode"])(rate, seed)
-
-            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
-        self.say(f"simulating the scenarios of {row.key} on the whole trace at {rate:.4g} req/s")
-        return fit_scenarios(plan, run, judge, p.validate_max_extra)
+            spreads = [pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target) for r in row.pd_roles]
+        run, judge = self.deployment(row)
+        seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
+        if seeds:
+            self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
+        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads)
 
 
 @dataclass(frozen=True)
@@ -622,6 +641,7 @@ def size_deployments(
             sizer.notes.append(f"scenario fit of {chosen.key} did not pass every scenario within +{params.validate_max_extra} instance(s); the count shown is the last tried")
     plan = chosen.plan
     assert plan is not None
+    spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
     table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
 
     records = kv_usage = None
@@ -631,7 +651,7 @@ def size_deployments(
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     report = CapacityReport(table, params.slo, curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes),
-                            analytic=analytic, fit=fitted, ledger=ledger)  # fmt: skip
+                            analytic=analytic, fit=fitted, ledger=ledger, count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
     summary = {
         "target_rps": sizer.target,
         "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
@@ -653,6 +673,7 @@ def size_deployments(
         "scenarios_pass": None if fitted is None else fitted.ok,
         "minimality": None if fitted is None else [m.note for m in fitted.minimality],
         "fit_history": None if fitted is None else list(fitted.history),
+        "count_range": None if spread is None else spread.as_dict(),
         "ledger": ledger.as_dict(),
         "candidates_feasible": len(feasible),
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
