@@ -126,7 +126,7 @@ def capacity_row(
     return row
 
 
-_STATUS_RANK = {"infeasible": 0, "max_evaluations": 1, "at_max_rate": 2, "converged": 3}
+_STATUS_RANK = {"below_floor": 0, "infeasible": 0, "max_evaluations": 1, "at_max_rate": 2, "converged": 3}
 
 
 def pairing_row(

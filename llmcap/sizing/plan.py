@@ -4,8 +4,9 @@
    decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle (an
    upper bound at any rate). The disaggregated roles are searched first (below); then
    aggregated candidates in order of bound per GPU, in batches of `shortlist`, while a bound can still
-   beat the best goodput per GPU found (branch and bound, at most `max_simulated`). Every pruned
-   candidate is listed in the notes with its reason.
+   beat the best goodput per GPU found (branch and bound, at most `max_simulated`); once a best is known, a
+   candidate's search starts at the rate it needs to beat it and stops there if that rate fails. Every
+   pruned or stopped candidate is listed in the notes with its reason.
 2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
    (`llmcap.sizing.search`; seeds replay different excerpts, long enough at each rate for a queue to show,
    and an overloaded run fails whatever its attainment); evaluations go through the executor. Each answer
@@ -183,7 +184,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     chunk = engine.max_num_batched_tokens
     # Prefill bound from the trace's whole length distribution (each prompt alone, in its chunks, with its
     # own prefix hits), not from the mean prompt: attention grows with context, so E[t(ISL)] > t(E[ISL]).
-    # the roofline's compiled tables time these prompts faster (a copy of its own: the simulator compiles afresh)
+    # The roofline's compiled tables time them faster (a copy of its own: the simulator compiles afresh).
     timing = step.compile() if isinstance(step, RooflineModel) else step
     alone = prefill_alone(timing, lengths, chunk)
     # the largest decode batch the scheduler and the KV allow at the mean request length
@@ -304,11 +305,13 @@ class _Sizer:
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
 
-    def search_task(self, unit: Unit) -> SearchTask:
-        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all")."""
+    def search_task(self, unit: Unit, best_per_gpu: float = 0.0) -> SearchTask:
+        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all"), cut
+        short when it fails at the rate it needs to beat `best_per_gpu` (branch and bound on measured rates)."""
         p, ev = self.params, self.evaluate(unit)
         confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
-        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm)
+        floor = best_per_gpu * unit.gpus if best_per_gpu > 0 and p.confirm_whole_trace != "all" else None
+        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm, floor)
 
     def pool(self, name: str, unit: Unit, rate: float, kv_from: SearchResult | None) -> PoolInput:
         """A pool of `unit` at `rate` req/s per instance; `kv_from`: the search whose KV P99 applies (KV-holding pools)."""
@@ -369,10 +372,12 @@ class _Sizer:
                 break
             n = min(p.shortlist, p.max_simulated - len(out))
             batch, queue = queue[:n], queue[n:]
-            tasks = [self.search_task(u) for u in batch]
+            tasks = [self.search_task(u, best) for u in batch]
             results = search_candidates(tasks, self.executor)
             for u in batch:
                 res = results[u.key]
+                if res.status == "below_floor":
+                    self.notes.append(f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found")
                 row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
                 out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:

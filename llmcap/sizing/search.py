@@ -59,7 +59,7 @@ class EvalResult:
 
 
 Evaluate = Callable[[float, int], EvalResult]
-Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations"]
+Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations", "below_floor"]
 ConfirmStatus = Literal["confirmed", "stepped_down", "none_held", "max_evaluations"]
 
 
@@ -156,9 +156,12 @@ def search_max_rate(
     initial_rate: float | None = None,
     executor: Executor | None = None,
     confirm: Evaluate | None = None,
+    floor_rate: float | None = None,
 ) -> SearchResult:
     """The max feasible rate of one candidate (module docstring). Seeds of one rate go through `executor`;
-    with `confirm`, the answer is then confirmed on it (`confirm_max_rate`)."""
+    with `confirm`, the answer is then confirmed on it (`confirm_max_rate`). With `floor_rate` (branch and
+    bound: the rate a candidate needs to beat the best found), that rate is evaluated first and a failure
+    there ends the search: status "below_floor", max rate 0, upper rate the floor."""
     p = params or SearchParams()
     if p.min_rate > p.max_rate:
         raise LlmcapError(f"search min_rate {p.min_rate:g} > max_rate {p.max_rate:g}")
@@ -169,8 +172,14 @@ def search_max_rate(
         points[rate] = _evaluate_rate(evaluate, rate, attainment_target, p, phase, executor)
         order.append(rate)
 
-    start = p.initial_rate or initial_rate or 1.0
-    run(min(max(start, p.min_rate), p.max_rate), "initial")
+    if floor_rate is not None and floor_rate > 0:
+        run(floor_rate, "floor")
+        if not points[floor_rate].feasible:
+            return SearchResult(0.0, floor_rate, "below_floor", (points[floor_rate],), (), attainment_target)
+
+    start = min(max(p.initial_rate or initial_rate or 1.0, p.min_rate), p.max_rate)
+    if start not in points:
+        run(start, "initial")
     guarded: set[float] = set()  # answers whose guard points were evaluated
     status: Status = "max_evaluations"
     while len(order) < p.max_evaluations:
@@ -272,10 +281,11 @@ class SearchTask:
     params: SearchParams = SearchParams()
     initial_rate: float | None = None
     confirm: Evaluate | None = None  # where the answer is confirmed (the whole trace); None = not confirmed
+    floor_rate: float | None = None  # branch and bound: stop when this rate fails (`search_max_rate`)
 
 
 def run_search_task(task: SearchTask) -> SearchResult:
-    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm)
+    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm, floor_rate=task.floor_rate)
 
 
 def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:

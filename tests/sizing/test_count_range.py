@@ -66,3 +66,4 @@ def test_range_across_seeds_contains_the_point_answer_and_moves_by_whole_instanc
     assert d["low_gpus"] <= d["point_gpus"] <= d["high_gpus"] and d["seeds"] == [0, 1, 2]
     assert d["near_integer"] == {"instances": True}  # 5/1.3 = 3.8 … 5/0.9 = 5.6: four, five or six instances
     assert cr.lines()[0].startswith(f"GPU count {cr.low_gpus}–{cr.high_gpus} across seeds 0, 1, 2")
+
