@@ -19,6 +19,7 @@ from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import err_console, print_json, user_errors
+from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
     EngineOptions,
     FirstTokenFromOpt,
@@ -60,7 +61,10 @@ from llmcap.commands._trace_input import (
     positive,
     read_trace_input,
 )
+from llmcap.sim import SimResult
 from llmcap.sim import simulate as run_simulation
+from llmcap.sizing.params import SloParams
+from llmcap.sizing.slo import definitions, goodput, token_itl_check
 from llmcap.trace import mean_rate, scale_rate, write_table
 from llmcap.trace.synth import spread_ties
 
@@ -104,6 +108,8 @@ def simulate(
     reference: Annotated[bool, typer.Option("--reference", help="step-by-step reference mode (slow)")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="write per-request records (Parquet)")] = None,
     timeseries_out: Annotated[Path | None, typer.Option("--timeseries-out", help="write per-replica time series (Parquet)")] = None,
+    goodput: GoodputOpt = None,
+    itl_stat: ItlStatOpt = "p99",
     json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object")] = False,
 ) -> None:
     """Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."""
@@ -115,6 +121,7 @@ def simulate(
         host_gbps=host_gbps, max_model_len=max_model_len,
     )  # fmt: skip
     check_choices(opts)
+    slo = _goodput_slo(goodput, itl_stat, first_token_from == "decode")
     positive("--rate-scale", rate_scale)
     check_outputs([trace], [p for p in (out, timeseries_out) if p is not None])
     spec = load_model(model)
@@ -148,6 +155,8 @@ def simulate(
     s["rejected_over_max_model_len"] = _over_limit(table, engine.max_model_len)
     s["input_accounting"] = account_json(cleaned.report)
     s["deployment"] = deployment_label(cfg)
+    if slo is not None:
+        s["goodput"] = _goodput_summary(result, slo, pd is not None)
     if json_out:
         print_json(s)
         return
@@ -168,6 +177,33 @@ def simulate(
         f"preemptions {s['preemptions']:,}; prefix hit ratio {s['prefix_hit_ratio']:.3f}; "
         f"wall {s['wall_s']:.2f} s ({s['requests_per_wall_s'] or 0:,.0f} req/wall-s)"
     )
+    if slo is not None:
+        g = s["goodput"]
+        console.print(f"goodput: {g['good']:,} of {g['requests']:,} requests meet every target (attainment {g['attainment']:.4f}), "
+                      f"{g['goodput_rps']:,.3g} req/s over the arrival span" + (f"; {g['token_itl']}" if g["token_itl"] else ""))  # fmt: skip
+        for name, definition in g["slo_definitions"].items():
+            console.print(f"  SLO {name}: {definition}")
+
+
+def _goodput_slo(goodput: list[str] | None, itl_stat: str, ttft_includes_handoff: bool) -> SloParams | None:
+    """The --goodput targets as SloParams (None without --goodput); every request of the run is judged."""
+    targets = parse_goodput(goodput)
+    if not targets:
+        return None
+    fields = {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+    return SloParams(**fields, itl_stat=check_itl_stat(itl_stat), ttft_includes_handoff=ttft_includes_handoff)
+
+
+def _goodput_summary(result: SimResult, slo: SloParams, disaggregated: bool) -> dict:
+    """Requests meeting every per-request target over the whole arrival span (no warm-up excluded, as vllm bench
+    counts), and the token-level ITL check when one is set."""
+    g = goodput(result.records, slo)
+    token = token_itl_check(result.itl_values, result.itl_weights, slo)
+    verdict = None if token is None else f"ITL token-level P{token.percentile:g} {token.observed_ms:.4g} ms vs {token.target_ms:g} ms: {'met' if token.ok else 'MISSED'}"
+    return {
+        "slo_definitions": definitions(slo, disaggregated), "requests": g.requests, "good": g.qualified,
+        "attainment": g.attainment, "goodput_rps": g.goodput_rps, "misses": g.misses, "token_itl": verdict,
+    }  # fmt: skip
 
 
 def _over_limit(table: pa.Table, max_model_len: int | None) -> int:

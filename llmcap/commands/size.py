@@ -19,6 +19,7 @@ from rich.table import Table
 from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidates, workload_context_lengths
 from llmcap.catalog import load_model
 from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -50,12 +51,28 @@ def _lengths_summary(isl: np.ndarray, osl: np.ndarray) -> dict:
     return {"isl": stats(isl), "osl": stats(osl)}
 
 
+def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None) -> dict[str, float | None]:
+    """SloParams' target fields from --slo-ttft-p99 / --slo-itl-p99 and --goodput (unset targets are None)."""
+    targets = parse_goodput(goodput)
+    for name, field, value in (("--slo-ttft-p99", "ttft_ms", ttft_ms), ("--slo-itl-p99", "itl_ms", itl_ms)):
+        if value is not None:
+            if field in targets:
+                raise LlmcapError(f"{name} and --goodput {field.removesuffix('_ms')}:MS both set the same target; give one")
+            targets[field] = value
+    if not targets:
+        raise LlmcapError("no SLO target: give --goodput KEY:MS (ttft, tpot, e2el, itl) or --slo-ttft-p99 / --slo-itl-p99")
+    return {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+
+
 @user_errors
 def size(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")],
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory.")],
-    slo_ttft_p99: Annotated[float, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet.")],
-    slo_itl_p99: Annotated[float, typer.Option("--slo-itl-p99", min=0.001, help="Per-request P99 inter-token latency target (ms).")],
+    slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
+    slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
+    goodput: GoodputOpt = None,
+    itl_stat: ItlStatOpt = "p99",
+    ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = True,
     target_rps: Annotated[float | None, typer.Option("--target-rps", help="Planning rate (req/s); default: the trace's mean rate.")] = None,
     ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = 0.0,
     attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = 0.99,
@@ -81,7 +98,9 @@ def size(
     duplicates: DuplicatesOpt = "by_id",
     json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
 ) -> None:
-    """Size a deployment for a trace under TTFT/ITL SLOs: candidates, simulated max rates, GPU count, cost."""
+    """Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."""
+    targets = _slo_targets(slo_ttft_p99, slo_itl_p99, goodput)
+    itl = check_itl_stat(itl_stat)
     positive("--target-rps", target_rps)
     if target_rps is not None:
         plausible_rate("--target-rps", target_rps)
@@ -100,12 +119,12 @@ def size(
     grid = EnumerationSpec(
         gpus=gpu, weight_quants=weight_quant, kv_dtypes=["bf16", "fp8"], parallel={"tp": tp},
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
-        aggregated=SchedulerGrid(max_num_batched_tokens=[2048, 8192]),
+        aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
         max_context_len=context,
     )  # fmt: skip
     candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
     params = SizeParams(
-        slo=SloParams(ttft_ms=slo_ttft_p99, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_ms=slo_itl_p99, itl_stat="p99",
+        slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
                       attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
         search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
@@ -134,6 +153,8 @@ def size(
                   r["search_status"])  # fmt: skip
     Console().print(t)
     print(f"chosen: {summary['chosen']} ({summary['mode']}): {summary['gpus']} GPUs, ${summary['usd_per_hour']:,.0f}/h")
+    for name, definition in summary["slo_definitions"].items():
+        print(f"  SLO {name}: {definition}")
     if over:
         print(f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses")
     for pool, q in summary["pool_plans"].items():
@@ -144,6 +165,8 @@ def size(
         print(f"  scenario {line}")
     for line in summary["minimality"] or []:
         print(f"  one fewer: {line}")
+    for line in (summary["count_range"] or {}).get("lines", []):
+        print(f"  range: {line}")
     print(f"  {summary['ledger']['line']}")
     for path in paths.values():
         print(f"  wrote {path}", file=sys.stderr)

@@ -43,6 +43,7 @@ from llmcap.sizing.ledger import Ledger
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
+from llmcap.sizing.slo import definitions
 
 _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
 
@@ -125,7 +126,7 @@ def capacity_row(
     return row
 
 
-_STATUS_RANK = {"infeasible": 0, "max_evaluations": 1, "at_max_rate": 2, "converged": 3}
+_STATUS_RANK = {"below_floor": 0, "infeasible": 0, "max_evaluations": 1, "at_max_rate": 2, "converged": 3}
 
 
 def pairing_row(
@@ -199,6 +200,7 @@ class CapacityReport:
     analytic: CapacityPlan | None = None  # the per-pool plan before the scenario simulations (default: `plan`)
     fit: FitResult | None = None  # the scenario simulations and minimality check of the chosen plan
     ledger: Ledger | None = None  # the four-ledger floor beside the simulated count
+    count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
 
 
 _SHOWN = [
@@ -232,24 +234,18 @@ def _chosen_row(report: CapacityReport) -> dict[str, Any]:
     return rows[0]
 
 
-def _slo_line(slo: SloParams) -> str:
-    parts = []
-    if slo.ttft_ms is not None:
-        per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else ""
-        parts.append(f"TTFT ≤ {slo.ttft_ms:g} ms{per_1k}")
-    if slo.itl_ms is not None:
-        parts.append(f"ITL ({slo.itl_stat} per request) ≤ {slo.itl_ms:g} ms")
-    for name, label in (("tpot_ms", "TPOT"), ("e2e_ms", "E2E"), ("max_queue_ms", "queue")):
-        if getattr(slo, name) is not None:
-            parts.append(f"{label} ≤ {getattr(slo, name):g} ms")
-    return f"every request must meet {', '.join(parts) or 'no per-request target'}; attainment ≥ {slo.attainment_target:g}"
+def _slo_line(report: CapacityReport) -> str:
+    """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
+    disaggregated = any(q.name == "prefill" for q in report.plan.pools)
+    names = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
+    return "; ".join(f"{names[k]} {v}" for k, v in definitions(report.slo, disaggregated).items())
 
 
 def _summary_lines(report: CapacityReport) -> list[str]:
     r, p = _chosen_row(report), report.plan
     pools = " + ".join(f"{q.name} {q.instances} × {q.pool.gpus_per_instance} GPU (base {q.base_instances})" for q in p.pools)
     lines = [
-        f"SLO: {_slo_line(report.slo)}.",
+        f"SLO: {_slo_line(report)}.",
         f"Chosen: **{report.chosen}** ({r['mode']}) — goodput/GPU {_fmt(r['goodput_per_gpu'])}.",
         f"For {p.target_rps:g} req/s (planning rate {p.planning_rps:.4g}): {pools} = "
         f"**{p.total_instances} instances, {p.total_gpus} GPUs** (base {p.base_gpus}), {p.gpu_hours_per_day:,.0f} GPU-h/day, "
@@ -313,6 +309,7 @@ def render_markdown(report: CapacityReport) -> str:
     lines += ["", "## Scenarios", "", _md_row(_SCENARIO_HEAD), _md_row(["---"] * len(_SCENARIO_HEAD))]
     lines += [_md_row(list(r)) for r in _scenario_rows(report.fit)]
     lines += ["", "## Minimality", "", *(f"- {m}" for m in _minimality_lines(report.fit))]
+    lines += ["", "## Count range", "", *(f"- {m}" for m in report.count_range or ("Not computed.",))]
     return "\n".join(lines) + "\n"
 
 
@@ -349,7 +346,8 @@ def render_html(report: CapacityReport) -> str:
         "headroom": ("Headroom per pool", _img(plots.plot_headroom(report.plan), "headroom") + _html_table(_HEADROOM_HEAD, _headroom_rows(report.plan))),
         "scenarios": (
             "Scenarios and minimality",
-            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit)) + "".join(f"<p>{html.escape(m)}</p>" for m in _minimality_lines(report.fit)),
+            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit))
+            + "".join(f"<p>{html.escape(m)}</p>" for m in (*_minimality_lines(report.fit), *report.count_range)),
         ),
     }
     body = "".join(f'<section id="{sid}"><h2>{html.escape(parts[sid][0])}</h2>{parts[sid][1]}</section>\n' for sid in SECTIONS)

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike  # noqa: E402
 from llmcap.sizing.headroom import CapacityPlan  # noqa: E402
 from llmcap.sizing.params import SloParams  # noqa: E402
 from llmcap.sizing.search import SearchResult  # noqa: E402
+from llmcap.sizing.slo import itl_column  # noqa: E402
 
 _PNG_META = {"Software": None}
 _DPI = 100
@@ -85,7 +86,9 @@ def plot_goodput_per_gpu(table: pa.Table) -> bytes:
 def plot_latency_cdfs(records: pa.Table | None, slo: SloParams) -> bytes:
     """CDFs of per-request TTFT and ITL (the SLO's per-request statistic) at the chosen point, targets marked."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    cols = [("ttft_s", "TTFT", slo.ttft_ms), (f"itl_{slo.itl_stat}_s", f"ITL ({slo.itl_stat} per request)", slo.itl_ms)]
+    itl_col = itl_column(slo.itl_stat)  # a token-level target bounds no request: show the per-request P99, unmarked
+    itl = (itl_col, f"ITL ({slo.itl_stat} per request)", slo.itl_ms) if itl_col else ("itl_p99_s", "ITL (p99 per request)", None)
+    cols = [("ttft_s", "TTFT", slo.ttft_ms), itl]
     for ax, (col, label, target) in zip(axes, cols, strict=True):
         v = None if records is None else records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
         v = None if v is None else np.sort(v[~np.isnan(v)]) * 1e3

@@ -10,7 +10,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ItlStat = Literal["p50", "p99", "max"]
+ItlStat = Literal["p50", "p99", "max", "mean", "token_p50", "token_p90", "token_p95", "token_p99", "token_p99.9"]
+"""How `itl_ms` is judged. Per request: its median gap (p50), P99 gap, worst gap (max), or mean gap (mean: the
+request's TPOT, vLLM's per-request `tpot`). token_pNN: the NN-th percentile of every gap of every request of the
+run (token-level, as `vllm bench serve` reports ITL) — a check on the run, not on each request."""
 DistMetric = Literal["ttft", "tpot", "e2e", "queue", "itl_p50", "itl_p99", "itl_max"]
 
 
@@ -37,9 +40,14 @@ class SloParams(_Strict):
     """Length-scaled TTFT: request r's target is ttft_ms + this × ISL_r / 1000 (a 100k-token prompt cannot
     have a chat prompt's TTFT; 0 = one target for all)."""
     itl_ms: float | None = Field(default=100.0, gt=0)
-    """Inter-token latency per request, at the statistic `itl_stat` of that request's gaps."""
+    """Inter-token latency target, judged as `itl_stat` says."""
     itl_stat: ItlStat = "p99"
-    """Which per-request ITL statistic must meet `itl_ms`: the request's median, P99 or largest gap."""
+    """Which ITL definition must meet `itl_ms` (`ItlStat`): a per-request statistic of the request's own gaps
+    (p50 | p99 | max = worst gap | mean = TPOT), or a token-level percentile across the run (token_p99, ...)."""
+    ttft_includes_handoff: bool = True
+    """Disaggregated plans: TTFT ends when the decode instance emits the first token after the P→D KV handoff
+    (the first token the user sees); false: when the prefill instance computes it (the handoff then shows
+    as the request's first inter-token gap)."""
     tpot_ms: float | None = Field(default=None, gt=0)
     """Time per output token after the first, per request."""
     e2e_ms: float | None = Field(default=None, gt=0)
@@ -186,6 +194,9 @@ class SizeParams(_Strict):
     pools_split_isl: int | None = Field(default=None, gt=0)
     """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
     each class sized on its own sub-trace; None = skip."""
+    count_seeds: tuple[Annotated[int, Field(ge=0)], ...] = Field(default=(1, 2), strict=False)
+    """Seeds on which the final plan's scenarios, and each pool with one instance fewer, are simulated again
+    for the count's range (`llmcap.sizing.uncertainty`; the search's first seed is the point answer's). () = off."""
     validate_max_extra: int = Field(default=3, ge=0)
     """Scenario fit of the chosen plan: instances added (one at a time, to the pool a failing scenario points
     at) before giving up; also the most instances one pool may shed in the minimality check."""

@@ -4,8 +4,9 @@
    decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle (an
    upper bound at any rate). The disaggregated roles are searched first (below); then
    aggregated candidates in order of bound per GPU, in batches of `shortlist`, while a bound can still
-   beat the best goodput per GPU found (branch and bound, at most `max_simulated`). Every pruned
-   candidate is listed in the notes with its reason.
+   beat the best goodput per GPU found (branch and bound, at most `max_simulated`); once a best is known, a
+   candidate's search starts at the rate it needs to beat it and stops there if that rate fails. Every
+   pruned or stopped candidate is listed in the notes with its reason.
 2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
    (`llmcap.sizing.search`; seeds replay different excerpts, long enough at each rate for a queue to show,
    and an overloaded run fails whatever its attainment); evaluations go through the executor. Each answer
@@ -27,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,7 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.errors import LlmcapError
 from llmcap.perf import build_step_model, decode_step_time, prefill_time
 from llmcap.perf.model import StepTimeModel
+from llmcap.perf.roofline import RooflineModel
 from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table, pairing_row
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig
 from llmcap.sizing.analytic import RateBounds, rate_bounds
@@ -52,6 +55,8 @@ from llmcap.sizing.scenarios import FitResult, Judge
 from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
+from llmcap.sizing.slo import definitions, itl_column
+from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
@@ -66,6 +71,9 @@ def candidate_key(row: Mapping[str, Any]) -> str:
     )
 
 
+_ISL_STEPS = 64  # prompt lengths timed at 64 steps per power of two (rounded down by < 1/64)
+
+
 @dataclass(frozen=True)
 class Lengths:
     """The trace's per-request lengths the bounds need; `cached` = ideal (unbounded-cache) prefix hits."""
@@ -73,6 +81,16 @@ class Lengths:
     isl: np.ndarray
     osl: np.ndarray
     cached: np.ndarray
+
+    @cached_property
+    def prompt_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct (ISL, cached) pairs, each prompt rounded down by less than 1/_ISL_STEPS of itself (to a
+        power-of-two grain: a shorter prompt never takes longer, so times stay lower bounds), and each request's
+        pair index. ~3x fewer prompts to time on Mooncake."""
+        grain = np.exp2(np.maximum(0.0, np.floor(np.log2(np.maximum(self.isl, 1.0))) - np.log2(_ISL_STEPS)))
+        isl = np.maximum(np.floor(self.isl / grain) * grain, self.cached)
+        pairs, inverse = np.unique(np.stack([isl, self.cached]), axis=1, return_inverse=True)
+        return pairs, inverse.ravel()
 
     @classmethod
     def of(cls, trace: pa.Table) -> Lengths:
@@ -97,6 +115,7 @@ class Unit:
     bounds: RateBounds
     unloaded_attainment: float  # share of requests meeting TTFT and ITL alone on an idle instance
     decode_step_s: float = 0.0  # one decode step at the largest batch the scheduler and KV allow (mean context)
+    chunk_step_s: float = 0.0  # one step carrying a full prefill chunk: the gap a decode sharing that step sees
 
     @property
     def gpus(self) -> int:
@@ -111,16 +130,24 @@ class Unit:
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
 
 
-def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Lengths, slo: SloParams) -> float:
+def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarray:
+    """Each request's prefill alone on the engine, in chunks of `chunk`, with its prefix hits: a lower bound
+    on its TTFT (`Lengths.prompt_pairs`: each distinct rounded-down prompt timed once)."""
+    pairs, inverse = lengths.prompt_pairs
+    return prefill_time(step, pairs[0], pairs[1], chunk=chunk)[inverse]
+
+
+def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Lengths, slo: SloParams, prefill_s: np.ndarray | None = None) -> float:
     """Attainment on an idle instance (every request alone): an upper bound on attainment at any rate.
 
-    TTFT ≥ the request's own (chunked) prefill; ITL ≥ a batch-1 decode step at its final context.
+    TTFT ≥ the request's own (chunked) prefill (`prefill_s`, computed here when not given); ITL ≥ a batch-1
+    decode step at its final context.
     """
     ok = np.ones(lengths.isl.size, dtype=bool)
     if slo.ttft_ms is not None:
-        ttft = prefill_time(step, lengths.isl, lengths.cached, chunk=engine.max_num_batched_tokens)
+        ttft = prefill_s if prefill_s is not None else prefill_alone(step, lengths, engine.max_num_batched_tokens)
         ok &= ttft <= (slo.ttft_ms + slo.ttft_ms_per_1k_isl * lengths.isl / 1000.0) * 1e-3
-    if slo.itl_ms is not None:
+    if slo.itl_ms is not None and itl_column(slo.itl_stat) is not None:  # a token-level target binds no one request
         itl = decode_step_time(step, np.ones_like(lengths.isl), lengths.isl + lengths.osl)
         ok &= (itl <= slo.itl_ms * 1e-3) | (lengths.osl <= 1)
     return float(ok.mean())
@@ -154,12 +181,19 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     )
     mean_isl, mean_osl = float(lengths.isl.mean()), float(lengths.osl.mean())
     uncached = max(float((lengths.isl - lengths.cached).mean()), 1.0)
-    t_prefill = float(prefill_time(step, [uncached], chunk=engine.max_num_batched_tokens)[0])
+    chunk = engine.max_num_batched_tokens
+    # Prefill bound from the trace's whole length distribution (each prompt alone, in its chunks, with its
+    # own prefix hits), not from the mean prompt: attention grows with context, so E[t(ISL)] > t(E[ISL]).
+    # The roofline's compiled tables time them faster (a copy of its own: the simulator compiles afresh).
+    timing = step.compile() if isinstance(step, RooflineModel) else step
+    alone = prefill_alone(timing, lengths, chunk)
     # the largest decode batch the scheduler and the KV allow at the mean request length
     batch = max(1, min(engine.max_num_seqs, kv_tokens // max(1, math.ceil(mean_isl + mean_osl))))
-    t_batch, t_one = decode_step_time(step, [batch, 1], mean_isl + mean_osl / 2)
-    bounds = rate_bounds(lengths.isl, lengths.osl, uncached / t_prefill, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
-    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(step, engine, lengths, slo), float(t_batch))
+    t_batch, t_one = decode_step_time(timing, [batch, 1], mean_isl + mean_osl / 2)
+    prefill_tokens_s = uncached / max(float(alone.mean()), 1e-12)
+    bounds = rate_bounds(lengths.isl, lengths.osl, prefill_tokens_s, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
+    chunk_step = float(prefill_time(timing, [min(chunk, int(lengths.isl.max()))], chunk=chunk)[0])
+    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(timing, engine, lengths, slo, alone), float(t_batch), chunk_step)
 
 
 @dataclass(frozen=True)
@@ -271,11 +305,13 @@ class _Sizer:
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
 
-    def search_task(self, unit: Unit) -> SearchTask:
-        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all")."""
+    def search_task(self, unit: Unit, best_per_gpu: float = 0.0) -> SearchTask:
+        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all"), cut
+        short when it fails at the rate it needs to beat `best_per_gpu` (branch and bound on measured rates)."""
         p, ev = self.params, self.evaluate(unit)
         confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
-        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm)
+        floor = best_per_gpu * unit.gpus if best_per_gpu > 0 and p.confirm_whole_trace != "all" else None
+        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm, floor)
 
     def pool(self, name: str, unit: Unit, rate: float, kv_from: SearchResult | None) -> PoolInput:
         """A pool of `unit` at `rate` req/s per instance; `kv_from`: the search whose KV P99 applies (KV-holding pools)."""
@@ -308,9 +344,16 @@ class _Sizer:
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
-        viable = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (-u.bound_per_gpu, u.key))
+        itl_s = math.inf if p.slo.itl_ms is None else p.slo.itl_ms * 1e-3
+
+        def stalls(u: Unit) -> bool:  # a full chunk's step alone is longer than the ITL target
+            return u.chunk_step_s > itl_s
+
+        viable = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (stalls(u), -u.bound_per_gpu, u.key))
         # Rounds take the best of each parallel layout first (GPU, TP, PP, EP), so variants of one layout
-        # (KV dtype, chunk size) do not use up the budget before other layouts are tried.
+        # (KV dtype, chunk size) do not use up the budget before other layouts are tried. Within a layout a
+        # chunk whose step fits the ITL target comes first: a larger chunk has the better prefill bound, but
+        # every decode sharing its step waits for it (long prompts then stall decodes past the target).
         rank: dict[tuple, int] = {}
         order = []
         for u in viable:
@@ -329,10 +372,12 @@ class _Sizer:
                 break
             n = min(p.shortlist, p.max_simulated - len(out))
             batch, queue = queue[:n], queue[n:]
-            tasks = [self.search_task(u) for u in batch]
+            tasks = [self.search_task(u, best) for u in batch]
             results = search_candidates(tasks, self.executor)
             for u in batch:
                 res = results[u.key]
+                if res.status == "below_floor":
+                    self.notes.append(f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found")
                 row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
                 out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:
@@ -460,27 +505,45 @@ class _Sizer:
             self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
         return chosen, rows
 
-    def fit(self, row: SizedRow) -> FitResult:
-        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+    def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
+        """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
+        the judge of its scenarios."""
         assert row.plan is not None
-        p, plan = self.params, row.plan
-        seed, rate = p.search.seeds[0], plan.planning_rps
+        p, rate = self.params, row.plan.planning_rps
         if row.decode is None:
             unit = row.unit
 
-            def run(counts: Mapping[str, int]) -> EvalResult:
+            def run(counts: Mapping[str, int], seed: int) -> EvalResult:
                 return self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)(rate, seed)
 
-            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
+            return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
+        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+
+        def run_pd(counts: Mapping[str, int], seed: int) -> EvalResult:
+            return factory(counts["prefill"], counts["decode"])(rate, seed)
+
+        return run_pd, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
+
+    def fit(self, row: SizedRow) -> FitResult:
+        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+        assert row.plan is not None
+        run, judge = self.deployment(row)
+        seed = self.params.search.seeds[0]
+        self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra)
+
+    def count_range(self, row: SizedRow) -> CountRange:
+        """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
+        assert row.plan is not None
+        if row.pd_roles is None:
+            spreads = [pool_spread("instances", seed_max_rates(row.result), self.target)]
         else:
-            factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
-
-            def run(counts: Mapping[str, int]) -> EvalResult:
-                return factory(counts["prefill"], counts["decode"])(rate, seed)
-
-            judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
-        self.say(f"simulating the scenarios of {row.key} on the whole trace at {rate:.4g} req/s")
-        return fit_scenarios(plan, run, judge, p.validate_max_extra)
+            spreads = [pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target) for r in row.pd_roles]
+        run, judge = self.deployment(row)
+        seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
+        if seeds:
+            self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
+        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads)
 
 
 @dataclass(frozen=True)
@@ -495,7 +558,8 @@ class _PdFactory:
     whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
-        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, decode_engine=self.decode.engine)
+        first_token = "decode" if self.params.slo.ttft_includes_handoff else "prefill"
+        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token, decode_engine=self.decode.engine)
         ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
         return ev.whole_trace() if self.whole_trace else ev
 
@@ -582,6 +646,7 @@ def size_deployments(
             sizer.notes.append(f"scenario fit of {chosen.key} did not pass every scenario within +{params.validate_max_extra} instance(s); the count shown is the last tried")
     plan = chosen.plan
     assert plan is not None
+    spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
     table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
 
     records = kv_usage = None
@@ -591,9 +656,10 @@ def size_deployments(
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     report = CapacityReport(table, params.slo, curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes),
-                            analytic=analytic, fit=fitted, ledger=ledger)  # fmt: skip
+                            analytic=analytic, fit=fitted, ledger=ledger, count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
     summary = {
         "target_rps": sizer.target,
+        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
         "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,
@@ -612,6 +678,7 @@ def size_deployments(
         "scenarios_pass": None if fitted is None else fitted.ok,
         "minimality": None if fitted is None else [m.note for m in fitted.minimality],
         "fit_history": None if fitted is None else list(fitted.history),
+        "count_range": None if spread is None else spread.as_dict(),
         "ledger": ledger.as_dict(),
         "candidates_feasible": len(feasible),
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),

@@ -5,7 +5,8 @@ prefill queues, the KV handoff, decode KV):
 - "traffic": every planned instance serving;
 - "node loss: <pool>": that pool without the instances on its fullest `node_failures` node(s);
 - "upgrade: <pool>": that pool without its max_surge + max_unavailable instances of one upgrade step.
-A scenario passes when attainment ≥ the target, the run is stable (`llmcap.sizing.stability`), and the
+A scenario passes when attainment ≥ the target, the run is stable (`llmcap.sizing.stability`) and meets
+its run-level targets (token-level ITL), and the
 KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
 same instances are one simulation.
 
@@ -45,6 +46,7 @@ class ScenarioResult:
     scenario: Scenario
     attainment: float
     overload: str
+    run_miss: str  # a run-level target missed (token-level ITL)
     kv_p99_share: float | None  # P99 KV tokens per instance ÷ capacity of the KV-holding pool
     passed: bool
     blame: str  # the pool a failure points at ("" when it passed)
@@ -52,6 +54,7 @@ class ScenarioResult:
     def describe(self) -> str:
         kv = "" if self.kv_p99_share is None else f", KV p99 {self.kv_p99_share:.0%}"
         why = f" (overloaded: {self.overload})" if self.overload else ""
+        why += f" ({self.run_miss})" if self.run_miss else ""
         return f"{self.scenario.name} [{_counts_txt(self.scenario.counts())}]: attainment {self.attainment:.4f}{kv} → {'pass' if self.passed else 'FAIL'}{why}"
 
 
@@ -86,17 +89,17 @@ class Judge:
     def __call__(self, scenario: Scenario, r: EvalResult) -> ScenarioResult:
         share = r.metrics.get("kv_p99_share")
         kv_ok = share is None or share <= self.kv_safe_fraction
-        passed = r.attainment >= self.attainment_target and r.stable and kv_ok
+        passed = r.attainment >= self.attainment_target and r.run_ok and kv_ok
         blame = ""
         if not passed:
             blame = scenario.reduced or self._blame(r, kv_ok)
-        return ScenarioResult(scenario, r.attainment, r.overload, share, passed, blame)
+        return ScenarioResult(scenario, r.attainment, r.overload, r.run_miss, share, passed, blame)
 
     def _blame(self, r: EvalResult, kv_ok: bool) -> str:
         if self.prefill_pool is None:
             return self.kv_pool
         ttft, itl = r.metrics.get("ttft_misses", 0.0), r.metrics.get("itl_misses", 0.0)
-        return self.prefill_pool if kv_ok and ttft >= itl else self.kv_pool
+        return self.prefill_pool if kv_ok and not r.run_miss and ttft >= itl else self.kv_pool  # a run-level miss is ITL
 
 
 def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult]) -> list[ScenarioResult]:

@@ -16,7 +16,8 @@ Algorithm (deterministic: the same evaluate gives the same sequence of rates and
 A rate is feasible when **every seed** meets the attainment target (`feasibility="all_seeds"`, the
 default: a capacity promise should hold on each independent draw of the arrivals, not on average), or
 when the mean over seeds does (`"mean"`). Under either rule a run the evaluate reports as overloaded
-(`EvalResult.overload`) makes the rate infeasible whatever its attainment.
+(`EvalResult.overload`), or missing a run-level target (`EvalResult.run_miss`: token-level ITL), makes the
+rate infeasible whatever its attainment.
 
 Confirmation (`confirm_max_rate`, when the caller passes a second evaluate, e.g. the whole trace): the
 answer is evaluated there; if it fails, rates step down × (1 − confirm_step) until one holds, then bisect
@@ -45,14 +46,20 @@ class EvalResult:
     attainment: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     overload: str = ""  # why the run was overloaded (a still-growing queue, ...); "" when it was stable
+    run_miss: str = ""  # a target judged on the whole run that it missed (token-level ITL, ...); "" when none
 
     @property
     def stable(self) -> bool:
         return not self.overload
 
+    @property
+    def run_ok(self) -> bool:
+        """Stable and no run-level target missed: only then does attainment decide."""
+        return self.stable and not self.run_miss
+
 
 Evaluate = Callable[[float, int], EvalResult]
-Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations"]
+Status = Literal["converged", "at_max_rate", "infeasible", "max_evaluations", "below_floor"]
 ConfirmStatus = Literal["confirmed", "stepped_down", "none_held", "max_evaluations"]
 
 
@@ -118,7 +125,7 @@ class SearchResult:
 
 
 def _feasible(results: Sequence[EvalResult], target: float, rule: str) -> bool:
-    if not all(r.stable for r in results):  # an overloaded run is never averaged away
+    if not all(r.run_ok for r in results):  # an overloaded run (or a run-level miss) is never averaged away
         return False
     att = [r.attainment for r in results]
     return min(att) >= target if rule == "all_seeds" else sum(att) / len(att) >= target
@@ -149,9 +156,12 @@ def search_max_rate(
     initial_rate: float | None = None,
     executor: Executor | None = None,
     confirm: Evaluate | None = None,
+    floor_rate: float | None = None,
 ) -> SearchResult:
     """The max feasible rate of one candidate (module docstring). Seeds of one rate go through `executor`;
-    with `confirm`, the answer is then confirmed on it (`confirm_max_rate`)."""
+    with `confirm`, the answer is then confirmed on it (`confirm_max_rate`). With `floor_rate` (branch and
+    bound: the rate a candidate needs to beat the best found), that rate is evaluated first and a failure
+    there ends the search: status "below_floor", max rate 0, upper rate the floor."""
     p = params or SearchParams()
     if p.min_rate > p.max_rate:
         raise LlmcapError(f"search min_rate {p.min_rate:g} > max_rate {p.max_rate:g}")
@@ -162,8 +172,14 @@ def search_max_rate(
         points[rate] = _evaluate_rate(evaluate, rate, attainment_target, p, phase, executor)
         order.append(rate)
 
-    start = p.initial_rate or initial_rate or 1.0
-    run(min(max(start, p.min_rate), p.max_rate), "initial")
+    if floor_rate is not None and floor_rate > 0:
+        run(floor_rate, "floor")
+        if not points[floor_rate].feasible:
+            return SearchResult(0.0, floor_rate, "below_floor", (points[floor_rate],), (), attainment_target)
+
+    start = min(max(p.initial_rate or initial_rate or 1.0, p.min_rate), p.max_rate)
+    if start not in points:
+        run(start, "initial")
     guarded: set[float] = set()  # answers whose guard points were evaluated
     status: Status = "max_evaluations"
     while len(order) < p.max_evaluations:
@@ -265,10 +281,11 @@ class SearchTask:
     params: SearchParams = SearchParams()
     initial_rate: float | None = None
     confirm: Evaluate | None = None  # where the answer is confirmed (the whole trace); None = not confirmed
+    floor_rate: float | None = None  # branch and bound: stop when this rate fails (`search_max_rate`)
 
 
 def run_search_task(task: SearchTask) -> SearchResult:
-    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm)
+    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm, floor_rate=task.floor_rate)
 
 
 def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:

@@ -2,7 +2,11 @@
 
 Definitions (DESIGN.md §1):
 - A request *qualifies* only if its status is "ok" and it meets EVERY per-request target that is set:
-  TTFT, ITL (at the chosen per-request statistic), TPOT, E2E, queue time. Unfinished or rejected
+  TTFT, ITL (at the chosen per-request statistic: median, P99 or worst gap, or mean = TPOT), TPOT, E2E,
+  queue time.
+- A token-level ITL target (`itl_stat: token_pNN`) is no per-request target: the NN-th percentile of every
+  inter-token gap of every request of the run must meet it (`token_itl_check`), as `vllm bench serve`
+  reports ITL. A run that misses it fails whatever its attainment. Unfinished or rejected
   requests never qualify. A request with one output token has no gaps: its ITL/TPOT targets hold
   vacuously (the columns are null by the schema); a missing TTFT/E2E/queue time on an "ok" row fails.
 - The *measurement window* is over arrival times. With t0 / t1 the first / last arrival, span = t1 − t0,
@@ -27,7 +31,8 @@ import pyarrow as pa
 from numpy.typing import NDArray
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.params import DistMetric, SloParams
+from llmcap.sim.metrics import weighted_quantiles
+from llmcap.sizing.params import DistMetric, ItlStat, SloParams
 
 _MS = 1e-3
 
@@ -54,12 +59,25 @@ def _ok(records: pa.Table) -> NDArray[np.bool_]:
     return np.asarray(records.column("status").to_numpy(zero_copy_only=False) == "ok", dtype=bool)
 
 
+def itl_column(stat: ItlStat) -> str | None:
+    """The records column a per-request ITL statistic bounds (the mean gap is TPOT); None for token-level."""
+    if stat.startswith("token_"):
+        return None
+    return "tpot_s" if stat == "mean" else f"itl_{stat}_s"
+
+
+def token_percentile(stat: ItlStat) -> float | None:
+    """The percentile of a token-level ITL statistic (token_p99 → 99.0); None for per-request ones."""
+    return float(stat.removeprefix("token_p")) if stat.startswith("token_") else None
+
+
 def targets(slo: SloParams) -> dict[str, float]:
     """records column -> upper bound in seconds, for every per-request target that is set (TTFT: the
     length-independent part; see `bounds` for the per-request values)."""
     out = {col: getattr(slo, f) * _MS for f, col in _TARGET_COLUMNS.items() if getattr(slo, f) is not None}
-    if slo.itl_ms is not None:
-        out[f"itl_{slo.itl_stat}_s"] = slo.itl_ms * _MS
+    col = itl_column(slo.itl_stat)
+    if slo.itl_ms is not None and col is not None:
+        out[col] = min(out.get(col, math.inf), slo.itl_ms * _MS)  # itl_stat mean and tpot_ms bound one column
     return out
 
 
@@ -215,4 +233,45 @@ def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None
         v = v[~np.isnan(v)]  # one-token requests have no ITL/TPOT
         obs = percentile_with_inf(v, t.percentile) / _MS
         out.append(DistributionCheck(t.metric, t.percentile, t.target_ms, obs, bool(obs <= t.target_ms), int(v.size)))
+    return out
+
+
+def token_itl_check(itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams) -> DistributionCheck | None:
+    """The token-level ITL target (`itl_stat: token_pNN`) against a run's gaps as (value, tokens) pairs
+    (`SimResult.itl_values` / `itl_weights`): the smallest gap whose cumulative share of tokens reaches NN%
+    (inverted CDF). None when no token-level target is set; a run without gaps passes (nothing to violate)."""
+    q = token_percentile(slo.itl_stat)
+    if q is None or slo.itl_ms is None:
+        return None
+    tokens = int(np.sum(itl_weights))
+    observed = weighted_quantiles(itl_values, itl_weights, [q / 100.0])[0] / _MS if tokens else math.nan
+    return DistributionCheck(f"itl_token_p{q:g}", q, slo.itl_ms, observed, not observed > slo.itl_ms, tokens)
+
+
+def definitions(slo: SloParams, disaggregated: bool) -> dict[str, str]:
+    """Each target that is set, in words: which definition the plan was judged by (report and summary.json)."""
+    out: dict[str, str] = {}
+    if slo.ttft_ms is not None:
+        per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1,000 prompt tokens" if slo.ttft_ms_per_1k_isl > 0 else ""
+        seen = "arrival → first token"
+        if disaggregated:
+            seen += (" emitted by the decode instance after the P→D KV handoff (the first token the user sees)"
+                     if slo.ttft_includes_handoff else " computed by the prefill instance (the P→D handoff not included)")  # fmt: skip
+        out["ttft"] = f"≤ {slo.ttft_ms:g} ms{per_1k}, per request, {seen}"
+    if slo.itl_ms is not None:
+        q = token_percentile(slo.itl_stat)
+        if q is not None:
+            what = f"token-level P{q:g} of every inter-token gap of every request of the run (as vllm bench serve reports ITL)"
+        else:
+            what = {"p50": "per request, the median of its inter-token gaps", "p99": "per request, the P99 of its inter-token gaps",
+                    "max": "per request, its worst inter-token gap",
+                    "mean": "per request, its mean inter-token gap (TPOT: (last token − first token) / (OSL − 1))"}[slo.itl_stat]  # fmt: skip
+        out["itl"] = f"≤ {slo.itl_ms:g} ms, {what} (itl_stat {slo.itl_stat})"
+    if slo.tpot_ms is not None:
+        out["tpot"] = f"≤ {slo.tpot_ms:g} ms, per request, (last token − first token) / (OSL − 1) (vLLM's tpot)"
+    if slo.e2e_ms is not None:
+        out["e2el"] = f"≤ {slo.e2e_ms:g} ms, per request, arrival → last token"
+    if slo.max_queue_ms is not None:
+        out["queue"] = f"≤ {slo.max_queue_ms:g} ms, per request, arrival → first scheduled"
+    out["attainment"] = f"≥ {slo.attainment_target:g}: the share of the steady window's requests meeting every per-request target"
     return out

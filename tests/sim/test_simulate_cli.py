@@ -54,6 +54,10 @@ def test_pd_and_router_options(trace_file: Path) -> None:
         (["--rate-scale", "0"], "--rate-scale must be a positive finite number"),
         (["--max-num-seqs", "512", "--max-num-batched-tokens", "256"], "max_num_batched_tokens"),
         (["--model", "No-Such-Model"], "No-Such-Model"),
+        (["--goodput", "ttft=500"], "expected KEY:MS"),
+        (["--goodput", "ttft:fast"], "is not a number"),
+        (["--goodput", "ttft:500 ttft:600"], "ttft is given twice"),
+        (["--goodput", "itl:50", "--itl-stat", "p95"], "--itl-stat 'p95'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(trace_file: Path, args: list[str], message: str) -> None:
@@ -65,3 +69,26 @@ def test_bad_input_is_one_line_exit_2(trace_file: Path, args: list[str], message
 def test_missing_trace_file(tmp_path: Path) -> None:
     result = runner.invoke(app, [*BASE, "--trace", str(tmp_path / "nope.jsonl"), "--json"])
     assert result.exit_code == 2 and "nope.jsonl: file not found" in result.stderr
+
+
+def test_goodput_as_vllm_counts_it(trace_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "records.parquet"
+    args = ["--trace", str(trace_file), "--rate-scale", "3", "--out", str(out), "--json"]
+    result = runner.invoke(app, [*BASE, *args, "--goodput", "ttft:12 tpot:6.5", "--goodput", "e2el:300"])
+    assert result.exit_code == 0, result.output
+    g = json.loads(result.stdout)["goodput"]
+    rec = pq.read_table(out).to_pandas()
+    first, finish, osl = rec["first_token_s"], rec["finish_s"], rec["osl"]
+    tpot = ((finish - first) / (osl - 1)).where(osl > 1, 0.0)  # one-token requests have no gaps to miss
+    good = (rec["status"] == "ok") & (first - rec["arrival_s"] <= 0.012) & (tpot <= 0.0065) & (finish - rec["arrival_s"] <= 0.3)
+    assert 0 < g["good"] < g["requests"] == 200  # the targets bite on some requests, not all
+    assert g["good"] == int(good.sum()) and g["attainment"] == pytest.approx(good.mean())
+    assert set(g["slo_definitions"]) == {"ttft", "tpot", "e2el", "attainment"} and g["token_itl"] is None
+
+
+def test_token_level_itl_goodput(trace_file: Path) -> None:
+    result = runner.invoke(app, [*BASE, "--trace", str(trace_file), "--goodput", "itl:1000", "--itl-stat", "token_p99", "--json"])
+    assert result.exit_code == 0, result.output
+    g = json.loads(result.stdout)["goodput"]
+    assert g["good"] == g["requests"]  # a token-level target judges the run, no request
+    assert g["token_itl"].startswith("ITL token-level P99") and g["token_itl"].endswith("met")

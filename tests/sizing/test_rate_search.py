@@ -153,3 +153,19 @@ def test_calls_every_seed_at_every_rate():
     assert calls == [(pt.rate, s) for pt in r.points for s in (7, 8)]
 
 
+
+
+SEED_THRESHOLD = {0: 10.0, 1: 8.0, 2: 9.3}
+
+
+def _seeded_step(rate: float, seed: int) -> EvalResult:
+    return EvalResult(1.0 if rate <= SEED_THRESHOLD[seed] else 0.5)
+
+
+def test_a_search_that_fails_at_its_floor_stops_there():
+    params = SearchParams(seeds=(0, 1, 2), rel_tol=0.02, guard_points=0)
+    cut = search_max_rate(_seeded_step, 0.99, params, initial_rate=1.0, floor_rate=8.5)  # seed 1 holds only 8
+    assert cut.status == "below_floor" and cut.max_rate == 0.0 and cut.upper_rate == 8.5 and len(cut.points) == 1
+    full = search_max_rate(_seeded_step, 0.99, params, initial_rate=1.0, floor_rate=7.0)
+    assert full.points[0].phase == "floor" and full.points[0].feasible and full.status == "converged"
+    assert 7.0 <= full.max_rate <= SEED_THRESHOLD[1] < full.max_rate * (1 + params.rel_tol)

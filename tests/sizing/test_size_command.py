@@ -38,3 +38,16 @@ def test_size_bad_trace_is_one_line_error(tmp_path):
     r = runner.invoke(app, ["size", "--trace", str(bad), *ARGS])
     assert r.exit_code == 2
     assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_size_slo_options_are_checked_before_any_work(tmp_path):
+    base = [a for a in ARGS if a not in ("--slo-ttft-p99", "500", "--slo-itl-p99", "60")]
+    missing = tmp_path / "nope.csv"  # never read: the SLO options fail first
+    for extra, message in (
+        ([], "no SLO target"),
+        (["--slo-ttft-p99", "500", "--goodput", "ttft:400"], "--slo-ttft-p99 and --goodput ttft:MS both set"),
+        (["--goodput", "itl:50", "--itl-stat", "token_p98"], "--itl-stat 'token_p98'"),
+        (["--goodput", "ttft:-3"], "positive, finite"),
+    ):
+        r = runner.invoke(app, ["size", "--trace", str(missing), *base, *extra])
+        assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, (extra, r.stderr)

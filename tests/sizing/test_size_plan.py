@@ -105,6 +105,17 @@ def test_final_plan_passes_every_scenario_and_each_pool_one_fewer_fails_one(busy
     assert busy.summary["gpus"] == fit.plan.total_gpus
 
 
+def test_count_range_is_reported_and_contains_the_point_answer(busy):
+    cr = busy.summary["count_range"]
+    assert cr is not None and cr["seeds"] == [PARAMS.search.seeds[0], *PARAMS.count_seeds]
+    assert cr["low_gpus"] <= cr["point_gpus"] == busy.summary["gpus"] <= cr["high_gpus"]
+    assert set(cr["rate_by_seed"]) == set(busy.summary["pool_plans"])  # a seed spread of G per pool
+    for pool, rates in cr["rate_by_seed"].items():
+        assert set(rates) == {str(s) for s in PARAMS.search.seeds} and all(r > 0 for r in rates.values()), pool
+    md = render_markdown(busy.report)
+    assert "## Count range" in md and cr["lines"][0] in md
+
+
 def test_final_count_is_within_the_stated_factor_of_the_four_ledgers(outcome, busy):
     from llmcap.sizing.ledger import FACTOR
 

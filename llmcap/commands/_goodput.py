@@ -1,0 +1,61 @@
+"""SLO options shared by `llmcap size` and `llmcap simulate`: vLLM's `--goodput KEY:MS` convention.
+
+`vllm bench serve --goodput ttft:MS tpot:MS e2el:MS` counts a request as good when it meets every target
+given: TTFT, TPOT (the request's mean gap after the first token) and end-to-end latency, in ms. The same
+keys mean the same here, plus `itl:MS`, judged by `--itl-stat` (a per-request statistic of the request's
+gaps, or a token-level percentile across the run). Repeat the option or give several pairs in one value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, get_args
+
+import typer
+
+from llmcap.errors import LlmcapError
+from llmcap.sizing.params import ItlStat
+
+GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}  # vLLM name -> SloParams field
+ITL_STATS: tuple[str, ...] = get_args(ItlStat)
+
+GoodputOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--goodput",
+        help="SLO targets as vLLM's --goodput: KEY:MS with KEY ttft | tpot | e2el (vLLM's) | itl (judged by --itl-stat); "
+        "repeat or space-separate, e.g. --goodput 'ttft:2000 tpot:50'",
+    ),
+]
+ItlStatOpt = Annotated[
+    str,
+    typer.Option(
+        "--itl-stat",
+        help="how itl:MS is judged: per request p50 | p99 | max (worst gap) | mean (= TPOT), or token_p50 | token_p90 | "
+        "token_p95 | token_p99 | token_p99.9 (percentile of every token's gap across the run, as vllm bench reports ITL)",
+    ),
+]
+
+
+def parse_goodput(values: list[str] | None) -> dict[str, float]:
+    """`["ttft:2000 tpot:50", "e2el:30000"]` -> {"ttft_ms": 2000.0, "tpot_ms": 50.0, "e2e_ms": 30000.0}."""
+    out: dict[str, float] = {}
+    for pair in " ".join(values or []).split():
+        key, sep, ms = pair.partition(":")
+        if not sep or key not in GOODPUT_KEYS:
+            raise LlmcapError(f"--goodput {pair!r}: expected KEY:MS with KEY one of {', '.join(GOODPUT_KEYS)}")
+        try:
+            value = float(ms)
+        except ValueError:
+            raise LlmcapError(f"--goodput {pair!r}: {ms!r} is not a number of milliseconds") from None
+        if not 0 < value < float("inf"):
+            raise LlmcapError(f"--goodput {pair!r}: the target must be a positive, finite number of milliseconds")
+        if GOODPUT_KEYS[key] in out:
+            raise LlmcapError(f"--goodput: {key} is given twice")
+        out[GOODPUT_KEYS[key]] = value
+    return out
+
+
+def check_itl_stat(stat: str) -> ItlStat:
+    if stat not in ITL_STATS:
+        raise LlmcapError(f"--itl-stat {stat!r}: expected one of {', '.join(ITL_STATS)}")
+    return stat  # type: ignore[return-value]
