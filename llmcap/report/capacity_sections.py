@@ -260,13 +260,13 @@ def kv_usage(report: CapacityReport) -> Section:
 
 
 _SHOWN = [
-    ("candidate", "candidate"), ("mode", "mode"), ("pd_ratio", "P:D"), ("gpus_per_unit", "GPUs/unit"),
+    ("candidate", "candidate (mode)"), ("pd_ratio", "P:D"), ("gpus_per_unit", "GPUs/unit"),
     ("max_rps", "max RPS"), ("attainment", "attain."), ("goodput_per_gpu", "goodput/GPU"), ("binding_slo", "binding SLO"),
     ("ttft_p90_ms", "TTFT p90"), ("ttft_p99_ms", "TTFT p99"), ("itl_p90_ms", "ITL p90"), ("itl_p99_ms", "ITL p99"),
     ("e2e_p99_ms", "E2E p99"),
     ("tokens_per_s", "tok/s"), ("mean_waiting", "waiting"), ("kv_usage_p99", "KV p99"), ("preemptions", "preempt."),
     ("network_payload_mb", "KV MB/req"), ("visible_wait_ms_p99", "handoff p99 ms"),
-    ("instances", "instances"), ("gpus", "GPUs"), ("gpu_hours_per_day", "GPU-h/day"), ("usd_per_hour", "$/h"),
+    ("instances", "instances"), ("gpus", "GPUs"), ("usd_per_hour", "$/h"),
     ("search_status", "search"),
 ]  # fmt: skip
 
@@ -276,7 +276,7 @@ def capacity_table(report: CapacityReport) -> Section:
     data = report.table.to_pylist()
     data.sort(key=lambda r: r["candidate"] != report.chosen)  # stable: the table's own order otherwise
     head = [h for _, h in _SHOWN]
-    rows = [[fmt(r[c]) for c, _ in _SHOWN] for r in data]
+    rows = [[f"{r['candidate']} ({r['mode']})", *(fmt(r[c]) for c, _ in _SHOWN[1:])] for r in data]
     chosen = 0 if data and data[0]["candidate"] == report.chosen else None
     what = "Each candidate at its max feasible rate (latencies in ms); the chosen configuration first. Binding SLO: the target most requests missed just above that rate."
     return Section("Capacity table", f"{what}\n\n{md_table(head, rows)}", _paragraphs([what]) + html_table(head, rows, chosen))

@@ -84,7 +84,7 @@ def test_markdown_lists_rows_and_headroom(chosen_records):
     rep = report(chosen_records)
     md = render_markdown(rep)
     assert md.startswith("# Test plan\n")
-    assert all(f"| {k} |" in md for k in CANDIDATES)
+    assert all(f"| {k} (aggregated) |" in md for k in CANDIDATES)
     p = rep.plan
     assert f"**{p.total_gpus} GPUs, ${p.usd_per_hour:,.2f}/h" in md and f"{p.base_gpus} GPUs base + {p.total_gpus - p.base_gpus} GPUs headroom" in md
     for risk in ("base", "traffic", "failure", "deployment", "memory", "control", "total"):
@@ -126,7 +126,7 @@ def test_pruned_candidates_are_collapsed_at_the_end_and_the_chosen_row_leads(cho
     assert "step times: roofline" in page[page.index('<section id="notes">'): page.index('<section id="pruned">')]
     table = page[page.index('<section id="capacity-table">'):]
     assert table.index('<tr class="chosen">') < table.index("<tr><td>")  # the chosen row first, highlighted
-    assert f'<tr class="chosen"><td>{rep.chosen}</td>' in table
+    assert f'<tr class="chosen"><td>{rep.chosen} (aggregated)</td>' in table
 
 
 def test_missing_replay_says_so_instead_of_an_empty_panel(chosen_records):
