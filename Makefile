@@ -50,6 +50,7 @@ plan: setup
 	$(PY) -m flows.replan
 
 test: setup
+	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 bench: setup

@@ -2,9 +2,11 @@
 
     python -m flows.replan [--force]      (what `make plan` and `llmcap plan` run)
 
-The flow opens a parent MLflow run tagged with the git commit; stage runs nest under it. DVC decides
-what to re-run from dvc.lock, so killing a run and running again resumes after the last finished
-stage and gives the same outputs.
+The flow opens a parent MLflow run (the plan's params, the trace as a dataset with its hash, the
+decision's metrics, tags and report; named by what it decided, e.g. "36 GPUs: 7xP TP4 H100 + 2xD TP4
+H200"); stage runs nest under it. Each DVC stage is one Prefect task (`dvc-stage`, its run named after the stage), run in DVC's
+order and retried only on transient errors; DVC decides what to re-run from dvc.lock, so killing a run
+and running again resumes after the last finished stage and gives the same outputs.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 from stages.env import ROOT, apply_defaults
 
 apply_defaults()  # before Prefect/MLflow read their settings
 
+from dvc.lock import LockError  # noqa: E402
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
@@ -41,9 +46,27 @@ OUTPUTS = {
 }
 
 
-@task(name="dvc-repro")
-def reproduce(root: str, force: bool) -> list[str]:
-    """Run `dvc repro`; return the stages that actually ran (the rest were up to date)."""
+# Only what may pass on a second try: another process holding DVC's lock, a network or I/O timeout.
+# A stage that fails (its command exits non-zero, bad input) fails the same way again: no retry.
+TRANSIENT: tuple[type[BaseException], ...] = (LockError, ConnectionError, TimeoutError)
+
+
+def _transient(task: object, task_run: object, state: object) -> bool:
+    return isinstance(getattr(state, "data", None), TRANSIENT)
+
+
+def stage_order(root: str) -> list[str]:
+    """Every stage of dvc.yaml in the order `dvc repro` runs them (dependencies first)."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import get_active_graph, plan_repro
+
+    with Repo(root) as repo:
+        return [s.addressing for s in plan_repro(get_active_graph(repo.index.graph))]
+
+
+@task(name="dvc-stage", task_run_name="{stage}", retries=2, retry_delay_seconds=10, retry_condition_fn=_transient)
+def reproduce_stage(root: str, stage: str, force: bool) -> bool:
+    """`dvc repro --single-item STAGE`: DVC decides whether it is up to date; True when it ran."""
     import logging
 
     from dvc.repo import Repo
@@ -56,8 +79,7 @@ def reproduce(root: str, force: bool) -> list[str]:
     # exclude of the output meta field), so our `size:` params section is not in it and a changed size.* param
     # would restore the previous run's outputs instead of running the stage (tests/pipeline/test_decisions.py).
     with Repo(root) as repo:
-        stages = repo.reproduce(force=force, run_cache=False)
-    return [s.addressing for s in stages]
+        return bool(repo.reproduce(stage, single_item=True, force=force, run_cache=False))
 
 
 @task(name="collect-results")
@@ -86,29 +108,41 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
     import mlflow
 
     logger = get_run_logger()
-    mlflow.set_experiment(tracking.EXPERIMENT)
-    tags = {**tracking.git_state(Path(root)), "llmcap.kind": "replan"}
-    with mlflow.start_run(run_name="replan", tags=tags) as run:
+    tracking.use_experiment()
+    base = Path(root)
+    tags = {**tracking.git_state(base), "llmcap.kind": "replan"}
+    with mlflow.start_run(run_name="replan (running)", tags=tags) as run:
+        params = yaml.safe_load((base / "params.yaml").read_text())
+        mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in tracking.flatten_params(params).items()})
+        stages = stage_order(root)
         os.environ[tracking.PARENT_ENV] = run.info.run_id
-        try:
-            ran = reproduce(root, force)
+        try:  # one task per stage, in order: the flow run's page shows which stage runs, was skipped or failed
+            ran = [stage for stage in stages if reproduce_stage(root, stage, force)]
         finally:
             os.environ.pop(tracking.PARENT_ENV, None)
         results = collect(root)
-        skipped = sorted(set(_all_stages(root)) - set(ran))
+        skipped = [s for s in stages if s not in ran]
         mlflow.set_tags({"dvc.stages_ran": ",".join(ran) or "none", "dvc.stages_skipped": ",".join(skipped) or "none"})
-        mlflow.log_artifact(str(Path(root) / "dvc.lock"))
+        mlflow.log_artifact(str(base / "dvc.lock"))
         w, c = results["workload"], results["clean"]
         e = results["candidates"]
         mlflow.log_metrics({"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]})
         mlflow.log_metrics({"candidates": e["rows"], "candidates_feasible": e["feasible"]})
         k = results["capacity"]
         mlflow.log_metrics({"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]})
-        mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"]})
-        tags, artifacts = decision.record(Path(root))
+        mlflow.log_metrics({f"plan.{pool}.{m}": q[m] for pool, q in k["pool_plans"].items() for m in ("instances", "gpus", "per_instance_rps")})
+        mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"], "mlflow.runName": tracking.decision_name(k)})
+        tags, artifacts = decision.record(base)
         mlflow.set_tags(tags)
         for name, content in artifacts.items():
             mlflow.log_dict(content, f"decision/{name}")
+        for rel in (OUTPUTS["capacity report"], "data/reports/capacity/capacity.md", OUTPUTS["capacity summary"]):
+            mlflow.log_artifact(str(base / rel), artifact_path="report")
+        raw = base / "data" / "raw" / tags["trace.file"]
+        if raw.is_file():
+            tracking.log_dataset(mlflow, raw, tags["trace.sha256"], tags["trace.file"], "trace")
+        canonical = base / OUTPUTS["canonical trace"]
+        tracking.log_dataset(mlflow, canonical, tracking.file_sha256(canonical), f"{tags['trace.file']} (canonical)", "canonical trace")
         pushed = push(root)
         mlflow.set_tags({"dvc.remote": pushed["name"], "dvc.remote.url": pushed["url"]})
         mlflow.log_metric("dvc.pushed_files", pushed["pushed"])
@@ -116,12 +150,6 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
         create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
         return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
-
-
-def _all_stages(root: str) -> list[str]:
-    import yaml
-
-    return list(yaml.safe_load((Path(root) / "dvc.yaml").read_text())["stages"])
 
 
 def _markdown(results: dict, ran: list[str], run_id: str) -> str:
@@ -151,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     e = result["candidates"]
     print(f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}")
     print(f"  MLflow run         {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
-    print(f"                     browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']}")
+    print(f"                     browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']} --workers 1")
     k = result["capacity"]
     print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
           f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")

@@ -2,6 +2,7 @@
 
     python -m stages.size --trace data/interim/trace.parquet --candidates data/processed/candidates.parquet
         --step-model data/processed/step_model.json --capacity OUT.parquet --report-dir DIR
+        --metrics METRICS.json --plot-data CANDIDATES.csv
 
 Searches each shortlisted candidate's max feasible rate by simulation (llmcap.sizing.plan), sizes the
 deployments for the target rate with headroom by risk, validates the capacity table (Great
@@ -24,6 +25,8 @@ ARGUMENTS = [
     ("--step-model", path(help="the profile stage's step_model.json (which step-time source applies)")),
     ("--capacity", path(help="output: the capacity table (parquet)")),
     ("--report-dir", path()),
+    ("--metrics", path(help="output: the plan's numbers for `dvc metrics diff` (GPUs and instances per pool, cost, rates)")),
+    ("--plot-data", path(help="output: per-candidate rates for `dvc plots diff` (CSV)")),
 ]
 
 
@@ -98,16 +101,18 @@ def run(args: argparse.Namespace) -> str:
             "shared": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.shared],
             "split": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.split],
         }  # fmt: skip
-    report = dataclasses.replace(out.report, notes=notes + out.report.notes)
+    report = dataclasses.replace(out.report, notes=notes + out.report.notes, provenance=_provenance(args, params, step_info, out.summary))
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
     summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_dvc_metrics(out.summary, out.table, args.metrics, args.plot_data)
     check = validation.validate(out.table.to_pandas(), "capacity", capacity_suite)
     validation_path = check.write(args.report_dir / "validation.json")
 
     s = out.summary
     inputs = {"trace": args.trace, "candidates": args.candidates, "step_model": args.step_model}
     with tracking.stage_run(ROOT, "size", {"size": size.model_dump(mode="json")}, inputs) as mlflow:
+        mlflow.set_tag("mlflow.runName", f"size: {tracking.decision_name(s)}")
         mlflow.log_metrics({"target_rps": s["target_rps"], "gpus": s["gpus"], "instances": s["instances"], "base_instances": s["base_instances"],
                             "usd_per_hour": s["usd_per_hour"], "max_rps_per_unit": s["max_rps_per_unit"],
                             "candidates_simulated": s["candidates_simulated"]})  # fmt: skip
@@ -115,11 +120,57 @@ def run(args: argparse.Namespace) -> str:
         mlflow.log_metrics({f"instances.{pool}": q["instances"] for pool, q in s["pool_plans"].items()})
         mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]),
                          "chosen.gpus": str(s["gpus"]), "step_model.source": step_source, "validation.success": str(check.success).lower()})  # fmt: skip
-        for artifact in (args.capacity, summary_path, validation_path, *paths.values()):
+        for artifact in (args.capacity, summary_path, validation_path, args.metrics, args.plot_data, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
     pools = " + ".join(f"{name} {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']})" for name, q in s["pool_plans"].items())
     return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
+
+
+def write_dvc_metrics(summary: dict, table, metrics_path, plot_path) -> None:
+    """The decision's numbers as DVC metrics (JSON) and each candidate's rates as DVC plot data (CSV), so
+    `dvc metrics diff A B` and `dvc plots diff A B` compare two plans."""
+    import csv
+
+    metrics = {k: summary[k] for k in ("gpus", "base_gpus", "instances", "base_instances", "usd_per_hour", "target_rps", "max_rps_per_unit")}
+    metrics["pools"] = {
+        name: {k: q[k] for k in ("instances", "base_instances", "gpus", "usd_per_hour", "per_instance_rps")} for name, q in summary["pool_plans"].items()
+    }
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    plot_path.parent.mkdir(parents=True, exist_ok=True)
+    with plot_path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["configuration", "max_rps", "goodput_per_gpu", "gpus"])
+        for r in table.select(["mode", "candidate", "max_rps", "goodput_per_gpu", "gpus"]).to_pylist():
+            w.writerow([f"{r['mode']}: {r['candidate']}", repr(r["max_rps"]), "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]), r["gpus"] or ""])
+
+
+def _provenance(args: argparse.Namespace, params, step_info: dict, summary: dict):
+    """The report header's inputs: model, trace and its hash, the code's commit, step-time and price sources."""
+    from llmcap.catalog import get_gpu
+    from llmcap.report.capacity import Provenance
+    from stages import tracking
+
+    configs = [q["configuration"] for q in summary["pool_plans"].values()]  # "GPU/weights/kv-dtype/tpNppNepN/..."
+    gpus = {g.name: g for g in (get_gpu(key.split("/")[0]) for key in configs)}
+    commit = tracking.code_commit(ROOT, "size")
+    source, fp = step_info["source"], step_info.get("fingerprint") or {}
+    profiled = f"{fp.get('device_sku')}/{fp.get('quantization')}/kv-{fp.get('kv_dtype')}/tp{fp.get('tp')}pp{fp.get('pp')}ep{fp.get('ep')}/"
+    if not source.startswith("profile"):
+        stored = step_info.get("stored_profile")
+        why = "none stored" if step_info.get("stored_fingerprint_hash") is None else f"stale: {', '.join(step_info.get('stale_fields') or [])}"
+        detail = f"no matching measured profile ({stored}: {why})"
+    elif all(key.startswith(profiled) for key in configs):
+        detail = f"profiled {profiled.rstrip('/')}"
+    else:  # a profile exists, but for another configuration: the chosen one runs on the roofline
+        source, detail = f"roofline for the chosen configuration (profile stage: {source})", f"the profile covers {profiled.rstrip('/')} only"
+    return Provenance(
+        model=params.enumerate.model, trace=params.trace.file, trace_sha256=tracking.file_sha256(args.trace),
+        commit=None if commit is None else commit[0], commit_date=None if commit is None else commit[1],
+        step_model=source, step_model_detail=detail,
+        prices=tuple((g.name, g.usd_per_gpu_hour, g.sources.get("cost", "catalog")) for _, g in sorted(gpus.items())),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,10 @@ Tags on every stage run:
 - `input.sha256` per input file: content hash of the trace the numbers came from.
 When the Prefect flow `replan` runs the pipeline it passes its MLflow run id in
 `LLMCAP_MLFLOW_PARENT_RUN_ID`, and stage runs nest under it.
+
+The experiment `llmcap` is created once with its artifacts beside a local (sqlite) store — `.work/mlartifacts`
+under `make` — and tagged as a model-development experiment, so the MLflow 3 UI opens it in the runs view
+(an untagged experiment is guessed to be GenAI from its contents).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import subprocess
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +31,55 @@ import yaml
 
 EXPERIMENT = "llmcap"
 PARENT_ENV = "LLMCAP_MLFLOW_PARENT_RUN_ID"
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """`mlartifacts/` beside a sqlite store's file; None (the server's default) for any other store."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return (Path(tracking_uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts").as_uri()
+
+
+def use_experiment() -> str:
+    """Select the experiment `llmcap` (created on first use, module docstring); returns its id."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(EXPERIMENT)
+    if exp is None:
+        location = artifact_location(mlflow.get_tracking_uri())
+        experiment_id = client.create_experiment(EXPERIMENT, artifact_location=location, tags=EXPERIMENT_KIND)
+    else:
+        experiment_id = exp.experiment_id
+        for key, value in EXPERIMENT_KIND.items():
+            if exp.tags.get(key) != value:  # a store made before the tag existed
+                client.set_experiment_tag(experiment_id, key, value)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
+def decision_name(summary: dict[str, Any]) -> str:
+    """A run name saying what was decided, e.g. "36 GPUs: 7xP TP4 H100 + 2xD TP4 H200" (P/D) or "8 GPUs: 4x TP2 H100"."""
+    role = {"prefill": "P", "decode": "D"}
+    parts = []
+    for pool, q in summary["pool_plans"].items():
+        key = q["configuration"]  # "GPU/weights/kv-dtype/tpNppNepN/..."
+        tp = re.search(r"/tp(\d+)", key)
+        parts.append(f"{q['instances']}x{role.get(pool, '')} TP{tp.group(1) if tp else '?'} {key.split('/')[0].split('-')[0]}")
+    return f"{summary['gpus']} GPUs: {' + '.join(parts)}"
+
+
+def log_dataset(mlflow: Any, path: Path, sha256: str, name: str, context: str) -> None:
+    """`path` as an MLflow dataset input of the active run (metadata only: the data stays in DVC), digest = its hash."""
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    with warnings.catch_warnings():  # MLflow registers its local-file source twice ("" and "file" schemes): same class
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+        source = resolve_dataset_source(path.resolve().as_uri())
+    dataset = MetaDataset(source, name=name, digest=sha256[:32])  # the store's digest column holds 36 characters
+    mlflow.log_input(dataset, context=context, tags={"hash": sha256})
 
 
 def file_sha256(path: Path) -> str:
@@ -55,6 +110,16 @@ def git_state(root: Path) -> dict[str, str]:
     # dvc.lock is rewritten by the pipeline itself after each stage: it is state, not a code change.
     dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock")
     return {"git.commit": commit, "git.dirty": str(bool(dirty)).lower()}
+
+
+def code_commit(root: Path, stage: str) -> tuple[str, str] | None:
+    """(sha, ISO commit date) of the last commit that changed one of `stage`'s git-tracked deps in dvc.yaml;
+    None outside git. Not HEAD: recording a plan (committing dvc.lock) or an unrelated edit must not change
+    what the stage writes, or `llmcap reproduce` would find different bytes."""
+    deps = yaml.safe_load((root / "dvc.yaml").read_text())["stages"][stage].get("deps", [])
+    out = subprocess.run(["git", "log", "-1", "--format=%H %cI", "--", *deps], cwd=root, capture_output=True, text=True, check=False)
+    fields = out.stdout.split()
+    return (fields[0], fields[1]) if out.returncode == 0 and len(fields) == 2 else None
 
 
 def _dotted(params: dict, key: str) -> Any:
@@ -100,7 +165,7 @@ def stage_run(root: Path, stage: str, params: dict, inputs: dict[str, Path]) -> 
     """An MLflow run for one stage execution, tagged with provenance; yields the mlflow module."""
     import mlflow
 
-    mlflow.set_experiment(EXPERIMENT)
+    use_experiment()
     tags = {
         **git_state(root),
         "llmcap.kind": "stage",

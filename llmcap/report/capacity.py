@@ -8,7 +8,8 @@ Columns (`CAPACITY_SCHEMA`; units in the names: _rps req/s, _ms milliseconds, _m
   pairings: the decode pool's), gpus_per_instance, pd_ratio ("N_P:N_D" planned, pairings only);
   gpus_per_unit (GPUs of one instance; pairings: one prefill + one decode instance).
 - search_status, max_rps (max feasible arrival rate of the unit), attainment (mean over seeds there),
-  monotonicity_violations. Pairings: max_rps = what gpus_per_unit GPUs carry in pools balanced to the
+  monotonicity_violations, binding_slo (`binding_slo`: what stopped the rate from rising; pairings: per role).
+  Pairings: max_rps = what gpus_per_unit GPUs carry in pools balanced to the
   measured role rates, (g_P + g_D) / (g_P/G_P + g_D/G_D); attainment, status: the worse role's; metrics:
   TTFT from the prefill role's search, the rest from the decode role's.
 - at max_rps, each the mean over seeds of the evaluate callable's `metrics` of the same name:
@@ -24,8 +25,6 @@ identical bytes in every format.
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,13 +36,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import ArrayLike
 
-from llmcap.report import capacity_plots as plots
-from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
+from llmcap.report.capacity_sections import render_html, render_markdown
+from llmcap.sizing.headroom import CapacityPlan
 from llmcap.sizing.ledger import Ledger
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
-from llmcap.sizing.slo import definitions
 
 _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
 
@@ -74,12 +72,31 @@ CAPACITY_SCHEMA = pa.schema(
         pa.field("max_rps", _F64, nullable=False),
         pa.field("attainment", _F64),
         pa.field("monotonicity_violations", _I64, nullable=False),
+        pa.field("binding_slo", _STR),
         pa.field("goodput_rps", _F64),
         pa.field("goodput_per_gpu", _F64),
         *(pa.field(n, _F64) for n in METRIC_COLUMNS),
         *(pa.field(n, t) for n, t in SIZING_COLUMNS),
     ]
 )
+
+
+def binding_slo(result: SearchResult) -> str:
+    """The SLO that binds: the one most requests missed at the lowest infeasible rate the search tried
+    (summed over its seeds), with "overloaded" when that run's queue kept growing."""
+    above = None
+    if result.upper_rate is not None:
+        confirmed = () if result.confirmation is None else result.confirmation.points
+        above = next((p for p in (*confirmed, *result.points) if p.rate == result.upper_rate and not p.feasible), None)
+    if above is None:
+        return "none reached"
+    ttft = sum(r.metrics.get("ttft_misses", 0.0) for r in above.results)
+    itl = sum(r.metrics.get("itl_misses", 0.0) for r in above.results)
+    name = "TTFT" if ttft > 0 and ttft >= itl else "ITL/TPOT" if itl > 0 else ""
+    overloaded = any(not r.stable for r in above.results)
+    if overloaded:
+        return f"{name}, overloaded" if name else "overloaded"
+    return name or "other (E2E, queue or unfinished)"
 
 
 def capacity_row(
@@ -105,6 +122,7 @@ def capacity_row(
         max_rps=result.max_rate,
         attainment=att,
         monotonicity_violations=len(result.violations),
+        binding_slo=binding_slo(result),
         goodput_rps=goodput,
         goodput_per_gpu=None if goodput is None else goodput / gpus_per_unit,
     )
@@ -153,6 +171,7 @@ def pairing_row(
         max_rps=rate,
         attainment=att,
         monotonicity_violations=len(pre_res.violations) + len(dec_res.violations),
+        binding_slo=f"prefill: {binding_slo(pre_res)}; decode: {binding_slo(dec_res)}",
         goodput_rps=goodput,
         goodput_per_gpu=None if goodput is None else goodput / gpus,
         **{k: v for k, v in pre.items() if k.startswith("ttft_")},
@@ -184,9 +203,33 @@ def write_parquet(table: pa.Table, path: str | Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where the plan comes from, for the report's header. `commit` / `commit_date` are the last commit that
+    changed the sizing code (not the wall clock: the same commit, params and data give the same bytes)."""
+
+    model: str
+    trace: str  # the trace as named in params (trace.file)
+    trace_sha256: str  # of the canonical trace the sizing read
+    commit: str | None = None
+    commit_date: str | None = None
+    step_model: str = "roofline"  # the profile stage's source: "profile…" (measured) or "roofline-fallback"
+    step_model_detail: str = ""
+    prices: tuple[tuple[str, float, str], ...] = ()  # (GPU, $/GPU-h, source) of the GPUs in the plan
+
+    @property
+    def roofline(self) -> bool:
+        return not self.step_model.startswith("profile")
+
+    @property
+    def assumed_prices(self) -> bool:
+        return any(src.strip().lower() == "assumption" for _, _, src in self.prices)
+
+
+@dataclass(frozen=True)
 class CapacityReport:
     """Everything the report shows. `chosen` is a candidate key of `table`; `records` are the per-request
-    records (REQUEST_SCHEMA) at the chosen point; `kv_usage` maps replica name -> (times s, usage fraction)."""
+    records (REQUEST_SCHEMA) of the chosen deployment's replay, described by `replay`; `kv_usage` maps a
+    series name -> (times s, usage fraction)."""
 
     table: pa.Table
     slo: SloParams
@@ -200,161 +243,9 @@ class CapacityReport:
     analytic: CapacityPlan | None = None  # the per-pool plan before the scenario simulations (default: `plan`)
     fit: FitResult | None = None  # the scenario simulations and minimality check of the chosen plan
     ledger: Ledger | None = None  # the four-ledger floor beside the simulated count
+    replay: str = "the chosen configuration at its max feasible rate"  # what `records` / `kv_usage` replayed
+    provenance: Provenance | None = None
     count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
-
-
-_SHOWN = [
-    ("candidate", "candidate"), ("mode", "mode"), ("pd_ratio", "P:D"), ("gpus_per_unit", "GPUs/unit"),
-    ("max_rps", "max RPS"), ("attainment", "attain."), ("goodput_per_gpu", "goodput/GPU"),
-    ("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("itl_p50_ms", "ITL p50"), ("itl_p99_ms", "ITL p99"),
-    ("e2e_p99_ms", "E2E p99"), ("tokens_per_s", "tok/s"), ("kv_usage_p99", "KV p99"), ("preemptions", "preempt."),
-    ("instances", "instances"), ("gpus", "GPUs"), ("usd_per_hour", "$/h"), ("operational_margin", "margin"),
-    ("search_status", "search"),
-]  # fmt: skip
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    return str(v)
-
-
-def _table_cells(table: pa.Table) -> tuple[list[str], list[list[str]]]:
-    cols = [c for c, _ in _SHOWN]
-    data = table.select(cols).to_pylist()
-    return [h for _, h in _SHOWN], [[_fmt(r[c]) for c in cols] for r in data]
-
-
-def _chosen_row(report: CapacityReport) -> dict[str, Any]:
-    rows = [r for r in report.table.to_pylist() if r["candidate"] == report.chosen]
-    if not rows:
-        raise ValueError(f"chosen candidate {report.chosen!r} is not in the capacity table")
-    return rows[0]
-
-
-def _slo_line(report: CapacityReport) -> str:
-    """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
-    disaggregated = any(q.name == "prefill" for q in report.plan.pools)
-    names = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
-    return "; ".join(f"{names[k]} {v}" for k, v in definitions(report.slo, disaggregated).items())
-
-
-def _summary_lines(report: CapacityReport) -> list[str]:
-    r, p = _chosen_row(report), report.plan
-    pools = " + ".join(f"{q.name} {q.instances} × {q.pool.gpus_per_instance} GPU (base {q.base_instances})" for q in p.pools)
-    lines = [
-        f"SLO: {_slo_line(report)}.",
-        f"Chosen: **{report.chosen}** ({r['mode']}) — goodput/GPU {_fmt(r['goodput_per_gpu'])}.",
-        f"For {p.target_rps:g} req/s (planning rate {p.planning_rps:.4g}): {pools} = "
-        f"**{p.total_instances} instances, {p.total_gpus} GPUs** (base {p.base_gpus}), {p.gpu_hours_per_day:,.0f} GPU-h/day, "
-        f"${p.usd_per_hour:,.2f}/h.",
-    ]
-    if report.fit is not None:
-        a = report.analytic or p
-        verdict = "every scenario passes" if report.fit.ok else "NOT every scenario passes"
-        lines.append(f"Scenarios simulated on the whole trace: {verdict}; analytic count {a.total_gpus} GPUs → simulated {p.total_gpus} GPUs.")
-    if report.ledger is not None:
-        lines.append(report.ledger.line() + ".")
-    return lines + list(report.notes)
-
-
-def _headroom_rows(plan: CapacityPlan) -> list[tuple[str, ...]]:
-    rows: list[tuple[str, ...]] = []
-    for q in plan.pools:
-        g = q.pool.per_instance_rps
-        rows.append((q.name, "base", f"{q.target_rps:.4g}", str(q.base_instances), f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance"))
-        rows += [(q.name, i.risk, f"+{i.rps:.4g}", f"+{i.instances}", i.reasoning) for i in q.items]
-        fit = q.instances - q.base_instances - sum(i.instances for i in q.items)
-        if fit:
-            rows.append((q.name, "simulation", "", f"{fit:+d}", "scenario fit and minimality check (below) changed the analytic count"))
-        rows.append((q.name, "total", f"{q.instances * g:.4g}", str(q.instances), f"{q.combination()}; {q.gpus} GPUs, ${q.usd_per_hour:,.2f}/h"))
-    rows.append(("all", "total", "", str(plan.total_instances), f"{plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h; combination: {COMBINATION_RULE}"))
-    return rows
-
-
-_HEADROOM_HEAD = ["pool", "risk", "req/s", "instances", "reasoning"]
-_SCENARIO_HEAD = ["scenario", "serving", "attainment", "KV p99", "verdict", "why"]
-
-
-def _scenario_rows(fit: FitResult | None) -> list[tuple[str, ...]]:
-    if fit is None:
-        return []
-    out: list[tuple[str, ...]] = []
-    for r in fit.results:
-        sc = r.scenario
-        kv = "–" if r.kv_p99_share is None else f"{r.kv_p99_share:.0%}"
-        out.append((sc.name, ", ".join(f"{k} {v}" for k, v in sc.serving), f"{r.attainment:.4f}", kv, "pass" if r.passed else "FAIL", sc.reasoning))
-    return out
-
-
-def _minimality_lines(fit: FitResult | None) -> list[str]:
-    if fit is None:
-        return ["Scenarios were not simulated."]
-    lines = [f"one instance fewer — {m.note}" for m in fit.minimality]
-    return lines + [f"fit: {h}" for h in fit.history]
-
-
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def render_markdown(report: CapacityReport) -> str:
-    head, rows = _table_cells(report.table)
-    lines = [f"# {report.title}", "", *_summary_lines(report), "", "## Capacity table", "", _md_row(head), _md_row(["---"] * len(head))]
-    lines += [_md_row(r) for r in rows]
-    lines += ["", "## Headroom per pool", "", _md_row(_HEADROOM_HEAD), _md_row(["---"] * len(_HEADROOM_HEAD))]
-    lines += [_md_row(list(r)) for r in _headroom_rows(report.plan)]
-    lines += ["", "## Scenarios", "", _md_row(_SCENARIO_HEAD), _md_row(["---"] * len(_SCENARIO_HEAD))]
-    lines += [_md_row(list(r)) for r in _scenario_rows(report.fit)]
-    lines += ["", "## Minimality", "", *(f"- {m}" for m in _minimality_lines(report.fit))]
-    lines += ["", "## Count range", "", *(f"- {m}" for m in report.count_range or ("Not computed.",))]
-    return "\n".join(lines) + "\n"
-
-
-def _img(png: bytes, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-
-
-def _html_table(head: list[str], rows: list[list[str]] | list[tuple[str, ...]]) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-SECTIONS = ("summary", "capacity-table", "attainment", "goodput", "latency-cdfs", "kv-usage", "headroom", "scenarios")
-
-_CSS = (
-    "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;font-size:12px}"
-    "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
-    "img{max-width:100%}"
-)
-
-
-def render_html(report: CapacityReport) -> str:
-    """One self-contained HTML page (plots inline as base64 PNG), one <section id=...> per `SECTIONS` entry."""
-    head, rows = _table_cells(report.table)
-    summary = "".join(f"<p>{html.escape(s).replace('**', '')}</p>" for s in _summary_lines(report))
-    parts = {
-        "summary": ("Summary", summary),
-        "capacity-table": ("Capacity table", _html_table(head, rows)),
-        "attainment": ("Attainment vs arrival rate", _img(plots.plot_attainment(report.curves, report.slo.attainment_target), "attainment vs rate")),
-        "goodput": ("Goodput per GPU", _img(plots.plot_goodput_per_gpu(report.table), "goodput per GPU")),
-        "latency-cdfs": (f"TTFT / ITL at the chosen point ({report.chosen})", _img(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs")),
-        "kv-usage": ("KV usage over time", _img(plots.plot_kv_usage(report.kv_usage), "KV usage")),
-        "headroom": ("Headroom per pool", _img(plots.plot_headroom(report.plan), "headroom") + _html_table(_HEADROOM_HEAD, _headroom_rows(report.plan))),
-        "scenarios": (
-            "Scenarios and minimality",
-            _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit))
-            + "".join(f"<p>{html.escape(m)}</p>" for m in (*_minimality_lines(report.fit), *report.count_range)),
-        ),
-    }
-    body = "".join(f'<section id="{sid}"><h2>{html.escape(parts[sid][0])}</h2>{parts[sid][1]}</section>\n' for sid in SECTIONS)
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(report.title)}</title>'
-        f"<style>{_CSS}</style></head>\n<body><h1>{html.escape(report.title)}</h1>\n{body}</body></html>\n"
-    )
 
 
 def write_report(report: CapacityReport, out_dir: str | Path, stem: str = "capacity") -> dict[str, Path]:

@@ -1,7 +1,8 @@
 """Capacity-report plots as PNG bytes (embedded base64 in the HTML report).
 
 matplotlib with the Agg backend; PNG metadata is stripped ("Software": None) and nothing depends on
-the clock, so the same inputs give the same bytes.
+the clock, so the same inputs give the same bytes. Figures are saved with a tight bounding box (no title,
+label or legend is cut off); legends sit outside the data; axes whose values span decades are logarithmic.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _DPI = 100
 
 def _png(fig: plt.Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata=_PNG_META)
+    fig.savefig(buf, format="png", dpi=_DPI, metadata=_PNG_META, bbox_inches="tight", pad_inches=0.1)
     plt.close(fig)
     return buf.getvalue()
 
@@ -40,7 +41,7 @@ def _empty(ax: plt.Axes, what: str) -> None:
 
 def plot_attainment(curves: Mapping[str, SearchResult], target: float) -> bytes:
     """Mean attainment vs arrival rate per candidate; the knee (max feasible rate) marked."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.5))  # the legend (long configuration names) goes to the right of it
     for key in sorted(curves):
         res = curves[key]
         pts = res.curve()
@@ -58,28 +59,33 @@ def plot_attainment(curves: Mapping[str, SearchResult], target: float) -> bytes:
     ax.set_xscale("log")
     ax.set_xlabel("arrival rate λ (req/s)")
     ax.set_ylabel("SLO attainment (mean over seeds)")
-    ax.set_title("Attainment vs arrival rate (★ = max feasible rate, × = whole-trace confirmation)")
+    ax.set_title("Attainment vs arrival rate\n(★ = max feasible rate, × = whole-trace confirmation)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)
 
 
 def plot_goodput_per_gpu(table: pa.Table) -> bytes:
     """Goodput per GPU at each candidate's max feasible rate (the planning unit)."""
-    keys = table.column("candidate").to_pylist()
-    vals = [v or 0.0 for v in table.column("goodput_per_gpu").to_pylist()]
-    fig, ax = plt.subplots(figsize=(8, 0.4 * max(len(keys), 3) + 1.2))
-    if keys:
+    keys = [f"{c} ({m})" for c, m in zip(table.column("candidate").to_pylist(), table.column("mode").to_pylist(), strict=True)]
+    vals = np.array([v or 0.0 for v in table.column("goodput_per_gpu").to_pylist()], dtype=float)
+    fig, ax = plt.subplots(figsize=(7, 0.3 * max(len(keys), 3) + 1.2))
+    if keys and (vals > 0).any():
         y = np.arange(len(keys))
-        ax.barh(y, vals, color="tab:green")
+        positive = vals[vals > 0]
+        floor = positive.min() / 2  # bars start here: on a log axis they need a positive left edge
+        ax.barh(y, np.where(vals > 0, vals - floor, 0.0), left=floor, color="tab:green")
+        for yi, v in zip(y, vals, strict=True):
+            ax.text(max(v, floor), yi, f" {v:.3g}", va="center", fontsize=7)
         ax.set_yticks(y, keys, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel("goodput per GPU (qualified req/s/GPU)")
+        if positive.max() / positive.min() > 10:  # spans a decade or more
+            ax.set_xscale("log")
+        ax.set_xlim(floor, positive.max() * 3)
+        ax.set_xlabel("goodput per GPU (qualified req/s per GPU)")
     else:
         _empty(ax, "candidates")
     ax.set_title("Goodput per GPU at the max feasible rate")
-    fig.tight_layout()
     return _png(fig)
 
 
@@ -95,20 +101,23 @@ def plot_latency_cdfs(records: pa.Table | None, slo: SloParams) -> bytes:
         if v is None or v.size == 0:
             _empty(ax, f"{label} values")
             continue
-        ax.step(v, np.arange(1, v.size + 1) / v.size, where="post")
+        ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{v.size:,} requests")
         if target is not None:
             ax.axvline(target, color="r", ls="--", lw=0.8, label=f"target {target:g} ms")
-            ax.legend(fontsize=8)
+        if v[0] > 0 and v[-1] / v[0] > 30:  # spans decades
+            ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
         ax.set_xlabel(f"{label} (ms)")
         ax.set_ylabel("fraction of requests ≤ x")
         ax.grid(alpha=0.3)
-    fig.suptitle("Latency CDFs at the chosen operating point")
+    fig.suptitle("Latency CDFs of the chosen deployment")
     fig.tight_layout()
     return _png(fig)
 
 
 def plot_kv_usage(series: Mapping[str, tuple[ArrayLike, ArrayLike]] | None) -> bytes:
-    """KV-cache usage (fraction of capacity) over time, one line per replica."""
+    """KV-cache usage (fraction of capacity) over time, one line per series (e.g. a pool's mean and max over replicas)."""
     fig, ax = plt.subplots(figsize=(8, 3.5))
     if not series:
         _empty(ax, "KV usage series")
@@ -120,9 +129,8 @@ def plot_kv_usage(series: Mapping[str, tuple[ArrayLike, ArrayLike]] | None) -> b
         ax.set_xlabel("time (s)")
         ax.set_ylabel("KV usage")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
-    ax.set_title("KV-cache usage over time at the chosen point")
-    fig.tight_layout()
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.set_title("KV-cache usage over time")
     return _png(fig)
 
 
@@ -145,6 +153,5 @@ def plot_headroom(plan: CapacityPlan) -> bytes:
     ax.set_yticks(range(len(plan.pools)), [f"{q.name} ({q.instances} × {q.pool.gpus_per_instance} GPU)" for q in plan.pools])
     ax.set_xlabel(f"GPUs — total {plan.total_gpus}")
     ax.set_title("Base and headroom per pool")
-    ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.5))
-    fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)

@@ -45,15 +45,23 @@ class Ledger:
     prefill_gpus_per_instance: int = 1
     decode_gpus_per_instance: int = 1  # aggregated: the instance's
 
-    @property
-    def gpus(self) -> int:
+    def pool_floors(self) -> dict[str, int]:
+        """The floor per pool in whole instances: prefill = max(prefill, transfer), decode = max(decode, KV);
+        aggregated: one pool "instances" = max(prefill + decode, KV)."""
+
         def whole(busy: float, g: int) -> int:
             return max(1, math.ceil(busy / g - 1e-9)) * g
 
         if self.disaggregated:
-            pre = whole(max(self.prefill_gpus, self.transfer_gpus), self.prefill_gpus_per_instance)
-            return pre + whole(max(self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance)
-        return whole(max(self.prefill_gpus + self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance)
+            return {
+                "prefill": whole(max(self.prefill_gpus, self.transfer_gpus), self.prefill_gpus_per_instance),
+                "decode": whole(max(self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance),
+            }
+        return {"instances": whole(max(self.prefill_gpus + self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance)}
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.pool_floors().values())
 
     @property
     def ratio(self) -> float:

@@ -43,7 +43,8 @@ from llmcap.perf import build_step_model, decode_step_time, prefill_time
 from llmcap.perf.model import StepTimeModel
 from llmcap.perf.roofline import RooflineModel
 from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table, pairing_row
-from llmcap.sim import EngineConfig, LinkConfig, PDConfig
+from llmcap.report.capacity_sections import pool_configurations
+from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimResult
 from llmcap.sizing.analytic import RateBounds, rate_bounds
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
@@ -505,6 +506,14 @@ class _Sizer:
             self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
         return chosen, rows
 
+    def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
+        """`row`'s deployment at `plan`'s counts, simulated on the whole trace at the planning rate."""
+        seed, rate = self.params.search.seeds[0], plan.planning_rps
+        if row.decode is None:
+            return self.evaluate(row.unit, replicas=plan.pool("instances").instances, excerpt=self.trace.num_rows).simulate(rate, seed)
+        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+        return factory(plan.pool("prefill").instances, plan.pool("decode").instances).simulate(rate, seed)
+
     def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
         the judge of its scenarios."""
@@ -565,10 +574,17 @@ class _PdFactory:
 
 
 def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per pool (role) and time bin: the mean and the max KV usage over its replicas (a few lines, however many replicas)."""
     out = {}
-    for r in sorted(set(records_ts.column("replica").to_pylist())):
-        part = records_ts.filter(pc.equal(records_ts["replica"], r))
-        out[f"replica {r}"] = (part["t_s"].to_numpy(), part["kv_usage"].to_numpy())
+    for role in sorted(set(records_ts.column("role").to_pylist())):
+        part = records_ts.filter(pc.equal(records_ts["role"], role))
+        n = len(set(part.column("replica").to_pylist()))
+        agg = part.group_by("t_s").aggregate([("kv_usage", "mean"), ("kv_usage", "max")]).sort_by("t_s")
+        t = agg["t_s"].to_numpy()
+        name = "instances" if role == "both" else role
+        if n > 1:
+            out[f"{name}: max over {n} replicas"] = (t, agg["kv_usage_max"].to_numpy())
+        out[f"{name}: mean over {n} replicas" if n > 1 else f"{name}: 1 replica"] = (t, agg["kv_usage_mean"].to_numpy())
     return out
 
 
@@ -596,9 +612,11 @@ def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[Role
     return out
 
 
-def _pool_summary(plan: CapacityPlan) -> dict[str, Any]:
+def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, Any]:
+    configs = pool_configurations(chosen)
     return {
         q.name: {
+            "configuration": configs.get(q.name, chosen),
             "per_instance_rps": q.pool.per_instance_rps, "gpus_per_instance": q.pool.gpus_per_instance,
             "base_instances": q.base_instances, "instances": q.instances, "gpus": q.gpus, "usd_per_hour": q.usd_per_hour,
             "headroom": {i.risk: {"rps": i.rps, "instances": i.instances, "reasoning": i.reasoning} for i in q.items},
@@ -649,14 +667,16 @@ def size_deployments(
     spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
     table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
 
-    records = kv_usage = None
-    if chosen.mode == "aggregated":  # the chosen point re-simulated for the report's CDFs and KV plot
-        sim = sizer.evaluate(chosen.unit).simulate(chosen.result.max_rate, params.search.seeds[0])
-        records, kv_usage = sim.records, _kv_usage(sim.timeseries)
+    # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
+    sim = sizer.replay(chosen, plan)
+    records, kv_usage = sim.records, _kv_usage(sim.timeseries)
+    counts = " + ".join(f"{q.name} {q.instances}" for q in plan.pools)
+    replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     report = CapacityReport(table, params.slo, curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes),
-                            analytic=analytic, fit=fitted, ledger=ledger, count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
+                            analytic=analytic, fit=fitted, ledger=ledger, replay=replay,
+                            count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
     summary = {
         "target_rps": sizer.target,
         "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
@@ -671,7 +691,7 @@ def size_deployments(
         "instances": plan.total_instances,
         "gpus": plan.total_gpus,
         "usd_per_hour": plan.usd_per_hour,
-        "pool_plans": _pool_summary(plan),
+        "pool_plans": _pool_summary(plan, chosen.key),
         "analytic_gpus": analytic.total_gpus,
         "combination_rule": COMBINATION_RULE,
         "scenarios": None if fitted is None else [r.describe() for r in fitted.results],

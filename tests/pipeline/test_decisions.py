@@ -74,7 +74,7 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     assert pulled["identical"] is True
     status = {r["path"]: r["status"] for r in pulled["outputs"]}
     assert status["data/processed/capacity.parquet"] == "identical" and status["data/reports/capacity"] == "identical"
-    assert status["data/reports/clean"] == "not stored (cache: false)"
+    assert status["data/reports/clean"] == "identical"  # every report is cached: a past decision's report can be checked out
     outs_a = {o["path"]: o["md5"] for o in lock_a["stages"]["size"]["outs"]}
     md5 = outs_a["data/processed/capacity.parquet"]
     obj = root / ".work/dvc-remote/files/md5" / md5[:2] / md5[2:]
@@ -112,6 +112,13 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     assert d2["a"]["kind"] == "run" and d2["b"]["kind"] == "directory"
     assert [p["key"] for p in d2["inputs"]["params"]] == ["size.headroom.node_failures"]
 
+    # DVC's own comparison of the two plans: the metrics and plots the size stage declares in dvc.yaml
+    metrics = json.loads(sh([sys.executable, "-m", "dvc", "metrics", "diff", a, b, "--json"], root, env).stdout)["data/metrics/capacity.json"]
+    assert (metrics["gpus"]["old"], metrics["gpus"]["new"]) == changed["gpus"]
+    assert metrics["gpus"]["diff"] == changed["gpus"][1] - changed["gpus"][0] > 0
+    plots = json.loads(sh([sys.executable, "-m", "dvc", "plots", "diff", a, b, "--json"], root, env).stdout)["data"]
+    assert {rev for spec in plots["data/metrics/candidates.csv"] for rev in spec["revisions"]} == {a, b}
+
     # a fresh clone pulls A's capacity table from the remote, by commit
     clone = tmp_path / "clone"
     sh(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
@@ -135,3 +142,15 @@ def _check_run_tags(root: Path, env: dict, run_id: str, commit: str, raw: Path, 
     assert run.data.metrics["dvc.pushed_files"] >= 1
     stored = client.download_artifacts(run_id, "decision/summary.json", dst_path=str(root.parent))
     assert json.loads(Path(stored).read_text()) == summary
+    # the parent run holds the plan: named by its decision, params.yaml as params, the trace as a dataset with its hash
+    role = {"prefill": "P", "decode": "D"}
+    pools = " + ".join(f"{q['instances']}x{role.get(n, '')} TP{q['configuration'].split('/tp')[1].split('pp')[0]} {q['configuration'][:4]}" for n, q in summary["pool_plans"].items())
+    assert run.info.run_name == f"{summary['gpus']} GPUs: {pools}"
+    assert run.data.params["size.headroom.node_failures"] == "1" and run.data.params["trace.file"] == tags["trace.file"]
+    datasets = {d.dataset.name: d for d in run.inputs.dataset_inputs}
+    assert datasets[tags["trace.file"]].dataset.digest == tags["trace.sha256"][:32]
+    assert {t.key: t.value for t in datasets[tags["trace.file"]].tags}["hash"] == tags["trace.sha256"]
+    exp = client.get_experiment(run.info.experiment_id)
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"  # opens in the runs view
+    assert exp.artifact_location == (root / ".work" / "mlartifacts").as_uri() and Path(stored).name == "summary.json"
+    assert (root / ".work" / "mlartifacts").is_dir() and not (root / "mlruns").exists()

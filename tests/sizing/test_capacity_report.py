@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 from capacity_fixture import CANDIDATES, SLO, report, searches, table_from
 
-from llmcap.report.capacity import CAPACITY_SCHEMA, SECTIONS, capacity_row, capacity_table, render_html, render_markdown, write_report
+from llmcap.report.capacity import CAPACITY_SCHEMA, Provenance, binding_slo, capacity_row, capacity_table, render_html, render_markdown, write_report
+from llmcap.report.capacity_sections import SECTIONS
 from llmcap.sizing.placement import place
 from llmcap.sizing.search import EvalResult, RatePoint, SearchResult
 
@@ -71,8 +72,9 @@ def test_html_is_self_contained_with_every_section(chosen_records):
     assert "http" not in page and "<script" not in page  # nothing fetched from anywhere
     for key in CANDIDATES:
         assert key in page
+    text = page.replace("<wbr>", "")  # break opportunities in long names
     for item in rep.plan.pools[0].items:
-        assert item.reasoning.split(";")[0].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in page
+        assert item.reasoning.split(";")[0].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in text
     # a different input changes the page (the plots really depend on the data)
     other = report(chosen_records.slice(0, 20))
     assert render_html(other) != page
@@ -82,9 +84,70 @@ def test_markdown_lists_rows_and_headroom(chosen_records):
     rep = report(chosen_records)
     md = render_markdown(rep)
     assert md.startswith("# Test plan\n")
-    assert all(f"| {k} |" in md for k in CANDIDATES)
-    assert f"**{rep.plan.total_instances} instances, {rep.plan.total_gpus} GPUs**" in md
+    assert all(f"| {k} (aggregated) |" in md for k in CANDIDATES)
+    p = rep.plan
+    assert f"**{p.total_gpus} GPUs, ${p.usd_per_hour:,.2f}/h" in md and f"{p.base_gpus} GPUs base + {p.total_gpus - p.base_gpus} GPUs headroom" in md
     for risk in ("base", "traffic", "failure", "deployment", "memory", "control", "total"):
         assert f"| instances | {risk} |" in md
     assert "## Scenarios" in md and "Scenarios were not simulated." in md  # the fixture simulates none
     assert f"TTFT ≤ {SLO.ttft_ms:g} ms" in md
+
+
+PROVENANCE = Provenance(
+    model="Llama-3.1-70B", trace="data/raw/trace.jsonl", trace_sha256="ab" * 32, commit="0123456789abcdef" * 2 + "01234567",
+    commit_date="2026-01-02T03:04:05+00:00", step_model="roofline-fallback", prices=(("H100-SXM-80GB", 2.5, "assumption"),),
+)
+
+
+def test_header_names_the_inputs_and_is_loud_about_assumptions(chosen_records):
+    from dataclasses import replace
+
+    rep = replace(report(chosen_records), provenance=PROVENANCE)
+    page, md = render_html(rep).replace("<wbr>", ""), render_markdown(rep)
+    assert md.startswith("# Test plan: Llama-3.1-70B on data/raw/trace.jsonl\n")
+    for text in ("Llama-3.1-70B", "abababababababab", "0123456789ab", "2026-01-02T03:04:05+00:00", "attainment = qualified"):
+        assert text in page and text in md, text
+    assert page.count("<dd class=loud>") == 2 and "ROOFLINE, NOT MEASURED" in page and "ASSUMED list prices" in page
+    # the answer comes before any evidence
+    assert page.index('id="provenance"') < page.index('id="answer"') < page.index('id="ledger"') < page.index('id="capacity-table"')
+    measured = replace(PROVENANCE, step_model="profile", prices=(("H100-SXM-80GB", 2.0, "our contract"),))
+    assert "<dd class=loud>" not in render_html(replace(rep, provenance=measured))
+
+
+def test_pruned_candidates_are_collapsed_at_the_end_and_the_chosen_row_leads(chosen_records):
+    from dataclasses import replace
+
+    notes = ("pruned X: even idle only 90.0% of requests meet the SLOs", "not simulated Y (bound 1 req/s per GPU): max_simulated 8 reached", "step times: roofline")
+    rep = replace(report(chosen_records), notes=notes)
+    page = render_html(rep)
+    details = page[page.index('<section id="pruned">'):]
+    assert "<details><summary>2 candidates pruned or not simulated</summary>" in details and "pruned X" in details and "not simulated Y" in details
+    assert "pruned X" not in page[: page.index('<section id="pruned">')]  # listed once, collapsed
+    assert "step times: roofline" in page[page.index('<section id="notes">'): page.index('<section id="pruned">')]
+    table = page[page.index('<section id="capacity-table">'):]
+    assert table.index('<tr class="chosen">') < table.index("<tr><td>")  # the chosen row first, highlighted
+    assert f'<tr class="chosen"><td>{rep.chosen} (aggregated)</td>' in table
+
+
+def test_missing_replay_says_so_instead_of_an_empty_panel(chosen_records):
+    from dataclasses import replace
+
+    page = render_html(replace(report(chosen_records), records=None, kv_usage=None))
+    for sid in ("latency-cdfs", "kv-usage"):
+        sec = page[page.index(f'<section id="{sid}">'):]
+        sec = sec[: sec.index("</section>")]
+        assert "<p>Not simulated.</p>" in sec and "<img" not in sec
+
+
+def test_binding_slo_names_the_target_most_missed_just_above_the_max_rate():
+    def point(rate, feasible, ttft, itl, overload=""):
+        return RatePoint(rate, feasible, (0,), (EvalResult(0.9, {"ttft_misses": ttft, "itl_misses": itl}, overload),), "bisect")
+
+    def result(above):
+        return SearchResult(4.0, None if above is None else above.rate, "converged", (point(4.0, True, 0, 0), *(() if above is None else (above,)), point(9.0, False, 0, 50)), (), 0.99)
+
+    assert binding_slo(result(point(5.0, False, 12, 3))) == "TTFT"
+    assert binding_slo(result(point(5.0, False, 2, 30))) == "ITL/TPOT"
+    assert binding_slo(result(point(5.0, False, 0, 0, "queue grows"))) == "overloaded"
+    assert binding_slo(result(point(5.0, False, 0, 0))) == "other (E2E, queue or unfinished)"
+    assert binding_slo(result(None)) == "none reached"

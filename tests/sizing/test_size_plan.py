@@ -66,7 +66,10 @@ def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
     assert chosen["attainment"] >= PARAMS.slo.attainment_target and chosen["max_rps"] > 0
     # the chosen deployment was simulated end to end in every scenario, and every scenario passes
     assert s["scenarios_pass"] and s["scenarios"] and all(line.endswith("pass") for line in s["scenarios"])
-    assert "<img" in render_html(outcome.report)
+    # the report's latency CDFs and KV plot replay the planned deployment on the whole trace, whatever its mode
+    rep = outcome.report
+    assert rep.records is not None and rep.records.num_rows == trace.num_rows and rep.kv_usage
+    assert "Not simulated." not in render_html(rep) and f"({trace.num_rows:,} requests)" in rep.replay
 
 
 def test_pd_pairings_size_each_pool_from_its_own_searched_rate(outcome):
