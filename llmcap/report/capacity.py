@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from numpy.typing import ArrayLike
 
 from llmcap.report import capacity_plots as plots
+from llmcap.report import replay as replay_section
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
 from llmcap.sizing.ledger import Ledger
 from llmcap.sizing.params import SloParams
@@ -313,6 +314,7 @@ def render_markdown(report: CapacityReport) -> str:
     lines += ["", "## Scenarios", "", _md_row(_SCENARIO_HEAD), _md_row(["---"] * len(_SCENARIO_HEAD))]
     lines += [_md_row(list(r)) for r in _scenario_rows(report.fit)]
     lines += ["", "## Minimality", "", *(f"- {m}" for m in _minimality_lines(report.fit))]
+    lines += ["", f"## {replay_section.CAPACITY_SECTION_TITLE}", "", replay_section.CAPACITY_SECTION_TEXT]
     return "\n".join(lines) + "\n"
 
 
@@ -326,7 +328,7 @@ def _html_table(head: list[str], rows: list[list[str]] | list[tuple[str, ...]]) 
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-SECTIONS = ("summary", "capacity-table", "attainment", "goodput", "latency-cdfs", "kv-usage", "headroom", "scenarios")
+SECTIONS = ("summary", "capacity-table", "attainment", "goodput", "latency-cdfs", "kv-usage", "headroom", "scenarios", "replay")
 
 _CSS = (
     "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;font-size:12px}"
@@ -351,6 +353,7 @@ def render_html(report: CapacityReport) -> str:
             "Scenarios and minimality",
             _html_table(_SCENARIO_HEAD, _scenario_rows(report.fit)) + "".join(f"<p>{html.escape(m)}</p>" for m in _minimality_lines(report.fit)),
         ),
+        "replay": (replay_section.CAPACITY_SECTION_TITLE, f"<p>{html.escape(replay_section.CAPACITY_SECTION_TEXT)}</p>"),
     }
     body = "".join(f'<section id="{sid}"><h2>{html.escape(parts[sid][0])}</h2>{parts[sid][1]}</section>\n' for sid in SECTIONS)
     return (
