@@ -7,7 +7,7 @@ the simulator's prediction of the same excerpts (`check_unit`), with a per-bucke
 - `twin_process`: the unit's digital twin as a subprocess when no endpoint is configured.
 """
 
-from llmcap.replaycheck.check import ReplayCheck, check_unit
+from llmcap.replaycheck.check import ReplayCheck, check_replay, check_unit
 from llmcap.replaycheck.unit import PlanUnit, unit_from_plan
 
-__all__ = ["PlanUnit", "ReplayCheck", "check_unit", "unit_from_plan"]
+__all__ = ["PlanUnit", "ReplayCheck", "check_replay", "check_unit", "unit_from_plan"]
