@@ -74,11 +74,16 @@ def run(args: argparse.Namespace) -> str:
 
     params = load_params(args.params)
     rp, slo = params.replay, params.size.slo
-    try:
-        plan = json.loads(args.capacity_summary.read_text(encoding="utf-8"))
-        step_source = json.loads(args.step_model.read_text(encoding="utf-8"))["source"]
-    except (OSError, KeyError, json.JSONDecodeError) as exc:
-        raise InputFileError(args.capacity_summary, f"not a readable size summary / step model ({exc})") from None
+    def read_json(p, key: str) -> dict:
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+            data[key]  # noqa: B018 - the field this stage needs
+            return data
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise InputFileError(p, f"not a readable {key!r}-bearing JSON file ({exc})") from None
+
+    plan = read_json(args.capacity_summary, "chosen")
+    step_source = read_json(args.step_model, "source")["source"]
     trace = load_trace(args.trace)
     unit = unit_from_plan(plan, pq.read_table(args.candidates).to_pandas(), params.enumerate.model, params.size.pd_link_latency_s)
     say = lambda m: print(f"[replay] {m}", file=sys.stderr)  # noqa: E731

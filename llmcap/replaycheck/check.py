@@ -76,13 +76,12 @@ def check_replay(
 
 
 def check_unit(unit: PlanUnit, trace: pa.Table, params: ReplayParams, slo: SloParams, *, model: str | None = None,
-               block_tokens: int | None = None, api_key: str | None = None, prediction=None,
-               say: Callable[[str], None] = lambda _: None) -> ReplayCheck:  # fmt: skip
+               block_tokens: int | None = None, api_key: str | None = None, say: Callable[[str], None] = lambda _: None) -> ReplayCheck:  # fmt: skip
     """`check_replay` of the plan's unit at its predicted rate against `params.endpoint` serving `model`, or,
     with no endpoint, against the unit's digital twin started for the check (time-dilated by
-    `params.twin_dilation`; stopped by its PID afterwards). `prediction` (default: `unit.simulation()`)
-    replaces the unit's roofline step models, e.g. with a calibrated profile the size stage used."""
-    prediction = prediction or unit.simulation()
+    `params.twin_dilation`; stopped by its PID afterwards). The prediction is `unit.simulation()`: the
+    config and roofline step models the twin serves."""
+    prediction = unit.simulation()
     head = {"unit": {"chosen": unit.chosen, "mode": unit.mode, "description": unit.describe(), "rate_rps": unit.rate_rps,
                      "rate_basis": unit.rate_basis}}  # fmt: skip
     if params.endpoint is None:
