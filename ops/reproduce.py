@@ -283,7 +283,9 @@ def render(result: dict) -> None:
             console.print(f"  {d['kind']} {d['path']} ({', '.join(d['stages'])}): {d['a']} -> {d['b']}")
     elif changed is not None and not result["identical"]:
         console.print("no stage input differs from REV's dvc.lock: the difference is nondeterminism or the environment")
-    console.print("[bold green]byte-identical[/]" if result["identical"] else "[bold red]DIFFERS[/]")
+    measured = [r["path"] for r in result["outputs"] if r["status"] == MEASURED]
+    aside = f" (measured outputs aside, not expected identical: {', '.join(measured)})" if measured else ""
+    console.print(f"[bold green]byte-identical[/]{aside}" if result["identical"] else "[bold red]DIFFERS[/]")
 
 
 def main(argv: list[str] | None = None) -> int:
