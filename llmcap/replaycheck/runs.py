@@ -39,6 +39,7 @@ class Run:
     seed: int
     rate_rps: float
     requests: pa.Table  # the excerpt with arrivals at `rate_rps`, first arrival at 0
+    prompt_seed: int  # token ids of its prompts: unique per run, so no run hits the prefix cache an earlier run filled
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,9 @@ class Measured:
 
 
 def plan_runs(trace: pa.Table, rate_rps: float, scales: list[float], seeds: list[int], requests: int) -> list[Run]:
-    """Each seed's excerpt (the same requests at every scale), its tied timestamps spread as the size stage does."""
+    """Each seed's excerpt (the same requests at every scale), its tied timestamps spread as the size stage does.
+    One server serves every run in turn: each run's prompts get their own token ids (equal hash blocks still share
+    tokens within the run), so its cache starts as cold as the simulator's."""
     runs = []
     for seed in seeds:
         part = spread_ties(excerpt(trace, requests, seed), np.random.default_rng(seed))
@@ -59,7 +62,7 @@ def plan_runs(trace: pa.Table, rate_rps: float, scales: list[float], seeds: list
             scaled = scale_rate(part, rate_rps * scale)
             arrival = scaled.column("arrival_s").to_numpy()
             scaled = scaled.set_column(scaled.schema.get_field_index("arrival_s"), "arrival_s", pa.array(arrival - arrival[0]))
-            runs.append(Run(run_label(scale), scale, seed, rate_rps * scale, scaled))
+            runs.append(Run(run_label(scale), scale, seed, rate_rps * scale, scaled, prompt_seed=len(runs)))
     return runs
 
 
@@ -85,7 +88,7 @@ def measure(run: Run, endpoint: str, model: str, *, dilation: float, block_token
         endpoint, model, t.column("arrival_s").to_numpy(), t.column("isl").to_numpy(), t.column("osl").to_numpy(),
         request_id=t.column("request_id").to_numpy(), rate_scale=1.0 / dilation,
         hash_ids=t.column("hash_ids").to_pylist() if "hash_ids" in t.column_names else None, block_tokens=block_tokens,
-        vocab_size=vocab_size, seed=run.seed, timeout_s=timeout_s * dilation, api_key=api_key, max_drain_s=max_drain_s * dilation,
+        vocab_size=vocab_size, seed=run.prompt_seed, timeout_s=timeout_s * dilation, api_key=api_key, max_drain_s=max_drain_s * dilation,
     ))  # fmt: skip
     records = result.requests
     for name in TIME_COLUMNS:  # wall seconds -> simulated seconds

@@ -110,6 +110,7 @@ def test_runs_replay_one_excerpt_per_seed_at_every_scale() -> None:
         assert arrival[0] == 0.0 and r.requests.num_rows / arrival[-1] == pytest.approx(r.rate_rps)
     assert runs[0].requests.column("request_id") == runs[2].requests.column("request_id")
     assert runs[0].requests.column("request_id") != runs[3].requests.column("request_id")
+    assert len({r.prompt_seed for r in runs}) == len(runs)  # no run finds its prompts cached by an earlier one
 
 
 def test_reproduce_reports_measured_outputs_as_measured(tmp_path) -> None:
