@@ -80,6 +80,18 @@ def predict(run: Run, config: SimConfig, step: StepTimeModel, decode_step: StepT
     return _tagged(result.records, run)
 
 
+HASH_NAMESPACE = 1 << 40  # per-run offset of prefix hash ids (trace hash ids are far smaller)
+
+
+def _run_hashes(requests: pa.Table, prompt_seed: int) -> list | None:
+    """The run's prefix hash ids moved to its own namespace: equal within the run, disjoint from other runs'
+    (a hash block always maps to the same tokens, whatever the prompt seed)."""
+    if "hash_ids" not in requests.column_names:
+        return None
+    offset = prompt_seed * HASH_NAMESPACE
+    return [None if h is None else [x + offset for x in h] for h in requests.column("hash_ids").to_pylist()]
+
+
 def measure(run: Run, endpoint: str, model: str, *, dilation: float, block_tokens: int | None, vocab_size: int, timeout_s: float,
             max_drain_s: float, max_lateness_ms: float, api_key: str | None) -> Measured:  # fmt: skip
     """Replay `run` open loop against `endpoint`; every request is a row, whatever happened to it."""
@@ -87,7 +99,7 @@ def measure(run: Run, endpoint: str, model: str, *, dilation: float, block_token
     result = asyncio.run(replay_async(
         endpoint, model, t.column("arrival_s").to_numpy(), t.column("isl").to_numpy(), t.column("osl").to_numpy(),
         request_id=t.column("request_id").to_numpy(), rate_scale=1.0 / dilation,
-        hash_ids=t.column("hash_ids").to_pylist() if "hash_ids" in t.column_names else None, block_tokens=block_tokens,
+        hash_ids=_run_hashes(t, run.prompt_seed), block_tokens=block_tokens,
         vocab_size=vocab_size, seed=run.prompt_seed, timeout_s=timeout_s * dilation, api_key=api_key, max_drain_s=max_drain_s * dilation,
     ))  # fmt: skip
     records = result.requests

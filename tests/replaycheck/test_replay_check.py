@@ -13,7 +13,8 @@ from llmcap.errors import LlmcapError
 from llmcap.perf import decode_step_time, prefill_time
 from llmcap.replaycheck import unit_from_plan
 from llmcap.replaycheck.compare import bucket_labels, bucket_of, verdict
-from llmcap.replaycheck.runs import plan_runs
+from llmcap.live.prompts import prompts
+from llmcap.replaycheck.runs import _run_hashes, plan_runs
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.plan import Lengths, _Sizer, candidate_key, make_unit
 from ops.reproduce import MEASURED, compare, out_flags
@@ -110,7 +111,13 @@ def test_runs_replay_one_excerpt_per_seed_at_every_scale() -> None:
         assert arrival[0] == 0.0 and r.requests.num_rows / arrival[-1] == pytest.approx(r.rate_rps)
     assert runs[0].requests.column("request_id") == runs[2].requests.column("request_id")
     assert runs[0].requests.column("request_id") != runs[3].requests.column("request_id")
-    assert len({r.prompt_seed for r in runs}) == len(runs)  # no run finds its prompts cached by an earlier one
+    # no run finds its prompts cached by an earlier one: shared prefixes are shared within a run only
+    hashes = pa.array([[1, 2, 3], [1, 2, 9], None])
+    prompts_of = lambda seed: prompts(np.array([64, 64, 8]), _run_hashes(pa.table({"hash_ids": hashes}), seed), 16, 1000, seed)  # noqa: E731
+    a, b = prompts_of(runs[0].prompt_seed), prompts_of(runs[1].prompt_seed)
+    assert a[0][:32] == a[1][:32] and a[0][32:48] != a[1][32:48]
+    assert not {tuple(p[:16]) for p in a} & {tuple(p[:16]) for p in b}
+    assert len({r.prompt_seed for r in runs}) == len(runs)
 
 
 def test_reproduce_reports_measured_outputs_as_measured(tmp_path) -> None:
