@@ -43,6 +43,10 @@ OUTPUTS = {
     "capacity table": "data/processed/capacity.parquet",
     "capacity summary": "data/reports/capacity/summary.json",
     "capacity report": "data/reports/capacity/capacity.html",
+    "replay measured": "data/processed/replay/measured.parquet",
+    "replay predicted": "data/processed/replay/predicted.parquet",
+    "replay summary": "data/reports/replay/summary.json",
+    "replay report": "data/reports/replay/replay.html",
 }
 
 
@@ -93,6 +97,7 @@ def collect(root: str) -> dict:
         "workload": json.loads((base / OUTPUTS["workload summary"]).read_text()),
         "candidates": json.loads((base / OUTPUTS["candidates summary"]).read_text()),
         "capacity": json.loads((base / OUTPUTS["capacity summary"]).read_text()),
+        "replay": json.loads((base / OUTPUTS["replay summary"]).read_text()),
     }
 
 
@@ -104,7 +109,7 @@ def push(root: str) -> dict:
 
 @flow(name="replan", log_prints=True)
 def replan(root: str = str(ROOT), force: bool = False) -> dict:
-    """The planning loop, every step built so far: clean → characterise → enumerate → profile → size."""
+    """The planning loop, every step built so far: clean → characterise → enumerate → profile → size → replay."""
     import mlflow
 
     logger = get_run_logger()
@@ -132,6 +137,8 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         mlflow.log_metrics({"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]})
         mlflow.log_metrics({f"plan.{pool}.{m}": q[m] for pool, q in k["pool_plans"].items() for m in ("instances", "gpus", "per_instance_rps")})
         mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"], "mlflow.runName": tracking.decision_name(k)})
+        r = results["replay"]
+        mlflow.set_tags({"replay.source": r["source"], "replay.verdict": r["verdict"]["measured"]["text"]})
         tags, artifacts = decision.record(base)
         mlflow.set_tags(tags)
         for name, content in artifacts.items():
@@ -162,8 +169,13 @@ def _markdown(results: dict, ran: list[str], run_id: str) -> str:
         f"(max context {e['max_context_len']:,} tokens).\n\n"
         f"**Plan**: {k['chosen']} ({k['mode']}) — {k['gpus']} GPUs ({k['base_instances']} base + "
         f"{k['instances'] - k['base_instances']} headroom instances) for {k['target_rps']:.3g} req/s, ${k['usd_per_hour']:,.0f}/h.\n\n"
+        f"**Replay check** against {_replay_source(results['replay'])}: {results['replay']['verdict']['measured']['text']}.\n\n"
         f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
     )
+
+
+def _replay_source(r: dict) -> str:
+    return "the DIGITAL TWIN (simulated, not a measurement of a real engine)" if r["source"] == "digital-twin" else str(r["endpoint"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
           f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")
     print(f"report: {ROOT / OUTPUTS['capacity report']}")
+    r = result["replay"]
+    print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")
     stored = result["stored"]
     print(f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
           "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)")

@@ -147,6 +147,36 @@ class EnumerateParams(EnumerationSpec):
         return EnumerationSpec.model_validate(data)
 
 
+def endpoint_without_secrets(value: str | None, key_field: str) -> str | None:
+    """An endpoint param: an http(s) URL with a host and no credential in it (`key_field` names where the key goes)."""
+    # Messages here never quote the URL: it may hold the very secret being refused.
+    if value is None:
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise ValueError("is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000")
+    # params.yaml is committed, and DVC copies every param value into dvc.lock: no credential may live here
+    if split_userinfo(value)[1] is not None or redact_text(value) != value:
+        raise ValueError(
+            "carries a credential (user:password@ or a token in the query); params.yaml and dvc.lock are "
+            f"committed, so put the key in an environment variable and name it in {key_field}"
+        )
+    return value
+
+
+def env_name(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            check_env_name(value)
+        except LlmcapError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
 class ProfileParams(_Strict):
     """Stage `profile`: the environment the plan targets (its fingerprint) and how to (re-)profile it.
 
@@ -191,33 +221,12 @@ class ProfileParams(_Strict):
     @field_validator("endpoint")
     @classmethod
     def _endpoint_without_secrets(cls, value: str | None) -> str | None:
-        # Messages here never quote the URL: it may hold the very secret being refused.
-        if value is None:
-            return value
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError:
-            raise ValueError("is not a URL") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000")
-        # params.yaml is committed, and DVC copies every param value into dvc.lock: no credential may live here
-        if split_userinfo(value)[1] is not None or redact_text(value) != value:
-            raise ValueError(
-                "carries a credential (user:password@ or a token in the query); params.yaml and dvc.lock are "
-                "committed, so put the key in an environment variable and name it in profile.api_key_env"
-            )
-        return value
+        return endpoint_without_secrets(value, "profile.api_key_env")
 
     @field_validator("api_key_env")
     @classmethod
     def _env_name(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                check_env_name(value)
-            except LlmcapError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+        return env_name(value)
 
     @field_validator("scheduler", mode="before")
     @classmethod
@@ -232,6 +241,50 @@ class ProfileParams(_Strict):
         return value
 
 
+class ReplayParams(_Strict):
+    """Stage `replay` (step 5): the chosen plan's unit replayed open loop at scales of its predicted max rate.
+
+    With no `endpoint` the stage serves the unit's digital twin (`llmcap twin serve`) and says so loudly:
+    its figures are the simulator's, not a measurement of a real engine.
+    """
+
+    endpoint: str | None = Field(None, description="OpenAI-compatible base URL of one instance (or one P+D pair) of the "
+                                 "chosen configuration; null: the unit's digital twin")  # fmt: skip
+    api_key_env: str | None = Field(None, description="environment variable holding the endpoint's API key; null: LLMCAP_API_KEY if set")
+    served_model: str | None = Field(None, description="model name the endpoint serves (default: its first model)")
+    rate_scales: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [0.8, 1.0, 1.2], min_length=2,
+        description="multiples of the predicted max feasible rate; the lowest must hold, the highest must fail",
+    )  # fmt: skip
+    excerpt_requests: int = Field(40, ge=2, description="consecutive trace requests replayed per run")
+    excerpt_seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1,
+                                                              description="each seed replays a different excerpt at every rate")  # fmt: skip
+    isl_buckets: list[PositiveInt] = Field(default_factory=lambda: [4096, 16384], description="ISL bucket edges (tokens)")
+    osl_buckets: list[PositiveInt] = Field(default_factory=lambda: [256], description="OSL bucket edges (tokens)")
+    twin_dilation: float = Field(0.2, gt=0, description="twin only: wall seconds per simulated second (0.2: five times faster)")
+    max_lateness_ms: float = Field(50.0, gt=0, description="a send later than this (wall clock) makes a run invalid")
+    timeout_s: float = Field(120.0, gt=0, description="per-read timeout of a stream, simulated seconds (a miss, not a retry)")
+    max_drain_s: float = Field(120.0, gt=0, description="requests still streaming this long after the last send are cut (unfinished)")
+    vocab_size: int = Field(1000, ge=8, description="prompt token ids are drawn from [4, vocab_size)")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_without_secrets(cls, value: str | None) -> str | None:
+        return endpoint_without_secrets(value, "replay.api_key_env")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str | None) -> str | None:
+        return env_name(value)
+
+    @field_validator("rate_scales", "isl_buckets", "osl_buckets")
+    @classmethod
+    def _increasing(cls, value: list) -> list:
+        if any(b <= a for a, b in zip(value, value[1:])):
+            raise ValueError(f"must be strictly increasing (got {value})")
+        return value
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -242,6 +295,7 @@ class Params(_Strict):
     enumerate: EnumerateParams = EnumerateParams()
     profile: ProfileParams = ProfileParams()
     size: SizeParams = SizeParams()
+    replay: ReplayParams = ReplayParams()
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

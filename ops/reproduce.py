@@ -10,7 +10,10 @@ is left alone). Then every output's md5 is compared with REV's dvc.lock and, whe
 REV's decision exists (its dvc.lock.sha256 tag), with its `decision/outputs.json`. --pull fetches REV's
 outputs from the project's DVC remote instead of recomputing (outputs with `cache: false` are not stored).
 
-Exit 0: byte-identical; 1: a list of what differs (path, expected md5, got md5) and which stage
+Outputs dvc.yaml marks `meta: {measured: true}` (the replay stage's measured records and report: wall-clock
+timing of an endpoint or the digital twin) are listed as "measured, not expected identical", not compared.
+
+Exit 0: byte-identical (measured outputs aside); 1: a list of what differs (path, expected md5, got md5) and which stage
 inputs (commands, params, deps) differ between REV's dvc.lock and the re-run's; 2: a usage error.
 """
 
@@ -133,12 +136,28 @@ def mlflow_run(lock_bytes: bytes) -> dict | None:
     return None
 
 
+MEASURED = "measured, not expected identical"
+SKIPPED = ("identical", "not stored (cache: false)", MEASURED)
+
+
+def out_flags(dvc_yaml: dict) -> tuple[set[str], set[str]]:
+    """Outputs with `cache: false`, and outputs marked `meta: {measured: true}` (timing of a live endpoint or the
+    digital twin: a re-run measures again and is not expected to give the same bytes)."""
+    uncached, measured = set(), set()
+    for stage in dvc_yaml.get("stages", {}).values():
+        for o in stage.get("outs", []):
+            if isinstance(o, dict):
+                path, spec = next(iter(o.items()))
+                if spec.get("cache") is False:
+                    uncached.add(path)
+                if (spec.get("meta") or {}).get("measured") is True:
+                    measured.add(path)
+    return uncached, measured
+
+
 def compare(root: Path, worktree: Path, lock: dict, dvc_yaml: dict, run: dict | None, pulled: bool) -> list[dict]:
     manifest = run["manifest"] if run else None
-    uncached = {
-        next(iter(o)) for s in dvc_yaml.get("stages", {}).values() for o in s.get("outs", [])
-        if isinstance(o, dict) and next(iter(o.values())).get("cache") is False
-    }
+    uncached, measured = out_flags(dvc_yaml)
     rows = []
     for path, entry in lock_outs(lock).items():
         target = worktree / path
@@ -146,6 +165,10 @@ def compare(root: Path, worktree: Path, lock: dict, dvc_yaml: dict, run: dict | 
         row = {"path": path, "stage": entry["stage"], "expected": expected, "got": got, "files": []}
         if pulled and path in uncached:
             row["status"] = "not stored (cache: false)"
+            rows.append(row)
+            continue
+        if path in measured and not pulled:  # wall-clock timing: a re-run measures again, other bytes
+            row["status"] = MEASURED if got is not None else "missing"
             rows.append(row)
             continue
         row["status"] = "identical" if got == expected else ("missing" if got is None else "differs")
@@ -166,7 +189,7 @@ def compare_mlflow(worktree: Path, run: dict | None, rows: list[dict]) -> dict:
         return {"run_id": None, "compared": 0, "differences": [], "note": "no finished replan run with REV's dvc.lock in this MLflow store"}
     if run["manifest"] is None:
         return {"run_id": run["run_id"], "compared": 0, "differences": [], "note": "the run has no decision/outputs.json"}
-    skip = {r["path"] for r in rows if r["status"].startswith("not stored")}
+    skip = {r["path"] for r in rows if r["status"].startswith("not stored") or r["status"] == MEASURED}
     diffs = []
     compared = 0
     for rel, md5 in sorted(run["manifest"].items()):
@@ -215,7 +238,7 @@ def reproduce(root: Path, rev: str, pull: bool, keep: bool) -> dict:
         result["mlflow"] = compare_mlflow(worktree, run, rows)
         result["inputs_changed"] = input_changes(lock, rerun_lock) if rerun_lock else None
         result["identical"] = (
-            proc.returncode == 0 and all(r["status"] in ("identical", "not stored (cache: false)") for r in rows)
+            proc.returncode == 0 and all(r["status"] in SKIPPED for r in rows)
             and not result["mlflow"]["differences"]
         )
         return result
@@ -260,7 +283,9 @@ def render(result: dict) -> None:
             console.print(f"  {d['kind']} {d['path']} ({', '.join(d['stages'])}): {d['a']} -> {d['b']}")
     elif changed is not None and not result["identical"]:
         console.print("no stage input differs from REV's dvc.lock: the difference is nondeterminism or the environment")
-    console.print("[bold green]byte-identical[/]" if result["identical"] else "[bold red]DIFFERS[/]")
+    measured = [r["path"] for r in result["outputs"] if r["status"] == MEASURED]
+    aside = f" (measured outputs aside, not expected identical: {', '.join(measured)})" if measured else ""
+    console.print(f"[bold green]byte-identical[/]{aside}" if result["identical"] else "[bold red]DIFFERS[/]")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,6 +76,12 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"profile.scheduler": {"x": math.inf}}, "profile.scheduler", "finite number"),
     ({"profile.endpoint": "127.0.0.1:8000"}, "profile.endpoint", "http:// or https:// URL"),
     ({"profile.api_key_env": "two words"}, "profile.api_key_env", "not an environment variable name"),
+    ({"replay.endpoint": "127.0.0.1:8000"}, "replay.endpoint", "http:// or https:// URL"),
+    ({"replay.rate_scales": [1.2, 0.8]}, "replay.rate_scales", "strictly increasing"),
+    ({"replay.rate_scales": [0.8, 0]}, "replay.rate_scales.1", "greater than 0"),
+    ({"replay.isl_buckets": [4096, 4096]}, "replay.isl_buckets", "strictly increasing"),
+    ({"replay.twin_dilation": 0}, "replay.twin_dilation", "greater than 0"),
+    ({"replay.excerpt_requests": 1}, "replay.excerpt_requests", "greater than or equal to 2"),
     ({"seed": True}, "seed", "valid integer"),
     ({"seed": -1}, "seed", "greater than or equal to 0"),
     ({"seed": 1.5}, "seed", "valid integer"),
@@ -147,6 +153,10 @@ def test_a_credential_in_the_endpoint_is_refused_without_being_echoed(tmp_path: 
     with pytest.raises(InputFileError) as err:
         load_params(_write(tmp_path, {"profile.endpoint": endpoint}))
     assert err.value.field == "profile.endpoint" and "carries a credential" in err.value.reason
+    assert "s3cretpw" not in str(err.value)
+    with pytest.raises(InputFileError) as err:
+        load_params(_write(tmp_path, {"replay.endpoint": endpoint}))
+    assert err.value.field == "replay.endpoint" and "replay.api_key_env" in err.value.reason
     assert "s3cretpw" not in str(err.value)
 
 

@@ -16,7 +16,7 @@ import typer
 from pydantic import ValidationError
 
 import llmcap.perf as perf
-from llmcap.catalog import GpuSpec, ModelSpec
+from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
@@ -46,6 +46,12 @@ GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0)]
 PrefixCachingOpt = Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")]
 HostBlocksOpt = Annotated[int, typer.Option(min=0, help="host-memory KV tier, blocks per replica")]
 HostGbpsOpt = Annotated[float, typer.Option(min=0.001, help="host tier load bandwidth, GB/s")]
+# P/D pools on different GPUs or layouts (a plan may pair H100 prefill with H200 decode); None: as the prefill pool
+DecodeGpuOpt = Annotated[str | None, typer.Option(help="P/D: the decode pool's GPU (default: --gpu)")]
+DecodeTpOpt = Annotated[int | None, typer.Option(min=1, help="P/D: the decode pool's TP (default: --tp)")]
+DecodeMaxNumSeqsOpt = Annotated[int | None, typer.Option(min=1, help="P/D: the decode pool's max_num_seqs (default: --max-num-seqs)")]
+DecodeMaxBatchedOpt = Annotated[int | None, typer.Option(min=1, help="P/D: the decode pool's max_num_batched_tokens")]
+DecodeNumBlocksOpt = Annotated[int | None, typer.Option(min=1, help="P/D: KV blocks per decode replica (default: its memory plan)")]
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,16 @@ class EngineOptions:
     host_blocks: int = 0
     host_gbps: float = 25.0
     max_model_len: int | None = None
+    decode_gpu: str | None = None
+    decode_tp: int | None = None
+    decode_max_num_seqs: int | None = None
+    decode_max_num_batched_tokens: int | None = None
+    decode_num_blocks: int | None = None
+
+    @property
+    def decode_differs(self) -> bool:
+        return any(v is not None for v in (self.decode_gpu, self.decode_tp, self.decode_max_num_seqs,
+                                            self.decode_max_num_batched_tokens, self.decode_num_blocks))  # fmt: skip
 
 
 def parse_pd(spec: str | None) -> tuple[int, int] | None:
@@ -94,27 +110,39 @@ def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> Step
     return perf.build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
 
 
+def _engine(spec: ModelSpec, g: GpuSpec, o: EngineOptions, tp: int, max_num_seqs: int, max_num_batched_tokens: int,
+            num_blocks: int | None) -> EngineConfig:  # fmt: skip
+    """One replica's engine (KV blocks from the memory plan unless given)."""
+    mem = MemoryParams(gpu_memory_utilization=o.gpu_memory_utilization, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    plan = plan_memory(spec, g, Parallelism(tp=tp), o.quant, o.kv_dtype, o.block_size, mem)
+    blocks = num_blocks if num_blocks is not None else plan.kv_blocks_per_rank
+    if blocks < 1:
+        raise LlmcapError(f"{spec.name} does not fit on {g.name} with TP={tp}: no memory left for KV blocks")
+    return EngineConfig(
+        num_blocks=blocks, block_size=o.block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
+        kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype)),
+        max_model_len=o.max_model_len or spec.max_position_embeddings,
+    )  # fmt: skip
+
+
 def sim_config(
     spec: ModelSpec, g: GpuSpec, o: EngineOptions, *, reference: bool = False, resolution: float = 1.0, max_time: float | None = None
 ) -> SimConfig:
     """The simulator's config of this deployment (KV blocks from the memory plan unless given)."""
     pools = parse_pd(o.pd)
-    mem = MemoryParams(gpu_memory_utilization=o.gpu_memory_utilization, max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens)
-    plan = plan_memory(spec, g, Parallelism(tp=o.tp), o.quant, o.kv_dtype, o.block_size, mem)
-    blocks = o.num_blocks if o.num_blocks is not None else plan.kv_blocks_per_rank
-    if blocks < 1:
-        raise LlmcapError(f"{spec.name} does not fit on {g.name} with TP={o.tp}: no memory left for KV blocks")
     try:
-        engine = EngineConfig(
-            num_blocks=blocks, block_size=o.block_size, max_num_seqs=o.max_num_seqs, max_num_batched_tokens=o.max_num_batched_tokens,
-            enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
-            kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype)),
-            max_model_len=o.max_model_len or spec.max_position_embeddings,
-        )  # fmt: skip
+        engine = _engine(spec, g, o, o.tp, o.max_num_seqs, o.max_num_batched_tokens, o.num_blocks)
         pd_cfg = None
         if pools is not None:
             link = LinkConfig(bandwidth_bytes_s=o.link_gbps * 1e9, latency_s=o.link_latency_ms / 1e3)
-            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from)  # type: ignore[arg-type]
+            decode = None
+            if o.decode_differs:
+                decode = _engine(spec, get_gpu(o.decode_gpu) if o.decode_gpu else g, o, o.decode_tp or o.tp,
+                                 o.decode_max_num_seqs or o.max_num_seqs, o.decode_max_num_batched_tokens or o.max_num_batched_tokens,
+                                 o.decode_num_blocks)  # fmt: skip
+            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from,  # type: ignore[arg-type]
+                              decode_engine=decode)  # fmt: skip
         return SimConfig(
             engine=engine, replicas=o.replicas, router=o.router, pd=pd_cfg, reference=reference,  # type: ignore[arg-type]
             timeseries_resolution_s=resolution, max_time_s=max_time if max_time else math.inf,
@@ -122,6 +150,13 @@ def sim_config(
     except ValidationError as exc:
         err = exc.errors()[0]
         raise LlmcapError(f"invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+
+
+def decode_step_model(model: str, gpu: str, o: EngineOptions) -> StepTimeModel | None:
+    """P/D: the decode pool's step model when its GPU or TP differs from the prefill pool's (None: the same)."""
+    if o.pd is None or (o.decode_gpu in (None, gpu) and o.decode_tp in (None, o.tp)):
+        return None
+    return step_model(model, o.decode_gpu or gpu, o.decode_tp or o.tp, o.quant, o.kv_dtype)
 
 
 def deployment_label(cfg: SimConfig) -> str:

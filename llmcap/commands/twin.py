@@ -15,6 +15,11 @@ import typer
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import user_errors
 from llmcap.commands._deployment import (
+    DecodeGpuOpt,
+    DecodeMaxBatchedOpt,
+    DecodeMaxNumSeqsOpt,
+    DecodeNumBlocksOpt,
+    DecodeTpOpt,
     EngineOptions,
     FirstTokenFromOpt,
     GpuMemUtilOpt,
@@ -37,6 +42,7 @@ from llmcap.commands._deployment import (
     RouterOpt,
     TpOpt,
     check_choices,
+    decode_step_model,
     deployment_label,
     sim_config,
     step_model,
@@ -72,6 +78,11 @@ def serve(
     host_blocks: HostBlocksOpt = 0,
     host_gbps: HostGbpsOpt = 25.0,
     max_model_len: MaxModelLenOpt = None,
+    decode_gpu: DecodeGpuOpt = None,
+    decode_tp: DecodeTpOpt = None,
+    decode_max_num_seqs: DecodeMaxNumSeqsOpt = None,
+    decode_max_num_batched_tokens: DecodeMaxBatchedOpt = None,
+    decode_num_blocks: DecodeNumBlocksOpt = None,
     host: Annotated[str, typer.Option(help="address to bind (fault knobs answer loopback clients only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")] = 8000,
     served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the catalog name)")] = None,
@@ -90,7 +101,9 @@ def serve(
         link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, num_blocks=num_blocks,
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,
-        host_gbps=host_gbps, max_model_len=max_model_len,
+        host_gbps=host_gbps, max_model_len=max_model_len, decode_gpu=decode_gpu, decode_tp=decode_tp,
+        decode_max_num_seqs=decode_max_num_seqs, decode_max_num_batched_tokens=decode_max_num_batched_tokens,
+        decode_num_blocks=decode_num_blocks,
     )  # fmt: skip
     check_choices(opts)
     spec = load_model(model)
@@ -100,7 +113,8 @@ def serve(
     twin_spec = TwinSpec(
         config=cfg, step_model=step_model(model, gpu, tp, quant, kv_dtype), served_model_name=served_model_name or spec.name,
         info={"model": spec.name, "gpu": g.name, "tp": str(tp), "deployment": label, "dilation": f"{dilation:g}"},
-        vocab_size=spec.vocab_size, max_model_len=cfg.engine.max_model_len, dilation=dilation, slowdown=slowdown,
+        vocab_size=spec.vocab_size, max_model_len=cfg.engine.max_model_len, dilation=dilation,
+        decode_step_model=decode_step_model(model, gpu, opts), slowdown=slowdown,
         error_rate=error_rate, crash_after=crash_after, stall_s=stall_s, stall_at=stall_at, seed=seed, slots=max_in_flight,
     )  # fmt: skip
     crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmcap.report import capacity_plots as plots
+from llmcap.report import replay as replay_check
 from llmcap.sizing.headroom import COMBINATION_RULE
 from llmcap.sizing.slo import definitions
 
@@ -298,6 +299,11 @@ def notes(report: CapacityReport) -> Section:
     return Section("Notes", "\n".join(f"- {n}" for n in kept) or "None.", _paragraphs(kept) or "<p>None.</p>")
 
 
+def replay(report: CapacityReport) -> Section:
+    text = replay_check.CAPACITY_SECTION_TEXT  # the replay stage runs after this report: a pointer to its own
+    return Section(replay_check.CAPACITY_SECTION_TITLE, text, _paragraphs([text]))
+
+
 def pruned(report: CapacityReport) -> Section:
     items = [n for n in report.notes if n.startswith(_COLLAPSED)]
     summary = f"{len(items)} candidates pruned or not simulated"
@@ -309,7 +315,7 @@ def pruned(report: CapacityReport) -> Section:
 BUILDERS: dict[str, Callable[[CapacityReport], Section]] = {
     "provenance": header, "answer": answer, "ledger": ledger, "scenarios": scenarios, "count-range": count_range, "headroom": headroom,
     "latency-cdfs": latency, "kv-usage": kv_usage, "capacity-table": capacity_table, "attainment": attainment,
-    "goodput": goodput, "notes": notes, "pruned": pruned,
+    "goodput": goodput, "replay": replay, "notes": notes, "pruned": pruned,
 }  # fmt: skip
 SECTIONS = tuple(BUILDERS)  # the <section id=...> of each, in page order
 

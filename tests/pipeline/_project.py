@@ -55,6 +55,7 @@ def make_project(dest: Path, native: bool = False) -> tuple[Path, dict]:
     params["size"].update(excerpt_requests=400, shortlist=1, pd_prefill_shortlist=0, validate_max_extra=1, pools_split_isl=None)
     params["size"]["search"]["seeds"] = [0]
     params["size"]["count_seeds"] = [1]
+    params["replay"].update(excerpt_requests=12)  # the replay check against the twin: a few seconds per run
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = project_env(dest)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fresh clone"]):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ops.reproduce import MEASURED, out_flags
 from tests.pipeline._project import make_project, sh
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,11 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     lock_a = yaml.safe_load(subprocess.run(["git", "show", f"{a}:dvc.lock"], cwd=root, capture_output=True, text=True).stdout)
     n_outs = sum(len(s["outs"]) for s in lock_a["stages"].values())
     assert result["identical"] is True and result["mode"] == "recompute"
-    assert [r["status"] for r in result["outputs"]] == ["identical"] * n_outs
+    _, measured = out_flags(yaml.safe_load((root / "dvc.yaml").read_text()))
+    assert measured == {"data/processed/replay/measured.parquet", "data/reports/replay"}
+    assert {r["path"]: r["status"] for r in result["outputs"]} == {
+        r["path"]: MEASURED if r["path"] in measured else "identical" for r in result["outputs"]}
+    assert len(result["outputs"]) == n_outs
     assert result["mlflow"]["run_id"] == rows[1]["run_id"] and result["mlflow"]["compared"] >= n_outs
     assert result["mlflow"]["differences"] == []
     assert "is the project's" in result["environment"]["python"]

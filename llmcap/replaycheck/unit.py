@@ -1,0 +1,115 @@
+"""The chosen plan's replay unit: one aggregated instance, or one prefill and one decode instance, and the
+max feasible rate the plan predicts for it.
+
+The unit is described as `llmcap twin serve` options (`EngineOptions`), and its prediction is built from
+those same options by the same function the twin uses (`llmcap.commands._deployment.sim_config`), so the
+twin and the prediction cannot drift apart. The engine knobs come from the candidate rows the size stage
+sized: KV blocks from the row's `kv_tokens_per_instance`, `max_model_len` from its `max_context_len`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pandas as pd
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.commands._deployment import EngineOptions, decode_step_model, sim_config, step_model
+from llmcap.errors import LlmcapError
+from llmcap.perf.model import StepTimeModel
+from llmcap.sim import SimConfig
+from llmcap.sizing.plan import candidate_key
+
+_PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
+
+
+@dataclass(frozen=True)
+class PlanUnit:
+    chosen: str  # the plan's chosen key (summary.json `chosen`)
+    mode: str  # "aggregated" | "disaggregated"
+    model: str  # catalog model name
+    gpu: str  # the (prefill) instance's GPU
+    options: EngineOptions
+    rate_rps: float  # the plan's max feasible rate of this unit
+    rate_basis: str  # where that rate comes from
+
+    def simulation(self) -> tuple[SimConfig, StepTimeModel, StepTimeModel | None]:
+        """The unit's simulator config, step model and (P/D on another GPU or TP) decode step model."""
+        cfg = sim_config(load_model(self.model), get_gpu(self.gpu), self.options)
+        o = self.options
+        return cfg, step_model(self.model, self.gpu, o.tp, o.quant, o.kv_dtype), decode_step_model(self.model, self.gpu, o)
+
+    def twin_args(self) -> list[str]:
+        """`llmcap twin serve` options serving exactly this unit."""
+        args = ["--model", self.model, "--gpu", self.gpu]
+        defaults = EngineOptions()
+        for f in fields(EngineOptions):
+            value = getattr(self.options, f.name)
+            if value is None or value == getattr(defaults, f.name):
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(flag if value else "--no-" + f.name.replace("_", "-"))
+            else:
+                args += [flag, str(value)]
+        return args
+
+    def describe(self) -> str:
+        o = self.options
+        if self.mode == "aggregated":
+            return f"one instance of {self.chosen}"
+        return f"one prefill ({self.gpu} TP{o.tp}) + one decode ({o.decode_gpu or self.gpu} TP{o.decode_tp or o.tp}) instance of {self.chosen}"
+
+
+def _row(candidates: pd.DataFrame, key: str, roles: tuple[str, ...]) -> Mapping[str, Any]:
+    feasible = candidates[candidates["feasible"] & candidates["role"].isin(roles)]
+    for _, row in feasible.iterrows():
+        if candidate_key(row) == key:
+            return row.to_dict()
+    raise LlmcapError(f"the chosen plan's candidate {key} ({'/'.join(roles)}) is not a feasible row of the candidates table")
+
+
+def _engine_knobs(row: Mapping[str, Any]) -> dict[str, Any]:
+    if int(row["pp"]) != 1 or int(row["ep"]) != 1 or int(row["dp"]) != 1:
+        raise LlmcapError(f"{candidate_key(row)}: the twin and the replay unit serve TP only (pp, ep and dp must be 1)")
+    block = int(row["block_size"])
+    return {"tp": int(row["tp"]), "max_num_seqs": int(row["max_num_seqs"]), "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
+            "num_blocks": int(row["kv_tokens_per_instance"]) // block}  # fmt: skip
+
+
+def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str, pd_link_latency_s: float) -> PlanUnit:
+    """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table.
+
+    Aggregated: one instance at the plan's per-instance rate. Disaggregated: one prefill and one decode
+    instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
+    chosen, mode, pools = str(summary["chosen"]), str(summary["mode"]), summary["pool_plans"]
+    if mode == "aggregated":
+        row = _row(candidates, chosen, ("both",))
+        knobs = _engine_knobs(row)
+        options = EngineOptions(**knobs, quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]), block_size=int(row["block_size"]),
+                                max_model_len=int(row["max_context_len"]))  # fmt: skip
+        (pool,) = pools.values()
+        return PlanUnit(chosen, mode, model, str(row["gpu"]), options, float(pool["per_instance_rps"]),
+                        "the plan's max feasible rate of one instance")  # fmt: skip
+    match = _PD_KEY.match(chosen)
+    if mode != "disaggregated" or match is None:
+        raise LlmcapError(f"summary.json: chosen {chosen!r} in mode {mode!r} is neither an aggregated key nor P[...]+D[...]")
+    prefill, decode = _row(candidates, match["prefill"], ("prefill",)), _row(candidates, match["decode"], ("decode",))
+    if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (decode["weight_quant"], decode["kv_dtype"], decode["block_size"]):
+        raise LlmcapError(f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal")
+    p, d = _engine_knobs(prefill), _engine_knobs(decode)
+    gpu = get_gpu(str(prefill["gpu"]))
+    options = EngineOptions(
+        **p, pd="1:1", quant=str(prefill["weight_quant"]), kv_dtype=str(prefill["kv_dtype"]), block_size=int(prefill["block_size"]),
+        max_model_len=int(prefill["max_context_len"]),
+        # the size stage's link: the prefill instance's NICs, its latency
+        link_gbps=gpu.nic_bytes_s * int(prefill["gpus_per_instance"]) / 1e9, link_latency_ms=pd_link_latency_s * 1e3,
+        decode_gpu=str(decode["gpu"]), decode_tp=d["tp"], decode_max_num_seqs=d["max_num_seqs"],
+        decode_max_num_batched_tokens=d["max_num_batched_tokens"], decode_num_blocks=d["num_blocks"],
+    )  # fmt: skip
+    g_p, g_d = float(pools["prefill"]["per_instance_rps"]), float(pools["decode"]["per_instance_rps"])
+    return PlanUnit(chosen, mode, model, str(prefill["gpu"]), options, min(g_p, g_d),
+                    f"min(prefill {g_p:.4g}, decode {g_d:.4g}) req/s per instance: the pools' max feasible rates")  # fmt: skip
