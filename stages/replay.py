@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> str:
     plan = read_json(args.capacity_summary, "chosen")
     step_source = read_json(args.step_model, "source")["source"]
     trace = load_trace(args.trace)
-    unit = unit_from_plan(plan, pq.read_table(args.candidates).to_pandas(), params.enumerate.model, params.size.pd_link_latency_s)
+    unit = unit_from_plan(plan, pq.read_table(args.candidates).to_pandas(), params.enumerate.model, params.size.pd_link_latency_s,
+                          params.size.slo.ttft_includes_handoff)
     say = lambda m: print(f"[replay] {m}", file=sys.stderr)  # noqa: E731
     if rp.endpoint is None:
         _loud(f"no replay.endpoint -> replaying against the DIGITAL TWIN of {unit.describe()}: the figures are the "

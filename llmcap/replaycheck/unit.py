@@ -80,8 +80,10 @@ def _engine_knobs(row: Mapping[str, Any]) -> dict[str, Any]:
             "num_blocks": int(row["kv_tokens_per_instance"]) // block}  # fmt: skip
 
 
-def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str, pd_link_latency_s: float) -> PlanUnit:
-    """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table.
+def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str, pd_link_latency_s: float,
+                   ttft_includes_handoff: bool) -> PlanUnit:
+    """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table; P/D TTFT ends
+    where the size stage's SLO says (`slo.ttft_includes_handoff`: the decode instance's first token).
 
     Aggregated: one instance at the plan's per-instance rate. Disaggregated: one prefill and one decode
     instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
@@ -107,6 +109,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
         max_model_len=int(prefill["max_context_len"]),
         # the size stage's link: the prefill instance's NICs, its latency
         link_gbps=gpu.nic_bytes_s * int(prefill["gpus_per_instance"]) / 1e9, link_latency_ms=pd_link_latency_s * 1e3,
+        first_token_from="decode" if ttft_includes_handoff else "prefill",
         decode_gpu=str(decode["gpu"]), decode_tp=d["tp"], decode_max_num_seqs=d["max_num_seqs"],
         decode_max_num_batched_tokens=d["max_num_batched_tokens"], decode_num_blocks=d["num_blocks"],
     )  # fmt: skip

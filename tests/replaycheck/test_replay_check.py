@@ -47,7 +47,7 @@ def test_a_pd_unit_is_what_the_size_stage_simulated(candidates) -> None:
     summary = {"chosen": f"P[{candidate_key(prefill)}]+D[{candidate_key(decode)}]", "mode": "disaggregated",
                "pool_plans": {"prefill": {"per_instance_rps": 1.5}, "decode": {"per_instance_rps": 9.0}}}  # fmt: skip
     params = SizeParams()
-    unit = unit_from_plan(summary, candidates, MODEL, params.pd_link_latency_s)
+    unit = unit_from_plan(summary, candidates, MODEL, params.pd_link_latency_s, params.slo.ttft_includes_handoff)
     assert unit.rate_rps == 1.5 and unit.mode == "disaggregated"  # a 1:1 pair serves the smaller pool rate
 
     config, step, decode_step = unit.simulation()
@@ -76,12 +76,12 @@ def test_a_pd_unit_is_what_the_size_stage_simulated(candidates) -> None:
 def test_an_aggregated_unit_and_a_missing_row(candidates) -> None:
     row = _pick(candidates, "both", "H100-SXM-80GB", 1)
     summary = {"chosen": candidate_key(row), "mode": "aggregated", "pool_plans": {"instances": {"per_instance_rps": 2.5}}}
-    unit = unit_from_plan(summary, candidates, MODEL, 0.0)
+    unit = unit_from_plan(summary, candidates, MODEL, 0.0, True)
     config, _, decode_step = unit.simulation()
     assert config.pd is None and decode_step is None and unit.rate_rps == 2.5
     assert config.engine.num_blocks == int(row["kv_tokens_per_instance"]) // int(row["block_size"])
     with pytest.raises(LlmcapError, match="not a feasible row"):
-        unit_from_plan(summary | {"chosen": "H100-SXM-80GB/nope"}, candidates, MODEL, 0.0)
+        unit_from_plan(summary | {"chosen": "H100-SXM-80GB/nope"}, candidates, MODEL, 0.0, True)
 
 
 def test_the_verdict() -> None:
