@@ -16,6 +16,8 @@ class DiagnoseParams(_Strict):
 
     window_s: float = Field(default=10.0, gt=0)
     """Width of the windows the series is cut into (seconds of its clock)."""
+    min_windows: int = Field(default=2, ge=1)
+    """Consecutive windows a reading must hold to be a finding (one window's blip is noise)."""
     waiting_min: float = Field(default=1.0, gt=0)
     """Mean requests waiting (all engines) from which a window counts as queueing."""
     kv_low: float = Field(default=0.7, gt=0, lt=1)
