@@ -12,7 +12,7 @@ ITL of a request is its mean gap (`tpot_s`); requests with one output token have
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +41,8 @@ class BucketBias:
     requests: int  # paired, served on both sides
     errors: dict[str, dict[float, Estimate]]  # metric ("ttft", "itl") -> percentile -> estimate
     isl_range: tuple[int, int | None]
+    # metric -> measured / predicted per request (finite only): what a correction factor is fitted on
+    request_ratios: dict[str, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -138,12 +140,13 @@ def bucket_biases(measured: pa.Table, predicted: pa.Table, params: ReconcilePara
         rows = np.array(members[key], dtype=np.int64)
         label = {"isl": isl_labels[key[0]], "osl": osl_labels[key[1]], **dict(zip(groups, key[2:], strict=True))}
         rng = np.random.default_rng([params.seed, n])
-        errors = {}
+        errors, ratios = {}, {}
         for metric, (mv, pv) in values.items():
             m, p = mv[rows], pv[rows]
-            ok = np.isfinite(m) & np.isfinite(p)
+            ok = np.isfinite(m) & np.isfinite(p) & (p > 0)
+            ratios[metric] = m[ok] / p[ok]
             errors[metric] = _estimates(m[ok], p[ok], params, rng) if ok.sum() >= 2 else {}
-        out.append(BucketBias(label, int(rows.size), errors, isl_ranges[key[0]]))
+        out.append(BucketBias(label, int(rows.size), errors, isl_ranges[key[0]], ratios))
     return out
 
 

@@ -8,9 +8,9 @@ The rule, on e = predicted / measured - 1 at the first reported percentile (`par
   request-weighted median ratio over all judged buckets; the others deviate from the rest;
 - re-profile, for every biased bucket, when the profile is stale (its fingerprint differs from the
   engine measured) or the engine's speed drifted within a run: a factor fitted now would not hold;
-- otherwise, when the main group is biased, one global correction (the request-weighted geometric
-  mean of its ratios) and decision "correct" for its biased buckets; its other buckets are within
-  tolerance;
+- otherwise, when most of the main group's requests are in biased buckets, one global correction
+  (the median per-request measured / predicted ITL over the group, TTFT when only TTFT is biased) and
+  decision "correct" for its biased buckets; its other buckets are within tolerance;
 - a deviating bucket is split: its bias is confined to it, so it gets its own class instead of a
   factor for everyone. Where every judged bucket of its ISL range deviates alike, the split comes
   with a step-time correction for prefills reaching past that range's lower edge (relative to the
@@ -141,13 +141,14 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
     main_requests = sum(b.requests for b in judged if id(b) in main)
     if not stale_reason and main_biased and 2 * sum(b.requests for b in main_biased) > main_requests:
         members = [b for b in judged if id(b) in main]
-        logs = [math.log(ratios[id(b)][m]) for b in members for m in metrics]
-        w = [b.requests for b in members for _ in metrics]
-        global_factor = math.exp(float(np.average(logs, weights=w)))
+        # ITL when it is biased: decode gaps scale with step time almost one to one, while TTFT also
+        # carries queueing, which a slower engine grows more than in proportion
+        metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
+        global_factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
         corrections.append(Correction(global_factor, 0, tuple(b.label for b in members), (
             f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
             f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
-            f"(request-weighted geometric mean of measured/predicted TTFT and ITL p{q:g})")))  # fmt: skip
+            f"(median measured/predicted {metric.upper()} per request over those buckets)")))  # fmt: skip
 
     deviating = [b for b in judged if id(b) not in main]
     range_factor: dict[tuple, float] = {}
@@ -156,14 +157,10 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
             same = [b for b in judged if b.isl_range == rng]
             if rng[0] == 0 or any(id(b) in main for b in same):
                 continue  # the range's bias is not confined to the range as a whole
-            # the deviating metric(s) carry the range's own speed; a prefill-only slowdown leaves ITL with the rest
-            logs, w = [], []
-            for b in same:
-                for m in metrics:
-                    if abs(ratios[id(b)][m] / medians[m] - 1.0) > tol:
-                        logs.append(math.log(ratios[id(b)][m]))
-                        w.append(b.requests)
-            factor = math.exp(float(np.average(logs, weights=w))) / global_factor
+            # the metric that deviates carries the range's own speed (a prefill-only slowdown leaves ITL with the rest)
+            dev = [m for m in metrics if any(abs(ratios[id(b)][m] / medians[m] - 1.0) > tol for b in same)]
+            metric = "itl" if "itl" in dev else "ttft"
+            factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in same]))) / global_factor
             range_factor[rng] = factor
             corrections.append(Correction(factor, rng[0], tuple(b.label for b in same), (
                 f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
