@@ -157,10 +157,8 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
             same = [b for b in judged if b.isl_range == rng]
             if rng[0] == 0 or any(id(b) in main for b in same):
                 continue  # the range's bias is not confined to the range as a whole
-            # the metric that deviates carries the range's own speed (a prefill-only slowdown leaves ITL with the rest)
-            dev = [m for m in metrics if any(abs(ratios[id(b)][m] / medians[m] - 1.0) > tol for b in same)]
-            metric = "itl" if "itl" in dev else "ttft"
-            factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in same]))) / global_factor
+            # fitted on TTFT: a range correction scales prefill steps only
+            factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
             range_factor[rng] = factor
             corrections.append(Correction(factor, rng[0], tuple(b.label for b in same), (
                 f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
