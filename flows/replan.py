@@ -56,8 +56,34 @@ def reproduce(root: str, force: bool) -> list[str]:
     # exclude of the output meta field), so our `size:` params section is not in it and a changed size.* param
     # would restore the previous run's outputs instead of running the stage (tests/pipeline/test_decisions.py).
     with Repo(root) as repo:
-        stages = repo.reproduce(force=force, run_cache=False)
+        waiting = _waiting(repo)
+        if waiting:
+            print(f"not run (their inputs are not there yet and no stage makes them): {', '.join(sorted(waiting))}")
+            targets = [s.addressing for s in repo.index.stages if s.addressing not in waiting]
+            stages = repo.reproduce(targets=targets, force=force, run_cache=False)
+        else:
+            stages = repo.reproduce(force=force, run_cache=False)
     return [s.addressing for s in stages]
+
+
+def _waiting(repo) -> set[str]:
+    """Stages with an input that is absent and no stage produces (e.g. reconcile before any replay records
+    exist), and the stages downstream of them: `dvc repro` of everything would fail on them."""
+    outs = {str(o.fs_path): s.addressing for s in repo.index.stages for o in s.outs}
+    waiting: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for s in repo.index.stages:
+            if s.addressing in waiting:
+                continue
+            for d in s.deps:
+                path = str(d.fs_path)
+                if (path not in outs and not os.path.exists(path)) or outs.get(path) in waiting:
+                    waiting.add(s.addressing)
+                    changed = True
+                    break
+    return waiting
 
 
 @task(name="collect-results")

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> str:
     report.write_text(markdown(rec, None, params.percentiles), encoding="utf-8")
     q = rec.percentile
 
-    def e(d, metric: str) -> float | None:  # noqa: ANN001 - a BucketDecision
+    def e(d, metric: str) -> float | None:
         est = d.bias.errors.get(metric, {}).get(q)
         return None if est is None else est.e
 

@@ -18,7 +18,8 @@ from llmcap.reconcile.diagnose import diagnose
 from llmcap.reconcile.metric_schema import schema_for
 from llmcap.reconcile.params import DiagnoseParams, ReconcileParams
 from llmcap.reconcile.report import accounting_line, bucket_rows, summary
-from llmcap.reconcile.run import read_records, reconcile as run_reconcile
+from llmcap.reconcile.run import read_records
+from llmcap.reconcile.run import reconcile as run_reconcile
 from llmcap.reconcile.series import read_series
 
 DEFAULTS = ReconcileParams()
@@ -70,7 +71,7 @@ def reconcile(
     _show(rec, diagnosis, params)
 
 
-def _show(rec, diagnosis, params: ReconcileParams) -> None:  # noqa: ANN001 - Reconciliation, Diagnosis | None
+def _show(rec, diagnosis, params: ReconcileParams) -> None:
     console = Console()
     head, rows = bucket_rows(rec, params.percentiles[:2])
     table = Table(title=f"e = predicted / measured - 1 (p{rec.percentile:g} decides, tolerance {rec.tolerance:.0%}, 95% bootstrap CI)")

@@ -19,6 +19,7 @@ metrics: correlation, not a proven cause.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -118,7 +119,7 @@ def _windows(s: _Series, window_s: float) -> list[Window]:
     t0, t1 = float(s.times[0]), float(s.times[-1])
     out = []
     edges = np.arange(t0, t1 + window_s, window_s)
-    for a, b in zip(edges[:-1], edges[1:], strict=True):
+    for a, b in pairwise(edges.tolist()):
         lo, hi = int(np.searchsorted(s.times, a, "left")), int(np.searchsorted(s.times, b, "left"))
         if b >= t1:
             hi = s.times.size
@@ -200,7 +201,7 @@ def diagnose(series: pa.Table, params: DiagnoseParams, schema: MetricSchema | No
     return Diagnosis(schema.name, missing, windows, findings)
 
 
-def _pick(choose, a: float, b: float) -> float:  # noqa: ANN001 - max or min
+def _pick(choose, a: float, b: float) -> float:
     finite = [x for x in (a, b) if np.isfinite(x)]
     return float(choose(finite)) if finite else np.nan
 

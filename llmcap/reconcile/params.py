@@ -3,6 +3,8 @@ into `llmcap.config.Params` as its `reconcile:` section."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -35,7 +37,7 @@ class DiagnoseParams(_Strict):
 
     @field_validator("kv_high")
     @classmethod
-    def _above_low(cls, value: float, info) -> float:  # noqa: ANN001 - pydantic's ValidationInfo
+    def _above_low(cls, value: float, info) -> float:
         low = info.data.get("kv_low")
         if low is not None and value <= low:
             raise ValueError(f"must be above kv_low ({low})")
@@ -65,7 +67,7 @@ class ReconcileParams(_Strict):
     @field_validator("isl_edges", "osl_edges")
     @classmethod
     def _edges(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if value[0] != 0 or any(b <= a for a, b in zip(value, value[1:])):
+        if value[0] != 0 or any(b <= a for a, b in pairwise(value)):
             raise ValueError(f"must start at 0 and ascend strictly (got {list(value)})")
         return value
 

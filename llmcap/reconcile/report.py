@@ -24,7 +24,7 @@ def summary(rec: Reconciliation, diagnosis: Diagnosis | None) -> dict:
     return _finite({"reconciliation": rec.to_dict(), "diagnosis": None if diagnosis is None else diagnosis.to_dict()})
 
 
-def _e(d, metric: str, q: float) -> str:  # noqa: ANN001 - a BucketDecision
+def _e(d, metric: str, q: float) -> str:
     est = d.bias.errors.get(metric, {}).get(q)
     return "–" if est is None else f"{est.e:+.1%} [{est.low:+.1%}, {est.high:+.1%}]"
 
@@ -46,8 +46,8 @@ def accounting_line(rec: Reconciliation) -> str:
 
 def markdown(rec: Reconciliation, diagnosis: Diagnosis | None, percentiles: tuple[float, ...]) -> str:
     head, rows = bucket_rows(rec, percentiles)
-    out = ["# Reconciliation", "", f"e = predicted / measured - 1 ({rec.percentile:g}th percentile decides; tolerance "
-           f"{rec.tolerance:.0%}; intervals: bootstrap).", "", accounting_line(rec), "",
+    intro = f"e = predicted / measured - 1 ({rec.percentile:g}th percentile decides; tolerance {rec.tolerance:.0%}; intervals: bootstrap)."
+    out = ["# Reconciliation", "", intro, "", accounting_line(rec), "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", "## Decisions", ""] + [f"- **{d.bias.label}**: {d.decision} — {d.reasoning}" for d in rec.decisions]

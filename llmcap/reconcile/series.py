@@ -57,7 +57,7 @@ async def record(base_url: str, stop: asyncio.Event, interval_s: float = 1.0, ti
                 break
             try:
                 await asyncio.wait_for(stop.wait(), interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
     return to_table(scrapes)
 

@@ -24,7 +24,7 @@ def pair_of(measured_scale, n: int = 300, seed: int = 0, itl_scale=None) -> tupl
     isl = rng.choice([300, 3000, 12000], size=n)
     ttft = 0.02 + isl * 5e-5
     tpot = np.full(n, 0.03) + rng.uniform(0, 0.005, n)
-    noise = lambda: rng.lognormal(0.0, 0.03, n)  # noqa: E731
+    noise = lambda: rng.lognormal(0.0, 0.03, n)
     m_ttft = ttft * measured_scale(isl) * noise()
     m_tpot = tpot * (itl_scale or measured_scale)(isl) * noise()
     return records(isl, m_ttft, m_tpot), records(isl, ttft, tpot)

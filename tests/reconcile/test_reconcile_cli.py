@@ -16,7 +16,7 @@ from tests.reconcile._records import pair_of
 runner = CliRunner()
 
 
-def files(tmp_path: Path, scale) -> tuple[Path, Path]:  # noqa: ANN001 - isl -> factor
+def files(tmp_path: Path, scale) -> tuple[Path, Path]:
     measured, predicted = pair_of(scale)
     m, p = tmp_path / "measured.parquet", tmp_path / "predicted.parquet"
     pq.write_table(measured, m)

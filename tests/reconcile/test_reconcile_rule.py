@@ -31,7 +31,7 @@ def test_a_bias_in_every_bucket_is_one_global_correction() -> None:
 
 
 def test_a_bias_confined_to_long_prompts_splits_that_bucket() -> None:
-    slow_long = lambda isl: np.where(isl > 8192, 1.5, 1.0)  # noqa: E731
+    slow_long = lambda isl: np.where(isl > 8192, 1.5, 1.0)
     rec = reconcile(*pair_of(slow_long, itl_scale=lambda isl: np.ones(isl.size)), PARAMS)
     assert by_isl(rec) == {"[0,1024)": "within_tolerance", "[1024,8192)": "within_tolerance", "[8192,inf)": "split"}
     assert [(c.min_context, round(c.factor, 1)) for c in rec.corrections] == [(8192, 1.5)]

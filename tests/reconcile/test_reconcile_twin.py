@@ -75,7 +75,7 @@ def measure(url: str, trace: pa.Table, dilation: float) -> pa.Table:
     return tagged(got)
 
 
-def predict(measured: pa.Table, step, cfg) -> pa.Table:  # noqa: ANN001 - a step model and a SimConfig
+def predict(measured: pa.Table, step, cfg) -> pa.Table:
     sent = measured.select(["request_id", "arrival_s", "isl", "osl"])
     return tagged(simulate(sent, step, cfg).records)
 

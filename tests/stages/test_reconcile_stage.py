@@ -17,7 +17,7 @@ from stages import reconcile as stage
 from tests.reconcile._records import pair_of
 
 
-def _setup(tmp_path: Path, reconcile_params: dict, scale) -> list[str]:  # noqa: ANN001 - isl -> factor
+def _setup(tmp_path: Path, reconcile_params: dict, scale) -> list[str]:
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"trace": {"file": "unused.jsonl"}, "reconcile": reconcile_params}))
     runs = [pair_of(scale, n=200, seed=s) for s in (0, 1)]  # two excerpts of one run
     for side, k in (("measured", 0), ("predicted", 1)):
