@@ -58,7 +58,7 @@ def reproduce(root: str, force: bool) -> list[str]:
     with Repo(root) as repo:
         waiting = _waiting(repo)
         if waiting:
-            print(f"not run (their inputs are not there yet and no stage makes them): {', '.join(sorted(waiting))}")
+            get_run_logger().warning(f"not run (their inputs are not there yet and no stage makes them): {', '.join(sorted(waiting))}")
             targets = [s.addressing for s in repo.index.stages if s.addressing not in waiting]
             stages = repo.reproduce(targets=targets, force=force, run_cache=False)
         else:
