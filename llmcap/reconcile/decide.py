@@ -4,8 +4,9 @@ re-profile / split the bucket (or: too few requests to judge).
 The rule, on e = predicted / measured - 1 at the first reported percentile (`params.percentiles[0]`):
 - a metric is *biased* in a bucket when |e| > tolerance and its confidence interval excludes 0;
   its speed ratio is measured / predicted = 1 / (1 + e) (a step-time factor: > 1 the engine is slower);
-- the *main group* is the buckets whose TTFT and ITL ratios both lie within the tolerance of the
-  request-weighted median ratio over all judged buckets; the others deviate from the rest;
+- the *main group* is the buckets whose TTFT and ITL ratios do not deviate from the request-weighted
+  median ratio over all judged buckets (deviate: beyond median × (1 ± tolerance), with a confidence
+  interval that excludes the median); the others deviate from the rest;
 - re-profile, for every biased bucket, when the profile is stale (its fingerprint differs from the
   engine measured) or the engine's speed drifted within a run: a factor fitted now would not hold;
 - otherwise, when most of the main group's requests are in biased buckets, one global correction
@@ -106,6 +107,13 @@ def _is_biased(b: BucketBias, metric: str, q: float, tol: float) -> bool:
     return est is not None and abs(est.e) > tol and (est.low > 0 or est.high < 0)
 
 
+def _deviates(b: BucketBias, metric: str, q: float, median: float, tol: float) -> bool:
+    """Whether the bucket's measured / predicted is beyond median × (1 ± tol) and its interval excludes the median."""
+    est = b.errors[metric][q]
+    low, high = 1.0 / (1.0 + est.high), 1.0 / (1.0 + est.low)  # e's interval, as a ratio (decreasing in e)
+    return abs(_ratio(b, metric, q) / median - 1.0) > tol and (low > median or high < median)
+
+
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     order = np.argsort(values)
     cum = np.cumsum(weights[order])
@@ -126,7 +134,7 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
     biased = {id(b): tuple(m for m in metrics if _is_biased(b, m, q, tol)) for b in biases}
     weights = np.array([b.requests for b in judged], dtype=np.float64)
     medians = {m: _weighted_median(np.array([ratios[id(b)][m] for b in judged]), weights) if judged else 1.0 for m in metrics}
-    main = {id(b) for b in judged if all(abs(ratios[id(b)][m] / medians[m] - 1.0) <= tol for m in metrics)}
+    main = {id(b) for b in judged if not any(_deviates(b, m, q, medians[m], tol) for m in metrics)}
     drifting = [d for d in drifts if abs(d.change) > tol]
     stale_reason = ""
     if stale_fields:

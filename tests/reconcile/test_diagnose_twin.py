@@ -21,8 +21,9 @@ from llmcap.reconcile.diagnose import Diagnosis, diagnose
 from llmcap.reconcile.params import DiagnoseParams
 from llmcap.reconcile.series import record
 from llmcap.twin import Twin, TwinSpec
+from tests.twin.test_fidelity import high_priority  # noqa: F401 - the fixture: this process (client and twin) at high priority
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("high_priority")]
 MODEL, GPU = "Llama-3.1-8B", "H100-SXM-80GB"  # decode steps of ~7 ms
 PARAMS = DiagnoseParams(window_s=2.0)
 
@@ -62,7 +63,7 @@ def dominant(d: Diagnosis) -> set[str]:
 
 def test_a_healthy_run_yields_no_finding() -> None:
     d = diagnose(twin_series(EngineOptions(max_num_seqs=16)), PARAMS)
-    assert d.windows and d.findings == [], [str(f) for f in d.findings]
+    assert d.windows and d.findings == [], [(str(f), [w.values for w in d.windows]) for f in d.findings]
 
 
 def test_a_slow_engine_is_compute_bound() -> None:
