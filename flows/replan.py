@@ -47,6 +47,8 @@ OUTPUTS = {
     "replay predicted": "data/processed/replay/predicted.parquet",
     "replay summary": "data/reports/replay/summary.json",
     "replay report": "data/reports/replay/replay.html",
+    "reconciliation": "data/processed/reconcile.json",
+    "reconciliation report": "data/reports/reconcile/reconcile.md",
 }
 
 

@@ -15,6 +15,7 @@ from llmcap.commands import memory as memory_cmd
 from llmcap.commands import perf as perf_cmd
 from llmcap.commands import plan as plan_cmd
 from llmcap.commands import profile as profile_cmd
+from llmcap.commands import reconcile as reconcile_cmd
 from llmcap.commands import replay as replay_cmd
 from llmcap.commands import simulate as simulate_cmd
 from llmcap.commands import size as size_cmd
@@ -59,6 +60,7 @@ app.command("simulate")(simulate_cmd.simulate)
 app.command("perf")(perf_cmd.perf)
 app.command("profile")(profile_cmd.profile)
 app.command("replay")(replay_cmd.replay)
+app.command("reconcile")(reconcile_cmd.reconcile)
 app.command("size")(size_cmd.size)
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from llmcap.candidates import EnumerationSpec, workload_context_lengths
 from llmcap.credentials import check_env_name, redact_text, split_userinfo
 from llmcap.errors import InputFileError, LlmcapError
+from llmcap.reconcile.params import ReconcileParams
 from llmcap.sizing.params import SizeParams
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "vllm-bench", "guidellm", "csv", "jsonl", "parquet"]
@@ -296,6 +297,7 @@ class Params(_Strict):
     profile: ProfileParams = ProfileParams()
     size: SizeParams = SizeParams()
     replay: ReplayParams = ReplayParams()
+    reconcile: ReconcileParams = ReconcileParams()
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

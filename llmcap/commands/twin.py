@@ -92,6 +92,8 @@ def serve(
     crash_after: Annotated[int | None, typer.Option(min=0, help="fault: the request after this many kills the twin (streams cut, exit 3)")] = None,
     stall_s: Annotated[float, typer.Option(min=0.0, help="fault: the engine produces nothing for this many simulated seconds ...")] = 0.0,
     stall_at: Annotated[float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")] = 0.0,
+    long_prompt_slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: steps whose prefill reaches past --long-prompt-tokens take this many times their simulated time")] = 1.0,
+    long_prompt_tokens: Annotated[int, typer.Option(min=1, help="... the context length from which --long-prompt-slowdown applies")] = 8192,
     seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = 0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = 1 << 16,
 ) -> None:
@@ -116,6 +118,7 @@ def serve(
         vocab_size=spec.vocab_size, max_model_len=cfg.engine.max_model_len, dilation=dilation,
         decode_step_model=decode_step_model(model, gpu, opts), slowdown=slowdown,
         error_rate=error_rate, crash_after=crash_after, stall_s=stall_s, stall_at=stall_at, seed=seed, slots=max_in_flight,
+        long_prompt_slowdown=long_prompt_slowdown, long_prompt_tokens=long_prompt_tokens,
     )  # fmt: skip
     crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
     if crashed:

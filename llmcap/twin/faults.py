@@ -6,9 +6,12 @@ replay, probes, control loops).
   seeded generator in arrival order (the same arrivals fail on every run);
 - crash after N: the (N+1)-th completion request kills the twin: every open connection is cut
   mid-stream, the listener closes, nothing answers any more;
-- stall: the engine clock stops for S seconds (no tokens, requests still accepted and queued).
+- stall: the engine clock stops for S seconds (no tokens, requests still accepted and queued);
+- long-prompt slowdown X past N tokens: engine steps whose prefill reaches past N context tokens take
+  X times their simulated time (`llmcap.perf.scaled.ScaledStepModel`): long prompts alone are slower.
 
-All of them can be changed while the twin runs (POST /admin/faults, loopback only).
+All but the long-prompt slowdown (fixed at start: it is part of the step model) can be changed while
+the twin runs (POST /admin/faults, loopback only).
 """
 
 from __future__ import annotations

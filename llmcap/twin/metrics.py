@@ -4,7 +4,8 @@
 
 Per engine (label `engine`, the replica's index in the deployment, prefill pool first), like a
 data-parallel vLLM: running/waiting requests, KV usage, preemptions, iteration tokens (from the
-replicas, read at scrape time); prompt/generation tokens, prefix-cache queries/hits, finished
+replicas, read at scrape time), and under P/D each prefill replica's KV-link busy seconds
+(`llmcap_twin_kv_link_busy_seconds`); prompt/generation tokens, prefix-cache queries/hits, finished
 requests and the TTFT / ITL / E2E histograms (recorded as tokens go out, in twin seconds).
 """
 
@@ -58,7 +59,11 @@ class _EngineState:
         faults.add_metric([], t.injected_errors)
         lag = GaugeMetricFamily("llmcap_twin_max_lag_seconds", "Latest the twin ran a simulated decision behind its wall time (wall s).")
         lag.add_metric([], t.max_lag_s)
-        return [running, waiting, usage, preempt, steps, cache, info, slowdown, faults, lag]
+        link = CounterMetricFamily("llmcap_twin_kv_link_busy_seconds", "Seconds each prefill replica's P->D KV link was busy "
+                                   "(simulated; vLLM has no standard metric for it).", labels=labels)  # fmt: skip
+        for r, ln in zip(t.cluster.front, t.cluster.links):  # P/D only: one link per prefill replica
+            link.add_metric([t.model_name, str(r.gid), "llmcap"], ln.busy_s)
+        return [running, waiting, usage, preempt, steps, cache, info, slowdown, faults, lag, link]
 
 
 class TwinMetrics:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from llmcap.live.client import FIRST_ORDINARY_ID
 from llmcap.perf.model import StepTimeModel
+from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim.config import SimConfig
 from llmcap.sim.engine import INF
 from llmcap.sim.steptime import StepTimer
@@ -59,6 +60,8 @@ class TwinSpec:
     crash_after: int | None = None
     stall_s: float = 0.0
     stall_at: float = 0.0  # twin seconds after start
+    long_prompt_slowdown: float = 1.0  # steps whose prefill reaches past long_prompt_tokens take this many times longer
+    long_prompt_tokens: int = 8192
     seed: int = 0  # error draws and the power-of-two router
     slots: int = DEFAULT_SLOTS  # requests in flight at once; more are answered 503
 
@@ -80,7 +83,10 @@ class Twin:
         self.clock = TwinClock(spec.dilation, spec.slowdown)
         rng = np.random.default_rng(spec.seed)
         decode_timer = None if spec.decode_step_model is None else StepTimer(spec.decode_step_model)
-        self.cluster = OnlineCluster(StepTimer(spec.step_model), spec.config, rng, self._emit, slots=spec.slots,
+        step: StepTimeModel = spec.step_model
+        if spec.long_prompt_slowdown != 1.0:
+            step = ScaledStepModel(step, spec.long_prompt_slowdown, spec.long_prompt_tokens)
+        self.cluster = OnlineCluster(StepTimer(step), spec.config, rng, self._emit, slots=spec.slots,
                                      decode_timer=decode_timer)  # fmt: skip
         self.faults = Faults(error_rate=spec.error_rate, crash_after=spec.crash_after, seed=spec.seed)
         self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": TWIN_VERSION})
