@@ -42,7 +42,7 @@ from llmcap.commands._deployment import (
     step_model,
 )
 from llmcap.errors import LlmcapError
-from llmcap.twin import Twin, TwinSpec
+from llmcap.twin import TWIN_VERSION, Twin, TwinSpec
 
 CRASH_EXIT = 3
 
@@ -83,6 +83,7 @@ def serve(
     stall_at: Annotated[float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")] = 0.0,
     seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = 0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = 1 << 16,
+    engine_version: Annotated[str, typer.Option(help="the version GET /version reports (another value stands for an engine upgrade)")] = TWIN_VERSION,
 ) -> None:
     """Serve MODEL on GPU (TP, replicas or P/D pools) as a simulated OpenAI-compatible endpoint."""
     opts = EngineOptions(
@@ -102,6 +103,7 @@ def serve(
         info={"model": spec.name, "gpu": g.name, "tp": str(tp), "deployment": label, "dilation": f"{dilation:g}"},
         vocab_size=spec.vocab_size, max_model_len=cfg.engine.max_model_len, dilation=dilation, slowdown=slowdown,
         error_rate=error_rate, crash_after=crash_after, stall_s=stall_s, stall_at=stall_at, seed=seed, slots=max_in_flight,
+        engine_version=engine_version,
     )  # fmt: skip
     crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
     if crashed:

@@ -61,6 +61,7 @@ class TwinSpec:
     stall_at: float = 0.0  # twin seconds after start
     seed: int = 0  # error draws and the power-of-two router
     slots: int = DEFAULT_SLOTS  # requests in flight at once; more are answered 503
+    engine_version: str = TWIN_VERSION  # what GET /version answers: another value stands for an engine upgrade
 
 
 @dataclass(eq=False)
@@ -83,7 +84,7 @@ class Twin:
         self.cluster = OnlineCluster(StepTimer(spec.step_model), spec.config, rng, self._emit, slots=spec.slots,
                                      decode_timer=decode_timer)  # fmt: skip
         self.faults = Faults(error_rate=spec.error_rate, crash_after=spec.crash_after, seed=spec.seed)
-        self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": TWIN_VERSION})
+        self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": spec.engine_version})
         self.metrics.slowdown = spec.slowdown
         headers = {"server": TWIN_VERSION, "x-llmcap-twin": "simulated; not a measurement"}
         self.http = HttpServer(self._handle, headers)
@@ -184,7 +185,7 @@ class Twin:
             if route == ("GET", "/health"):
                 await res.send(200, b"")
             elif route == ("GET", "/version"):
-                await res.send_json(200, {"version": TWIN_VERSION, "twin": True,
+                await res.send_json(200, {"version": self.spec.engine_version, "twin": True,
                                           "note": "llmcap digital twin: token timing is simulated, not measured"})  # fmt: skip
             elif route == ("GET", "/v1/models"):
                 await res.send_json(200, {"object": "list", "data": [self._model_card()]})
