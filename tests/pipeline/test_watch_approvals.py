@@ -1,0 +1,207 @@
+"""Re-plan on an upgrade, promoted only by approval, against a real Prefect server this test starts
+(`python -m flows.server start`: loopback, free port, stopped by its PID) and the runner `flows.serve`.
+
+In a throw-away copy of the repository with a committed plan A, a twin stands for the serving engine:
+- the deployments exist with the schedules of params.yaml `watch`;
+- a `watch` run while the twin reports the planned engine version re-plans nothing;
+- the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-plans, writes the diff and
+  pauses; `llmcap approve RUN --by alice` commits the plan, and `llmcap history` says approved by alice;
+- another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
+  says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from flows import server
+from tests.pipeline._project import make_project, sh
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+LLMCAP = [sys.executable, "-m", "llmcap"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def twin(port: int, version: str) -> Iterator[str]:
+    """`llmcap twin serve` reporting `version` at GET /version, stopped by its PID."""
+    from tests.twin.test_replay_cli import twin as twin_on
+
+    with twin_on("--port", str(port), "--engine-version", version) as url:
+        yield url
+
+
+class Api:
+    """The few Prefect REST calls the test makes (plain HTTP: the test process keeps its own Prefect settings)."""
+
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=30.0)
+
+    def deployment(self, name: str) -> dict:
+        return self.http.get(f"/deployments/name/{name}").raise_for_status().json()
+
+    def run(self, name: str) -> str:
+        dep = self.deployment(name)
+        return self.http.post(f"/deployments/{dep['id']}/create_flow_run", json={}).raise_for_status().json()["id"]
+
+    def state(self, run_id: str) -> str:
+        return self.http.get(f"/flow_runs/{run_id}").raise_for_status().json()["state"]["type"]
+
+    def wait(self, run_id: str, until: set[str], timeout_s: float = 900.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (state := self.state(run_id)) not in until:
+            assert state not in {"FAILED", "CRASHED", "CANCELLED"} - until, f"flow run {run_id} ended {state}"
+            assert time.monotonic() < deadline, f"flow run {run_id} still {state} after {timeout_s} s"
+            time.sleep(1.0)
+        return state
+
+    def paused_promotion(self, parent: str, timeout_s: float = 900.0) -> str:
+        """The `promote` subflow run of the watch run `parent`, once it is paused for approval."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            runs = self.http.post("/flow_runs/filter", json={"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}}).json()
+            if runs:
+                assert len(runs) == 1, runs
+                return runs[0]["id"]
+            state = self.state(parent)
+            assert state in ("SCHEDULED", "PENDING", "RUNNING"), f"watch run {parent} ended {state} before pausing"
+            assert time.monotonic() < deadline, f"no paused promotion after {timeout_s} s"
+            time.sleep(1.0)
+
+    def messages(self, run_id: str) -> list[str]:
+        """What a flow run printed (its logs on the server: flow results are not persisted)."""
+        logs = self.http.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).raise_for_status().json()
+        return [entry["message"] for entry in logs]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    root, env = make_project(tmp_path_factory.mktemp("watch") / "llmcap", native=True)
+    port = _free_port()
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["profile"]["engine_version"] = "0.11.0"
+    params["watch"].update(endpoints=[f"http://127.0.0.1:{port}"], interval_s=3600, replan_cron="0 6 * * 1")
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh(["git", "commit", "-qam", "watch the twin"], root, env)
+
+    began = time.monotonic()
+    started = server.start(root, _free_port())
+    print(f"\nprefect server started in {time.monotonic() - began:.1f} s (pid {started['pid']})")
+    env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "INFO"}
+    runner = None
+    try:
+        sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
+        sh(["git", "add", "dvc.lock"], root, env)
+        sh(["git", "commit", "-qm", "plan A"], root, env)
+        log = (root / ".work" / "serve.log").open("w")
+        runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        api = Api(started["url"])
+        deadline = time.monotonic() + 300
+        while api.http.get("/deployments/name/promote/replan").status_code != 200:
+            assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[-3000:]
+            time.sleep(1.0)
+        yield {"root": root, "env": env, "api": api, "twin_port": port}
+    finally:
+        if runner is not None:
+            runner.terminate()
+            runner.wait(30)
+        assert server.stop(root)
+
+
+def _head(p: dict) -> str:
+    return sh(["git", "rev-parse", "HEAD"], p["root"], p["env"]).stdout.strip()
+
+
+def _history(p: dict) -> list[dict]:
+    return json.loads(sh([*LLMCAP, "history", "--json"], p["root"], p["env"]).stdout)
+
+
+def test_deployments_carry_the_params_schedules(project: dict) -> None:
+    api = project["api"]
+    (watch_schedule,) = api.deployment("watch/watch")["schedules"]
+    (replan_schedule,) = api.deployment("promote/replan")["schedules"]
+    assert watch_schedule["active"] and watch_schedule["schedule"]["interval"] == 3600.0
+    assert replan_schedule["active"] and replan_schedule["schedule"]["cron"] == "0 6 * * 1"
+
+
+def test_no_upgrade_no_replan(project: dict) -> None:
+    root, api = project["root"], project["api"]
+    head, plans = _head(project), len(_history(project))
+    with twin(project["twin_port"], "0.11.0"):
+        run = api.run("watch/watch")
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+    assert any("no upgrade" in m for m in api.messages(run))
+    assert _head(project) == head and len(_history(project)) == plans
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, project["env"]).stdout == ""
+
+
+def test_upgrade_approved_is_committed_and_in_history(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    with twin(project["twin_port"], "0.12.0"):
+        run = api.run("watch/watch")
+        promotion = api.paused_promotion(run)
+    diff = (root / ".work" / "decisions").glob("*/diff.md")
+    assert any("engine_version" in d.read_text() for d in diff)  # the decision diff names the upgraded field
+    out = sh([*LLMCAP, "approve", promotion, "--by", "alice", "--comment", "0.12 soaked in staging"], root, env).stdout
+    assert f"approved {promotion}" in out
+    assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+
+    new = _head(project)
+    assert new != head and "approved by alice" in sh(["git", "log", "-1", "--format=%s"], root, env).stdout
+    committed = yaml.safe_load(sh(["git", "show", "HEAD:params.yaml"], root, env).stdout)
+    assert committed["profile"]["engine_version"] == "0.12.0"
+    approval = json.loads(sh(["git", "show", "HEAD:decisions/approval.json"], root, env).stdout)
+    assert approval["by"] == "alice" and approval["decision"] == "approved" and approval["base_commit"] == head
+    assert approval["comment"] == "0.12 soaked in staging" and approval["flow_run_id"] == promotion
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
+    newest = _history(project)[0]
+    assert newest["approved_by"] == "alice" and newest["recorded_in"] == new
+    assert approval["dvc_lock_sha256"] == newest["dvc_lock_sha256"]
+    step_model = json.loads((root / "data/processed/step_model.json").read_text())
+    assert step_model["fingerprint"]["engine_version"] == "0.12.0"  # the plan is for the upgraded engine
+    assert "alice" in sh([*LLMCAP, "history"], root, env).stdout
+
+
+def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    capacity = (root / "data/processed/capacity.parquet").read_bytes()
+    with twin(project["twin_port"], "0.13.0"):
+        run = api.run("watch/watch")
+        promotion = api.paused_promotion(run)
+        assert yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"  # marked stale meanwhile
+        sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, env)
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, env, ok=False)
+        assert again.returncode != 0 and "not paused" in again.stderr
+
+        assert _head(project) == head
+        assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""  # params.yaml, dvc.lock as committed
+        assert (root / "data/processed/capacity.parquet").read_bytes() == capacity
+        rows = _history(project)
+        assert rows[0]["approved_by"] == "rejected by bob" and rows[0]["recorded_in"] is None
+        assert rows[1]["approved_by"] == "alice"
+
+        repeat = api.run("watch/watch")  # the same upgrade: decided already, no new plan
+        assert api.wait(repeat, {"COMPLETED"}) == "COMPLETED"
+    assert any("not asking again" in m for m in api.messages(repeat))
+    assert len(_history(project)) == len(rows)
+    audit = [json.loads(line) for line in (root / ".work/decisions/approvals.jsonl").read_text().splitlines()]
+    assert [(a["decision"], a["by"]) for a in audit] == [("approved", "alice"), ("rejected", "bob")]
