@@ -19,7 +19,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import pytest
