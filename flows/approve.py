@@ -20,13 +20,18 @@ from stages.env import ROOT, apply_defaults
 
 
 def _paused_runs(client) -> list:
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterStateType
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
 
     return client.read_flow_runs(
         flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
-        flow_run_filter=FlowRunFilter(state=FlowRunFilterStateType(any_=[StateType.PAUSED])),
+        flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))),
     )
+
+
+def _fail(message: str) -> SystemExit:
+    print(f"error: {message}", file=sys.stderr)
+    return SystemExit(2)
 
 
 def _find(client, run: str):
@@ -37,10 +42,10 @@ def _find(client, run: str):
     except ValueError:  # not a whole UUID: a prefix of a paused run's id
         matches = [r for r in _paused_runs(client) if str(r.id).startswith(run)]
         if len(matches) != 1:
-            raise SystemExit(f"error: {run!r} matches {len(matches)} paused promote runs; give the whole flow run id") from None
+            raise _fail(f"{run!r} matches {len(matches)} paused promote runs; give the whole flow run id") from None
         return matches[0]
     except Exception:  # noqa: BLE001 - the client raises its own not-found error
-        raise SystemExit(f"error: no flow run {run} on {use_server()}") from None
+        raise _fail(f"no flow run {run} on {use_server()}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,15 +70,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(runs)} plan(s) waiting for a decision on {url}")
             return 0
         if not args.by:
-            raise SystemExit("error: --by NAME is required: an approval says who gave it")
+            raise _fail("--by NAME is required: an approval says who gave it")
         run = _find(client, args.run)
         if run.state is None or not run.state.is_paused():
-            raise SystemExit(f"error: flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
-                             "it cannot be resumed (decided, timed out or not a promotion)")
+            raise _fail(f"flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
+                        "it cannot be resumed (decided, timed out or not a promotion)")
         decision = "reject" if args.reject else "approve"
         result = client.resume_flow_run(run.id, run_input={"approver": args.by, "decision": decision, "comment": args.comment})
     if result.status.value != "ACCEPT":
-        raise SystemExit(f"error: Prefect refused to resume {run.id}: {result.details}")
+        raise _fail(f"Prefect refused to resume {run.id}: {result.details}")
     print(f"{decision}d {run.id} ({run.name}) as {args.by}; the run now {'commits the plan' if decision == 'approve' else 'restores the old plan'}")
     return 0
 

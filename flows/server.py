@@ -103,7 +103,8 @@ def use_server(root: Path = ROOT) -> str:
     if not url:
         record = _record(root)
         if not record or not _alive(record["pid"]):
-            raise SystemExit("error: no Prefect server: start it with `make server` (or set PREFECT_API_URL)")
+            print("error: no Prefect server: start it with `make server` (or set PREFECT_API_URL)", file=sys.stderr)
+            raise SystemExit(2)
         url = os.environ["PREFECT_API_URL"] = record["url"]
     return url
 
