@@ -22,8 +22,9 @@ apply_defaults()
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from flows.promote import pending, promote  # noqa: E402
+from flows.promote import pending, promote, restore  # noqa: E402
 from ops import watch as upgrade  # noqa: E402
+from ops.common import git  # noqa: E402
 
 
 def _rejected_path(root: Path) -> Path:
@@ -71,8 +72,13 @@ def watch(root: str = str(ROOT), approval_timeout_s: int | None = None) -> dict:
     print(f"upgrade: {why} -> re-plan")
     create_markdown_artifact(key="upgrade", markdown="**Upgrade seen**, re-planning:\n\n" + "\n".join(
         f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes))  # fmt: skip
+    head = git(base, "rev-parse", "HEAD")
     upgrade.mark_stale(base / "params.yaml", changes)
-    record = promote(root, reason=f"upgrade: {why}", approval_timeout_s=approval_timeout_s)
+    try:
+        record = promote(root, reason=f"upgrade: {why}", approval_timeout_s=approval_timeout_s)
+    except BaseException:
+        restore(base, head)  # a failed re-plan must not leave the next runs 'waiting' on its half-written state
+        raise
     if record["decision"] in ("rejected", "timed out"):
         rejected[key] = f"{record['decision']}{' by ' + record['by'] if record.get('by') else ''} at {record['at']}"
         _rejected_path(base).parent.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,12 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root, env = make_project(tmp_path_factory.mktemp("watch") / "llmcap", native=True)
     port = _free_port()
     params = yaml.safe_load((root / "params.yaml").read_text())
+    # Smaller still than make_project's (same code path): ten minutes of the trace, one GPU type and format.
+    params["clean"]["window_end_s"] = 600
+    params["enumerate"].update(gpus=["H100-SXM-80GB"], weight_quants=["bf16"], kv_dtypes=["bf16"], modes=["aggregated"])
+    params["enumerate"]["parallel"]["tp"] = [4, 8]
+    params["enumerate"]["aggregated"]["max_num_batched_tokens"] = [8192]
+    params["size"].update(confirm_whole_trace="off", max_simulated=1)
     params["profile"]["engine_version"] = "0.11.0"
     params["watch"].update(endpoints=[f"http://127.0.0.1:{port}"], interval_s=3600, replan_cron="0 6 * * 1")
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
