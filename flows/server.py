@@ -24,6 +24,8 @@ import httpx
 
 from stages.env import ROOT
 
+_children: dict[int, subprocess.Popen] = {}  # servers this process started: waited for when stopped
+
 
 def home(root: Path) -> Path:
     return root / ".work" / "prefect-server"
@@ -64,6 +66,7 @@ def start(root: Path = ROOT, port: int = 4200, host: str = "127.0.0.1", timeout_
     with log.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)  # fmt: skip
+    _children[proc.pid] = proc
     record = {"pid": proc.pid, "url": url, "log": str(log)}
     (h / "server.json").write_text(json.dumps(record) + "\n")
     while not healthy(url):
@@ -84,15 +87,15 @@ def stop(root: Path = ROOT, timeout_s: float = 20.0) -> bool:
         return False
     pid = record["pid"]
     os.killpg(pid, signal.SIGTERM)  # its own session (start_new_session): uvicorn and services go with it
+    proc = _children.pop(pid, None)
+    running = (lambda: proc.poll() is None) if proc else (lambda: _alive(pid))  # poll() also reaps our own child
     deadline = time.monotonic() + timeout_s
-    while _alive(pid) and time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
-        except ChildProcessError:
-            pass
+    while running() and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _alive(pid):
+    if running():
         os.killpg(pid, signal.SIGKILL)
+        if proc:
+            proc.wait()
     (home(root) / "server.json").unlink(missing_ok=True)
     return True
 

@@ -114,9 +114,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
         sh(["git", "add", "dvc.lock"], root, env)
         sh(["git", "commit", "-qm", "plan A"], root, env)
+        api = Api(started["url"])
         log = (root / ".work" / "serve.log").open("w")
         runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-        api = Api(started["url"])
         deadline = time.monotonic() + 300
         while api.http.get("/deployments/name/promote/replan").status_code != 200:
             assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[-3000:]
@@ -126,6 +126,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         if runner is not None:
             runner.terminate()
             runner.wait(30)
+            log.close()
+            api.http.close()
         assert server.stop(root)
 
 
