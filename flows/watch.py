@@ -35,11 +35,13 @@ def _rejected_path(root: Path) -> Path:
 def observe(root: str) -> dict[str, dict]:
     """{source: observed fields} for every watched endpoint and the fingerprint file."""
     from llmcap.config import load_params
+    from llmcap.credentials import redact_url
 
     base = Path(root)
     params = load_params(base / "params.yaml")
     endpoints = params.watch.endpoints or ([params.profile.endpoint] if params.profile.endpoint else [])
-    out = {url: upgrade.observe_endpoint(url) for url in endpoints}
+    # named without credentials: the name goes into logs, the reason and the commit message
+    out = {redact_url(url): upgrade.observe_endpoint(url) for url in endpoints}
     if params.watch.fingerprint_file:
         path = base / params.watch.fingerprint_file
         out[str(path)] = upgrade.read_fingerprint_file(path)

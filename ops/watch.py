@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import yaml
 
+from llmcap.credentials import redact_url
 from ops.common import STEP_MODEL, OpsError
 
 # Fingerprint fields an observation may carry, all of them params.yaml `profile.<field>` knobs.
@@ -40,7 +41,7 @@ def observe_endpoint(base_url: str, timeout_s: float = 10.0) -> dict[str, Any]:
         try:
             version = client.get(f"{base}/version")
         except httpx.HTTPError as exc:
-            raise OpsError(f"watch: {base}/version: {exc}") from None
+            raise OpsError(f"watch: {redact_url(base)}/version: {exc}") from None
         if version.status_code == 200:
             out["engine_version"] = str(version.json().get("version"))
         models = _get_json(client, f"{base}/v1/models")

@@ -7,7 +7,8 @@ In a throw-away copy of the repository with a committed plan A, a twin stands fo
 - the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-plans, writes the diff and
   pauses; `llmcap approve RUN --by alice` commits the plan, and `llmcap history` says approved by alice;
 - another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
-  says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice.
+  says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
+- an upgrade nobody approves in time: the same, history says timed out.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ class Api:
     def deployment(self, name: str) -> dict:
         return self.http.get(f"/deployments/name/{name}").raise_for_status().json()
 
-    def run(self, name: str) -> str:
+    def run(self, name: str, **parameters: object) -> str:
         dep = self.deployment(name)
-        return self.http.post(f"/deployments/{dep['id']}/create_flow_run", json={}).raise_for_status().json()["id"]
+        body = {"parameters": {**dep["parameters"], **parameters}}
+        return self.http.post(f"/deployments/{dep['id']}/create_flow_run", json=body).raise_for_status().json()["id"]
 
     def state(self, run_id: str) -> str:
         return self.http.get(f"/flow_runs/{run_id}").raise_for_status().json()["state"]["type"]
@@ -212,3 +214,15 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
     assert len(_history(project)) == len(rows)
     audit = [json.loads(line) for line in (root / ".work/decisions/approvals.jsonl").read_text().splitlines()]
     assert [(a["decision"], a["by"]) for a in audit] == [("approved", "alice"), ("rejected", "bob")]
+
+
+def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    with twin(project["twin_port"], "0.14.0"):
+        run = api.run("watch/watch", approval_timeout_s=15)
+        api.paused_promotion(run)
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"  # nobody approved: the pause timed out
+    assert _head(project) == head
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
+    assert _history(project)[0]["approved_by"] == "timed out"
