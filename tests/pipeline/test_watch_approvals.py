@@ -118,25 +118,25 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     started = server.start(root, _free_port())
     print(f"\nprefect server started in {time.monotonic() - began:.1f} s (pid {started['pid']})")
     env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "INFO"}
-    runner = None
+    api = Api(started["url"])
+    log = (root / ".work" / "serve.log").open("w")
+    # The runner starts while plan A is made (its start-up overlaps the re-plan): it only reads params.yaml's
+    # schedules, and no run is due before the test asks for one (interval 1 h from now, cron on Mondays 06:00).
+    runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
         sh(["git", "add", "dvc.lock"], root, env)
         sh(["git", "commit", "-qm", "plan A"], root, env)
-        api = Api(started["url"])
-        log = (root / ".work" / "serve.log").open("w")
-        runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
         while api.http.get("/deployments/name/promote/replan").status_code != 200:
             assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[-3000:]
             time.sleep(1.0)
         yield {"root": root, "env": env, "api": api, "twin_port": port}
     finally:
-        if runner is not None:
-            runner.terminate()
-            runner.wait(30)
-            log.close()
-            api.http.close()
+        runner.terminate()
+        runner.wait(30)
+        log.close()
+        api.http.close()
         assert server.stop(root)
 
 
@@ -184,6 +184,7 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     out = sh([*LLMCAP, "approve", promotion, "--by", "alice", "--comment", "0.12 soaked in staging"], root, env).stdout
     assert f"approved {promotion}" in out
     assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+    cli = subprocess.Popen([*LLMCAP, "history", "--json"], cwd=root, env=env, stdout=subprocess.PIPE, text=True)  # checked below
 
     new = _head(project)
     assert new != head and "approved by alice" in sh(["git", "log", "-1", "--format=%s"], root, env).stdout
@@ -199,7 +200,8 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     step_model = json.loads((root / "data/processed/step_model.json").read_text())
     assert step_model["fingerprint"]["engine_version"] == "0.12.0"  # the plan is for the upgraded engine
     rows = _history(project)
-    assert json.loads(sh([*LLMCAP, "history", "--json"], root, env).stdout) == rows  # what the CLI prints
+    printed, _ = cli.communicate(timeout=600)
+    assert cli.returncode == 0 and json.loads(printed) == rows  # what the CLI prints
     render(rows)
     assert "alice" in capsys.readouterr().out
 
@@ -214,8 +216,6 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
         assert yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"  # marked stale meanwhile
         sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, env)
         assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
-        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, env, ok=False)
-        assert again.returncode == 2 and "not paused" in again.stderr
 
         assert _head(project) == head
         assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""  # params.yaml, dvc.lock as committed
@@ -225,6 +225,8 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
         assert rows[1]["approved_by"] == "alice"
 
         repeat = api.run("watch/watch")  # the same upgrade: decided already, no new plan
+        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, env, ok=False)  # while the runner runs `repeat`
+        assert again.returncode == 2 and "not paused" in again.stderr
         assert api.wait(repeat, {"COMPLETED"}) == "COMPLETED"
     assert api.printed(repeat, "not asking again")
     assert len(_history(project)) == len(rows)
