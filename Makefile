@@ -27,7 +27,7 @@ export GIT_COMMITTER_EMAIL ?= llmcap@localhost
 export PYTHONHASHSEED := 0
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: plan test bench setup clean-work
+.PHONY: plan test bench setup clean-work server server-stop serve
 
 setup: $(VENV)/.synced $(VENV)/.native
 
@@ -52,6 +52,16 @@ plan: setup
 test: setup
 	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Schedules and approvals need a Prefect server (`make plan` does not: it runs on an ephemeral one).
+server: setup
+	$(PY) -m flows.server start
+
+server-stop:
+	$(PY) -m flows.server stop
+
+serve: setup
+	$(PY) -m flows.serve
 
 bench: setup
 	$(PY) -m benchmarks

@@ -286,6 +286,26 @@ class ReplayParams(_Strict):
         return value
 
 
+class WatchParams(_Strict):
+    """The Prefect deployments `watch` (re-plan on an upgrade) and `replan` (scheduled), served by `flows.serve`.
+
+    No DVC stage reads this section: it says when to plan, not what a plan computes.
+    """
+
+    interval_s: int = Field(3600, ge=10, description="seconds between two `watch` runs")
+    replan_cron: str | None = Field("0 6 * * 1", description="cron of the scheduled re-plan (null: none)")
+    endpoints: list[str] = Field(default_factory=list, description="base URLs whose environment is watched (default: profile.endpoint)")
+    fingerprint_file: str | None = Field(None, description="operator-written JSON/YAML of fingerprint fields, e.g. driver_version")
+    approval_timeout_s: int = Field(86400, ge=1, description="a plan not approved within this is left unpromoted")
+
+    @field_validator("replan_cron")
+    @classmethod
+    def _five_fields(cls, value: str | None) -> str | None:
+        if value is not None and len(value.split()) != 5:
+            raise ValueError(f"a cron expression has 5 fields: minute hour day month weekday (got {value!r})")
+        return value
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -298,6 +318,7 @@ class Params(_Strict):
     size: SizeParams = SizeParams()
     replay: ReplayParams = ReplayParams()
     reconcile: ReconcileParams = ReconcileParams()
+    watch: WatchParams = WatchParams()
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

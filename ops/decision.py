@@ -3,7 +3,7 @@
 Tags: `dvc.lock.sha256` (finds the commit that records the decision), `uv.lock.sha256`,
 `params.sha256`, `trace.file` / `trace.sha256` (the raw trace planned for), `trace.canonical.md5`,
 `step_model.source` / `.version` / `.fingerprint_hash` and `step_model.fingerprint.<field>`, and
-`approval` (`none` until approvals exist). Artifacts under `decision/`: the capacity summary, the
+`approval` (`none` until flows.promote records a decision). Artifacts under `decision/`: the capacity summary, the
 step model and `outputs.json` (md5 of every output file, per file inside directory outputs — what
 `reproduce` compares a re-run with).
 """

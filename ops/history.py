@@ -47,10 +47,10 @@ def replan_runs(tracking_uri: str | None = None, run_id: str | None = None) -> l
     )
 
 
-def decisions(root: Path) -> list[dict]:
+def decisions(root: Path, tracking_uri: str | None = None) -> list[dict]:
     commits = lock_commits(root)
     rows = []
-    for run in replan_runs():
+    for run in replan_runs(tracking_uri):
         tags, metrics = run.data.tags, run.data.metrics
         lock_sha = tags.get("dvc.lock.sha256")
         rows.append({

@@ -1,8 +1,9 @@
-"""`llmcap history | reproduce | diff`: past planning decisions (stored by `llmcap plan` / `make plan`).
+"""`llmcap history | reproduce | diff | approve`: past planning decisions (stored by `llmcap plan` / `make plan`).
 
-The work needs DVC, MLflow and git, which the domain library never imports: it lives in the project's
-`ops/` package, and these commands run it as `python -m ops.<command>` subprocesses of the same
-interpreter in the project directory (as `llmcap plan` runs `flows.replan`); output and exit code pass through.
+The work needs DVC, MLflow, Prefect and git, which the domain library never imports: it lives in the
+project's `ops/` and `flows/` packages, and these commands run it as `python -m ops.<command>` (or
+`flows.approve`) subprocesses of the same interpreter in the project directory (as `llmcap plan` runs
+`flows.replan`); output and exit code pass through.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def _run(project: Path, module: str, args: list[str]) -> None:
     project = project.resolve()
     if not (project / "dvc.yaml").exists() or not (project / "ops").is_dir():
         raise LlmcapError(f"{project}: not an llmcap project (needs dvc.yaml and ops/); run from the repository root")
-    raise typer.Exit(subprocess.call([sys.executable, "-m", f"ops.{module}", "--project", str(project), *args], cwd=project))
+    module = module if "." in module else f"ops.{module}"
+    raise typer.Exit(subprocess.call([sys.executable, "-m", module, "--project", str(project), *args], cwd=project))
 
 
 @user_errors
@@ -60,3 +62,16 @@ def diff(
     """What changed in the decision between A and B (GPUs, configuration, cost, headroom, max rates) and which inputs explain it."""
     sides = [str(Path(s).resolve()) if Path(s).is_dir() else s for s in (a, b)]  # the subprocess runs in the project
     _run(project, "diff", sides + (["--json"] if json else []))
+
+
+@user_errors
+def approve(
+    run: Annotated[str | None, typer.Argument(help="the paused `promote` flow run id (none: list the runs waiting)")] = None,
+    by: Annotated[str | None, typer.Option("--by", help="who decides (recorded with the plan)")] = None,
+    reject: Annotated[bool, typer.Option("--reject", help="reject: the old plan stays in force")] = False,
+    comment: Annotated[str, typer.Option("--comment", help="why (recorded)")] = "",
+    project: Project = Path("."),
+) -> None:
+    """Approve (or --reject) a re-plan waiting in the Prefect flow `promote`; approved plans are committed."""
+    args = ([run] if run else ["--list"]) + (["--by", by] if by else []) + (["--reject"] if reject else [])
+    _run(project, "flows.approve", args + (["--comment", comment] if comment else []))

@@ -48,7 +48,7 @@ from llmcap.commands._deployment import (
     step_model,
 )
 from llmcap.errors import LlmcapError
-from llmcap.twin import Twin, TwinSpec
+from llmcap.twin import TWIN_VERSION, Twin, TwinSpec
 
 CRASH_EXIT = 3
 
@@ -96,6 +96,7 @@ def serve(
     long_prompt_tokens: Annotated[int, typer.Option(min=1, help="... the context length from which --long-prompt-slowdown applies")] = 8192,
     seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = 0,
     max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = 1 << 16,
+    engine_version: Annotated[str, typer.Option(help="the version GET /version reports (another value stands for an engine upgrade)")] = TWIN_VERSION,
 ) -> None:
     """Serve MODEL on GPU (TP, replicas or P/D pools) as a simulated OpenAI-compatible endpoint."""
     opts = EngineOptions(
@@ -119,6 +120,7 @@ def serve(
         decode_step_model=decode_step_model(model, gpu, opts), slowdown=slowdown,
         error_rate=error_rate, crash_after=crash_after, stall_s=stall_s, stall_at=stall_at, seed=seed, slots=max_in_flight,
         long_prompt_slowdown=long_prompt_slowdown, long_prompt_tokens=long_prompt_tokens,
+        engine_version=engine_version,
     )  # fmt: skip
     crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
     if crashed:

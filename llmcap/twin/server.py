@@ -64,6 +64,7 @@ class TwinSpec:
     long_prompt_tokens: int = 8192
     seed: int = 0  # error draws and the power-of-two router
     slots: int = DEFAULT_SLOTS  # requests in flight at once; more are answered 503
+    engine_version: str = TWIN_VERSION  # what GET /version answers: another value stands for an engine upgrade
 
 
 @dataclass(eq=False)
@@ -89,7 +90,7 @@ class Twin:
         self.cluster = OnlineCluster(StepTimer(step), spec.config, rng, self._emit, slots=spec.slots,
                                      decode_timer=decode_timer)  # fmt: skip
         self.faults = Faults(error_rate=spec.error_rate, crash_after=spec.crash_after, seed=spec.seed)
-        self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": TWIN_VERSION})
+        self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": spec.engine_version})
         self.metrics.slowdown = spec.slowdown
         headers = {"server": TWIN_VERSION, "x-llmcap-twin": "simulated; not a measurement"}
         self.http = HttpServer(self._handle, headers)
@@ -190,7 +191,7 @@ class Twin:
             if route == ("GET", "/health"):
                 await res.send(200, b"")
             elif route == ("GET", "/version"):
-                await res.send_json(200, {"version": TWIN_VERSION, "twin": True,
+                await res.send_json(200, {"version": self.spec.engine_version, "twin": True,
                                           "note": "llmcap digital twin: token timing is simulated, not measured"})  # fmt: skip
             elif route == ("GET", "/v1/models"):
                 await res.send_json(200, {"object": "list", "data": [self._model_card()]})

@@ -1,0 +1,87 @@
+"""`llmcap approve RUN --by NAME [--reject] [--comment TEXT]`: decide on a plan waiting in the flow `promote`.
+
+    python -m flows.approve RUN --by NAME [--reject] [--comment TEXT]   # resume the paused run with the decision
+    python -m flows.approve --list                                      # the runs waiting for a decision
+
+RUN is the flow run id `promote` printed (a unique prefix will do). It resumes the run through the
+Prefect API with the input `promote` waits for (flows.promote.Approval), as the Prefect UI's form does;
+the run then commits the plan or restores the old one and records the decision. A run that is not
+paused any more (decided, timed out) cannot be resumed: exit 2 saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from flows.server import use_server
+from stages.env import ROOT, apply_defaults
+
+
+def _paused_runs(client) -> list:
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    return client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
+        flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))),
+    )
+
+
+def _fail(message: str) -> SystemExit:
+    print(f"error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def _find(client, run: str):
+    from uuid import UUID
+
+    try:
+        return client.read_flow_run(UUID(run))
+    except ValueError:  # not a whole UUID: a prefix of a paused run's id
+        matches = [r for r in _paused_runs(client) if str(r.id).startswith(run)]
+        if len(matches) != 1:
+            raise _fail(f"{run!r} matches {len(matches)} paused promote runs; give the whole flow run id") from None
+        return matches[0]
+    except Exception:  # noqa: BLE001 - the client raises its own not-found error
+        raise _fail(f"no flow run {run} on {use_server()}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="flows.approve", description=__doc__.splitlines()[0])
+    ap.add_argument("run", nargs="?", help="the paused `promote` flow run id")
+    ap.add_argument("--by", help="who decides (recorded)")
+    ap.add_argument("--reject", action="store_true", help="reject: the plan is not promoted")
+    ap.add_argument("--comment", default="", help="why (recorded)")
+    ap.add_argument("--list", action="store_true", help="list the runs waiting for a decision")
+    ap.add_argument("--project", type=Path, default=ROOT)
+    args = ap.parse_args(argv)
+    root = args.project.resolve()
+    apply_defaults(root)
+    url = use_server(root)
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        if args.list or not args.run:
+            runs = _paused_runs(client)
+            for r in runs:
+                print(f"{r.id}  {r.name}  paused since {r.state.timestamp:%Y-%m-%d %H:%M:%S} UTC  {r.parameters.get('reason', '')}")
+            print(f"{len(runs)} plan(s) waiting for a decision on {url}")
+            return 0
+        if not args.by:
+            raise _fail("--by NAME is required: an approval says who gave it")
+        run = _find(client, args.run)
+        if run.state is None or not run.state.is_paused():
+            raise _fail(f"flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
+                        "it cannot be resumed (decided, timed out or not a promotion)")
+        decision = "reject" if args.reject else "approve"
+        result = client.resume_flow_run(run.id, run_input={"approver": args.by, "decision": decision, "comment": args.comment})
+    if result.status.value != "ACCEPT":
+        raise _fail(f"Prefect refused to resume {run.id}: {result.details}")
+    print(f"{decision}d {run.id} ({run.name}) as {args.by}; the run now {'commits the plan' if decision == 'approve' else 'restores the old plan'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

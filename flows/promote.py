@@ -1,0 +1,160 @@
+"""Prefect flow `promote`: re-plan, show what changed, and promote the plan only when a person approves.
+
+    re-plan (the flow `replan`) -> decision diff against HEAD's plan -> gates -> pause for approval
+      approved:          params.yaml + dvc.lock + decisions/approval.json committed (git); outputs already in the DVC remote
+      rejected/timed out: params.yaml and dvc.lock restored from HEAD and its outputs checked out: the old plan stays in force
+
+The pause is Prefect's `pause_flow_run(wait_for_input=Approval)`: resume it with `llmcap approve RUN --by NAME
+[--reject] [--comment TEXT]` or from the Prefect UI's form. It needs a Prefect server (`make server`), as
+does the deployment `promote/replan` that runs it on a schedule (`make serve`). Who decided, when, why and
+for which dvc.lock go to the plan's MLflow run (tags `approval*`, artifact `decision/approval.json`), to
+`.work/decisions/approvals.jsonl` (append-only) and, when approved, into the commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Literal
+
+from stages.env import ROOT, apply_defaults
+
+apply_defaults()
+
+from prefect import flow, get_run_logger, runtime  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
+from prefect.exceptions import FlowPauseTimeout  # noqa: E402
+from prefect.flow_runs import pause_flow_run  # noqa: E402
+from prefect.input import RunInput  # noqa: E402
+from pydantic import Field  # noqa: E402
+
+from flows.replan import replan  # noqa: E402
+from ops.common import git, sha256, show  # noqa: E402
+
+APPROVAL_FILE = "decisions/approval.json"  # committed with the plan it approves
+PROMOTED_PATHS = ("params.yaml", "dvc.lock", APPROVAL_FILE)
+
+
+class Approval(RunInput):
+    """What the person approving a plan gives (the Prefect UI shows it as a form)."""
+
+    approver: str = Field(min_length=1, description="who decides")
+    decision: Literal["approve", "reject"] = "approve"
+    comment: str = ""
+
+
+def pending(root: Path) -> str | None:
+    """Why no new plan may start: an earlier one still awaits approval (uncommitted params.yaml or dvc.lock)."""
+    dirty = git(root, "status", "--porcelain", "--untracked-files=no", "--", "params.yaml", "dvc.lock", check=False)
+    return f"uncommitted changes await a decision: {dirty.replace(chr(10), '; ')}" if dirty else None
+
+
+def gates(capacity: dict) -> list[str]:
+    """Cheap checks before a person is asked: what would make approving pointless."""
+    failed = []
+    if not capacity.get("scenarios_pass", False):
+        failed.append("a headroom scenario failed: " + "; ".join(s for s in capacity.get("scenarios", []) if "pass" not in s.split("→")[-1]))
+    if not capacity.get("gpus"):
+        failed.append("the plan has no GPUs")
+    return failed
+
+
+def write_diff(root: Path, base_commit: str, run_id: str) -> dict:
+    """`llmcap diff HEAD <workspace>`: the decision diff a person approves, under .work/decisions/<run>/ and in MLflow."""
+    import mlflow
+
+    from ops.diff import diff, load_side, markdown
+
+    result = diff(load_side(root, base_commit), load_side(root, str(root)))
+    out = root / ".work" / "decisions" / run_id
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(result)
+    (out / "diff.md").write_text(text, encoding="utf-8")
+    (out / "diff.json").write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    client = mlflow.MlflowClient()
+    client.log_artifact(run_id, str(out / "diff.md"), "decision")
+    client.log_artifact(run_id, str(out / "diff.json"), "decision")
+    return {"markdown": text, "explanation": result["explanation"], "path": str(out / "diff.md")}
+
+
+def conclude(root: Path, record: dict) -> dict:
+    """Carry out the decision and record it everywhere (MLflow run tags, the audit log, the commit when approved)."""
+    import mlflow
+
+    if record["decision"] == "approved":
+        path = root / APPROVAL_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        git(root, "add", "--", *PROMOTED_PATHS)
+        git(root, "commit", "-q", "-m", f"plan: {record['reason']} (approved by {record['by']})", "--", *PROMOTED_PATHS)
+        record["commit"] = git(root, "rev-parse", "HEAD")
+        label = record["by"]
+    else:
+        restore(root, record["base_commit"])
+        label = "timed out" if record["decision"] == "timed out" else f"rejected by {record['by']}"
+    tags = {"approval": label, **{f"approval.{k}": str(v) for k, v in record.items() if v is not None}}
+    client = mlflow.MlflowClient()
+    for key, value in tags.items():
+        client.set_tag(record["mlflow_run_id"], key, value[:5000])
+    out = root / ".work" / "decisions"
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "approvals.jsonl").open("a", encoding="utf-8") as log:
+        log.write(json.dumps(record, sort_keys=True) + "\n")
+    (out / record["mlflow_run_id"]).mkdir(exist_ok=True)
+    (out / record["mlflow_run_id"] / "approval.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    client.log_artifact(record["mlflow_run_id"], str(out / record["mlflow_run_id"] / "approval.json"), "decision")
+    return record
+
+
+def restore(root: Path, commit: str) -> None:
+    """Put the plan of `commit` back in force: its params.yaml and dvc.lock, and the outputs that lock names."""
+    from dvc.repo import Repo
+
+    git(root, "checkout", commit, "--", "params.yaml", "dvc.lock")
+    with Repo(str(root)) as repo:
+        repo.checkout(force=True)  # the outputs were produced here, so the local cache holds them
+
+
+@flow(name="promote", log_prints=True)
+def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_timeout_s: int | None = None,
+            poll_interval_s: int = 5) -> dict:  # fmt: skip
+    """Re-plan and promote the result only through an approval; returns the decision record."""
+    from llmcap.config import load_params
+
+    logger = get_run_logger()
+    base = Path(root)
+    base_commit = git(base, "rev-parse", "HEAD")
+    if show(base, base_commit, "dvc.lock") is None:
+        raise RuntimeError(f"{base_commit[:10]} has no dvc.lock: commit a first plan before promoting re-plans")
+    if (base / "dvc.lock").read_bytes() != show(base, base_commit, "dvc.lock"):
+        raise RuntimeError(f"dvc.lock differs from HEAD's ({pending(base)}); commit or restore it first")
+    timeout = approval_timeout_s or load_params(base / "params.yaml").watch.approval_timeout_s
+    planned = replan(root)
+    lock = (base / "dvc.lock").read_bytes()
+    record = {"reason": reason, "base_commit": base_commit, "dvc_lock_sha256": sha256(lock), "mlflow_run_id": planned["run_id"],
+              "flow_run_id": str(runtime.flow_run.id), "decision": None, "by": None, "comment": None, "at": None}  # fmt: skip
+    if lock == show(base, base_commit, "dvc.lock") and not pending(base):
+        logger.info("the re-plan reproduced HEAD's plan (%s): nothing to promote", base_commit[:10])
+        return {**record, "decision": "unchanged"}
+    changes = write_diff(base, base_commit, planned["run_id"])
+    failed = gates(planned["capacity"])
+    k = planned["capacity"]
+    summary = (f"**Re-plan**: {reason}\n\n**Plan**: {k['chosen']} ({k['mode']}), {k['gpus']} GPUs, ${k['usd_per_hour']:,.0f}/h "
+               f"for {k['target_rps']:.3g} req/s. MLflow run `{planned['run_id']}`.\n\n{changes['markdown']}")
+    if failed:
+        create_markdown_artifact(key="promotion", markdown=summary + "\n\n**Gates failed**: " + "; ".join(failed))
+        return conclude(base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()})
+    create_markdown_artifact(key="promotion", markdown=summary + "\n\nGates passed. **Waiting for approval.**")
+    print(f"plan awaits approval: llmcap approve {record['flow_run_id']} --by NAME [--reject] [--comment TEXT] "
+          f"(or the Prefect UI) within {timeout} s; diff: {changes['path']}")
+    try:
+        given = pause_flow_run(wait_for_input=Approval, timeout=timeout, poll_interval=poll_interval_s)
+    except FlowPauseTimeout:
+        return conclude(base, {**record, "decision": "timed out", "comment": f"no approval within {timeout} s", "at": _now()})
+    decision = "approved" if given.decision == "approve" else "rejected"
+    return conclude(base, {**record, "decision": decision, "by": given.approver, "comment": given.comment, "at": _now()})
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,88 @@
+"""Prefect flow `watch`: re-plan when the serving environment was upgraded, through an approval.
+
+Each run reads the environment of every watched endpoint (params `watch.endpoints`, default
+`profile.endpoint`) and the operator's fingerprint file (`watch.fingerprint_file`), and compares it with
+the fingerprint the current plan was made for (ops.watch). Nothing changed: the run says so and ends.
+A field changed: the observed values are written to params.yaml's `profile` section (the stored
+profile is now stale: the `profile` stage re-profiles `profile.endpoint` if set, else falls back to the
+roofline model) and the flow `promote` re-plans, diffs and waits for approval. An upgrade a person
+rejected is not asked about again (`.work/decisions/rejected.json`) until something else changes.
+Served on a schedule by `python -m flows.serve` (deployment `watch/watch`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stages.env import ROOT, apply_defaults
+
+apply_defaults()
+
+from prefect import flow, get_run_logger, task  # noqa: E402
+from prefect.artifacts import create_markdown_artifact  # noqa: E402
+
+from flows.promote import pending, promote, restore  # noqa: E402
+from ops import watch as upgrade  # noqa: E402
+from ops.common import git  # noqa: E402
+
+
+def _rejected_path(root: Path) -> Path:
+    return root / ".work" / "decisions" / "rejected.json"
+
+
+@task(name="observe-environment")
+def observe(root: str) -> dict[str, dict]:
+    """{source: observed fields} for every watched endpoint and the fingerprint file."""
+    from llmcap.config import load_params
+    from llmcap.credentials import redact_url
+
+    base = Path(root)
+    params = load_params(base / "params.yaml")
+    endpoints = params.watch.endpoints or ([params.profile.endpoint] if params.profile.endpoint else [])
+    # named without credentials: the name goes into logs, the reason and the commit message
+    out = {redact_url(url): upgrade.observe_endpoint(url) for url in endpoints}
+    if params.watch.fingerprint_file:
+        path = base / params.watch.fingerprint_file
+        out[str(path)] = upgrade.read_fingerprint_file(path)
+    return out
+
+
+@flow(name="watch", log_prints=True)
+def watch(root: str = str(ROOT), approval_timeout_s: int | None = None) -> dict:
+    """One look at the environment; a re-plan (and an approval) only when it was upgraded."""
+    logger = get_run_logger()
+    base = Path(root)
+    observations = observe(root)
+    if not observations:
+        raise RuntimeError("nothing to watch: set watch.endpoints, profile.endpoint or watch.fingerprint_file in params.yaml")
+    changes = upgrade.upgrade_changes(upgrade.planned_fingerprint(base), observations)
+    result = {"observed": observations, "changes": changes}
+    if not changes:
+        print(f"no upgrade: {', '.join(observations)} match the plan's environment")
+        return {**result, "action": "none"}
+    why = upgrade.describe(changes)
+    key = upgrade.changes_key(changes)
+    rejected = json.loads(_rejected_path(base).read_text()) if _rejected_path(base).is_file() else {}
+    if key in rejected:
+        print(f"upgrade already decided ({rejected[key]}): {why}; not asking again")
+        return {**result, "action": "already rejected"}
+    busy = pending(base)
+    if busy:
+        logger.warning("upgrade seen (%s) but %s; re-plan on a later run", why, busy)
+        return {**result, "action": "waiting", "pending": busy}
+    print(f"upgrade: {why} -> re-plan")
+    create_markdown_artifact(key="upgrade", markdown="**Upgrade seen**, re-planning:\n\n" + "\n".join(
+        f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes))  # fmt: skip
+    head = git(base, "rev-parse", "HEAD")
+    upgrade.mark_stale(base / "params.yaml", changes)
+    try:
+        record = promote(root, reason=f"upgrade: {why}", approval_timeout_s=approval_timeout_s)
+    except BaseException:
+        restore(base, head)  # a failed re-plan must not leave the next runs 'waiting' on its half-written state
+        raise
+    if record["decision"] in ("rejected", "timed out"):
+        rejected[key] = f"{record['decision']}{' by ' + record['by'] if record.get('by') else ''} at {record['at']}"
+        _rejected_path(base).parent.mkdir(parents=True, exist_ok=True)
+        _rejected_path(base).write_text(json.dumps(rejected, indent=1) + "\n")
+    return {**result, "action": "re-planned", "decision": record}

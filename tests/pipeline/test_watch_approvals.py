@@ -1,0 +1,246 @@
+"""Re-plan on an upgrade, promoted only by approval, against a real Prefect server this test starts
+(`python -m flows.server start`: loopback, free port, stopped by its PID) and the runner `flows.serve`.
+
+In a throw-away copy of the repository with a committed plan A, a twin stands for the serving engine:
+- the deployments exist with the schedules of params.yaml `watch`;
+- a `watch` run while the twin reports the planned engine version re-plans nothing;
+- the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-plans, writes the diff and
+  pauses; `llmcap approve RUN --by alice` commits the plan, and `llmcap history` says approved by alice;
+- another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
+  says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
+- an upgrade nobody approves in time: the same, history says timed out.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import yaml
+
+from flows import server
+from tests.pipeline._project import make_project, sh
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+LLMCAP = [sys.executable, "-m", "llmcap"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def twin(port: int, version: str) -> Iterator[str]:
+    """`llmcap twin serve` reporting `version` at GET /version, stopped by its PID."""
+    from tests.twin.test_replay_cli import twin as twin_on
+
+    with twin_on("--port", str(port), "--engine-version", version) as url:
+        yield url
+
+
+class Api:
+    """The few Prefect REST calls the test makes (plain HTTP: the test process keeps its own Prefect settings)."""
+
+    def __init__(self, url: str) -> None:
+        self.http = httpx.Client(base_url=url, timeout=30.0)
+
+    def deployment(self, name: str) -> dict:
+        return self.http.get(f"/deployments/name/{name}").raise_for_status().json()
+
+    def run(self, name: str, **parameters: object) -> str:
+        dep = self.deployment(name)
+        body = {"parameters": {**dep["parameters"], **parameters}}
+        return self.http.post(f"/deployments/{dep['id']}/create_flow_run", json=body).raise_for_status().json()["id"]
+
+    def state(self, run_id: str) -> str:
+        return self.http.get(f"/flow_runs/{run_id}").raise_for_status().json()["state"]["type"]
+
+    def wait(self, run_id: str, until: set[str], timeout_s: float = 900.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (state := self.state(run_id)) not in until:
+            assert state not in {"FAILED", "CRASHED", "CANCELLED"} - until, f"flow run {run_id} ended {state}"
+            assert time.monotonic() < deadline, f"flow run {run_id} still {state} after {timeout_s} s"
+            time.sleep(0.5)
+        return state
+
+    def paused_promotion(self, parent: str, timeout_s: float = 900.0) -> str:
+        """The `promote` subflow run of the watch run `parent`, once it is paused for approval."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            runs = self.http.post("/flow_runs/filter", json={"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}}).json()
+            if runs:
+                assert len(runs) == 1, runs
+                return runs[0]["id"]
+            state = self.state(parent)
+            assert state in ("SCHEDULED", "PENDING", "RUNNING"), f"watch run {parent} ended {state} before pausing"
+            assert time.monotonic() < deadline, f"no paused promotion after {timeout_s} s"
+            time.sleep(0.5)
+
+    def printed(self, run_id: str, text: str, timeout_s: float = 60.0) -> bool:
+        """Whether a flow run printed `text` (its logs on the server: flow results are not persisted). The run's
+        logs are sent in batches and may reach the server after its final state: wait for them a while."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            logs = self.http.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).raise_for_status().json()
+            if any(text in entry["message"] for entry in logs):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    root, env = make_project(tmp_path_factory.mktemp("watch") / "llmcap", native=True)
+    port = _free_port()
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    # Smaller still than make_project's (same code path): ten minutes of the trace, one GPU type and format.
+    params["clean"]["window_end_s"] = 600
+    params["enumerate"].update(gpus=["H100-SXM-80GB"], weight_quants=["bf16"], kv_dtypes=["bf16"], modes=["aggregated"])
+    params["enumerate"]["parallel"]["tp"] = [4, 8]
+    params["enumerate"]["aggregated"]["max_num_batched_tokens"] = [8192]
+    params["size"].update(confirm_whole_trace="off", max_simulated=1)
+    params["profile"]["engine_version"] = "0.11.0"
+    params["watch"].update(endpoints=[f"http://127.0.0.1:{port}"], interval_s=3600, replan_cron="0 6 * * 1")
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    sh(["git", "commit", "-qam", "watch the twin"], root, env)
+
+    began = time.monotonic()
+    started = server.start(root, _free_port())
+    print(f"\nprefect server started in {time.monotonic() - began:.1f} s (pid {started['pid']})")
+    env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "INFO"}
+    api = Api(started["url"])
+    log = (root / ".work" / "serve.log").open("w")
+    # The runner starts while plan A is made (its start-up overlaps the re-plan): it only reads params.yaml's
+    # schedules, and no run is due before the test asks for one (interval 1 h from now, cron on Mondays 06:00).
+    runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
+        sh(["git", "add", "dvc.lock"], root, env)
+        sh(["git", "commit", "-qm", "plan A"], root, env)
+        deadline = time.monotonic() + 300
+        while api.http.get("/deployments/name/promote/replan").status_code != 200:
+            assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[-3000:]
+            time.sleep(1.0)
+        yield {"root": root, "env": env, "api": api, "twin_port": port}
+    finally:
+        runner.terminate()
+        runner.wait(30)
+        log.close()
+        api.http.close()
+        assert server.stop(root)
+
+
+def _head(p: dict) -> str:
+    return sh(["git", "rev-parse", "HEAD"], p["root"], p["env"]).stdout.strip()
+
+
+def _history(p: dict) -> list[dict]:
+    """The rows `llmcap history --json` prints, read in this process (the CLI takes ~30 s to start on a loaded
+    machine; test_upgrade_approved_is_committed_and_in_history runs the CLI itself once)."""
+    from ops.history import decisions
+
+    return decisions(p["root"], tracking_uri=p["env"]["MLFLOW_TRACKING_URI"])
+
+
+def test_deployments_carry_the_params_schedules(project: dict) -> None:
+    api = project["api"]
+    (watch_schedule,) = api.deployment("watch/watch")["schedules"]
+    (replan_schedule,) = api.deployment("promote/replan")["schedules"]
+    assert watch_schedule["active"] and watch_schedule["schedule"]["interval"] == 3600.0
+    assert replan_schedule["active"] and replan_schedule["schedule"]["cron"] == "0 6 * * 1"
+
+
+def test_no_upgrade_no_replan(project: dict) -> None:
+    root, api = project["root"], project["api"]
+    head, plans = _head(project), len(_history(project))
+    with twin(project["twin_port"], "0.11.0"):
+        run = api.run("watch/watch")
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+    assert api.printed(run, "no upgrade")
+    assert _head(project) == head and len(_history(project)) == plans
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, project["env"]).stdout == ""
+
+
+def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    from ops.history import render
+
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    with twin(project["twin_port"], "0.12.0"):
+        run = api.run("watch/watch")
+        promotion = api.paused_promotion(run)
+    diff = (root / ".work" / "decisions").glob("*/diff.md")
+    assert any("engine_version" in d.read_text() for d in diff)  # the decision diff names the upgraded field
+    out = sh([*LLMCAP, "approve", promotion, "--by", "alice", "--comment", "0.12 soaked in staging"], root, env).stdout
+    assert f"approved {promotion}" in out
+    assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+    cli = subprocess.Popen([*LLMCAP, "history", "--json"], cwd=root, env=env, stdout=subprocess.PIPE, text=True)  # checked below
+
+    new = _head(project)
+    assert new != head and "approved by alice" in sh(["git", "log", "-1", "--format=%s"], root, env).stdout
+    committed = yaml.safe_load(sh(["git", "show", "HEAD:params.yaml"], root, env).stdout)
+    assert committed["profile"]["engine_version"] == "0.12.0"
+    approval = json.loads(sh(["git", "show", "HEAD:decisions/approval.json"], root, env).stdout)
+    assert approval["by"] == "alice" and approval["decision"] == "approved" and approval["base_commit"] == head
+    assert approval["comment"] == "0.12 soaked in staging" and approval["flow_run_id"] == promotion
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
+    newest = _history(project)[0]
+    assert newest["approved_by"] == "alice" and newest["recorded_in"] == new
+    assert approval["dvc_lock_sha256"] == newest["dvc_lock_sha256"]
+    step_model = json.loads((root / "data/processed/step_model.json").read_text())
+    assert step_model["fingerprint"]["engine_version"] == "0.12.0"  # the plan is for the upgraded engine
+    rows = _history(project)
+    printed, _ = cli.communicate(timeout=600)
+    assert cli.returncode == 0 and json.loads(printed) == rows  # what the CLI prints
+    render(rows)
+    assert "alice" in capsys.readouterr().out
+
+
+def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    capacity = (root / "data/processed/capacity.parquet").read_bytes()
+    with twin(project["twin_port"], "0.13.0"):
+        run = api.run("watch/watch")
+        promotion = api.paused_promotion(run)
+        assert yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"  # marked stale meanwhile
+        sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, env)
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+
+        assert _head(project) == head
+        assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""  # params.yaml, dvc.lock as committed
+        assert (root / "data/processed/capacity.parquet").read_bytes() == capacity
+        rows = _history(project)
+        assert rows[0]["approved_by"] == "rejected by bob" and rows[0]["recorded_in"] is None
+        assert rows[1]["approved_by"] == "alice"
+
+        repeat = api.run("watch/watch")  # the same upgrade: decided already, no new plan
+        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, env, ok=False)  # while the runner runs `repeat`
+        assert again.returncode == 2 and "not paused" in again.stderr
+        assert api.wait(repeat, {"COMPLETED"}) == "COMPLETED"
+    assert api.printed(repeat, "not asking again")
+    assert len(_history(project)) == len(rows)
+    audit = [json.loads(line) for line in (root / ".work/decisions/approvals.jsonl").read_text().splitlines()]
+    assert [(a["decision"], a["by"]) for a in audit] == [("approved", "alice"), ("rejected", "bob")]
+
+
+def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    with twin(project["twin_port"], "0.14.0"):
+        run = api.run("watch/watch", approval_timeout_s=10)
+        api.paused_promotion(run)
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"  # nobody approved: the pause timed out
+    assert _head(project) == head
+    assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
+    assert _history(project)[0]["approved_by"] == "timed out"
