@@ -32,14 +32,18 @@ ARGUMENTS = [
 
 def capacity_suite(gxe) -> list:
     """The capacity table: one row per (candidate, mode); rates, attainment and counts in range."""
+    from typing import get_args
+
     from great_expectations.expectations.row_conditions import Column
+
+    from llmcap.sizing.search import Status
 
     sized = {"row_condition": Column("gpus").is_not_null()}
     return [
         gxe.ExpectTableRowCountToBeBetween(min_value=1),
         gxe.ExpectCompoundColumnsToBeUnique(column_list=["workload_id", "candidate", "mode"]),
         gxe.ExpectColumnValuesToBeInSet(column="mode", value_set=["aggregated", "prefill", "decode", "disaggregated"]),
-        gxe.ExpectColumnValuesToBeInSet(column="search_status", value_set=["converged", "at_max_rate", "infeasible", "max_evaluations"]),
+        gxe.ExpectColumnValuesToBeInSet(column="search_status", value_set=list(get_args(Status))),
         gxe.ExpectColumnValuesToBeBetween(column="max_rps", min_value=0),
         gxe.ExpectColumnValuesToBeBetween(column="attainment", min_value=0, max_value=1),
         gxe.ExpectColumnValuesToBeBetween(column="gpus_per_unit", min_value=1),
