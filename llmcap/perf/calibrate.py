@@ -24,7 +24,8 @@ from scipy.optimize import nnls
 
 from llmcap.perf.model import F64, LinearStepModel, StepBatch, decode_step_time, prefill_time
 
-TERMS = (*LinearStepModel.TERMS, "client")  # design columns: step terms, then per-request overhead
+TERMS = (*LinearStepModel.TERMS, "client")
+PREFILL_TERMS = ("prefill_tokens", "prefill_pairs", "prefill_seqs")  # design columns: step terms, then per-request overhead
 FIT_ORDER = ("overhead", "client", "prefill_tokens", "decode_seqs", "decode_context", "prefill_pairs", "prefill_seqs")
 
 
@@ -120,16 +121,25 @@ class CalibratedFit:
     def scaled(self, factor: float) -> CalibratedFit:
         """The same fit with every step time × `factor` (client overhead unchanged): what an in-situ
         speed calibration (llmcap.sim.makespan_fit) applies. The error fields still describe the fit."""
-        if not (np.isfinite(factor) and factor > 0):
-            raise ValueError(f"speed factor must be finite and > 0, got {factor}")
+        return self.scaled_by_phase(factor, factor)
+
+    def scaled_by_phase(self, prefill: float, decode: float) -> CalibratedFit:
+        """The prefill terms × `prefill`, the per-step overhead and decode terms × `decode`: an in-situ speed
+        probe that times a prompt alone and a decode step separately. The two need not move together (on a
+        shared CPU a prefill is compute that contention stretches; a small decode step is mostly fixed cost)."""
+        for name, f in (("prefill", prefill), ("decode", decode)):
+            if not (np.isfinite(f) and f > 0):
+                raise ValueError(f"{name} speed factor must be finite and > 0, got {f}")
+        factors = np.array([prefill if t in PREFILL_TERMS else decode for t in LinearStepModel.TERMS])
+        old = self.extra.get("speed_factors", {"prefill": 1.0, "decode": 1.0})
         return CalibratedFit(
-            model=LinearStepModel.from_coefficients(self.model.coefficients * factor),
+            model=LinearStepModel.from_coefficients(self.model.coefficients * factors),
             client_overhead_s=self.client_overhead_s,
             terms_fitted=self.terms_fitted,
             n_observations=self.n_observations,
             median_abs_rel_error=self.median_abs_rel_error,
             max_abs_rel_error=self.max_abs_rel_error,
-            extra={**self.extra, "speed_factor": float(factor) * float(self.extra.get("speed_factor", 1.0))},
+            extra={**self.extra, "speed_factors": {"prefill": float(prefill) * old["prefill"], "decode": float(decode) * old["decode"]}},
         )
 
     def predict(self, obs: StepObservations) -> F64:

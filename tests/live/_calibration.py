@@ -306,3 +306,10 @@ def profile_probe(cal: Calibration) -> SpeedProbe:
 def probe_speed(base_url: str, model: str, max_num_batched_tokens: int) -> SpeedProbe:
     """PROBE_CELLS once (~1 s; fresh prompts, the profile's OSL and TTFT probes, no warm-up)."""
     return _probe_of(measure_endpoint(base_url, model, profile_spec(PROBE_CELLS, max_num_batched_tokens, repeats=1, warmup=False)))
+
+
+def probe_factors(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[float, float]:
+    """(prefill, decode) speed of the engine around a run against the profile's: the TTFT and decode-step
+    ratios of the probes taken around it, each averaged (`CalibratedFit.scaled_by_phase` takes them)."""
+    prefill, decode = (float(np.mean(x)) for x in zip(*(p.ratio(ref) for p in probes)))
+    return prefill, decode

@@ -12,9 +12,10 @@ Each sub-knee rate is replayed `REPEATS` times (≥ 5), the overload `OVERLOAD_R
 interleaved in the outer loop, every replay with fresh prompt tokens (no prefix-cache hits between
 replays). A speed probe runs before every replay and after the last: two of the profile's own cells
 measured again (`_calibration.probe_speed`). Each repeat's prediction is the simulator with the profile's
-step model scaled by that repeat's probe factor (the geometric mean of the prefill and decode-step
-ratios, averaged over the probes before and after it): in-situ calibration. The unscaled predictions are
-printed beside them. TTFT and ITL are the engine's own (/metrics histograms, 4% buckets; `_calibration`
+step model scaled by that repeat's probe factors (prefill terms by the ratio of a prompt's TTFT alone,
+per-step overhead and decode terms by the ratio of a decode step, each averaged over the probes before
+and after it; `CalibratedFit.scaled_by_phase`): in-situ calibration. The unscaled predictions are printed
+beside them. TTFT and ITL are the engine's own (/metrics histograms, 4% buckets; `_calibration`
 says why not the client's); predicted TTFT includes the API server's own time measured with the profile.
 
 The rule (llmcap.reconcile.repeatability, per rate and metric: TTFT p50/p90, ITL p50/p90):
@@ -48,8 +49,8 @@ from llmcap.sim.makespan_fit import makespan
 from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
-    EXCERPT_REQUESTS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, SpeedProbe, azure_workload, engine_config,
-    measure_replay, probe_speed, profile_probe, shifted_excerpt,
+    EXCERPT_REQUESTS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, azure_workload, engine_config, measure_replay,
+    probe_factors, probe_speed, profile_probe, shifted_excerpt,
 )
 from tests.live._fidelity_table import FidelityRow, write_fidelity_table
 
@@ -93,13 +94,6 @@ def over_capacity(records: pa.Table) -> bool:
     return trend >= TREND_MIN and served_ratio < SERVED_MAX
 
 
-def probe_factor(before: SpeedProbe, after: SpeedProbe, ref: SpeedProbe) -> float:
-    """The engine's speed around one replay against the profile's: geometric mean of the prefill and decode-step
-    ratios, each the mean of the probes before and after the replay."""
-    ttft_ratio, step_ratio = (np.mean(x) for x in zip(before.ratio(ref), after.ratio(ref)))
-    return float(np.sqrt(ttft_ratio * step_ratio))
-
-
 @pytest.fixture(scope="module")
 def workload(vllm_engine) -> pa.Table:
     return shifted_excerpt(azure_workload(vllm_engine.kv.max_model_len), EXCERPT_SEED)
@@ -133,7 +127,7 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
     # ---- measurements: repeats outside, rates inside; a speed probe before every replay and after the last
     ref = profile_probe(calibration)
     probe = partial(probe_speed, vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
-    runs: dict[str, list[tuple[Measured, float]]] = {name: [] for name in rates}
+    runs: dict[str, list[tuple[Measured, tuple[float, float]]]] = {name: [] for name in rates}
     before = probe()
     for rep in range(REPEATS):
         for k, (name, rate) in enumerate(rates.items()):
@@ -146,16 +140,16 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
             tokens = int(sent.column("osl").to_numpy().sum())
             assert (m.engine_requests, m.engine_gaps) == (sent.num_rows, tokens - sent.num_rows), (m.engine_requests, m.engine_gaps)
             after = probe()
-            runs[name].append((m, probe_factor(before, after, ref)))
+            runs[name].append((m, probe_factors(ref, before, after)))
             before = after
 
-    # ---- predictions per repeat (the fit x that repeat's probe factor), and the verdicts
+    # ---- predictions per repeat (the fit scaled by that repeat's probe factors), and the verdicts
     rows: list[FidelityRow] = []
     flags: dict[str, tuple[bool, bool]] = {}  # name -> (simulator, engine) over capacity, majority of repeats
-    print(f"[fidelity] probe factors (engine now / profile): "
-          + "; ".join(f"{name} " + ", ".join(f"{f:.2f}" for _, f in rs) for name, rs in runs.items()))
+    print("[fidelity] probe factors, prefill/decode (engine now / profile): "
+          + "; ".join(f"{name} " + ", ".join(f"{p:.2f}/{d:.2f}" for _, (p, d) in rs) for name, rs in runs.items()))
     for name, rs in runs.items():
-        preds = [sim(rates[name], calibration.fit.scaled(f)) for _, f in rs]
+        preds = [sim(rates[name], calibration.fit.scaled_by_phase(*f)) for _, f in rs]
         measured = {"ttft_p50": [m.engine_ttft[0] for m, _ in rs], "ttft_p90": [m.engine_ttft[1] for m, _ in rs],
                     "itl_p50": [m.engine_itl[0] for m, _ in rs], "itl_p90": [m.engine_itl[1] for m, _ in rs]}
         case = f"{name} ρ={RHO[name]} ({rates[name]:.2f} req/s)"
