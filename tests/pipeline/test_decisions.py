@@ -62,7 +62,8 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     n_outs = sum(len(s["outs"]) for s in lock_a["stages"].values())
     assert result["identical"] is True and result["mode"] == "recompute"
     _, measured = out_flags(yaml.safe_load((root / "dvc.yaml").read_text()))
-    assert measured == {"data/processed/replay/measured.parquet", "data/reports/replay"}
+    assert measured == {"data/processed/replay/measured.parquet", "data/reports/replay", "data/processed/reconcile.json",
+                        "data/reports/reconcile"}
     assert {r["path"]: r["status"] for r in result["outputs"]} == {
         r["path"]: MEASURED if r["path"] in measured else "identical" for r in result["outputs"]}
     assert len(result["outputs"]) == n_outs
