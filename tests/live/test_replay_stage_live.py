@@ -2,8 +2,8 @@
 at 0.8x / 1.0x / 1.2x of the rate the simulator predicts for it. Every request is accounted for, the per-bucket
 table and the verdict are produced. Accuracy is not judged here: that is the reconciliation rule's job (issue 18).
 
-Budget: 40 requests per rate, three rates, a few seconds each at the tiny model's rates (< 2 min in all, once
-the session's `calibration` exists)."""
+Budget: 20 requests per rate, three rates (a few minutes in all at the tiny model's rates, once the session's
+`calibration` exists)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.live._calibration import azure_workload, engine_config
 
 pytestmark = pytest.mark.live
 
-REQUESTS = 40
+REQUESTS = 20
 SLO = SloParams(ttft_ms=1000, ttft_ms_per_1k_isl=500, itl_ms=200, warmup_frac=0.1, drain_frac=0.1)
 
 

@@ -21,9 +21,9 @@ own speed in the profile (`slo_for`), so that it asks the same of a fast and of 
   other jobs on a shared machine.
 
 In-situ calibration: a speed probe (two of the profile's own cells measured again, `_calibration.probe_speed`)
-runs before each repeat; that repeat's prediction λ*_j is the search with the profile's step model scaled by
-the probe's factors (prefill terms by the TTFT ratio, per-step overhead and decode terms by the decode-step
-ratio; `CalibratedFit.scaled_by_phase`). The unscaled λ* is printed beside.
+runs before each repeat; that repeat's prediction λ*_j is the search with the profile's prefill terms scaled by
+the probe's TTFT ratio (`CalibratedFit.scaled_by_phase`; decode terms as profiled, as in test_sim_fidelity).
+The unscaled λ* is printed beside.
 
 Check, `REPEATS` times: each search seed's excerpt — exactly the requests the simulator replayed — rate-scaled
 to 0.8·λ*_j and to 1.2·λ*_j and replayed open-loop (fresh prompt tokens per replay: no prefix-cache hits
@@ -108,7 +108,7 @@ def test_predicted_max_rate_holds_below_and_fails_above(vllm_engine, calibration
     repeats, k = [], 0
     for rep in range(REPEATS):
         factors = probe_factors(ref, probe())
-        lam, evaluate = max_rate(trace, calibration.fit.scaled_by_phase(*factors), engine, slo, overhead)
+        lam, evaluate = max_rate(trace, calibration.fit.scaled_by_phase(factors[0], 1.0), engine, slo, overhead)
         result = {"repeat": rep, "probe_factors": factors, "max_rate": lam}
         for f in FACTORS:
             rate = f * lam
