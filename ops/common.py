@@ -118,8 +118,10 @@ def lock_deps(lock: dict) -> dict[str, dict[str, str]]:
     return {stage: {d["path"]: d.get("md5", "") for d in spec.get("deps", [])} for stage, spec in lock["stages"].items()}
 
 
-def input_changes(a: dict, b: dict) -> dict[str, list[dict]]:
-    """What DVC decides on that differs between two dvc.locks: commands, params (per key) and deps (per path)."""
+def input_changes(a: dict, b: dict, measured: set[str] = frozenset()) -> dict[str, list[dict]]:
+    """What DVC decides on that differs between two dvc.locks: commands, params (per key) and deps (per path).
+    Deps in `measured` (outputs dvc.yaml marks measured: wall-clock timing, other bytes on every run) are left out:
+    a re-measurement is not a changed input."""
     pa, pb, da, db = lock_params(a), lock_params(b), lock_deps(a), lock_deps(b)
     params: dict[str, dict] = {}
     deps: dict[str, dict] = {}
@@ -132,7 +134,7 @@ def input_changes(a: dict, b: dict) -> dict[str, list[dict]]:
             va, vb = pa.get(stage, {}).get(key, "<absent>"), pb.get(stage, {}).get(key, "<absent>")
             if va != vb:
                 params.setdefault(key, {"key": key, "a": va, "b": vb, "stages": []})["stages"].append(stage)
-        for path in sorted(set(da.get(stage, {})) | set(db.get(stage, {}))):
+        for path in sorted((set(da.get(stage, {})) | set(db.get(stage, {}))) - measured):
             ma, mb = da.get(stage, {}).get(path), db.get(stage, {}).get(path)
             if ma != mb:
                 deps.setdefault(path, {"path": path, "kind": dep_kind(path), "a": ma, "b": mb, "stages": []})["stages"].append(stage)
