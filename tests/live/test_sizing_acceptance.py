@@ -16,7 +16,7 @@ own speed in the profile (`slo_for`), so that it asks the same of a fast and of 
   request's median gap: decode steps that carry a 2048-token prefill chunk are allowed, a stream that
   mostly crawls behind prefills is not. The median, not the max or P99: the server sometimes holds a
   stream on a shared box and flushes it late (one long client-side gap).
-- Attainment target 0.9 over the steady window (first and last 10% of arrivals out): with 80 or more
+- Attainment target 0.9 over the steady window (first and last 10% of arrivals out): with 48 or more
   measured requests per run, 0.99 would hinge on one request, and single requests get stalled by
   other jobs on a shared machine.
 
@@ -64,7 +64,7 @@ def slo_for(ref: SpeedProbe) -> SloParams:
     return SloParams(ttft_ms=TTFT_MULTIPLE * ref.ttft_s * 1e3, itl_ms=ITL_MULTIPLE * ref.step_s * 1e3, itl_stat="p50",
                      attainment_target=0.9, warmup_frac=0.1, drain_frac=0.1)
 SEARCH = SearchParams(seeds=(0,), rel_tol=0.02, initial_rate=5.0)
-EXCERPT = 100  # the fewest requests per replay; more at high rates (SimEvaluate.requests_at: a 15 s span at least)
+EXCERPT = 60  # the fewest requests per replay; more at high rates (SimEvaluate.requests_at: a 15 s span at least)
 PROMPT_SEED0 = 70_000
 REPEATS = int(os.environ.get("LLMCAP_SIZING_REPEATS", "3"))
 FACTORS = (0.8, 1.2)
