@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +13,7 @@ from rich.console import Console
 
 from llmcap.credentials import redact_text
 from llmcap.errors import LlmcapError
+from llmcap.jsonsafe import nan_to_null
 
 err_console = Console(stderr=True)
 
@@ -32,19 +32,8 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN/Infinity: emit null instead so every consumer can parse the output."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def dumps(obj: Any, indent: int | None = None) -> str:
-    return json.dumps(_finite(obj), indent=indent, sort_keys=False, allow_nan=False)
+    return json.dumps(nan_to_null(obj), indent=indent, sort_keys=False, allow_nan=False)
 
 
 def print_json(obj: Any) -> None:

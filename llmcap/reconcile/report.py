@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
+from llmcap.jsonsafe import nan_to_null
 from llmcap.reconcile.decide import Reconciliation
 from llmcap.reconcile.diagnose import Diagnosis
 
 
-def _finite(obj: Any) -> Any:
-    """JSON has no NaN: a statistic that could not be computed is null."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def summary(rec: Reconciliation, diagnosis: Diagnosis | None) -> dict:
-    return _finite({"reconciliation": rec.to_dict(), "diagnosis": None if diagnosis is None else diagnosis.to_dict()})
+    return nan_to_null({"reconciliation": rec.to_dict(), "diagnosis": None if diagnosis is None else diagnosis.to_dict()})
 
 
 def _e(d, metric: str, q: float) -> str:

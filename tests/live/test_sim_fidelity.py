@@ -8,7 +8,7 @@ two sub-knee loads (0.3, 0.5) and one overload (1.5). A rate replays the excerpt
 rate × `SPAN_S` requests (at least `MIN_REQUESTS`, at most all): a slow engine means fewer requests
 per replay, not a run that never ends.
 
-Each sub-knee rate is replayed `REPEATS` times (≥ 5), the overload `OVERLOAD_REPEATS` times, rates
+Each sub-knee rate is replayed `REPEATS` times (3; the rule needs at least 3), the overload `OVERLOAD_REPEATS` times, rates
 interleaved in the outer loop, every replay with fresh prompt tokens (no prefix-cache hits between
 replays). A speed probe runs before every replay and after the last: two of the profile's own cells
 measured again (`_calibration.probe_speed`). Each repeat's prediction is the simulator with the profile's
@@ -59,7 +59,7 @@ pytestmark = pytest.mark.live
 
 N = EXCERPT_REQUESTS
 EXCERPT_SEED = 0
-REPEATS = int(os.environ.get("LLMCAP_FIDELITY_REPEATS", "5"))
+REPEATS = int(os.environ.get("LLMCAP_FIDELITY_REPEATS", "3"))
 OVERLOAD_REPEATS = 3
 RHO = {"light": 0.3, "moderate": 0.5, "overloaded": 1.5}
 SUB_KNEE = ("light", "moderate")

@@ -15,11 +15,6 @@ the simulator replays the arrivals the client actually sent (as tests/twin/test_
 
 from __future__ import annotations
 
-import os
-import select
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,8 +30,7 @@ from llmcap.reconcile.decide import apply_corrections
 from llmcap.reconcile.params import ReconcileParams
 from llmcap.reconcile.run import reconcile
 from llmcap.sim import simulate
-from tests.conftest import ROOT
-from tests.twin._twin import deployment
+from tests.twin._twin import deployment, twin_server
 from tests.twin.test_fidelity import high_priority  # noqa: F401 - the fixture: client and twin at high priority
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("high_priority")]
@@ -45,19 +39,9 @@ TIMES = ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", 
 
 @contextmanager
 def twin_process(model: str, gpu: str, tp: int, dilation: float, *faults: str) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "-m", model, "-g", gpu, "--tp", str(tp), "--port", "0",
-           "--served-model-name", "twin", "--dilation", str(dilation), *faults]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60.0)
-        line = proc.stdout.readline() if ready else ""
-        assert "http://127.0.0.1:" in line, line
-        yield line.strip().rsplit(" ", 1)[-1]
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-        proc.stdout.close()
-        proc.stderr.close()
+    with twin_server("-m", model, "-g", gpu, "--tp", str(tp), "--served-model-name", "twin", "--dilation", str(dilation),
+                     *faults) as (_, url):
+        yield url
 
 
 def tagged(records: pa.Table) -> pa.Table:

@@ -1,10 +1,15 @@
-"""A twin in this test's event loop (127.0.0.1, any free port; stopped when the block ends) and the
-deployment the twin tests simulate."""
+"""A twin in this test's event loop or a `llmcap twin serve` process (127.0.0.1, any free port; stopped
+when the block ends), and the deployment the twin tests simulate."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -13,6 +18,7 @@ from llmcap.commands._deployment import EngineOptions, sim_config, step_model
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
 from llmcap.twin import Twin, TwinSpec
+from tests.conftest import ROOT
 
 SERVED = "twin-under-test"
 FAST = ("Llama-3.1-8B", "H100-SXM-80GB", 1)  # decode steps of ~7 ms: fault tests finish in seconds
@@ -39,3 +45,27 @@ async def running_twin(**knobs: Any) -> AsyncIterator[Twin]:
         yield twin
     finally:
         await twin.stop()
+
+
+@contextmanager
+def twin_server(*args: str, startup_s: float = 60.0) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`llmcap twin serve --port 0 ARGS` as its own process: (the process, its URL) once it prints the URL;
+    stopped by its PID at the end (SIGTERM, then SIGKILL)."""
+    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "--host", "127.0.0.1", "--port", "0", *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], startup_s)
+        line = proc.stdout.readline() if ready else ""
+        assert "http://127.0.0.1:" in line and "not a measurement" in line, \
+            f"the twin did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        yield proc, line.strip().rsplit(" ", 1)[-1]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        proc.stdout.close()
+        proc.stderr.close()

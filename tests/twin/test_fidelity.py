@@ -22,10 +22,7 @@ the twin run at nice TWIN_NICE while they measure, where the OS allows it (root 
 from __future__ import annotations
 
 import os
-import select
 import signal
-import subprocess
-import sys
 import time
 
 import httpx
@@ -36,8 +33,7 @@ import pytest
 from llmcap.live.metrics import parse_metrics
 from llmcap.live.replay import replay
 from llmcap.sim import simulate, weighted_quantiles
-from tests.conftest import ROOT
-from tests.twin._twin import deployment
+from tests.twin._twin import deployment, twin_server
 
 pytestmark = pytest.mark.timeout(120)
 MODEL, GPU, TP = "Llama-3.1-70B", "A100-SXM-80GB", 2
@@ -63,24 +59,9 @@ def high_priority():
 
 @pytest.fixture()
 def twin_process(high_priority):
-    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "-m", MODEL, "-g", GPU, "--tp", str(TP), "--host", "127.0.0.1",
-           "--port", "0", "--served-model-name", "twin-70b", "--dilation", str(DILATION)]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], STARTUP_S)
-        line = proc.stdout.readline() if ready else ""
-        assert "http://127.0.0.1:" in line, f"the twin did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        yield proc, line.strip().rsplit(" ", 1)[-1]
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        proc.stdout.close()
-        proc.stderr.close()
+    with twin_server("-m", MODEL, "-g", GPU, "--tp", str(TP), "--served-model-name", "twin-70b", "--dilation", str(DILATION),
+                     startup_s=STARTUP_S) as served:
+        yield served
 
 
 def excerpt(n: int, rate: float, seed: int) -> pa.Table:

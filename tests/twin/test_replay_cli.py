@@ -5,11 +5,6 @@ and a run that cannot keep its schedule is reported INVALID with exit 3."""
 from __future__ import annotations
 
 import json
-import os
-import select
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +15,7 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 from llmcap.commands.replay import INVALID_EXIT
-from tests.conftest import ROOT
+from tests.twin._twin import twin_server
 
 pytestmark = pytest.mark.timeout(120)
 runner = CliRunner()
@@ -28,18 +23,8 @@ runner = CliRunner()
 
 @contextmanager
 def twin(*extra: str) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "-m", "Llama-3.1-8B", "-g", "h100", "--port", "0", *extra]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60.0)
-        line = proc.stdout.readline() if ready else ""
-        assert "not a measurement" in line, line
-        yield line.strip().rsplit(" ", 1)[-1]
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-        proc.stdout.close()
-        proc.stderr.close()
+    with twin_server("-m", "Llama-3.1-8B", "-g", "h100", *extra) as (_, url):
+        yield url
 
 
 @pytest.fixture
