@@ -49,16 +49,17 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 plan: setup
 	$(PY) -m flows.replan
 
-# Two passes: the live tests first, alone on the machine (they time the real engine, and judge it against
-# its own repeatability: other work on the box would be noise), then every other test on both cores
-# (pytest-xdist; each worker has its own state dir, tests/conftest.py). Both always run; either failing fails.
+# Two passes: first the tests that judge wall-clock timing (marks `live`: the real engine against its own
+# repeatability; `timing`: the twin and the load generator), one at a time, alone on the machine, where
+# other work would be noise; then every other test on both cores (pytest-xdist; each worker has its own
+# state dir, tests/conftest.py). Both always run; either failing fails.
 # `make test PYTEST_ARGS="tests/x.py -k y"` runs just those, in one pass.
 test: setup
 	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
 ifeq ($(strip $(PYTEST_ARGS)),)
-	@$(PY) -m pytest -m live; live=$$?; \
-	$(PY) -m pytest -m "not live" -n 2 --dist worksteal; rest=$$?; \
-	echo "make test: live tests exit $$live, the rest exit $$rest"; test $$live -eq 0 -a $$rest -eq 0
+	@$(PY) -m pytest -m "live or timing"; timed=$$?; \
+	$(PY) -m pytest -m "not live and not timing" -n 2 --dist worksteal; rest=$$?; \
+	echo "make test: timed pass exit $$timed, the rest exit $$rest"; test $$timed -eq 0 -a $$rest -eq 0
 else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif

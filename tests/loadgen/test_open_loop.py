@@ -13,7 +13,7 @@ import pytest
 from llmcap.live.loopback import serving_loopback
 from llmcap.live.replay import peak_rate, processes_for, replay_async
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 # "On time" in a test on a shared 2-core VM (other sessions' engines run at higher priority): the median
 # send within 5 ms, none later than a quarter of the stall. A client with coordinated omission sends
 # the stall's requests up to 2 s late. `make bench` measures the tail: p99 <= 5 ms at 500 req/s.

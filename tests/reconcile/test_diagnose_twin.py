@@ -23,7 +23,7 @@ from llmcap.reconcile.series import record
 from llmcap.twin import Twin, TwinSpec
 from tests.twin.test_fidelity import high_priority  # noqa: F401 - the fixture: this process (client and twin) at high priority
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("high_priority")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("high_priority"), pytest.mark.timing]
 MODEL, GPU = "Llama-3.1-8B", "H100-SXM-80GB"  # decode steps of ~7 ms
 PARAMS = DiagnoseParams(window_s=2.0)
 

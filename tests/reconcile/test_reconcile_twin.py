@@ -33,7 +33,7 @@ from llmcap.sim import simulate
 from tests.twin._twin import deployment, twin_server
 from tests.twin.test_fidelity import high_priority  # noqa: F401 - the fixture: client and twin at high priority
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("high_priority")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("high_priority"), pytest.mark.timing]
 TIMES = ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "decode_s", "itl_p50_s", "itl_p99_s", "itl_max_s")
 
 

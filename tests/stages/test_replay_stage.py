@@ -31,6 +31,7 @@ WORKLOAD = {"rows": 200, "isl": {"mean": 700.0, "p50": 600.0, "p90": 1500.0, "p9
 ENUMERATE = {"model": MODEL, "gpus": ["h100"], "weight_quants": ["bf16"], "kv_dtypes": ["bf16"], "parallel": {"tp": [1]},
              "modes": ["aggregated"], "max_context_len": 4096, "aggregated": {"max_num_seqs": [64], "max_num_batched_tokens": [2048]}}  # fmt: skip
 RATE = 4.0  # req/s: the plan's rate for this unit (well below its knee: the check must hold at 0.8x)
+pytestmark = pytest.mark.timing  # the sends are checked against their schedule in wall time
 REQUESTS, DILATION = 12, 0.25
 
 

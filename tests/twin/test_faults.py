@@ -16,7 +16,7 @@ from llmcap.live.metrics import parse_metrics
 from llmcap.live.replay import replay_async
 from tests.twin._twin import SERVED, running_twin
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.timing]
 BOUND_S = 20.0  # no scenario needs more; wait_for turns a hang into a failure
 
 

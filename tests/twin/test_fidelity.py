@@ -35,7 +35,7 @@ from llmcap.live.replay import replay
 from llmcap.sim import simulate, weighted_quantiles
 from tests.twin._twin import deployment, twin_server
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 MODEL, GPU, TP = "Llama-3.1-70B", "A100-SXM-80GB", 2
 STARTUP_S = 60.0
 DILATION = 2.0

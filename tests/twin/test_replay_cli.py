@@ -17,7 +17,7 @@ from llmcap.cli import app
 from llmcap.commands.replay import INVALID_EXIT
 from tests.twin._twin import twin_server
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 runner = CliRunner()
 
 
