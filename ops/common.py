@@ -118,11 +118,12 @@ def lock_deps(lock: dict) -> dict[str, dict[str, str]]:
     return {stage: {d["path"]: d.get("md5", "") for d in spec.get("deps", [])} for stage, spec in lock["stages"].items()}
 
 
-def input_changes(a: dict, b: dict, measured: set[str] = frozenset()) -> dict[str, list[dict]]:
+def input_changes(a: dict, b: dict) -> dict[str, list[dict]]:
     """What DVC decides on that differs between two dvc.locks: commands, params (per key) and deps (per path).
-    Deps in `measured` (outputs dvc.yaml marks measured: wall-clock timing, other bytes on every run) are left out:
-    a re-measurement is not a changed input."""
+    Deps that a stage of either lock produces (a file in an output directory too) are left out: they are
+    consequences of the inputs listed, not inputs (a re-measured replay, the size stage's summary read by replay)."""
     pa, pb, da, db = lock_params(a), lock_params(b), lock_deps(a), lock_deps(b)
+    produced = set(lock_outs(a)) | set(lock_outs(b))
     params: dict[str, dict] = {}
     deps: dict[str, dict] = {}
     cmds = []
@@ -134,11 +135,15 @@ def input_changes(a: dict, b: dict, measured: set[str] = frozenset()) -> dict[st
             va, vb = pa.get(stage, {}).get(key, "<absent>"), pb.get(stage, {}).get(key, "<absent>")
             if va != vb:
                 params.setdefault(key, {"key": key, "a": va, "b": vb, "stages": []})["stages"].append(stage)
-        for path in sorted((set(da.get(stage, {})) | set(db.get(stage, {}))) - measured):
+        for path in sorted(p for p in set(da.get(stage, {})) | set(db.get(stage, {})) if not _produced(p, produced)):
             ma, mb = da.get(stage, {}).get(path), db.get(stage, {}).get(path)
             if ma != mb:
                 deps.setdefault(path, {"path": path, "kind": dep_kind(path), "a": ma, "b": mb, "stages": []})["stages"].append(stage)
     return {"params": list(params.values()), "deps": list(deps.values()), "cmds": cmds}
+
+
+def _produced(path: str, outs: set[str]) -> bool:
+    return any(path == o or path.startswith(o.rstrip("/") + "/") for o in outs)
 
 
 def dep_kind(path: str) -> str:

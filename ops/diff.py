@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ops.common import CAPACITY_SUMMARY, STEP_MODEL, OpsError, input_changes, lock_outs, parse_lock, resolve_commit, run_main
 from ops.decision import step_model_version
-from ops.reproduce import out_flags
 
 CAPACITY_TABLE = "data/processed/capacity.parquet"
 SCALARS = ("chosen", "mode", "pd_ratio", "target_rps", "max_rps_per_unit", "gpus_per_unit", "base_instances", "instances", "gpus",
@@ -140,8 +138,8 @@ def _changed(a: dict, b: dict) -> list[dict]:
     return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
 
 
-def diff(a: Side, b: Side, measured: set[str] = frozenset()) -> dict:
-    """What changed between two decisions; deps in `measured` (dvc.yaml's measured outputs) are not inputs that explain it."""
+def diff(a: Side, b: Side) -> dict:
+    """What changed between two decisions, and the inputs that explain it."""
     decision: dict[str, Any] = {"changed": [], "max_rps": []}
     if a.summary and b.summary:
         decision["changed"] = _changed(decision_fields(a.summary), decision_fields(b.summary))
@@ -152,7 +150,7 @@ def diff(a: Side, b: Side, measured: set[str] = frozenset()) -> dict:
         rb = {(r["candidate"], r["mode"]): r["max_rps"] for r in b.capacity}
         decision["max_rps"] = [{"candidate": c, "mode": m, "a": ra.get((c, m)), "b": rb.get((c, m))}
                                for c, m in dict.fromkeys([*ra, *rb]) if ra.get((c, m)) != rb.get((c, m))]
-    changes = input_changes(a.lock, b.lock, measured)
+    changes = input_changes(a.lock, b.lock)
     by_kind: dict[str, list] = {"code": [], "data": [], "environment": []}
     for d in changes["deps"]:
         by_kind[d["kind"]].append(d)
@@ -239,9 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = args.project.resolve()
     apply_defaults(root)
-    dvc_yaml = root / "dvc.yaml"
-    measured = out_flags(yaml.safe_load(dvc_yaml.read_text()) or {})[1] if dvc_yaml.is_file() else set()
-    result = diff(load_side(root, args.a), load_side(root, args.b), measured)
+    result = diff(load_side(root, args.a), load_side(root, args.b))
     print(json.dumps(result, indent=1, default=str) if args.json else markdown(result), end="" if not args.json else "\n")
     return 0
 

@@ -236,7 +236,7 @@ def reproduce(root: Path, rev: str, pull: bool, keep: bool) -> dict:
         rows = compare(root, worktree, lock, dvc_yaml, run, pull)
         result["outputs"] = rows
         result["mlflow"] = compare_mlflow(worktree, run, rows)
-        result["inputs_changed"] = input_changes(lock, rerun_lock, out_flags(dvc_yaml)[1]) if rerun_lock else None
+        result["inputs_changed"] = input_changes(lock, rerun_lock) if rerun_lock else None
         result["identical"] = (
             proc.returncode == 0 and all(r["status"] in SKIPPED for r in rows)
             and not result["mlflow"]["differences"]

@@ -103,3 +103,20 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().splitlines() == [f"error: 'no-such-rev': not a commit of {ROOT}"]
     proc = subprocess.run([sys.executable, "-m", "llmcap", "history", "--project", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2 and "not an llmcap project" in proc.stderr
+
+
+def test_a_dep_another_stage_produces_is_a_consequence_not_an_input() -> None:
+    def lock(node_failures: int, summary_md5: str) -> dict:
+        return {"schema": "2.0", "stages": {
+            "size": {"cmd": "python -m stages.size", "deps": [{"path": "data/raw/t.jsonl", "md5": "t"}],
+                     "params": {"params.yaml": {"size": {"headroom": {"node_failures": node_failures}}}},
+                     "outs": [{"path": "data/reports/capacity", "md5": f"{summary_md5}.dir"}]},
+            "replay": {"cmd": "python -m stages.replay", "deps": [{"path": "data/reports/capacity/summary.json", "md5": summary_md5},
+                                                                  {"path": "data/raw/t.jsonl", "md5": "t"}], "outs": []},
+        }}  # fmt: skip
+
+    changes = input_changes(lock(1, "s1"), lock(2, "s2"))
+    assert changes["deps"] == [] and [p["key"] for p in changes["params"]] == ["size.headroom.node_failures"]
+    raw_changed = lock(1, "s1")
+    raw_changed["stages"]["replay"]["deps"][1]["md5"] = "t2"
+    assert [d["path"] for d in input_changes(lock(1, "s1"), raw_changed)["deps"]] == ["data/raw/t.jsonl"]
