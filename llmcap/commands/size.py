@@ -38,6 +38,7 @@ from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
+from llmcap.vllm_serve import serve_commands
 
 
 MIN_REQUESTS = 20  # warm-up and drain are excluded from every replay: fewer leave no steady window to judge
@@ -134,7 +135,9 @@ def size(
         outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=lambda m: status.update(m))
     paths = write_report(outcome.report, out) if out is not None else {}
     over = int((isl + osl > context).sum())
+    serve = serve_commands(outcome.summary, candidates.to_dict("records"), model, grid.memory.gpu_memory_utilization)
     summary = outcome.summary | {
+        "vllm_serve": [c.to_dict() for c in serve],
         "report": {k: str(v) for k, v in paths.items()},
         "max_model_len": context,
         "rejected_over_max_model_len": over,
@@ -168,5 +171,11 @@ def size(
     for line in (summary["count_range"] or {}).get("lines", []):
         print(f"  range: {line}")
     print(f"  {summary['ledger']['line']}")
+    if serve and not Path(model).exists():
+        print(f"  serve: {model} is llmcap's catalog name; give vllm serve your checkpoint's path or Hugging Face id")
+    for c in serve:
+        print(f"  serve ({c.pool}: {c.instances} × {c.gpus_per_instance} GPU): {c.shell}")
+        for note in c.notes:
+            print(f"    note: {note}")
     for path in paths.values():
         print(f"  wrote {path}", file=sys.stderr)

@@ -30,6 +30,13 @@ def test_size_json_and_report(tmp_path):
     assert set(s["report"]) == {"parquet", "md", "html"}
     assert (out / "capacity.html").read_text().count("<img") == 5
     assert ingest(trace).report.rows_kept == 1500
+    # the chosen configuration as the vllm serve command that deploys it
+    (serve,) = s["vllm_serve"]
+    assert serve["pool"] == "instances" and serve["instances"] == s["instances"]
+    argv = serve["argv"]
+    assert argv[:3] == ["vllm", "serve", "Llama-3.1-8B"] and argv[argv.index("--tensor-parallel-size") + 1] == "1"
+    assert argv[argv.index("--quantization") + 1] == "fp8" and "/fp8/" in s["chosen"]
+    assert f"/seqs{argv[argv.index('--max-num-seqs') + 1]}/mbt{argv[argv.index('--max-num-batched-tokens') + 1]}/" in s["chosen"]
 
 
 def test_size_bad_trace_is_one_line_error(tmp_path):
