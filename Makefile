@@ -51,14 +51,15 @@ plan: setup
 
 # Two passes: first the tests that judge wall-clock timing (marks `live`: the real engine against its own
 # repeatability; `timing`: the twin and the load generator), one at a time, alone on the machine, where
-# other work would be noise; then every other test on both cores (pytest-xdist; each worker has its own
+# other work would be noise; then every other test on both cores (pytest-xdist, a file per worker: a
+# module-scoped project is set up once and its tests run in order; each worker has its own
 # state dir, tests/conftest.py). Both always run; either failing fails.
 # `make test PYTEST_ARGS="tests/x.py -k y"` runs just those, in one pass.
 test: setup
 	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@$(PY) -m pytest -m "live or timing"; timed=$$?; \
-	$(PY) -m pytest -m "not live and not timing" -n 2 --dist worksteal; rest=$$?; \
+	$(PY) -m pytest -m "not live and not timing" -n 2 --dist loadfile; rest=$$?; \
 	echo "make test: timed pass exit $$timed, the rest exit $$rest"; test $$timed -eq 0 -a $$rest -eq 0
 else
 	$(PY) -m pytest $(PYTEST_ARGS)
