@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmcap.sizing.plan import candidate_key
+import pandas as pd
+
+from llmcap.sizing.plan import candidate_row
 
 # vLLM quantizes these online from a 16-bit checkpoint (`--quantization fp8`: dynamic per-tensor/channel scales)
 _ONLINE_QUANT = {"fp8": "fp8", "fp8-channel": "fp8"}
@@ -44,7 +46,7 @@ class ServeCommand:
                 "argv": self.argv, "command": self.shell, "notes": self.notes}  # fmt: skip
 
 
-def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float, pd: bool = False) -> tuple[list[str], list[str]]:
+def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float, disaggregated: bool = False) -> tuple[list[str], list[str]]:
     """`vllm serve` arguments for one candidate row of the candidates table, and the notes that go with them."""
     notes: list[str] = []
     argv = ["vllm", "serve", model, "--tensor-parallel-size", str(int(row["tp"]))]
@@ -71,25 +73,21 @@ def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float
         "--max-model-len", str(int(row["max_context_len"])),
         "--gpu-memory-utilization", f"{gpu_memory_utilization:g}",
     ]  # fmt: skip
-    if pd:
+    if disaggregated:
         argv += ["--kv-transfer-config", json.dumps(PD_KV_TRANSFER, separators=(",", ":"))]
     return argv, notes
 
 
-def serve_commands(summary: Mapping[str, Any], candidates: list[Mapping[str, Any]], model: str,
+def serve_commands(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str,
                    gpu_memory_utilization: float) -> list[ServeCommand]:
     """One command per pool of the plan in `summary` (the size summary: `mode`, `pool_plans`), each pool's
-    configuration looked up by its key and role among `candidates` (the candidates table's feasible rows)."""
-    rows = {(candidate_key(r), str(r["role"])): r for r in candidates if r["feasible"]}
-    pd = summary["mode"] == "disaggregated"
+    configuration looked up by its key and role in the candidates table."""
+    disaggregated = summary["mode"] == "disaggregated"
     out = []
     for pool, plan in summary["pool_plans"].items():
-        role = {"prefill": "prefill", "decode": "decode"}.get(pool, "both")
-        row = rows.get((str(plan["configuration"]), role))
-        if row is None:
-            raise KeyError(f"pool {pool!r}: configuration {plan['configuration']!r} ({role}) is not in the candidates table")
-        argv, notes = serve_argv(row, model, gpu_memory_utilization, pd=pd)
-        if pd:
+        row = candidate_row(candidates, str(plan["configuration"]), (pool,) if disaggregated else ("both",))
+        argv, notes = serve_argv(row, model, gpu_memory_utilization, disaggregated)
+        if disaggregated:
             notes.append("P/D: put a proxy in front that sends each request to a prefill instance, then to a decode one "
                          "(vLLM's disaggregated-serving examples); the KV connector's side channel needs its own port per instance")
         out.append(ServeCommand(pool, int(plan["instances"]), int(plan["gpus_per_instance"]), argv, notes))

@@ -135,7 +135,7 @@ def size(
         outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=lambda m: status.update(m))
     paths = write_report(outcome.report, out) if out is not None else {}
     over = int((isl + osl > context).sum())
-    serve = serve_commands(outcome.summary, candidates.to_dict("records"), model, grid.memory.gpu_memory_utilization)
+    serve = serve_commands(outcome.summary, candidates, model, grid.memory.gpu_memory_utilization)
     summary = outcome.summary | {
         "vllm_serve": [c.to_dict() for c in serve],
         "report": {k: str(v) for k, v in paths.items()},

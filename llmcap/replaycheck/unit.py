@@ -21,7 +21,7 @@ from llmcap.commands._deployment import EngineOptions, decode_step_model, sim_co
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
-from llmcap.sizing.plan import candidate_key
+from llmcap.sizing.plan import candidate_key, candidate_row
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
 
@@ -64,14 +64,6 @@ class PlanUnit:
         return f"one prefill ({self.gpu} TP{o.tp}) + one decode ({o.decode_gpu or self.gpu} TP{o.decode_tp or o.tp}) instance of {self.chosen}"
 
 
-def _row(candidates: pd.DataFrame, key: str, roles: tuple[str, ...]) -> Mapping[str, Any]:
-    feasible = candidates[candidates["feasible"] & candidates["role"].isin(roles)]
-    for _, row in feasible.iterrows():
-        if candidate_key(row) == key:
-            return row.to_dict()
-    raise LlmcapError(f"the chosen plan's candidate {key} ({'/'.join(roles)}) is not a feasible row of the candidates table")
-
-
 def _engine_knobs(row: Mapping[str, Any]) -> dict[str, Any]:
     if int(row["pp"]) != 1 or int(row["ep"]) != 1 or int(row["dp"]) != 1:
         raise LlmcapError(f"{candidate_key(row)}: the twin and the replay unit serve TP only (pp, ep and dp must be 1)")
@@ -89,7 +81,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
     chosen, mode, pools = str(summary["chosen"]), str(summary["mode"]), summary["pool_plans"]
     if mode == "aggregated":
-        row = _row(candidates, chosen, ("both",))
+        row = candidate_row(candidates, chosen, ("both",))
         knobs = _engine_knobs(row)
         options = EngineOptions(**knobs, quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]), block_size=int(row["block_size"]),
                                 max_model_len=int(row["max_context_len"]))  # fmt: skip
@@ -99,7 +91,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     match = _PD_KEY.match(chosen)
     if mode != "disaggregated" or match is None:
         raise LlmcapError(f"summary.json: chosen {chosen!r} in mode {mode!r} is neither an aggregated key nor P[...]+D[...]")
-    prefill, decode = _row(candidates, match["prefill"], ("prefill",)), _row(candidates, match["decode"], ("decode",))
+    prefill, decode = candidate_row(candidates, match["prefill"], ("prefill",)), candidate_row(candidates, match["decode"], ("decode",))
     if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (decode["weight_quant"], decode["kv_dtype"], decode["block_size"]):
         raise LlmcapError(f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal")
     p, d = _engine_knobs(prefill), _engine_knobs(decode)

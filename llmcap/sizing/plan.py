@@ -72,6 +72,15 @@ def candidate_key(row: Mapping[str, Any]) -> str:
     )
 
 
+def candidate_row(candidates: pd.DataFrame, key: str, roles: tuple[str, ...]) -> Mapping[str, Any]:
+    """The feasible row of the candidates table whose `candidate_key` is `key`, in one of `roles`."""
+    feasible = candidates[candidates["feasible"] & candidates["role"].isin(roles)]
+    for _, row in feasible.iterrows():
+        if candidate_key(row) == key:
+            return row.to_dict()
+    raise LlmcapError(f"the chosen plan's candidate {key} ({'/'.join(roles)}) is not a feasible row of the candidates table")
+
+
 _ISL_STEPS = 64  # prompt lengths timed at 64 steps per power of two (rounded down by < 1/64)
 
 

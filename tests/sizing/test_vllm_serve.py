@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
+from llmcap.errors import LlmcapError
 from llmcap.sizing.plan import candidate_key
-from llmcap.vllm_serve import serve_commands
+from llmcap.vllm_serve import serve_commands as _serve_commands
+
+
+def serve_commands(summary: dict, rows: list[dict], model: str, util: float):
+    return _serve_commands(summary, pd.DataFrame(rows), model, util)
 
 
 def row(role: str, gpu: str, quant: str, kv: str, tp: int, seqs: int, mbt: int, ep: int = 1) -> dict:
@@ -60,5 +66,5 @@ def test_a_format_vllm_does_not_quantize_online_and_moe_expert_parallel_are_said
 def test_a_pool_whose_configuration_is_not_a_feasible_candidate_is_an_error() -> None:
     r = row("both", "H100-SXM-80GB", "bf16", "bf16", 1, 8, 512) | {"feasible": False}
     summary = {"mode": "aggregated", "pool_plans": {"instances": {"configuration": candidate_key(r), "instances": 1, "gpus_per_instance": 1}}}
-    with pytest.raises(KeyError, match="not in the candidates table"):
+    with pytest.raises(LlmcapError, match="not a feasible row of the candidates table"):
         serve_commands(summary, [r], "m", 0.9)
