@@ -139,7 +139,7 @@ def test_same_inputs_give_byte_identical_tables(outcome, trace, candidates):
 def test_dask_cluster_gives_the_same_table(outcome, trace, candidates):
     from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         with DaskExecutor(cluster.scheduler_address) as ex:
             on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
     assert _bytes(on_dask.table) == _bytes(outcome.table)
