@@ -9,7 +9,7 @@ WORK := $(ROOT)/.work
 UV := $(shell command -v uv 2>/dev/null || echo $(ROOT)/.tools/bin/uv)
 export UV
 
-# Measured gotchas of the stack (DEVELOPERS.md, DESIGN.md §5): everything writable lives in .work/.
+# Measured gotchas of the stack (docs/stack-notes.md): everything writable lives in .work/.
 export PREFECT_HOME := $(WORK)/prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -30,6 +30,7 @@ export PATH := $(VENV)/bin:$(PATH)
 .PHONY: plan test bench setup clean-work server server-stop serve
 
 setup: $(VENV)/.synced $(VENV)/.native
+	@$(PY) -m compileall -q -j 0 llmcap stages flows > /dev/null  # bytecode of our own sources too (written even where PYTHONDONTWRITEBYTECODE is set)
 
 # The simulator core compiled with mypyc (scripts/build_native.py, llmcap/_native.py); rebuilt when
 # one of its sources changes. On failure the sources run (slower) and tests/sim/test_native.py says so.
@@ -42,7 +43,7 @@ $(ROOT)/.tools/bin/uv:
 	$(ROOT)/.tools/bin/pip install --quiet uv
 
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
-	$(UV) sync --frozen --python 3.11 --extra pipeline
+	$(UV) sync --frozen --python 3.11 --extra pipeline --compile-bytecode  # every process would otherwise recompile every module
 	@mkdir -p $(WORK) $(PREFECT_HOME) $(DVC_SITE_CACHE_DIR) $(MPLCONFIGDIR)
 	@touch $@
 

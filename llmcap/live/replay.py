@@ -1,6 +1,6 @@
 """Open-loop replay: send a trace's requests at their arrival times, whatever the server's state.
 
-Open loop is what measures capacity (DESIGN.md §1): the arrival clock never waits for the server,
+Open loop is what measures capacity (docs/domain.md): the arrival clock never waits for the server,
 so overload shows up as queueing and tails instead of being hidden by back-pressure. The schedule
 (`t0 + arrival_s / rate_scale`) is kept by `llmcap.live.openloop` with the lean client of
 `llmcap.live.wire`; when one process cannot keep it, `llmcap.live.shards` deals it out to several.

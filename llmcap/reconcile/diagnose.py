@@ -1,4 +1,4 @@
-"""Diagnosis from engine metrics over time (DESIGN.md's table), window by window:
+"""Diagnosis from engine metrics over time (the table in docs/domain.md), window by window:
 
 | pattern                                        | reading                                           |
 |------------------------------------------------|---------------------------------------------------|

@@ -2,7 +2,7 @@
 
 Everything here is closed-form and simulator-free. It gives (a) the initial guess the search starts
 from, (b) upper bounds that prune hopeless candidates before any simulation, and (c) the numbers a
-report uses to explain *why* a configuration needs what it needs (DESIGN.md §1, the four ledgers).
+report uses to explain *why* a configuration needs what it needs (docs/domain.md, the four ledgers).
 
 Units: rates in req/s, tokens, seconds, bytes. Workload inputs are per-request arrays (ISL, OSL, cached
 tokens) so joint moments are exact — never products of marginals.
@@ -165,7 +165,7 @@ def pd_initial_sizing(
     h_prefill: float = 1.0,
     h_decode: float = 1.0,
 ) -> PdSizing:
-    """DESIGN.md §1: N_P = ceil(λ·H_P/G_P), N_D = ceil(λ·H_D/G_D), GPUs = N_P·g_P + N_D·g_D (validate by simulation)."""
+    """docs/domain.md: N_P = ceil(λ·H_P/G_P), N_D = ceil(λ·H_D/G_D), GPUs = N_P·g_P + N_D·g_D (validate by simulation)."""
     return PdSizing(
         replicas_for(rate_rps, prefill_rps, prefill_gpus, h_prefill),
         replicas_for(rate_rps, decode_rps, decode_gpus, h_decode),

@@ -1,6 +1,6 @@
 """SLO attainment and goodput over per-request records (`llmcap.sim.records.REQUEST_SCHEMA`).
 
-Definitions (DESIGN.md §1):
+Definitions (docs/domain.md):
 - A request *qualifies* only if its status is "ok" and it meets EVERY per-request target that is set:
   TTFT, ITL (at the chosen per-request statistic: median, P99 or worst gap, or mean = TPOT), TPOT, E2E,
   queue time.

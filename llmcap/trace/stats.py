@@ -1,6 +1,6 @@
 """Workload characterisation of a canonical trace: pure functions, numbers only (plots live in `plots`).
 
-Conventions (the ones ../shared/data/traces/README.md documents, so figures are comparable):
+Conventions (docs/domain.md, "Trace statistics": those of the traces' published figures, so they compare):
 percentiles use numpy's linear interpolation; duration is last minus first arrival; mean RPS is
 rows ÷ duration; windowed rates count arrivals in fixed windows from the first arrival and drop the
 final partial window; inter-arrival CV is std/mean of consecutive gaps, zero gaps included.
@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from scipy import stats as sstats
 
 from llmcap.config import CharacteriseParams
 from llmcap.trace import schema
@@ -106,6 +105,8 @@ def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
     n = int(arrival.size)
     duration = float(arrival[-1] - arrival[0]) if n else 0.0
     varying = n > 2 and np.ptp(isl) > 0 and np.ptp(osl) > 0  # a constant column has no correlation: undefined, not a warning
+    from scipy import stats as sstats  # here: scipy is slow to import and only characterisation needs it
+
     spearman = sstats.spearmanr(isl, osl).statistic if varying else float("nan")
     summary: dict = {
         "rows": n,

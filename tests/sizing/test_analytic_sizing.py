@@ -1,4 +1,4 @@
-"""Analytic demand, the DESIGN.md worked example, and the pruning bounds (hand-computed)."""
+"""Analytic demand, the worked example of docs/domain.md, and the pruning bounds (hand-computed)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def square(x: int) -> int:
 def cluster_address() -> Iterator[str]:
     from dask.distributed import LocalCluster
 
-    # Threads, not processes, locally (DESIGN.md §5); its HTTP server on a free port (8787 may be another test worker's).
+    # Threads, not processes, locally (docs/stack-notes.md); its HTTP server on a free port (8787 may be another test worker's).
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
         yield cluster.scheduler_address
 

@@ -1,7 +1,7 @@
-"""The shared public traces read with the row counts and statistics their SOURCE.md files state.
+"""The shipped public traces read with the row counts and statistics their SOURCE.md files state.
 
-Expected figures are copied from ../shared/data/traces/*/SOURCE.md (computed there with an
-independent throwaway script) and compared at the rounding shown there.
+Expected figures are copied from the traces' SOURCE.md files (data/raw/*/, tests/fixtures/traces/*/),
+computed there with an independent throwaway script, and compared at the rounding shown there.
 """
 
 from __future__ import annotations
