@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.errors import InputFileError, LlmcapError
     from llmcap.report.capacity import write_parquet, write_report
     from llmcap.sizing.executor import make_executor
+    from llmcap.sizing.measured import describe_key
     from llmcap.sizing.plan import class_pools, size_deployments
     from llmcap.trace import load_trace
     from stages import tracking, validation
@@ -78,10 +79,9 @@ def run(args: argparse.Namespace) -> str:
     measured = {}
     if step_source.startswith("profile") and step_info.get("step_model"):  # a measured, matching profile
         from llmcap.perf import CalibratedFit
+        from llmcap.sizing.measured import measured_models
 
-        fp = step_info["fingerprint"]
-        key = (fp["device_sku"], fp["tp"], fp["pp"], fp["ep"], fp["quantization"], fp["kv_dtype"])
-        measured[key] = CalibratedFit.from_dict(step_info["step_model"]).model
+        measured = measured_models(CalibratedFit.from_dict(step_info["step_model"]), step_info["fingerprint"])
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
         out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say, measured=measured)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> str:
             except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
                 pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
     write_parquet(out.table, args.capacity)
-    uses = "roofline per candidate" + "".join(f", the calibrated profile for {'/'.join(map(str, k))}" for k in measured)
+    uses = "roofline per candidate" + "".join(f", the calibrated profile for {describe_key(k)}" for k in measured)
     notes = (f"step times: {uses} (profile stage source: {step_source})",)
     if pools_failed is not None:
         notes += (pools_failed,)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -42,6 +43,9 @@ MaxNumSeqsOpt = Annotated[int, typer.Option(min=1)]
 MaxBatchedOpt = Annotated[int, typer.Option(min=1)]
 KvBlockSizeOpt = Annotated[int, typer.Option(min=1, help="tokens per KV block")]
 NumBlocksOpt = Annotated[int | None, typer.Option(min=1, help="KV blocks per replica (default: from the memory plan)")]
+ProfileOpt = Annotated[Path | None, typer.Option(
+    "--profile", help="a profile directory written by `llmcap profile`: its fitted step model times the configuration "
+                      "it was measured on, instead of the roofline")]
 GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0)]
 PrefixCachingOpt = Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")]
 HostBlocksOpt = Annotated[int, typer.Option(min=0, help="host-memory KV tier, blocks per replica")]

@@ -39,6 +39,8 @@ def profile(
     ] = None,
     device: Annotated[str | None, typer.Option(help="Device SKU for the fingerprint, e.g. H100-SXM-80GB.")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")] = 1,
+    weight_quant: Annotated[str | None, typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it).")] = None,
+    kv_dtype: Annotated[str | None, typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything).")] = None,
     out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     api_key_env: Annotated[str | None, typer.Option(
@@ -60,7 +62,8 @@ def profile(
     if len(m.failed_runs) == len(m.runs):
         first = next((r for run in m.runs for r in run.results if r.error), None)
         raise LlmcapError(f"every request to {shown} failed: {first.error if first else 'no tokens came back'}")
-    fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp)
+    stated = {"quantization": weight_quant} | ({"kv_dtype": kv_dtype} if kv_dtype is not None else {})
+    fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp, **stated)
     try:
         prof = to_profile(m, fp)
     except ValueError as exc:
