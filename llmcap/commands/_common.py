@@ -1,12 +1,13 @@
-"""Shared CLI plumbing: user errors → one line on stderr + exit code 2; JSON on stdout."""
+"""Shared CLI plumbing: user errors → one line on stderr + exit code 2; JSON or CSV on stdout."""
 
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -38,3 +39,40 @@ def dumps(obj: Any, indent: int | None = None) -> str:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj) + "\n")
+
+
+OUTPUT_FORMATS = ("table", "json", "csv")
+OutputFormatOpt = Annotated[str, typer.Option("--output-format", help="table (for people) | json (one object) | csv (one row per line of the main table)")]
+JsonFlagOpt = Annotated[bool, typer.Option("--json", help="the same as --output-format json")]
+
+
+def output_format(fmt: str, json_flag: bool) -> str:
+    """The chosen format; --json is kept as the short form of --output-format json."""
+    if fmt not in OUTPUT_FORMATS:
+        raise LlmcapError(f"--output-format {fmt!r}: choose one of {', '.join(OUTPUT_FORMATS)}")
+    if json_flag and fmt not in ("table", "json"):
+        raise LlmcapError(f"--json and --output-format {fmt} ask for two formats; give one")
+    return "json" if json_flag else fmt
+
+
+def flatten(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted columns (`ttft_ms.p99`); lists as JSON text, so one record is one CSV line."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out |= flatten(value, f"{name}.")
+        elif isinstance(value, (list, tuple)):
+            out[name] = dumps(value)
+        else:
+            out[name] = "" if value is None else value
+    return out
+
+
+def print_csv(rows: Sequence[Mapping[str, Any]]) -> None:
+    """`rows` (flattened) as CSV on stdout, columns in first-seen order, NaN as an empty field."""
+    flat = [flatten(nan_to_null(dict(r))) for r in rows]
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    writer = csv.DictWriter(sys.stdout, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(flat)

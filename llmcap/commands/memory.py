@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
 from llmcap.catalog.gpus import GIB
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
@@ -39,9 +39,11 @@ def memory(
     context_len: Annotated[
         int | None, typer.Option(min=1, help="Also report how many sequences of this total length fit.")
     ] = None,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    output_fmt: OutputFormatOpt = "table",
+    json_out: JsonFlagOpt = False,
 ) -> None:
     """Memory per rank: weights, runtime, KV budget and KV token capacity for MODEL on GPU."""
+    output = output_format(output_fmt, json_out)
     spec = load_model(model)
     g = get_gpu(gpu)
     params = MemoryParams(
@@ -75,8 +77,11 @@ def memory(
     if context_len is not None:
         out["context_len"] = context_len
         out["max_concurrent_sequences"] = int(plan.max_concurrent_sequences([context_len])[0])
-    if json_out:
+    if output == "json":
         print_json(out)
+        return
+    if output == "csv":
+        print_csv([{k: v for k, v in out.items() if k not in ("params_by_component", "breakdown")}])
         return
     console = Console()
     head = Table(title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV")

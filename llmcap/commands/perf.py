@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
-from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
 from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
@@ -54,9 +54,11 @@ def perf(
     ] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
     max_num_seqs: Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")] = 256,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    output_fmt: OutputFormatOpt = "table",
+    json_out: JsonFlagOpt = False,
 ) -> None:
     """Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."""
+    output = output_format(output_fmt, json_out)
     rm = build_step_model(model, gpu, tp=tp, pp=pp, ep=ep, weight_quant=weight_quant, kv_dtype=kv_dtype)
     plan = plan_memory(rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs))
     context = isl + osl
@@ -103,8 +105,12 @@ def perf(
         },
         "params": rm.params.model_dump(),
     }
-    if json_out:
+    if output == "json":
         print_json(out)
+        return
+    if output == "csv":
+        print_csv([{k: out[k] for k in ("model", "gpu", "weight_quant", "kv_dtype", "isl", "osl", "prefill_time_s", "max_batch_kv")}
+                   | out["parallelism"] | r for r in out["decode"]])
         return
     _print_tables(out, rm, {k: rm.breakdown(b) for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))})
 

@@ -1,8 +1,9 @@
 """`llmcap simulate --trace FILE --model M --gpu G [--tp N] [--replicas R | --pd P:D] ...`: replay a trace
-through the request-level serving simulator and print the summary (or JSON with --json).
+through the request-level serving simulator and print the summary (`--output-format table|json|csv`).
 
-Step times come from the roofline (`llmcap.perf.build_step_model`, compiled for speed by the simulator);
-KV blocks per replica come from the memory plan.
+Step times come from the roofline (`llmcap.perf.build_step_model`, compiled for speed by the simulator),
+or from a measured profile (`--profile DIR` from `llmcap profile`, for the configuration it was measured
+on); KV blocks per replica come from the memory plan.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import err_console, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
     EngineOptions,
@@ -38,6 +39,7 @@ from llmcap.commands._deployment import (
     NumBlocksOpt,
     PdOpt,
     PrefixCachingOpt,
+    ProfileOpt,
     QuantOpt,
     ReplicasOpt,
     RouterOpt,
@@ -63,6 +65,7 @@ from llmcap.commands._trace_input import (
 )
 from llmcap.sim import SimResult
 from llmcap.sim import simulate as run_simulation
+from llmcap.sizing.measured import load_profile
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import definitions, goodput, token_itl_check
 from llmcap.trace import mean_rate, scale_rate, write_table
@@ -102,6 +105,7 @@ def simulate(
     prefix_caching: PrefixCachingOpt = True,
     host_blocks: HostBlocksOpt = 0,
     host_gbps: HostGbpsOpt = 25.0,
+    profile: ProfileOpt = None,
     seed: Annotated[int, typer.Option(help="seed of the power-of-two router")] = 0,
     resolution: Annotated[float, typer.Option(min=1e-6, help="time-series resolution, s")] = 1.0,
     max_time: Annotated[float | None, typer.Option(min=0.0, help="stop the simulated clock here, s")] = None,
@@ -110,7 +114,8 @@ def simulate(
     timeseries_out: Annotated[Path | None, typer.Option("--timeseries-out", help="write per-replica time series (Parquet)")] = None,
     goodput: GoodputOpt = None,
     itl_stat: ItlStatOpt = "p99",
-    json_out: Annotated[bool, typer.Option("--json", help="print the summary as one JSON object")] = False,
+    output_fmt: OutputFormatOpt = "table",
+    json_out: JsonFlagOpt = False,
 ) -> None:
     """Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."""
     opts = EngineOptions(
@@ -121,13 +126,17 @@ def simulate(
         host_gbps=host_gbps, max_model_len=max_model_len,
     )  # fmt: skip
     check_choices(opts)
+    output = output_format(output_fmt, json_out)
     slo = _goodput_slo(goodput, itl_stat, first_token_from == "decode")
     positive("--rate-scale", rate_scale)
     check_outputs([trace], [p for p in (out, timeseries_out) if p is not None])
     spec = load_model(model)
     g = get_gpu(gpu)
+    measured = load_profile(profile) if profile is not None else None
+    if measured is not None:
+        measured.check_matches({"gpu": g.name, "tp": tp, "pp": 1, "ep": 1, "weight_quant": quant, "kv_dtype": kv_dtype})
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
     # A clock coarser than the request rate logs distinct requests at one tick: spread them within it,
     # as the sizing search does, instead of sending every tick's requests at once.
@@ -137,9 +146,9 @@ def simulate(
         table = scale_rate(table, mean_rate(table) * rate_scale)
     cfg = sim_config(spec, g, opts, reference=reference, resolution=resolution, max_time=max_time)
     engine = cfg.engine
-    step = step_model(model, gpu, tp, quant, kv_dtype)
+    step = measured.fit.model if measured is not None else step_model(model, gpu, tp, quant, kv_dtype)
     rng = np.random.default_rng(seed)
-    if json_out or table.num_rows < PROGRESS_MIN_REQUESTS:
+    if output != "table" or table.num_rows < PROGRESS_MIN_REQUESTS:
         result = run_simulation(table, step, cfg, rng)
     else:
         with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as bar:
@@ -151,14 +160,19 @@ def simulate(
         write_table(result.timeseries, timeseries_out)
     s = dict(result.summary)
     s.update(model=spec.name, gpu=g.name, tp=tp, kv_blocks_per_replica=engine.num_blocks, step_model=type(step).__name__)
+    if measured is not None:
+        s["profile"] = {"path": str(measured.directory), "fingerprint_hash": measured.fingerprint_hash, "describe": measured.describe()}
     s["max_model_len"] = engine.max_model_len
     s["rejected_over_max_model_len"] = _over_limit(table, engine.max_model_len)
     s["input_accounting"] = account_json(cleaned.report)
     s["deployment"] = deployment_label(cfg)
     if slo is not None:
         s["goodput"] = _goodput_summary(result, slo, pd is not None)
-    if json_out:
+    if output == "json":
         print_json(s)
+        return
+    if output == "csv":
+        print_csv([s])
         return
     t = Table(title=f"{spec.name} on {g.name} TP{tp}, {s['deployment']}, router {router}")
     t.add_column("metric")
@@ -169,6 +183,7 @@ def simulate(
         t.add_row(key, *(f"{v:,.1f}" if v is not None else "-" for v in s[key].values()))
     console = Console()
     console.print(t)
+    console.print(f"step times: {s['profile']['describe'] if measured is not None else 'the roofline for ' + g.name}")
     thr = s["throughput"]
     console.print(
         f"requests {s['requests']:,} (completed {s['completed']:,}, rejected {s['rejected']:,} of which "

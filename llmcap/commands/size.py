@@ -14,11 +14,13 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidates, workload_context_lengths
 from llmcap.catalog import load_model
-from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, output_format, print_csv, print_json, user_errors
+from llmcap.commands._deployment import ProfileOpt
 from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
@@ -36,6 +38,8 @@ from llmcap.commands._trace_input import (
 from llmcap.errors import LlmcapError
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
+from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
+from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
 from llmcap.vllm_serve import serve_commands
@@ -65,6 +69,40 @@ def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
     return {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
 
 
+def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels) -> dict:
+    """Which step-time source timed which candidates."""
+    if prof is None:
+        return {"source": "roofline", "line": "the roofline for every candidate"}
+    keys = [describe_key(k) for k in measured]
+    return {"source": "profile", "profile": str(prof.directory), "fingerprint_hash": prof.fingerprint_hash, "configurations": keys,
+            "line": f"{prof.describe()} for {'; '.join(keys)}; the roofline for every other candidate"}
+
+
+def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> None:
+    """Nothing met the SLOs: how close each candidate came, on stdout (and near_misses.json under --out)."""
+    rows = [m.to_dict() for m in none.near_misses]
+    report = {"feasible": False, "error": none.headline, "near_misses": rows}
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "near_misses.json").write_text(dumps(report, indent=2) + "\n", encoding="utf-8")
+    if output == "json":
+        print_json(report)
+    elif output == "csv":
+        print_csv(rows)
+    else:
+        t = Table(title="no candidate meets the SLOs: the nearest misses (closest first)")
+        for col in ("candidate", "rate req/s", "met every SLO", "binds", "TTFT p99 ms", "ITL p99 ms"):
+            t.add_column(col, overflow="fold")
+        for m in none.near_misses:
+            ms = lambda v: "–" if v is None else f"{v:,.1f}"  # noqa: E731
+            t.add_row(m.candidate, "idle (unsimulated)" if m.binding == "idle" else f"{m.rate_rps:.4g}", f"{m.attainment:.1%} (target {m.attainment_target:.1%})", m.binding,
+                      ms(m.ttft_p99_ms), ms(m.itl_p99_ms))
+        Console().print(t)
+        for m in none.near_misses[:3]:
+            print(f"  {m.line()}")
+    print(f"error: {report['error']}", file=sys.stderr)
+
+
 @user_errors
 def size(
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")],
@@ -80,6 +118,8 @@ def size(
     gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPU(s) to consider (repeat the option).")] = ["H100-SXM-80GB", "H200-SXM-141GB"],  # noqa: B006
     weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider.")] = ["bf16", "fp8"],  # noqa: B006
     tp: Annotated[list[int], typer.Option(help="TP degrees to consider.")] = [1, 2, 4, 8],  # noqa: B006
+    kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider.")] = ["bf16", "fp8"],  # noqa: B006
+    profile: ProfileOpt = None,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = True,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = 4,
     excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = 1500,
@@ -97,10 +137,13 @@ def size(
     generate_arrivals: GenerateArrivalsOpt = False,
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    output_fmt: OutputFormatOpt = "table",
+    json_out: JsonFlagOpt = False,
 ) -> None:
     """Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."""
+    output = output_format(output_fmt, json_out)
     targets = _slo_targets(slo_ttft_p99, slo_itl_p99, goodput)
+    prof = load_profile(profile) if profile is not None else None
     itl = check_itl_stat(itl_stat)
     positive("--target-rps", target_rps)
     if target_rps is not None:
@@ -108,7 +151,7 @@ def size(
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
@@ -118,33 +161,47 @@ def size(
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
     grid = EnumerationSpec(
-        gpus=gpu, weight_quants=weight_quant, kv_dtypes=["bf16", "fp8"], parallel={"tp": tp},
+        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel={"tp": tp},
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
         aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
         max_context_len=context,
     )  # fmt: skip
     candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
+    measured = prof.models_for(candidates[candidates["feasible"]]) if prof is not None else {}
     params = SizeParams(
         slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
                       attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
         search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
     )  # fmt: skip
-    console = Console(stderr=True, quiet=json_out)
-    with make_executor(params.compute) as executor, console.status("sizing ...") as status:
-        outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=lambda m: status.update(m))
+    console = Console(stderr=True, quiet=output != "table")
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    try:
+        with make_executor(params.compute) as executor, Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("sizing", total=None)
+            phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
+            step = lambda message: bar.update(task, description=message)  # noqa: E731
+            outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=step,
+                                       measured=measured, on_phase=phase)
+    except NoFeasiblePlan as none:
+        _near_miss_report(none, output, out)
+        raise typer.Exit(1) from None
     paths = write_report(outcome.report, out) if out is not None else {}
     over = int((isl + osl > context).sum())
     serve = serve_commands(outcome.summary, candidates, model, grid.memory.gpu_memory_utilization)
     summary = outcome.summary | {
         "vllm_serve": [c.to_dict() for c in serve],
+        "step_model": _step_model_summary(prof, measured),
         "report": {k: str(v) for k, v in paths.items()},
         "max_model_len": context,
         "rejected_over_max_model_len": over,
         "input_accounting": account_json(cleaned.report),
     }
-    if json_out:
+    if output == "json":
         print_json(summary)
+        return
+    if output == "csv":
+        print_csv(outcome.table.to_pylist())
         return
     t = Table(title=f"{spec.name}: capacity for {summary['target_rps']:.3g} req/s")
     for col in ("candidate", "mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search"):
@@ -171,6 +228,7 @@ def size(
     for line in (summary["count_range"] or {}).get("lines", []):
         print(f"  range: {line}")
     print(f"  {summary['ledger']['line']}")
+    print(f"  step times: {summary['step_model']['line']}")
     if serve and not Path(model).exists():
         print(f"  serve: {model} is llmcap's catalog name; give vllm serve your checkpoint's path or Hugging Face id")
     for c in serve:

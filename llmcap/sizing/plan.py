@@ -50,6 +50,8 @@ from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan, PoolInput, plan_headroom, traffic_plan
 from llmcap.sizing.ledger import Ledger, four_ledgers
+from llmcap.sizing.measured import MeasuredModels, config_key
+from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams, SloParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.scenarios import FitResult, Judge
@@ -161,15 +163,6 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
         itl = decode_step_time(step, np.ones_like(lengths.isl), lengths.isl + lengths.osl)
         ok &= (itl <= slo.itl_ms * 1e-3) | (lengths.osl <= 1)
     return float(ok.mean())
-
-
-MeasuredModels = Mapping[tuple[str, int, int, int, str, str], StepTimeModel]
-"""Calibrated step models by (GPU name, tp, pp, ep, weight quant, KV dtype): a measured profile whose
-fingerprint matches a candidate replaces the roofline for that candidate."""
-
-
-def config_key(row: Mapping[str, Any]) -> tuple[str, int, int, int, str, str]:
-    return (str(row["gpu"]), int(row["tp"]), int(row["pp"]), int(row["ep"]), str(row["weight_quant"]), str(row["kv_dtype"]))
 
 
 def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None) -> Unit:
@@ -311,6 +304,7 @@ class _Sizer:
         self.planning = traffic_plan(self.target, params.headroom).planning_rps
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []
+        self.idle_misses: list[NearMiss] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
 
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
@@ -354,6 +348,7 @@ class _Sizer:
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
+                self.idle_misses.append(idle_miss(u.key, u.unloaded_attainment, p.slo))
         itl_s = math.inf if p.slo.itl_ms is None else p.slo.itl_ms * 1e-3
 
         def stalls(u: Unit) -> bool:  # a full chunk's step alone is longer than the ITL target
@@ -417,6 +412,7 @@ class _Sizer:
         p = self.params
         units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
         good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
+        self.idle_misses += [idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good]
         dec = _best_per_layout([u for u in good if u.row["role"] == "decode"], lambda u: _per_usd(_decode_bound(u), u))
         if not dec:
             return []
@@ -505,7 +501,8 @@ class _Sizer:
         while True:
             sized = [r for r in rows if r.plan is not None]
             if not sized:
-                raise LlmcapError("no candidate meets the SLOs at any rate the search tried; relax the SLOs or add candidates")
+                searched = [(r.key, r.result) for r in rows if r.mode == "aggregated"] + [(f"{q.role}: {q.unit.key}", q.result) for q in self.roles]
+                raise NoFeasiblePlan(near_misses(searched, self.params.slo, self.idle_misses))
             chosen = min(sized, key=cost)
             if self.params.confirm_whole_trace == "off" or chosen.result.confirmation is not None or chosen.whole_trace is None:
                 break
@@ -635,6 +632,9 @@ def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+PHASES = ("disaggregated pools", "aggregated candidates", "choice (whole-trace confirmation)", "scenarios", "count range", "planned deployment replay")
+
+
 def size_deployments(
     trace: pa.Table,
     candidates: pd.DataFrame,
@@ -645,25 +645,36 @@ def size_deployments(
     progress: Callable[[str], None] | None = None,
     measured: MeasuredModels | None = None,
     simulate_scenarios: bool = True,
+    on_phase: Callable[[int, int, str], None] | None = None,
 ) -> SizingOutcome:
     """The capacity table, report and summary for `trace` over the feasible rows of `candidates`
     (`measured`: calibrated step models that replace the roofline for matching candidates;
-    `simulate_scenarios` False: the analytic per-pool plan without the scenario simulations)."""
+    `simulate_scenarios` False: the analytic per-pool plan without the scenario simulations;
+    `on_phase(done, total, name)`: before each of `PHASES` and once at the end, for a progress bar)."""
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
         raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
+
+    def phase(done: int) -> None:
+        if on_phase is not None:
+            on_phase(done, len(PHASES), PHASES[done] if done < len(PHASES) else "done")
+
     sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None), measured)
     rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
+    phase(0)
     if params.pd_prefill_shortlist > 0 and not dis.empty:
         rows += sizer.disaggregated(dis)
     incumbent = max((r.balanced_rps_per_gpu for r in rows), default=0.0)
+    phase(1)
     if (feasible["mode"] == "aggregated").any():
         rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
 
+    phase(2)
     chosen, rows = sizer.choose(rows)
     assert chosen.plan is not None
     analytic = chosen.plan
+    phase(3)
     fitted = sizer.fit(chosen) if simulate_scenarios else None
     if fitted is not None:
         chosen_fit = replace(chosen, plan=fitted.plan)
@@ -673,10 +684,12 @@ def size_deployments(
             sizer.notes.append(f"scenario fit of {chosen.key} did not pass every scenario within +{params.validate_max_extra} instance(s); the count shown is the last tried")
     plan = chosen.plan
     assert plan is not None
+    phase(4)
     spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
     table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
 
     # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
+    phase(5)
     sim = sizer.replay(chosen, plan)
     records, kv_usage = sim.records, _kv_usage(sim.timeseries)
     counts = " + ".join(f"{q.name} {q.instances}" for q in plan.pools)
@@ -713,6 +726,7 @@ def size_deployments(
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
         "notes": list(sizer.notes),
     }
+    phase(len(PHASES))
     return SizingOutcome(table, report, summary)
 
 

@@ -58,3 +58,19 @@ def test_size_slo_options_are_checked_before_any_work(tmp_path):
     ):
         r = runner.invoke(app, ["size", "--trace", str(missing), *base, *extra])
         assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, (extra, r.stderr)
+
+
+def test_size_csv_is_the_capacity_table(tmp_path):
+    import csv
+    import io
+
+    import pyarrow.parquet as pq
+
+    trace = tmp_path / "azure_head.csv"
+    trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
+    r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--out", str(tmp_path / "report"), "--output-format", "csv"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    table = pq.read_table(tmp_path / "report" / "capacity.parquet").to_pylist()
+    assert [row["candidate"] for row in rows] == [t["candidate"] for t in table] and len(rows) >= 1
+    assert [float(row["max_rps"]) for row in rows] == [t["max_rps"] for t in table]

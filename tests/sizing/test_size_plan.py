@@ -36,9 +36,18 @@ def candidates():
     return enumerate_candidates(MODEL, spec).table
 
 
+PHASES_SEEN: list[tuple[int, int, str]] = []
+
+
 @pytest.fixture(scope="module")
 def outcome(trace, candidates):
-    return size_deployments(trace, candidates, MODEL, PARAMS)
+    return size_deployments(trace, candidates, MODEL, PARAMS, on_phase=lambda *phase: PHASES_SEEN.append(phase))
+
+
+def test_progress_reports_every_phase_in_order_then_done(outcome):
+    from llmcap.sizing.plan import PHASES
+
+    assert PHASES_SEEN == [(k, len(PHASES), name) for k, name in enumerate(PHASES)] + [(len(PHASES), len(PHASES), "done")]
 
 
 def _bytes(table) -> bytes:
@@ -161,7 +170,8 @@ def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates
 
 def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
     from llmcap.perf import LinearStepModel, RooflineModel
-    from llmcap.sizing.plan import Lengths, config_key, make_unit
+    from llmcap.sizing.measured import config_key
+    from llmcap.sizing.plan import Lengths, make_unit
 
     rows = candidates[candidates["feasible"] & (candidates["mode"] == "aggregated")]
     row, other = rows.iloc[0], rows[rows["tp"] != rows.iloc[0]["tp"]].iloc[0]
