@@ -1,29 +1,85 @@
 """The `llmcap` command line (typer + rich).
 
-Sub-commands live in `llmcap.commands.*`, one module per concept; this file only wires them up.
-User errors print one line on stderr and exit with code 2 (see `commands._common.user_errors`).
+Sub-commands live in `llmcap.commands.*`, one module per concept; this file only wires them up, lazily:
+a command's module (and the numpy/pandas/simulator stack it needs) is imported only when that command
+runs or shows its own help, so `llmcap --help` and every command start fast. `COMMANDS` holds each
+command's one-line help for the top-level listing (tests/test_cli_start.py keeps it equal to the
+command's own). User errors print one line on stderr and exit with code 2 (`commands._common.user_errors`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import importlib
+from typing import Annotated, NamedTuple
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from llmcap.commands import decisions as decisions_cmd
-from llmcap.commands import memory as memory_cmd
-from llmcap.commands import perf as perf_cmd
-from llmcap.commands import plan as plan_cmd
-from llmcap.commands import profile as profile_cmd
-from llmcap.commands import reconcile as reconcile_cmd
-from llmcap.commands import replay as replay_cmd
-from llmcap.commands import simulate as simulate_cmd
-from llmcap.commands import size as size_cmd
-from llmcap.commands import trace as trace_cmd
-from llmcap.commands import twin as twin_cmd
+
+class Entry(NamedTuple):
+    module: str  # under llmcap.commands
+    attribute: str  # the command function, or a typer.Typer of sub-commands
+    help: str  # its first help line
+
+
+COMMANDS: dict[str, Entry] = {
+    "trace": Entry("trace", "app", "Inspect, clean and synthesise request traces."),
+    "twin": Entry("twin", "app", "The digital twin: the simulator behind an OpenAI-compatible API (not a measurement)."),
+    "plan": Entry("plan", "plan", "Run the planning loop (DVC pipeline under the Prefect flow `replan`) and print where results are."),
+    "history": Entry("decisions", "history", "Past decisions, newest first: date, commit, target rate, chosen config, GPUs, cost, approved by."),
+    "reproduce": Entry("decisions", "reproduce", "Re-run REV's pipeline in a clean worktree with its locked environment; exit 0 if every output is byte-identical."),
+    "diff": Entry("decisions", "diff", "What changed in the decision between A and B (GPUs, configuration, cost, headroom, max rates) and which inputs explain it."),
+    "approve": Entry("decisions", "approve", "Approve (or --reject) a re-plan waiting in the Prefect flow `promote`; approved plans are committed."),
+    "memory": Entry("memory", "memory", "Memory per rank: weights, runtime, KV budget and KV token capacity for MODEL on GPU."),
+    "simulate": Entry("simulate", "simulate", "Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."),
+    "perf": Entry("perf", "perf", "Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."),
+    "profile": Entry("profile", "profile", "Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."),
+    "replay": Entry("replay", "replay", "Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."),
+    "reconcile": Entry("reconcile", "reconcile", "Reconcile predicted with measured request records: e_TTFT / e_ITL per bucket and what to do about them."),
+    "size": Entry("size", "size", "Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."),
+}
+
+
+def load_command(name: str) -> click.Command:
+    """The click command `name` runs, its module imported now."""
+    entry = COMMANDS[name]
+    obj = getattr(importlib.import_module(f"llmcap.commands.{entry.module}"), entry.attribute)
+    if isinstance(obj, typer.Typer):
+        group = typer.main.get_group(obj)  # a group even with one sub-command (`twin serve`)
+        group.name = name
+        return group
+    single = typer.Typer()
+    single.command(name)(obj)
+    return typer.main.get_command(single)
+
+
+class LazyGroup(TyperGroup):
+    """Lists the commands from `COMMANDS` and imports one only when it is invoked or asked for its help."""
+
+    listing = False  # while the top-level help is drawn: stand-ins carrying the one-line help
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        if self.listing:
+            return click.Command(cmd_name, help=COMMANDS[cmd_name].help)
+        return load_command(cmd_name)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
 
 app = typer.Typer(
     name="llmcap",
+    cls=LazyGroup,
     help="LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -47,22 +103,6 @@ def _main(
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs."""
-
-
-app.add_typer(trace_cmd.app, name="trace")
-app.add_typer(twin_cmd.app, name="twin")
-app.command("plan")(plan_cmd.plan)
-app.command("history")(decisions_cmd.history)
-app.command("reproduce")(decisions_cmd.reproduce)
-app.command("diff")(decisions_cmd.diff)
-app.command("approve")(decisions_cmd.approve)
-app.command("memory")(memory_cmd.memory)
-app.command("simulate")(simulate_cmd.simulate)
-app.command("perf")(perf_cmd.perf)
-app.command("profile")(profile_cmd.profile)
-app.command("replay")(replay_cmd.replay)
-app.command("reconcile")(reconcile_cmd.reconcile)
-app.command("size")(size_cmd.size)
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import nnls
 
 from llmcap.perf.model import F64, LinearStepModel, StepBatch, decode_step_time, prefill_time
 
@@ -195,6 +194,8 @@ def fit_step_model(obs: StepObservations, relative: bool = True) -> CalibratedFi
     cols = _independent_columns(a)
     scale = 1.0 / y if relative else np.ones_like(y)
     sub = a[:, cols] * scale[:, None]
+    from scipy.optimize import nnls  # here, not at the top: scipy is slow to import and most commands never fit
+
     # nnls is better conditioned with unit-norm columns; undo the scaling on the solution
     norms = np.linalg.norm(sub, axis=0)
     x_scaled, _ = nnls(sub / norms, y * scale)

@@ -48,7 +48,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import ArrayLike
-from scipy.interpolate import PchipInterpolator
 
 from llmcap.errors import InputFileError
 from llmcap.perf.calibrate import CalibratedFit, StepObservations
@@ -143,6 +142,8 @@ def _pchip_loglog(x: F64, y: F64, q: F64) -> tuple[F64, np.ndarray]:
     out |= lq > lx[-1]
     if lx.size == 1:
         return np.full(q.size, np.exp(ly[0])), lq != lx[0]
+    from scipy.interpolate import PchipInterpolator  # here: scipy is slow to import and only profiles interpolate
+
     inside = np.clip(lq, lx[0], lx[-1])
     v = PchipInterpolator(lx, ly)(inside)
     lo_slope = (ly[1] - ly[0]) / (lx[1] - lx[0])
