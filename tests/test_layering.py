@@ -39,3 +39,18 @@ def test_stages_are_thin() -> None:
     # a stage is glue: params + paths in, one llmcap call, outputs + validation + logging out
     for stage in (ROOT / "stages").glob("*.py"):
         assert len(stage.read_text().splitlines()) < 200, stage
+
+
+BOTTOM = ("catalog", "trace", "perf")  # the domain's bottom layers
+ABOVE = ("sim", "sizing", "report", "live", "twin", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py")
+
+
+def test_the_bottom_layers_import_nothing_above_them() -> None:
+    from tests.test_stage_deps import closure
+
+    package = ROOT / "llmcap"
+    for layer in BOTTOM:
+        for path in sorted((package / layer).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            above = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ABOVE)
+            assert not above, f"{module} imports, directly or not, {above}"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap.config import CleanParams, TraceParams
+from llmcap.trace.params import CleanParams, TraceParams
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.trace.clean import REASONS, CleanReport, CleanResult, clean_trace
 from llmcap.trace.readers import RawTrace, read_trace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmcap.config import ArrivalSpec
+from llmcap.trace.params import ArrivalSpec
 
 
 def generate_arrivals(n: int, spec: ArrivalSpec, rng: np.random.Generator) -> np.ndarray:

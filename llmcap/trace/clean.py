@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.config import CleanParams
+from llmcap.trace.params import CleanParams
 from llmcap.errors import LlmcapError
 from llmcap.trace import schema
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded

@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from llmcap.config import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
+from llmcap.trace.params import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
 from llmcap.errors import InputFileError
 from llmcap.trace._lines import LineIndex
 from llmcap.trace.arrivals import generate_arrivals

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.config import CharacteriseParams
+from llmcap.trace.params import CharacteriseParams
 from llmcap.trace import schema
 from llmcap.trace.prefix import summarise_prefix
 

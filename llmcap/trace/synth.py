@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.config import ArrivalSpec
+from llmcap.trace.params import ArrivalSpec
 from llmcap.errors import LlmcapError
 from llmcap.trace import schema
 from llmcap.trace.arrivals import generate_arrivals
