@@ -37,7 +37,7 @@ PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D pref
 FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: first token visible from 'prefill' or 'decode'")]
 LinkGbpsOpt = Annotated[float, typer.Option(min=0.001, help="P/D: KV link bandwidth per prefill replica, GB/s")]
 LinkLatencyOpt = Annotated[float, typer.Option(min=0.0, help="P/D: link latency, ms")]
-QuantOpt = Annotated[str, typer.Option(help="weight format (bf16, fp8, ...)")]
+QuantOpt = Annotated[str, typer.Option("--weight-quant", "--quant", help="weight format (bf16, fp8, ...)")]
 KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype")]
 MaxNumSeqsOpt = Annotated[int, typer.Option(min=1)]
 MaxBatchedOpt = Annotated[int, typer.Option(min=1)]

@@ -26,7 +26,7 @@ def memory(
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")] = 1,
     dp: Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")] = 1,
-    quant: Annotated[str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")] = "bf16",
+    quant: Annotated[str, typer.Option("--weight-quant", "--quant", help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
     block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens.")] = 16,
     gpu_memory_utilization: Annotated[

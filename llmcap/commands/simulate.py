@@ -63,6 +63,7 @@ from llmcap.commands._trace_input import (
     positive,
     read_trace_input,
 )
+from llmcap.errors import LlmcapError
 from llmcap.sim import SimResult
 from llmcap.sim import simulate as run_simulation
 from llmcap.sizing.measured import load_profile
@@ -94,7 +95,8 @@ def simulate(
     first_token_from: FirstTokenFromOpt = "prefill",
     link_gbps: LinkGbpsOpt = 50.0,
     link_latency_ms: LinkLatencyOpt = 0.0,
-    rate_scale: Annotated[float, typer.Option(help="multiply the trace's mean arrival rate by this (gaps shrink by it)")] = 1.0,
+    request_rate: Annotated[float | None, typer.Option("--request-rate", help="simulate at this mean rate, req/s (the trace's burst shape kept)")] = None,
+    rate_scale: Annotated[float, typer.Option(help="or: multiply the trace's mean arrival rate by this (gaps shrink by it)")] = 1.0,
     quant: QuantOpt = "bf16",
     kv_dtype: KvDtypeOpt = "bf16",
     max_num_seqs: MaxNumSeqsOpt = 256,
@@ -129,6 +131,9 @@ def simulate(
     output = output_format(output_fmt, json_out)
     slo = _goodput_slo(goodput, itl_stat, first_token_from == "decode")
     positive("--rate-scale", rate_scale)
+    positive("--request-rate", request_rate)
+    if request_rate is not None and rate_scale != 1.0:
+        raise LlmcapError("--request-rate and --rate-scale both set the rate; give one")
     check_outputs([trace], [p for p in (out, timeseries_out) if p is not None])
     spec = load_model(model)
     g = get_gpu(gpu)
@@ -141,7 +146,10 @@ def simulate(
     # A clock coarser than the request rate logs distinct requests at one tick: spread them within it,
     # as the sizing search does, instead of sending every tick's requests at once.
     table = spread_ties(cleaned.trace, np.random.default_rng(seed))
-    if rate_scale != 1.0:
+    if request_rate is not None:
+        plausible_rate("--request-rate", request_rate)
+        table = scale_rate(table, request_rate)
+    elif rate_scale != 1.0:
         plausible_rate(f"--rate-scale {rate_scale:g} x the trace's {mean_rate(table):.3g} req/s", mean_rate(table) * rate_scale)
         table = scale_rate(table, mean_rate(table) * rate_scale)
     cfg = sim_config(spec, g, opts, reference=reference, resolution=resolution, max_time=max_time)

@@ -69,6 +69,21 @@ def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
     return {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
 
 
+def _listed(values: list[str], option: str) -> list[str]:
+    """An option given as comma lists and/or repeated (`--tp 1,2 --tp 4`), in order, without repeats."""
+    items = [v.strip() for text in values for v in text.split(",")]
+    if not items or not all(items):
+        raise LlmcapError(f"{option} {','.join(values)!r}: an empty item; give comma-separated values")
+    return list(dict.fromkeys(items))
+
+
+def _tp_degrees(values: list[str]) -> list[int]:
+    items = _listed(values, "--tp")
+    if not all(v.isdigit() and int(v) >= 1 for v in items):
+        raise LlmcapError(f"--tp {','.join(values)!r}: TP degrees are positive integers")
+    return [int(v) for v in items]
+
+
 def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels) -> dict:
     """Which step-time source timed which candidates."""
     if prof is None:
@@ -112,13 +127,13 @@ def size(
     goodput: GoodputOpt = None,
     itl_stat: ItlStatOpt = "p99",
     ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = True,
-    target_rps: Annotated[float | None, typer.Option("--target-rps", help="Planning rate (req/s); default: the trace's mean rate.")] = None,
+    target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = None,
     ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = 0.0,
     attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = 0.99,
-    gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPU(s) to consider (repeat the option).")] = ["H100-SXM-80GB", "H200-SXM-141GB"],  # noqa: B006
-    weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider.")] = ["bf16", "fp8"],  # noqa: B006
-    tp: Annotated[list[int], typer.Option(help="TP degrees to consider.")] = [1, 2, 4, 8],  # noqa: B006
-    kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider.")] = ["bf16", "fp8"],  # noqa: B006
+    gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPUs to consider: a comma list or the option repeated.")] = ["H100-SXM-80GB,H200-SXM-141GB"],  # noqa: B006
+    weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
+    tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = ["1,2,4,8"],  # noqa: B006
+    kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = True,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = 4,
@@ -142,6 +157,8 @@ def size(
 ) -> None:
     """Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."""
     output = output_format(output_fmt, json_out)
+    gpu, weight_quant, kv_dtype = _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype")
+    tps = _tp_degrees(tp)
     targets = _slo_targets(slo_ttft_p99, slo_itl_p99, goodput)
     prof = load_profile(profile) if profile is not None else None
     itl = check_itl_stat(itl_stat)
@@ -161,7 +178,7 @@ def size(
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
     grid = EnumerationSpec(
-        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel={"tp": tp},
+        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel={"tp": tps},
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
         aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
         max_context_len=context,
