@@ -1,8 +1,9 @@
-"""Prefect flow `watch`: re-plan when the serving environment was upgraded, through an approval.
+"""Prefect flow `watch`: re-plan when the serving environment was upgraded or the trace is new, through an approval.
 
 Each run reads the environment of every watched endpoint (params `watch.endpoints`, default
 `profile.endpoint`) and the operator's fingerprint file (`watch.fingerprint_file`), and compares it with
-the fingerprint the current plan was made for (ops.watch). Nothing changed: the run says so and ends.
+the fingerprint the current plan was made for (ops.watch), and the trace file params.yaml names with the
+one the plan was cleaned from (`ops.watch.trace_changes`). Nothing changed: the run says so and ends.
 A field changed: the observed values are written to params.yaml's `profile` section (the stored
 profile is now stale: the `profile` stage re-profiles `profile.endpoint` if set, else falls back to the
 roofline model) and the flow `promote` re-plans, diffs and waits for approval. An upgrade a person
@@ -54,30 +55,31 @@ def watch(root: str = str(ROOT), approval_timeout_s: int | None = None) -> dict:
     logger = get_run_logger()
     base = Path(root)
     observations = observe(root)
-    if not observations:
-        raise RuntimeError("nothing to watch: set watch.endpoints, profile.endpoint or watch.fingerprint_file in params.yaml")
-    changes = upgrade.upgrade_changes(upgrade.planned_fingerprint(base), observations)
+    upgraded = upgrade.upgrade_changes(upgrade.planned_fingerprint(base), observations)
+    changes = upgraded + upgrade.trace_changes(base)
     result = {"observed": observations, "changes": changes}
     if not changes:
-        print(f"no upgrade: {', '.join(observations)} match the plan's environment")
+        print(f"no upgrade and no new trace: {', '.join([*observations, 'the trace'])} match the plan's")
         return {**result, "action": "none"}
     why = upgrade.describe(changes)
+    kind = "upgrade" if upgraded else "new trace"
     key = upgrade.changes_key(changes)
     rejected = json.loads(_rejected_path(base).read_text()) if _rejected_path(base).is_file() else {}
     if key in rejected:
-        print(f"upgrade already decided ({rejected[key]}): {why}; not asking again")
+        print(f"{kind} already decided ({rejected[key]}): {why}; not asking again")
         return {**result, "action": "already rejected"}
     busy = pending(base)
     if busy:
-        logger.warning("upgrade seen (%s) but %s; re-plan on a later run", why, busy)
+        logger.warning("%s seen (%s) but %s; re-plan on a later run", kind, why, busy)
         return {**result, "action": "waiting", "pending": busy}
-    print(f"upgrade: {why} -> re-plan")
-    create_markdown_artifact(key="upgrade", markdown="**Upgrade seen**, re-planning:\n\n" + "\n".join(
+    print(f"{kind}: {why} -> re-plan")
+    create_markdown_artifact(key="upgrade", markdown=f"**{kind.capitalize()} seen**, re-planning:\n\n" + "\n".join(
         f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes))  # fmt: skip
     head = git(base, "rev-parse", "HEAD")
-    upgrade.mark_stale(base / "params.yaml", changes)
+    if upgraded:  # a new trace needs no mark: its changed bytes make DVC re-run the pipeline from `clean`
+        upgrade.mark_stale(base / "params.yaml", upgraded)
     try:
-        record = promote(root, reason=f"upgrade: {why}", approval_timeout_s=approval_timeout_s)
+        record = promote(root, reason=f"{kind}: {why}", approval_timeout_s=approval_timeout_s)
     except BaseException:
         restore(base, head)  # a failed re-plan must not leave the next runs 'waiting' on its half-written state
         raise

@@ -15,6 +15,8 @@ import yaml
 
 CAPACITY_SUMMARY = "data/reports/capacity/summary.json"  # dvc.yaml: the size stage's report dir
 STEP_MODEL = "data/processed/step_model.json"
+CLEAN_REPORT = "data/reports/clean/clean_report.json"  # dvc.yaml: the clean stage's report dir
+RAW_DIR = "data/raw"  # dvc.yaml: the clean stage's --raw-dir
 
 
 class OpsError(Exception):

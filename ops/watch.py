@@ -7,6 +7,9 @@ says (driver, runtime, engine commit). The plan's environment is the fingerprint
 built for (`data/processed/step_model.json`). A field observed with another value is an upgrade;
 a field nobody observes is not compared (unknown is not a change).
 
+The trace is watched too (`trace_changes`): a new file under the name params.yaml gives, or new bytes
+under the old name, is a reason to re-plan like an upgrade.
+
 `mark_stale` writes the observed values into params.yaml's `profile` section: the stored profile's
 fingerprint no longer matches, so the `profile` stage re-profiles (with `profile.endpoint`) or falls
 back to the roofline model, and DVC re-runs what depends on it.
@@ -24,7 +27,7 @@ import httpx
 import yaml
 
 from llmcap.credentials import redact_url
-from ops.common import STEP_MODEL, OpsError
+from ops.common import CLEAN_REPORT, RAW_DIR, STEP_MODEL, OpsError
 
 # Fingerprint fields an observation may carry, all of them params.yaml `profile.<field>` knobs.
 WATCHED = ("engine_version", "engine_commit", "driver_version", "runtime_version", "interconnect", "model_revision",
@@ -117,6 +120,28 @@ def upgrade_changes(planned: dict[str, Any], observations: dict[str, dict[str, A
             seen[field] = (observed[field], source)
     return [{"field": f, "planned": planned.get(f), "observed": v, "source": s}
             for f, (v, s) in seen.items() if planned.get(f) != v]  # fmt: skip
+
+
+def trace_changes(root: Path) -> list[dict[str, Any]]:
+    """A new trace to plan for: the raw file params.yaml names now against the one the plan was cleaned from
+    (its name and sha256 in the clean stage's report), as [{field, planned, observed, source}] like an upgrade's.
+    A renamed file with the same bytes is no change; a plan cleaned before hashes were recorded compares names."""
+    from llmcap.config import load_params
+
+    report_path = root / CLEAN_REPORT
+    if not report_path.is_file():
+        raise OpsError(f"{report_path}: no plan yet (run `make plan` first); nothing to compare a trace with")
+    planned = json.loads(report_path.read_text(encoding="utf-8"))
+    name = load_params(root / "params.yaml").trace.file
+    path = root / RAW_DIR / name
+    if not path.is_file():
+        raise OpsError(f"{path}: the trace params.yaml names (trace.file) is not there")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    was = planned.get("source_sha256")
+    if (digest == was) if was else (Path(name).name == planned["source_file"]):
+        return []
+    show = lambda file, sha: f"{file} (sha256 {sha[:12]})" if sha else file  # noqa: E731
+    return [{"field": "trace", "planned": show(planned["source_file"], was), "observed": show(name, digest), "source": RAW_DIR}]
 
 
 def changes_key(changes: list[dict[str, Any]]) -> str:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 
@@ -33,7 +34,9 @@ def run(args: argparse.Namespace) -> str:
     write_table(result.quarantine, args.quarantine)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     report_path = args.report_dir / "clean_report.json"
-    report_path.write_text(json.dumps(result.report.as_dict(), indent=2) + "\n", encoding="utf-8")
+    # the raw file's hash: the watcher re-plans when the trace under that name changes (ops.watch.trace_changes)
+    report = result.report.as_dict() | {"source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()}
+    report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     result.require_rows()
 
     max_ctx = params.clean.max_context_tokens

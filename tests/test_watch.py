@@ -85,3 +85,32 @@ def test_gates_stop_a_plan_whose_scenarios_failed() -> None:
     assert gates(ok) == []
     failed = gates({**ok, "scenarios_pass": False, "scenarios": ["node loss: x → pass", "upgrade: y: attainment 0.9 → FAIL"]})
     assert failed == ["a headroom scenario failed: upgrade: y: attainment 0.9 → FAIL"]
+
+
+def test_a_new_trace_is_a_change_and_the_same_bytes_are_not(tmp_path: Path) -> None:
+    import hashlib
+
+    from ops.watch import trace_changes
+
+    shutil.copy2(ROOT / "params.yaml", tmp_path / "params.yaml")
+    name = load_params(tmp_path / "params.yaml").trace.file
+    raw = tmp_path / "data/raw" / name
+    raw.parent.mkdir(parents=True)
+    raw.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2}\n')
+    report = tmp_path / "data/reports/clean/clean_report.json"
+    with pytest.raises(OpsError, match="no plan yet"):
+        trace_changes(tmp_path)
+    report.parent.mkdir(parents=True)
+    planned = {"source_file": Path(name).name, "source_sha256": hashlib.sha256(raw.read_bytes()).hexdigest()}
+    report.write_text(json.dumps(planned))
+    assert trace_changes(tmp_path) == []
+    raw.write_text(raw.read_text() + '{"timestamp": 5, "input_length": 20, "output_length": 3}\n')
+    (change,) = trace_changes(tmp_path)
+    assert change["field"] == "trace" and change["source"] == "data/raw"
+    assert change["planned"] == f"{Path(name).name} (sha256 {planned['source_sha256'][:12]})"
+    assert change["observed"].startswith(f"{name} (sha256 ") and change["observed"] != change["planned"]
+    # a plan cleaned before the hash was recorded: the same name is no change, another name is one
+    report.write_text(json.dumps({"source_file": Path(name).name}))
+    assert trace_changes(tmp_path) == []
+    report.write_text(json.dumps({"source_file": "older.jsonl"}))
+    assert [c["planned"] for c in trace_changes(tmp_path)] == ["older.jsonl"]

@@ -8,7 +8,8 @@ In a throw-away copy of the repository with a committed plan A, a twin stands fo
   pauses; `llmcap approve RUN --by alice` commits the plan, and `llmcap history` says approved by alice;
 - another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
   says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
-- an upgrade nobody approves in time: the same, history says timed out.
+- an upgrade nobody approves in time: the same, history says timed out;
+- a new trace under the planned name: re-planned from it, approved by carol, committed; then nothing new.
 """
 
 from __future__ import annotations
@@ -244,3 +245,29 @@ def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
     assert _head(project) == head
     assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
     assert _history(project)[0]["approved_by"] == "timed out"
+
+
+def test_a_new_trace_is_replanned_through_an_approval(project: dict) -> None:
+    root, api, env = project["root"], project["api"], project["env"]
+    head = _head(project)
+    trace = root / "data/raw" / yaml.safe_load((root / "params.yaml").read_text())["trace"]["file"]
+    # the operator puts the next period's trace under the same name: here every tenth request of the old one is gone
+    lines = trace.read_text().splitlines(keepends=True)
+    trace.write_text("".join(line for i, line in enumerate(lines) if i % 10 != 9))
+    sh(["git", "commit", "-qam", "next period's trace"], root, env)
+    traced = _head(project)
+    with twin(project["twin_port"], "0.12.0"):  # the engine the plan is for: only the trace is new
+        run = api.run("watch/watch")
+        promotion = api.paused_promotion(run)
+        sh([*LLMCAP, "approve", promotion, "--by", "carol"], root, env)
+        assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
+    assert api.printed(run, "new trace: trace ")
+    message = sh(["git", "log", "-1", "--format=%s"], root, env).stdout
+    assert _head(project) not in (head, traced) and "new trace" in message and "approved by carol" in message
+    report = json.loads((root / "data/reports/clean/clean_report.json").read_text())
+    assert report["rows_in"] == len(lines) - len(lines) // 10  # the plan was made from the new file
+    assert _history(project)[0]["approved_by"] == "carol"
+    with twin(project["twin_port"], "0.12.0"):  # planned now: nothing new
+        again = api.run("watch/watch")
+        assert api.wait(again, {"COMPLETED"}) == "COMPLETED"
+    assert api.printed(again, "no upgrade and no new trace")
