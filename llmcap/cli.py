@@ -10,11 +10,10 @@ command's own). User errors print one line on stderr and exit with code 2 (`comm
 from __future__ import annotations
 
 import importlib
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup  # typer carries its own click: no `import click` here
 
 
 class Entry(NamedTuple):
@@ -41,7 +40,7 @@ COMMANDS: dict[str, Entry] = {
 }
 
 
-def load_command(name: str) -> click.Command:
+def load_command(name: str) -> TyperCommand | TyperGroup:
     """The click command `name` runs, its module imported now."""
     entry = COMMANDS[name]
     obj = getattr(importlib.import_module(f"llmcap.commands.{entry.module}"), entry.attribute)
@@ -59,17 +58,17 @@ class LazyGroup(TyperGroup):
 
     listing = False  # while the top-level help is drawn: stand-ins carrying the one-line help
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> TyperCommand | TyperGroup | None:
         if cmd_name not in COMMANDS:
             return None
         if self.listing:
-            return click.Command(cmd_name, help=COMMANDS[cmd_name].help)
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name].help)
         return load_command(cmd_name)
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
         self.listing = True
         try:
             super().format_help(ctx, formatter)
