@@ -2,7 +2,7 @@
 
 Reads and cleans the trace, enumerates candidates for the model on the given GPUs, searches each
 shortlisted candidate's max feasible rate by simulation, sizes the cheapest deployment for the target
-rate with headroom by risk, and writes the capacity table + Markdown/HTML report (`--out`).
+rate with headroom by risk, and writes the capacity table, Markdown/HTML report and summary.json (`--out`).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def size(
         int | None, typer.Option(min=1, help="Longest prompt + output a deployment accepts (default: the trace's longest, "
                                  "within the model's max_position_embeddings); longer requests are rejected: SLO misses.")
     ] = None,  # fmt: skip
-    out: Annotated[Path | None, typer.Option(help="Write capacity.parquet/.md/.html here.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write capacity.parquet/.md/.html and summary.json here.")] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
@@ -204,6 +204,8 @@ def size(
         _near_miss_report(none, output, out)
         raise typer.Exit(1) from None
     paths = write_report(outcome.report, out) if out is not None else {}
+    if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
+        paths["summary"] = out / "summary.json"
     over = int((isl + osl > context).sum())
     serve = serve_commands(outcome.summary, candidates, model, grid.memory.gpu_memory_utilization)
     summary = outcome.summary | {
@@ -214,6 +216,8 @@ def size(
         "rejected_over_max_model_len": over,
         "input_accounting": account_json(cleaned.report),
     }
+    if out is not None:
+        paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
     if output == "json":
         print_json(summary)
         return

@@ -27,7 +27,8 @@ def test_size_json_and_report(tmp_path):
     s = json.loads(r.stdout)
     assert s["target_rps"] > 0 and s["gpus"] >= 1 and s["mode"] == "aggregated"
     assert s["chosen"].startswith("H100-SXM-80GB/fp8/")
-    assert set(s["report"]) == {"parquet", "md", "html"}
+    assert set(s["report"]) == {"parquet", "md", "html", "summary"}
+    assert json.loads((out / "summary.json").read_text()) == s  # the summary file is what --json prints
     assert (out / "capacity.html").read_text().count("<img") == 5
     assert ingest(trace).report.rows_kept == 1500
     # the chosen configuration as the vllm serve command that deploys it
