@@ -21,7 +21,7 @@ def _run(*args: str):
 def test_help_names_the_options():
     r = _run("--help")
     assert r.exit_code == 0, r.output
-    for opt in ("--model", "--gpu", "--tp", "--pp", "--ep", "--quant", "--kv-dtype", "--json"):
+    for opt in ("--model", "--gpu", "--tp", "--pp", "--ep", "--weight-quant", "--kv-dtype", "--json", "--output-format"):
         assert opt in r.output, opt
 
 
