@@ -7,6 +7,7 @@ Public API:
     SimResult.itl_values / itl_weights   the exact token-weighted ITL distribution
     SimResult.timeseries     per-replica gauges and counters at `timeseries_resolution_s`
     SimResult.summary        dict (requests, completed, duration_s, ttft/itl/tpot/e2e ms p50/p90/p99, ...)
+    SimResult.autoscale      with `SimConfig.autoscale`: its control ticks and each replica's life (tables)
     weighted_quantiles(values, weights, qs)
     analytic_step_model(...)  a catalog-derived LinearStepModel stand-in (llmcap.sim.standin)
     CORE                     "native" (the mypyc-compiled core, see llmcap._native) or "source"
@@ -28,8 +29,8 @@ from llmcap import CORE
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim.cluster import run_cluster
 from llmcap.sim.engine import Replica
-from llmcap.sim.config import ROUTERS, EngineConfig, LinkConfig, PDConfig, SimConfig
-from llmcap.sim.metrics import itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
+from llmcap.sim.config import ROUTERS, AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig
+from llmcap.sim.metrics import autoscale_tables, itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
 from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload, workload_from_table
@@ -38,6 +39,8 @@ __all__ = [
     "CORE",
     "REQUEST_SCHEMA",
     "ROUTERS",
+    "AutoscaleConfig",
+    "AutoscaleLog",
     "EngineConfig",
     "LinkConfig",
     "PDConfig",
@@ -51,12 +54,24 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class AutoscaleLog:
+    ticks: pa.Table  # one row per control evaluation: ready, starting, gauges seen, floor, reactive, target
+    replicas: pa.Table  # one row per replica ever asked for: asked_s, ready_s, stopped_s, released_s, held_s
+
+    @property
+    def replica_seconds(self) -> float:
+        """Σ held_s: what the run's replicas cost, start-up and drain included."""
+        return float(np.sum(self.replicas.column("held_s").to_numpy()))
+
+
+@dataclass(frozen=True)
 class SimResult:
     records: pa.Table
     itl_values: np.ndarray  # seconds
     itl_weights: np.ndarray  # tokens with that gap
     timeseries: pa.Table
     summary: dict
+    autoscale: AutoscaleLog | None = None
 
     def records_parquet(self) -> bytes:
         """The records as Parquet bytes (deterministic: same run -> same bytes)."""
@@ -108,5 +123,6 @@ def simulate(
     records = records_table(run, ids, work.arrival, work.isl, work.osl, config.pd is not None)
     itl = itl_distribution(run)
     series = timeseries_table(run)
+    scaling = AutoscaleLog(*autoscale_tables(run)) if run.scaled is not None else None
     wall = time.perf_counter() - start
-    return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall))
+    return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling)

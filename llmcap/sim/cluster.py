@@ -1,7 +1,8 @@
 """The event loop: arrivals, replica decisions and KV handoffs, in (time, priority, tie) order.
 
-Priorities at equal times: arrivals (0), then handoff landings (1), then replica decisions (2), so
-a replica deciding at t sees everything that arrived at t. Ties within a kind go by request index,
+Priorities at equal times: arrivals (0), then handoff landings (1), then replica decisions (2), then
+the autoscaler's ticks and replicas becoming ready (3), so a replica deciding at t sees everything
+that arrived at t. Ties within a kind go by request index,
 handoff number and replica index — never by push order, so runs of one or many steps order events
 the same way. Replicas keep their own clocks; a decision entry is stale once the replica's version
 moved on (an arrival cut its run short).
@@ -16,6 +17,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from llmcap.sim.autoscaler import Autoscaler, ScaledPool
 from llmcap.sim.config import EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
@@ -24,7 +26,7 @@ from llmcap.sim.routers import Router
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload
 
-ARRIVAL, LANDING, DECISION = 0, 1, 2
+ARRIVAL, LANDING, DECISION, CONTROL = 0, 1, 2, 3
 PROGRESS_EVERY = 4096
 EXACT_ITL_MAX_REQUESTS = 200_000  # itl_exact=None: exact (value, weight) pairs up to this many requests
 
@@ -36,6 +38,7 @@ class ClusterRun:
     roles: list[str]
     links: list[Link]
     end_s: float
+    scaled: ScaledPool | None = None  # the autoscaled pool (its replicas are `replicas`)
 
 
 def _blocks(tokens: np.ndarray, bs: int) -> np.ndarray:
@@ -69,9 +72,15 @@ def run_cluster(
             resolution_s=cfg.timeseries_resolution_s, first_token_at_handoff=at_handoff, segments=segments, itl_exact=exact,
         )  # fmt: skip
 
-    if pd is None:
+    scaled = None
+    back: list[Replica] = []
+    if cfg.autoscale is not None:
+        scaled = ScaledPool(Autoscaler(cfg.autoscale), lambda j, t: _born(replica(j, ecfg, timer, "both"), t))
+        scaled.start(scaled.scaler.initial())
+        front = scaled.active  # routable replicas only: the router's pool grows and shrinks in place
+        fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
+    elif pd is None:
         front = [replica(j, ecfg, timer, "both") for j in range(cfg.replicas)]
-        back: list[Replica] = []
         fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
     else:
         dcfg = pd.decode_engine or ecfg
@@ -83,7 +92,7 @@ def run_cluster(
     for ec in [ecfg] if pd is None else [ecfg, pd.decode_engine or ecfg]:
         if ec.max_model_len is not None:  # vLLM checks prompt + max_tokens against max_model_len before queueing
             fits &= work.isl + work.osl <= ec.max_model_len
-    replicas = front + back
+    replicas = front + back if scaled is None else scaled.members
     for gid, r in enumerate(replicas):
         r.gid = gid
     router = Router(cfg.router, front, n, rng, cfg.prefix_load_penalty)
@@ -98,6 +107,16 @@ def run_cluster(
     handoffs = 0
     max_t = cfg.max_time_s
     now = 0.0
+
+    controls = 0
+
+    def control(t: float, obj: Replica | None) -> None:
+        nonlocal controls
+        controls += 1
+        heappush(heap, (t, CONTROL, controls, 0, obj))
+
+    if scaled is not None:
+        control(0.0, None)
 
     def push(r: Replica) -> None:
         if r.next_time < INF:
@@ -132,6 +151,17 @@ def run_cluster(
                 stopped = True
                 break
             now = t
+            if kind == CONTROL:
+                assert scaled is not None and cfg.autoscale is not None
+                if obj is None:  # a tick: the next one while requests are still to come
+                    for r in scaled.tick(t):
+                        control(t + cfg.autoscale.t_ready_s, r)
+                    router.resized()
+                    if ai < n:
+                        control(t + cfg.autoscale.interval_s, None)
+                elif scaled.ready(obj, t):
+                    router.resized()
+                continue
             if kind == DECISION:
                 r = obj
                 if payload != r.version:  # stale: the run was cut short
@@ -175,11 +205,10 @@ def run_cluster(
         req = Req(i, isl[i], 1 if pd is not None else osl[i])
         if prefix_router and ecfg.enable_prefix_caching and segments is not None:
             req.keys, req.his = segments.of(i)
-        j = router.choose(req, ta)
-        rec.prefill_replica[i] = j
+        r = front[router.choose(req, ta)]
+        rec.prefill_replica[i] = r.index
         if pd is None:
-            rec.decode_replica[i] = j
-        r = front[j]
+            rec.decode_replica[i] = r.index
         if r.add(req, ta):
             push(r)
     end = max_t if stopped else now
@@ -188,4 +217,12 @@ def run_cluster(
         r.flush_log()
     if progress is not None:
         progress(n, n)
-    return ClusterRun(rec, replicas, [r.role for r in replicas], links, end)
+    return ClusterRun(rec, replicas, [r.role for r in replicas], links, end, scaled)
+
+
+def _born(r: Replica, t: float) -> Replica:
+    """A replica asked for at t (autoscaled: its place in the cluster is its index); its time series starts
+    at the first grid time from t, not at 0."""
+    r.gid = r.index
+    r.grid_i = int(-(-t // r.res))
+    return r

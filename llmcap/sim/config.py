@@ -63,6 +63,46 @@ class PDConfig(_Frozen):
     decode_engine: EngineConfig | None = None  # None: the same engine config as the prefill pool
 
 
+class AutoscaleConfig(_Frozen):
+    """Aggregated replicas added and removed while the run goes: N_target(t) = max(N_floor(t), N_reactive(t)),
+    clamped to [min_replicas, max_replicas] (see `llmcap.sim.autoscaler` for the rules and their sources).
+
+    A replica asked for at t is routable at t + t_ready_s (capacity counts only once the router admits it)
+    and starts with an empty prefix cache; a removed one takes no new requests and finishes what it holds.
+    """
+
+    min_replicas: int = Field(default=1, gt=0)
+    max_replicas: int = Field(default=64, gt=0)
+    initial_replicas: int | None = Field(default=None, gt=0, description="ready at t=0; None: the floor at t=0")
+    interval_s: float = Field(default=15.0, gt=0, description="control period (Kubernetes HPA's sync period)")
+    t_ready_s: float = Field(default=600.0, ge=0, description="scale-up decision -> routable (schedule, image, weights, init, graphs, health)")
+    waiting_per_replica: float | None = Field(
+        default=2.0, gt=0, description="target of vllm:num_requests_waiting averaged over ready replicas (None: not a signal)",
+    )  # fmt: skip
+    kv_usage: float | None = Field(
+        default=0.8, gt=0, le=1, description="target of vllm:kv_cache_usage_perc averaged over ready replicas (None: not a signal)",
+    )  # fmt: skip
+    metric_window_s: float = Field(default=60.0, gt=0, description="gauges averaged over the ticks of this window")
+    tolerance: float = Field(default=0.1, ge=0, description="no reactive change while metric/target is within 1 ± this")
+    scale_down_window_s: float = Field(default=300.0, ge=0, description="scale down to the largest recommendation of this window")
+    scale_up_cooldown_s: float | None = Field(default=None, ge=0, description="no reactive scale-up this soon after the last one (None: t_ready_s)")
+    min_residency_s: float = Field(default=600.0, ge=0, description="a replica serves at least this long before removal")
+    floor_times_s: tuple[float, ...] = Field(default=(), description="the forecast floor as steps: from floor_times_s[i] on ...")
+    floor_replicas: tuple[int, ...] = Field(default=(), description="... at least floor_replicas[i] replicas (ready or starting)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AutoscaleConfig:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
+        if len(self.floor_times_s) != len(self.floor_replicas):
+            raise ValueError("floor_times_s and floor_replicas must have the same length")
+        if any(b <= a for a, b in zip(self.floor_times_s, self.floor_times_s[1:])):
+            raise ValueError("floor_times_s must increase")
+        if self.waiting_per_replica is None and self.kv_usage is None and not self.floor_replicas:
+            raise ValueError("an autoscaler needs a floor or at least one reactive signal (waiting_per_replica, kv_usage)")
+        return self
+
+
 class SimConfig(_Frozen):
     """A whole run. `reference=True` advances one engine step per event (the slow oracle used in tests)."""
 
@@ -71,6 +111,7 @@ class SimConfig(_Frozen):
     router: Router = "least_outstanding_tokens"
     prefix_load_penalty: float = Field(default=0.5, ge=0, description="prefix_aware: score = hit tokens - penalty x outstanding tokens")
     pd: PDConfig | None = None
+    autoscale: AutoscaleConfig | None = Field(default=None, description="aggregated replicas scaled at run time (`replicas` ignored)")
     reference: bool = False
     timeseries_resolution_s: float = Field(default=1.0, gt=0)
     max_time_s: float = Field(default=math.inf, gt=0, description="stop the clock here; unfinished requests say so")
@@ -80,3 +121,11 @@ class SimConfig(_Frozen):
         description="token-weighted ITL as exact (value, weight) pairs (memory grows with engine steps) or a "
         "log-binned histogram (1000 bins/decade, 0.23% wide); None: exact up to 200,000 requests",
     )
+
+    @model_validator(mode="after")
+    def _autoscale_aggregated(self) -> SimConfig:
+        if self.autoscale is not None and self.pd is not None:
+            raise ValueError("autoscaling covers aggregated replicas; a P/D deployment is sized per pool instead")
+        if self.autoscale is not None and self.router == "power_of_two":
+            raise ValueError("the power_of_two router draws its pairs for a fixed pool: pick another router with autoscale")
+        return self

@@ -146,7 +146,7 @@ def timeseries_table(run: ClusterRun) -> pa.Table:
         cols = {
             "replica": np.full(m, rep.index, dtype=np.int32),
             "role": pa.array([rep.role], pa.string()).take(np.zeros(m, dtype=np.int32)),
-            "t_s": np.arange(m) * rep.res,
+            "t_s": np.arange(rep.grid_i - m, rep.grid_i) * rep.res,  # (an autoscaled replica's grid starts when it was asked for)
             "running": ts[:, 0].astype(np.int32),
             "waiting": ts[:, 1].astype(np.int32),
             "kv_used_blocks": ts[:, 2].copy(),
@@ -208,3 +208,39 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
         "requests_per_wall_s": n / wall_s if wall_s > 0 else None,
         "simulated_s_per_wall_s": sim_s / wall_s if wall_s > 0 else None,
     }
+
+
+def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
+    """An autoscaled run's control ticks (what the autoscaler saw and asked for) and its replicas' lives: asked
+    for, routable, stopped taking requests, and released (stopped and drained; still serving: the run's end).
+    `held_s` (released − asked) is what the replica's GPUs cost, its start-up included."""
+    pool = run.scaled
+    assert pool is not None
+    ticks = pool.scaler.ticks
+    tick_table = pa.table({
+        "t_s": pa.array([k.t for k in ticks], pa.float64()),
+        "ready": pa.array([k.ready for k in ticks], pa.int32()),
+        "starting": pa.array([k.starting for k in ticks], pa.int32()),
+        "waiting_avg": pa.array([k.waiting_avg for k in ticks], pa.float64()),
+        "kv_usage_avg": pa.array([k.kv_usage_avg for k in ticks], pa.float64()),
+        "floor": pa.array([k.floor for k in ticks], pa.int32()),
+        "reactive": pa.array([k.reactive for k in ticks], pa.int32()),
+        "target": pa.array([k.target for k in ticks], pa.int32()),
+    })  # fmt: skip
+    n = len(pool.members)
+    served = run.recorder.prefill_replica
+    finish = np.where(np.isnan(run.recorder.finish), -np.inf, run.recorder.finish)
+    last_finish = np.full(n, -np.inf)
+    np.maximum.at(last_finish, served[served >= 0], finish[served >= 0])
+    stopped = np.array(pool.stopped_s, dtype=np.float64)
+    released = np.where(np.isnan(stopped), run.end_s, np.maximum(stopped, last_finish))
+    asked = np.array(pool.asked_s, dtype=np.float64)
+    life = pa.table({
+        "replica": pa.array(np.arange(n), pa.int32()),
+        "asked_s": pa.array(asked, pa.float64()),
+        "ready_s": _col(np.array(pool.ready_s, dtype=np.float64), pa.float64()),
+        "stopped_s": _col(stopped, pa.float64()),
+        "released_s": pa.array(released, pa.float64()),
+        "held_s": pa.array(released - asked, pa.float64()),
+    })  # fmt: skip
+    return tick_table, life

@@ -30,6 +30,11 @@ class Router:
             b = (a + 1 + rng.integers(0, len(pool) - 1, size=n_requests)) % len(pool)  # distinct from a
             self.pairs = (a.tolist(), b.tolist())
 
+    def resized(self) -> None:
+        """The pool list changed in place (an autoscaled pool: aggregated, so no handoffs are pending)."""
+        self.pending = [0] * len(self.pool)
+        self.rr %= max(len(self.pool), 1)
+
     def load(self, j: int, t: float) -> int:
         return self.pool[j].outstanding_at(t) + self.pending[j]
 

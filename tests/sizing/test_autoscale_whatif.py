@@ -1,0 +1,79 @@
+"""Autoscaling what-if on a synthesized diurnal day: the autoscaled plan against the static one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sim"))
+from _workloads import MODEL, canonical, table  # noqa: E402
+
+from llmcap.errors import LlmcapError  # noqa: E402
+from llmcap.sim import AutoscaleConfig, EngineConfig  # noqa: E402
+from llmcap.sizing.autoscale import DiurnalDay, autoscale_whatif, forecast_floor  # noqa: E402
+from llmcap.sizing.params import SearchParams, SloParams  # noqa: E402
+from llmcap.sizing.search import search_max_rate  # noqa: E402
+from llmcap.sizing.simeval import SimEvaluate  # noqa: E402
+
+ENGINE = EngineConfig(num_blocks=400, max_num_seqs=32, max_num_batched_tokens=512)
+SLO = SloParams(ttft_ms=500, itl_ms=100, itl_stat="p99", attainment_target=0.99)
+
+
+def source_trace(n: int = 3000, seed: int = 0):
+    """Requests whose prompts share two leading blocks (32 tokens each), the rest unique."""
+    rng = np.random.default_rng(seed)
+    isl = rng.integers(50, 400, n)
+    hashes, next_id = [], 1000
+    for i in range(n):
+        blocks = -(-int(isl[i]) // 32)
+        shared = min(blocks, 2)
+        hashes.append([7, 8][:shared] + list(range(next_id, next_id + blocks - shared)))
+        next_id += blocks
+    rows = {"arrival_s": np.cumsum(rng.exponential(0.1, n)), "isl": isl, "osl": rng.integers(10, 100, n), "hash_ids": hashes}
+    return canonical(table(rows, 32))
+
+
+def test_forecast_floor_orders_t_ready_ahead():
+    day = DiurnalDay(mean_rps=10.0, amplitude=0.5, period_s=1000.0, duration_s=1000.0)
+    times, counts = forecast_floor(day, instance_rps=2.0, fraction=1.0, t_ready_s=100.0, interval_s=10.0, forecast_error=0.0)
+    assert times[0] == 0.0 and list(times) == sorted(times)
+    need = dict(zip(times, counts))
+    at = lambda t: counts[np.searchsorted(times, t, side="right") - 1]  # noqa: E731
+    # at the peak (t = 250) the floor already holds what the peak needs: ⌈15 / 2⌉ = 8 ...
+    assert at(250.0) == 8
+    # ... asked for T_ready + one interval ahead: the rate passes 14 (8 replicas) at t* = 1000·asin(0.8)/2π = 147.6,
+    # so the first tick whose look-ahead [t, t + 110] reaches it is t = 40
+    assert at(40.0) == 8 and at(30.0) == 7
+    assert max(need.values()) == 8 and min(counts) == np.ceil(5.0 / 2.0)  # trough ⌈5 / 2⌉
+    half = forecast_floor(day, 2.0, 0.5, 100.0, 10.0, 0.0)[1]
+    assert max(half) == 4
+
+
+def test_autoscaling_uses_fewer_gpu_hours_than_static_at_the_same_attainment():
+    trace = source_trace()
+    g = search_max_rate(SimEvaluate(trace, MODEL, ENGINE, SLO, excerpt_requests=1000), SLO.attainment_target,
+                        SearchParams(seeds=(0,), rel_tol=0.05)).max_rate  # fmt: skip
+    assert g > 0
+    day = DiurnalDay(mean_rps=3.0 * g, amplitude=0.7, period_s=3600.0, duration_s=3600.0)
+    cfg = AutoscaleConfig(t_ready_s=120.0, interval_s=15.0, min_residency_s=300.0, scale_down_window_s=300.0, kv_usage=None)
+    w = autoscale_whatif(trace, MODEL, ENGINE, SLO, g, day, gpus_per_replica=2, scaler=cfg, fractions=(0.0, 1.0))
+    assert w.static_replicas == int(np.ceil(day.peak_rps / g))
+    assert w.static.keeps(SLO.attainment_target)  # the static plan sized to the peak holds the day
+    assert w.static.gpu_hours == pytest.approx(2 * w.static.replica_hours)
+    full = next(p for p in w.autoscaled if p.floor_fraction == 1.0)
+    assert full.keeps(SLO.attainment_target)
+    assert full.gpu_hours < w.static.gpu_hours  # the acceptance: fewer GPU-hours at the same attainment
+    assert w.floor is not None and w.floor.gpu_hours < w.static.gpu_hours
+    assert w.saving is not None and 0.0 < w.saving < 1.0
+    assert full.scale_ups > 0 and full.peak_replicas >= w.static_replicas - 1  # it did follow the day
+    # T_ready is paid for: every replica asked after the start is held at least T_ready
+    life = full.log.replicas.to_pandas()
+    assert (life[life.asked_s > 0].held_s >= cfg.t_ready_s).all()
+
+
+def test_a_plan_needs_a_positive_instance_rate():
+    with pytest.raises(LlmcapError, match="max feasible rate"):
+        autoscale_whatif(source_trace(20), MODEL, ENGINE, SLO, 0.0, DiurnalDay(1.0, 0.5, 100.0, 100.0))
