@@ -36,6 +36,7 @@ COMMANDS: dict[str, Entry] = {
     "profile": Entry("profile", "profile", "Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."),
     "replay": Entry("replay", "replay", "Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."),
     "reconcile": Entry("reconcile", "reconcile", "Reconcile predicted with measured request records: e_TTFT / e_ITL per bucket and what to do about them."),
+    "autoscale": Entry("autoscale", "autoscale", "What-if: a diurnal day on a static pool vs autoscaled pools (simulated): GPU-hours, attainment, the floor that keeps it."),
     "size": Entry("size", "size", "Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."),
 }
 

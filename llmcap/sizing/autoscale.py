@@ -196,6 +196,6 @@ def autoscale_whatif(
         assert log is not None
         asked = log.replicas.column("asked_s").to_numpy()
         peak = int(np.max(log.ticks.column("ready").to_numpy() + log.ticks.column("starting").to_numpy()))
-        plans.append(_outcome(f"autoscaled f={f:g}", f, records, log.replica_seconds, peak, int((asked > 0).sum()),
+        plans.append(_outcome(f"auto f={f:g}", f, records, log.replica_seconds, peak, int((asked > 0).sum()),
                               gpus_per_replica, slo, windows, log))  # fmt: skip
     return AutoscaleWhatIf(day, instance_rps, gpus_per_replica, static_n, kv_target, static, tuple(plans), slo.attainment_target)

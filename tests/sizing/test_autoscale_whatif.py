@@ -77,3 +77,26 @@ def test_autoscaling_uses_fewer_gpu_hours_than_static_at_the_same_attainment():
 def test_a_plan_needs_a_positive_instance_rate():
     with pytest.raises(LlmcapError, match="max feasible rate"):
         autoscale_whatif(source_trace(20), MODEL, ENGINE, SLO, 0.0, DiurnalDay(1.0, 0.5, 100.0, 100.0))
+
+
+def test_autoscale_command_reports_every_plan_as_simulated(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from llmcap.cli import app
+    from tests.conftest import TRACES
+
+    args = ["autoscale", "--trace", str(TRACES["azure_conv"]), "--model", "Llama-3.1-8B", "--gpu", "H100", "--weight-quant", "fp8",
+            "--slo-ttft-p99", "2000", "--max-num-batched-tokens", "2048", "--instance-rps", "30", "--mean-rps", "40",
+            "--duration", "900", "--period", "900", "--t-ready", "60", "--min-residency", "120", "--floor-fractions", "0,1",
+            "--output-format", "json"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.stdout)
+    assert s["simulated"] is True and s["static_replicas"] == int(np.ceil(s["day"]["peak_rps"] / 30.0))
+    assert [p["plan"] for p in s["plans"]] == ["static", "auto f=0", "auto f=1"]
+    for p in s["plans"]:
+        assert p["gpu_hours"] > 0 and 0.0 <= p["attainment"] <= 1.0
+    bad = CliRunner().invoke(app, [*args[:-2], "--floor-fractions", "0,x"])
+    assert bad.exit_code == 2 and "--floor-fractions" in bad.output

@@ -1,0 +1,154 @@
+"""`llmcap autoscale --trace FILE --model M --gpu G [--tp N] --slo-ttft-p99 MS ...`: a what-if day served by a
+static pool and by autoscaled pools (`llmcap.sizing.autoscale`), simulated, with T_ready and cold caches.
+
+One replica's max feasible rate G comes from `--instance-rps` or from the sizing search on the trace (as
+`llmcap size` does for one candidate). The report: GPU-hours and attainment (whole day, worst window) per
+plan, and the smallest floor that keeps the attainment target. The results are simulated, not measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llmcap.catalog import get_gpu, load_model
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, output_format, print_csv, print_json, user_errors
+from llmcap.commands._deployment import (
+    EngineOptions,
+    GpuMemUtilOpt,
+    GpuOpt,
+    KvBlockSizeOpt,
+    KvDtypeOpt,
+    MaxBatchedOpt,
+    MaxNumSeqsOpt,
+    ModelOpt,
+    QuantOpt,
+    TpOpt,
+    sim_config,
+    step_model,
+)
+from llmcap.commands._trace_input import positive, read_trace_input
+from llmcap.errors import LlmcapError
+from llmcap.sim import AutoscaleConfig
+from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, autoscale_whatif
+from llmcap.sizing.params import SearchParams, SloParams
+from llmcap.sizing.search import search_max_rate
+from llmcap.sizing.simeval import SimEvaluate
+from llmcap.trace import mean_rate
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise LlmcapError(f"--floor-fractions must be comma-separated numbers, got {text!r}") from None
+
+
+@user_errors
+def autoscale(
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="the request mix: canonical Parquet or any format `llmcap trace` reads")],
+    model: ModelOpt,
+    gpu: GpuOpt,
+    slo_ttft_p99: Annotated[float, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms)")],
+    slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="ITL target (ms), per-request P99")] = None,
+    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="share of requests that must meet every SLO")] = 0.99,
+    tp: TpOpt = 1,
+    quant: QuantOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: MaxBatchedOpt = 8192,
+    block_size: KvBlockSizeOpt = 16,
+    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
+    instance_rps: Annotated[float | None, typer.Option("--instance-rps", help="one replica's max feasible rate G (default: searched on the trace)")] = None,
+    mean_rps: Annotated[float | None, typer.Option("--mean-rps", help="the day's mean rate, req/s (default: the trace's)")] = None,
+    amplitude: Annotated[float, typer.Option(min=0.0, max=0.99, help="diurnal swing: rate = mean × (1 + A sin 2πt/period)")] = 0.6,
+    period: Annotated[float, typer.Option("--period", min=1.0, help="diurnal period, s")] = 86_400.0,
+    duration: Annotated[float, typer.Option("--duration", min=1.0, help="simulated span, s")] = 86_400.0,
+    t_ready: Annotated[float, typer.Option("--t-ready", min=0.0, help="scale-up decision to routable, s")] = 600.0,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="autoscaler period, s")] = 15.0,
+    min_residency: Annotated[float, typer.Option("--min-residency", min=0.0, help="a replica serves at least this long, s")] = 600.0,
+    scale_down_window: Annotated[float, typer.Option("--scale-down-window", min=0.0, help="HPA stabilization window, s")] = 300.0,
+    waiting_target: Annotated[float, typer.Option("--waiting-target", min=0.01, help="waiting requests per replica that trigger a scale-up")] = 2.0,
+    kv_usage_target: Annotated[float | None, typer.Option("--kv-usage-target", min=0.01, max=1.0, help="KV usage target (default: one replica's at --utilization × G)")] = None,
+    utilization: Annotated[float, typer.Option(min=0.05, max=1.0, help="operating point that sets the default KV usage target")] = 0.8,
+    forecast_error: Annotated[float, typer.Option("--forecast-error", min=0.0, help="the floor's forecast margin (0.1 = 10% above the curve)")] = 0.1,
+    floor_fractions: Annotated[str, typer.Option("--floor-fractions", help="floors tried, as fractions of the full forecast floor")] = "0,0.5,0.75,1",
+    seed: Annotated[int, typer.Option(help="seed of the day's synthesis")] = 0,
+    output_fmt: OutputFormatOpt = "table",
+    json_out: JsonFlagOpt = False,
+) -> None:
+    """What-if: a diurnal day on a static pool vs autoscaled pools (simulated): GPU-hours, attainment, the floor that keeps it."""
+    output = output_format(output_fmt, json_out)
+    fractions = _fractions(floor_fractions)
+    positive("--mean-rps", mean_rps)
+    positive("--instance-rps", instance_rps)
+    spec, g = load_model(model), get_gpu(gpu)
+    opts = EngineOptions(tp=tp, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                         block_size=block_size, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+    engine = sim_config(spec, g, opts).engine
+    cleaned = read_trace_input(trace, "auto", "auto", None, None, False, 1.0, "by_id", announce=output == "table")
+    source = cleaned.trace
+    slo = SloParams(ttft_ms=slo_ttft_p99, itl_ms=slo_itl_p99, attainment_target=attainment)
+    step = step_model(model, gpu, tp, quant, kv_dtype)
+    if instance_rps is None:
+        err_console.print("searching one replica's max feasible rate on the trace ...")
+        instance_rps = search_max_rate(SimEvaluate(source, step, engine, slo), attainment, SearchParams(seeds=(0,), rel_tol=0.05)).max_rate
+        if instance_rps <= 0:
+            raise LlmcapError(f"one {spec.name} replica on {g.name} TP{tp} meets the SLOs at no rate: nothing to scale")
+    day = DiurnalDay(mean_rps or mean_rate(source), amplitude, period, duration)
+    scaler = AutoscaleConfig(
+        t_ready_s=t_ready, interval_s=interval, min_residency_s=min_residency, scale_down_window_s=scale_down_window,
+        waiting_per_replica=waiting_target, kv_usage=kv_usage_target, max_replicas=10_000,
+    )  # fmt: skip
+    w = autoscale_whatif(source, step, engine, slo, instance_rps, day, tp, scaler, fractions, forecast_error, utilization, seed=seed,
+                         on_plan=lambda name: err_console.print(f"simulating the day: {name}"))  # fmt: skip
+    rows = _rows(w)
+    summary = {
+        "simulated": True, "model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": w.instance_rps,
+        "day": {"mean_rps": day.mean_rps, "peak_rps": day.peak_rps, "amplitude": amplitude, "period_s": period, "duration_s": duration},
+        "kv_usage_target": w.kv_usage_target, "t_ready_s": t_ready, "static_replicas": w.static_replicas, "plans": rows,
+        "floor_that_keeps_attainment": None if w.floor is None else w.floor.floor_fraction, "gpu_hours_saved": w.saving,
+    }  # fmt: skip
+    if output == "json":
+        print_json(summary)
+        return
+    if output == "csv":
+        print_csv(rows)
+        return
+    _print(w, rows)
+
+
+def _rows(w: AutoscaleWhatIf) -> list[dict]:
+    return [
+        {"plan": p.name, "floor_fraction": p.floor_fraction, "gpu_hours": round(p.gpu_hours, 3), "replica_hours": round(p.replica_hours, 3),
+         "attainment": round(p.attainment, 5), "worst_window_attainment": round(p.worst_window_attainment, 5),
+         "peak_replicas": p.peak_replicas, "scale_ups": p.scale_ups, "keeps_target": p.keeps(w.attainment_target)}
+        for p in (w.static, *w.autoscaled)
+    ]  # fmt: skip
+
+
+def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
+    day = w.day
+    t = Table(title=f"simulated day (what-if, not a measurement): mean {day.mean_rps:.3g} req/s, peak {day.peak_rps:.3g}; G = {w.instance_rps:.3g} req/s per replica")
+    for col in ("plan", "GPU-hours", "attainment", "worst window", "peak replicas", "scale-ups", "keeps target"):
+        t.add_column(col, justify="left" if col == "plan" else "right")
+    for r in rows:
+        t.add_row(r["plan"], f"{r['gpu_hours']:,.1f}", f"{r['attainment']:.4f}", f"{r['worst_window_attainment']:.4f}", str(r["peak_replicas"]),
+                  str(r["scale_ups"]), "yes" if r["keeps_target"] else "NO")  # fmt: skip
+    console = Console()
+    console.print(t)
+    console.print(f"KV usage target {w.kv_usage_target:.3f}; static plan {w.static_replicas} replicas (⌈peak ÷ G⌉).")
+    best = w.floor
+    if best is None:
+        console.print(f"no autoscaled plan keeps attainment {w.attainment_target:g}: raise the floor (--floor-fractions) or plan statically")
+    else:
+        change = f"{w.saving:.1%} fewer" if w.saving and w.saving > 0 else f"{-(w.saving or 0.0):.1%} more: autoscaling does not pay here"
+        console.print(f"smallest floor that keeps attainment {w.attainment_target:g}: {best.floor_fraction:g} × the forecast floor, "
+                      f"{best.gpu_hours:,.1f} GPU-hours vs {w.static.gpu_hours:,.1f} static ({change})")  # fmt: skip
+    if np.isclose(w.static.attainment, 0.0):
+        console.print("the static plan itself misses: check G (--instance-rps)")
