@@ -19,6 +19,8 @@ from llmcap import _native
 from tests.sim._workloads import MODEL, random_config, random_trace
 
 REPO = Path(__file__).resolve().parents[2]
+FAST_SCALER = sim.AutoscaleConfig(min_replicas=1, max_replicas=4, initial_replicas=1, t_ready_s=0.3, interval_s=0.1,
+                                  min_residency_s=0.4, scale_down_window_s=0.3, metric_window_s=0.2, waiting_per_replica=1.0, kv_usage=0.3)
 SEEDS = range(40)
 
 
@@ -36,11 +38,18 @@ def digests(seeds: range) -> dict[str, str]:
         for name, model in (("linear", MODEL), ("roofline", roofline)):
             rng = np.random.default_rng(seed)
             trace = random_trace(rng, int(rng.integers(5, 60)))
-            r = sim.simulate(trace, model, random_config(rng, seed), rng=np.random.default_rng(seed))
-            h = hashlib.sha256(r.records_parquet())
-            h.update(r.itl_values.tobytes() + r.itl_weights.tobytes())
-            h.update(json.dumps(r.timeseries.to_pydict(), sort_keys=True).encode())
-            out[f"{name}/{seed}"] = h.hexdigest()
+            config = random_config(rng, seed)
+            runs = {f"{name}/{seed}": config}
+            if config.pd is None and config.router != "power_of_two":  # the same pool, autoscaled on a fast clock
+                runs[f"{name}/{seed}/autoscaled"] = config.model_copy(update={"autoscale": FAST_SCALER})
+            for key, cfg in runs.items():
+                r = sim.simulate(trace, model, cfg, rng=np.random.default_rng(seed))
+                h = hashlib.sha256(r.records_parquet())
+                h.update(r.itl_values.tobytes() + r.itl_weights.tobytes())
+                h.update(json.dumps(r.timeseries.to_pydict(), sort_keys=True).encode())
+                if r.autoscale is not None:
+                    h.update(json.dumps([r.autoscale.ticks.to_pydict(), r.autoscale.replicas.to_pydict()], sort_keys=True).encode())
+                out[key] = h.hexdigest()
     return out
 
 
