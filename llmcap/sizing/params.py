@@ -180,6 +180,11 @@ class SizeParams(_Strict):
     cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
     (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
     router: Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"] = "least_outstanding_tokens"
+    """Router of a pool's instances (of the prefill pool, P/D), in the scenario simulations."""
+    prefix_routing: Literal["search", "off"] = "search"
+    """`search`: where the trace has prefix hashes, the chosen plan's scenario fit also runs with the prefix_aware router
+    (most cached prompt tokens, less a load penalty) and the router needing the cheaper deployment is kept (ties: `router`);
+    `off`: `router` only."""
     shortlist: int = Field(default=4, ge=1)
     """Aggregated candidates searched per round (in order of analytic bound per GPU)."""
     max_simulated: int = Field(default=12, ge=1)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -60,7 +60,7 @@ from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_m
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.slo import definitions, itl_column
 from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
-from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
+from llmcap.trace.prefix import hit_tokens, leading_reuse_lru, leading_reuse_unbounded
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
 
@@ -88,11 +88,15 @@ _ISL_STEPS = 64  # prompt lengths timed at 64 steps per power of two (rounded do
 
 @dataclass(frozen=True)
 class Lengths:
-    """The trace's per-request lengths the bounds need; `cached` = ideal (unbounded-cache) prefix hits."""
+    """The trace's per-request lengths the bounds need; `cached` = ideal (unbounded-cache) prefix hits, and
+    `at_capacity(kv_tokens)` the same requests with the hits an LRU cache of that size gives."""
 
     isl: np.ndarray
     osl: np.ndarray
     cached: np.ndarray
+    hashes: pa.ChunkedArray | None = None  # the trace's prefix hashes in arrival order (None: no prefix reuse)
+    block: int = 0  # tokens per trace hash block
+    _lru: dict[int, Lengths] = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def prompt_pairs(self) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +108,17 @@ class Lengths:
         pairs, inverse = np.unique(np.stack([isl, self.cached]), axis=1, return_inverse=True)
         return pairs, inverse.ravel()
 
+    def at_capacity(self, kv_tokens: int) -> Lengths:
+        """These requests with the prefix hits of an LRU cache holding `kv_tokens` (one instance's whole KV: the
+        engine's cache is never larger, so the hits stay an upper bound), in arrival order. Memoised per size."""
+        if self.hashes is None:
+            return self
+        blocks = max(0, kv_tokens // self.block)
+        if blocks not in self._lru:
+            hits = hit_tokens(leading_reuse_lru(self.hashes, blocks), self.isl, self.block).astype(np.float64)
+            self._lru[blocks] = Lengths(self.isl, self.osl, hits)
+        return self._lru[blocks]
+
     @classmethod
     def of(cls, trace: pa.Table) -> Lengths:
         isl = trace.column("isl").to_numpy().astype(np.float64)
@@ -111,8 +126,9 @@ class Lengths:
         block = block_size_of(trace)
         if block is None or "hash_ids" not in trace.column_names:
             return cls(isl, osl, np.zeros_like(isl))
-        reuse = leading_reuse_unbounded(trace.column("hash_ids"))
-        return cls(isl, osl, hit_tokens(reuse, isl, block).astype(np.float64))
+        hashes = trace.column("hash_ids")
+        reuse = leading_reuse_unbounded(hashes)
+        return cls(isl, osl, hit_tokens(reuse, isl, block).astype(np.float64), hashes, block)
 
 
 @dataclass(frozen=True)
@@ -167,13 +183,14 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
 
 def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None) -> Unit:
     """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan)
-    and rate bounds of one candidate row."""
+    and rate bounds of one candidate row (prefix hits: an LRU cache of the instance's KV size, `Lengths.at_capacity`)."""
     gpu = get_gpu(str(row["gpu"]))
     step = (measured or {}).get(config_key(row)) or build_step_model(
         model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
         weight_quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]),
     )  # fmt: skip
     block, kv_tokens = int(row["block_size"]), int(row["kv_tokens_per_instance"])
+    lengths = lengths.at_capacity(kv_tokens)
     engine = EngineConfig(
         num_blocks=kv_tokens // block,
         block_size=block,
@@ -547,6 +564,30 @@ class _Sizer:
         self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
         return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra)
 
+    def routers(self) -> list[str]:
+        """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
+        p = self.params
+        if p.prefix_routing == "search" and self.lengths.hashes is not None and p.router != "prefix_aware":
+            return [p.router, "prefix_aware"]
+        return [p.router]
+
+    def fit_routed(self, row: SizedRow) -> tuple[FitResult, dict[str, dict[str, Any]]]:
+        """`fit` under each of `routers()`; the one whose fitted plan passes and costs least is kept (ties: the
+        configured router) and from then on is the sizer's router. Also each router's outcome, for the report."""
+        base, fits = self.params, {}
+        for router in self.routers():
+            self.params = base.model_copy(update={"router": router})
+            fits[router] = self.fit(row)
+        order = list(fits)
+        best = min(order, key=lambda r: (not fits[r].ok, fits[r].plan.usd_per_hour, order.index(r)))
+        self.params = base.model_copy(update={"router": best})
+        compared = {r: {"gpus": f.plan.total_gpus, "usd_per_hour": f.plan.usd_per_hour, "scenarios_pass": f.ok} for r, f in fits.items()}
+        if len(fits) > 1:
+            tried = "; ".join(f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
+                              for r, c in compared.items())  # fmt: skip
+            self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
+        return fits[best], compared
+
     def count_range(self, row: SizedRow) -> CountRange:
         """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
         assert row.plan is not None
@@ -675,7 +716,7 @@ def size_deployments(
     assert chosen.plan is not None
     analytic = chosen.plan
     phase(3)
-    fitted = sizer.fit(chosen) if simulate_scenarios else None
+    fitted, routers = sizer.fit_routed(chosen) if simulate_scenarios else (None, {})
     if fitted is not None:
         chosen_fit = replace(chosen, plan=fitted.plan)
         rows = [chosen_fit if r is chosen else r for r in rows]
@@ -705,6 +746,8 @@ def size_deployments(
         "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,
+        "router": sizer.params.router,
+        "routers_compared": routers or None,
         "pd_ratio": None if chosen.mode == "aggregated" else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
         "max_rps_per_unit": chosen.result.max_rate,
         "gpus_per_unit": chosen.gpus_per_unit,
