@@ -34,7 +34,7 @@ setup: $(VENV)/.synced $(VENV)/.native
 
 # The simulator core compiled with mypyc (scripts/build_native.py, llmcap/_native.py); rebuilt when
 # one of its sources changes. On failure the sources run (slower) and tests/sim/test_native.py says so.
-$(VENV)/.native: $(VENV)/.synced $(wildcard llmcap/sim/*.py) llmcap/perf/roofline_scalar.py llmcap/_native.py scripts/build_native.py
+$(VENV)/.native: $(VENV)/.synced $(wildcard llmcap/sim/*.py) llmcap/perf/roofline_scalar.py llmcap/trace/lru.py llmcap/_native.py scripts/build_native.py
 	@$(PY) scripts/build_native.py > $(WORK)/native-build.log 2>&1 && touch $@ \
 		|| { tail -20 $(WORK)/native-build.log; echo "WARNING: the simulator core did not compile; see $(WORK)/native-build.log"; }
 

@@ -1,6 +1,6 @@
 """The compiled core (mypyc): used only when it was built from exactly the sources on disk.
 
-`make setup` compiles `NATIVE_MODULES` — the simulator's event loop and the roofline's scalar path —
+`make setup` compiles `NATIVE_MODULES` — the simulator's event loop, the roofline's scalar path and the LRU pass —
 with mypyc (scripts/build_native.py) into extension modules beside their sources, and records each
 source's sha256 in `native.json`. Python imports such an extension in preference to its .py, even
 after the .py changed. So `select()` (run by `llmcap/__init__.py`, before any of them can be imported)
@@ -27,7 +27,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent  # llmcap/
 NATIVE_MODULES = (
     "sim.recorder", "sim.segments", "sim.kvcache", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.engine", "sim.routers",
-    "sim.cluster",
+    "sim.cluster", "trace.lru",
 )  # fmt: skip
 MANIFEST = PACKAGE / "native.json"
 PURE_ENV = "LLMCAP_SIM_PURE"

@@ -25,6 +25,10 @@ R = TypeVar("R")
 class Executor(Protocol):
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
 
+    def slots(self) -> int:
+        """How many items run at once."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -46,6 +50,9 @@ class LocalExecutor(_Closing):
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None  # started on first parallel map
 
+    def slots(self) -> int:
+        return self.workers
+
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         items = list(items)
         if self.workers == 1 or len(items) <= 1:
@@ -66,6 +73,11 @@ class DaskExecutor(_Closing):
 
         self.address = address
         self._client: Any = Client(address, set_as_default=False)
+
+    def slots(self) -> int:
+        if self._client is None:
+            raise RuntimeError("DaskExecutor is closed")
+        return max(1, sum(w.get("nthreads", 1) for w in self._client.scheduler_info()["workers"].values()))
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         items = list(items)

@@ -54,13 +54,13 @@ from llmcap.sizing.measured import MeasuredModels, config_key
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams, SloParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
-from llmcap.sizing.scenarios import FitResult, Judge
+from llmcap.sizing.scenarios import FitResult, Judge, Parallel
 from llmcap.sizing.scenarios import fit as fit_scenarios
-from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, search_candidates
+from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.slo import definitions, itl_column
 from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
-from llmcap.trace.prefix import hit_tokens, leading_reuse_lru, leading_reuse_unbounded
+from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded, reuse_at, stack_distances
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
 
@@ -115,9 +115,15 @@ class Lengths:
             return self
         blocks = max(0, kv_tokens // self.block)
         if blocks not in self._lru:
-            hits = hit_tokens(leading_reuse_lru(self.hashes, blocks), self.isl, self.block).astype(np.float64)
+            hits = hit_tokens(reuse_at(*self._distances, blocks), self.isl, self.block).astype(np.float64)
             self._lru[blocks] = Lengths(self.isl, self.osl, hits)
         return self._lru[blocks]
+
+    @cached_property
+    def _distances(self) -> tuple[np.ndarray, np.ndarray]:
+        """LRU stack distances of every block (one pass gives every cache size: `llmcap.trace.prefix.reuse_at`)."""
+        assert self.hashes is not None
+        return stack_distances(self.hashes)
 
     @classmethod
     def of(cls, trace: pa.Table) -> Lengths:
@@ -537,24 +543,34 @@ class _Sizer:
         factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
         return factory(plan.pool("prefill").instances, plan.pool("decode").instances).simulate(rate, seed)
 
+    def _whole_trace(self, row: SizedRow) -> Callable[[Mapping[str, int]], SimEvaluate]:
+        """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
+        if row.decode is None:
+            unit = row.unit
+            return lambda counts: self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)
+        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+        return lambda counts: factory(counts["prefill"], counts["decode"])
+
     def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
         the judge of its scenarios."""
         assert row.plan is not None
-        p, rate = self.params, row.plan.planning_rps
-        if row.decode is None:
-            unit = row.unit
+        p, rate, make = self.params, row.plan.planning_rps, self._whole_trace(row)
 
-            def run(counts: Mapping[str, int], seed: int) -> EvalResult:
-                return self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)(rate, seed)
+        def run(counts: Mapping[str, int], seed: int) -> EvalResult:
+            return make(counts)(rate, seed)
 
-            return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "instances", None)
-        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+        kv_pool, prefill_pool = ("instances", None) if row.decode is None else ("decode", "prefill")
+        return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool)
 
-        def run_pd(counts: Mapping[str, int], seed: int) -> EvalResult:
-            return factory(counts["prefill"], counts["decode"])(rate, seed)
-
-        return run_pd, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, "decode", "prefill")
+    def parallel(self, row: SizedRow, seed: int) -> Parallel | None:
+        """`row`'s scenario deployments on `seed` simulated across the executor's workers (None: one at a time)."""
+        width = self.executor.slots() if self.executor is not None else 1
+        if width <= 1 or self.executor is None:
+            return None
+        assert row.plan is not None
+        make, rate, executor = self._whole_trace(row), row.plan.planning_rps, self.executor
+        return Parallel(lambda many: executor.map(evaluate_at, [(make(c), rate, seed) for c in many]), width)
 
     def fit(self, row: SizedRow) -> FitResult:
         """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
@@ -562,7 +578,7 @@ class _Sizer:
         run, judge = self.deployment(row)
         seed = self.params.search.seeds[0]
         self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
-        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra)
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra, self.parallel(row, seed))
 
     def routers(self) -> list[str]:
         """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
@@ -599,7 +615,7 @@ class _Sizer:
         seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
         if seeds:
             self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
-        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads)
+        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,14 @@ scenario: the pool its misses point at — TTFT misses the prefill pool, ITL and
 minimality, pool by pool: one instance fewer is tried (re-placed, scenarios redrawn); when every scenario
 still passes the pool shrinks and the check repeats; the first failing scenario is the evidence that the
 count is minimal.
+
+With `Parallel`, a check simulates its next scenarios `width` at a time (a process pool or a Dask cluster):
+the same results in the same order, at most width − 1 simulations spent past a failing scenario.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmcap.sizing.headroom import CapacityPlan
@@ -28,6 +31,14 @@ from llmcap.sizing.search import EvalResult
 Counts = Mapping[str, int]
 RunDeployment = Callable[[Counts], EvalResult]
 """Serving instances per pool → the whole-trace evaluation of that deployment at the planning rate."""
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """`run_many(deployments)`: their evaluations (the same as `run` one by one), `width` at a time."""
+
+    run_many: Callable[[Sequence[Counts]], list[EvalResult]]
+    width: int
 
 
 @dataclass(frozen=True)
@@ -102,14 +113,22 @@ class Judge:
         return self.prefill_pool if kv_ok and not r.run_miss and ttft >= itl else self.kv_pool  # a run-level miss is ITL
 
 
-def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult]) -> list[ScenarioResult]:
+def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult], parallel: Parallel | None = None) -> list[ScenarioResult]:
     """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure."""
     out = []
-    for sc in sorted(scenarios(plan), key=lambda s: sum(n for _, n in s.serving)):  # the thinnest deployment first: likeliest to fail
+    order = sorted(scenarios(plan), key=lambda s: sum(n for _, n in s.serving))  # the thinnest deployment first: likeliest to fail
+    for k, sc in enumerate(order):
         key = sc.serving
         if key not in cache:
             empty = [p for p, n in sc.serving if n <= 0]
-            cache[key] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving") if empty else run(dict(sc.serving))
+            if empty:
+                cache[key] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving")
+            elif parallel is not None and parallel.width > 1:  # this one and the next ones, together
+                ahead = list(dict.fromkeys(s.serving for s in order[k:] if s.serving not in cache and all(n > 0 for _, n in s.serving)))
+                ahead = ahead[: parallel.width]
+                cache.update(zip(ahead, parallel.run_many([dict(a) for a in ahead]), strict=True))
+            else:
+                cache[key] = run(dict(sc.serving))
         res = judge(sc, cache[key])
         out.append(res)
         if not res.passed:
@@ -138,18 +157,18 @@ def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
 
-def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int) -> FitResult:
+def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int, parallel: Parallel | None = None) -> FitResult:
     """Grow the plan until every scenario passes (at most `max_extra` instances added in all), then check
     (and, where one fewer passes, step down) each pool's count (module docstring)."""
     cache: dict[tuple, EvalResult] = {}
     history: list[str] = []
-    results = check(plan, run, judge, cache)
+    results = check(plan, run, judge, cache, parallel)
     added = 0
     while not all(r.passed for r in results) and added < max_extra:
         bad = next(r for r in results if not r.passed)
         history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +1 {bad.blame}")
         plan, added = _with(plan, bad.blame, +1), added + 1
-        results = check(plan, run, judge, cache)
+        results = check(plan, run, judge, cache, parallel)
     if not all(r.passed for r in results):
         bad = next(r for r in results if not r.passed)
         history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; gave up after +{added}")
@@ -163,7 +182,7 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int) ->
                 minimal.append(Minimality(pool, n - 1, None, f"{pool}: 1 instance, cannot go lower"))
                 break
             fewer = _with(plan, pool, -1)
-            tried = check(fewer, run, judge, cache)
+            tried = check(fewer, run, judge, cache, parallel)
             failed = next((r for r in tried if not r.passed), None)
             if failed is not None:
                 minimal.append(Minimality(pool, n - 1, failed, f"{pool} at {n - 1}: {failed.describe()}"))
@@ -172,4 +191,4 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int) ->
             plan, results = fewer, tried
         else:
             minimal.append(Minimality(pool, plan.pool(pool).instances - 1, None, f"{pool}: still shrinking when the step limit was reached"))
-    return FitResult(plan, tuple(check(plan, run, judge, cache)), True, tuple(history), tuple(minimal))
+    return FitResult(plan, tuple(check(plan, run, judge, cache, parallel)), True, tuple(history), tuple(minimal))

@@ -135,6 +135,12 @@ def _run_seed(evaluate: Evaluate, rate: float, seed: int) -> EvalResult:
     return evaluate(rate, seed)
 
 
+def evaluate_at(task: tuple[Evaluate, float, int]) -> EvalResult:
+    """(evaluate, rate, seed) → evaluate(rate, seed): one picklable task for an executor."""
+    evaluate, rate, seed = task
+    return evaluate(rate, seed)
+
+
 def _bracket(points: Mapping[float, RatePoint]) -> tuple[float | None, float | None]:
     """(lo, hi): the lowest infeasible rate, and the highest feasible rate below it (conservative)."""
     bad = [r for r, p in points.items() if not p.feasible]

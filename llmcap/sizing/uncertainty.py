@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from llmcap.sizing.analytic import ceil_count
 from llmcap.sizing.headroom import CapacityPlan
-from llmcap.sizing.scenarios import Counts, Judge, ScenarioResult, check
+from llmcap.sizing.scenarios import Counts, Judge, Parallel, ScenarioResult, check
 from llmcap.sizing.search import EvalResult, SearchResult
 
 RunSeed = Callable[[Counts, int], EvalResult]
@@ -98,9 +98,11 @@ class CountRange:
 
 
 def count_range(
-    plan: CapacityPlan, run: RunSeed, judge: Judge, point_seed: int, extra_seeds: Sequence[int], spreads: Sequence[PoolSpread]
+    plan: CapacityPlan, run: RunSeed, judge: Judge, point_seed: int, extra_seeds: Sequence[int], spreads: Sequence[PoolSpread],
+    parallel: Callable[[int], Parallel | None] = lambda _seed: None,
 ) -> CountRange:
-    """The final `plan` (already shown to pass and be minimal on `point_seed`) judged on `extra_seeds` (module docstring)."""
+    """The final `plan` (already shown to pass and be minimal on `point_seed`) judged on `extra_seeds` (module docstring);
+    `parallel(seed)`: how to simulate that seed's scenarios several at a time."""
     checks = []
     low = high = plan.total_gpus
     for seed in extra_seeds:
@@ -109,10 +111,11 @@ def count_range(
         def on_seed(counts: Counts, seed: int = seed) -> EvalResult:
             return run(counts, seed)
 
-        failed = next((r for r in check(plan, on_seed, judge, cache) if not r.passed), None)
+        many = parallel(seed)
+        failed = next((r for r in check(plan, on_seed, judge, cache, many) if not r.passed), None)
         fewer = []
         for pool in plan.pools:
-            if pool.instances > 1 and all(r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache)):
+            if pool.instances > 1 and all(r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache, many)):
                 fewer.append(pool.name)
         checks.append(SeedCheck(seed, failed, tuple(fewer)))
         if failed is not None:

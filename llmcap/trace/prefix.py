@@ -7,12 +7,13 @@ ends the run. Two caches: unbounded (the ideal hit ratio) and LRU with a fixed n
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from llmcap.trace import lru
 
 
 def _flat(hash_ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,30 +45,27 @@ def leading_reuse_unbounded(hash_ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return reuse
 
 
-def leading_reuse_lru(hash_ids: pa.Array | pa.ChunkedArray, capacity_blocks: int) -> np.ndarray:
-    """Leading blocks of each request found in an LRU cache of `capacity_blocks` blocks.
-
-    Sequential by nature (each request changes the cache the next one sees): one pass over blocks,
-    not tokens. Every block of a request is inserted/refreshed after its lookup.
-    """
+def stack_distances(hash_ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """Each block's LRU stack distance at its request's lookup (`llmcap.trace.lru`; -1: not seen before), and
+    the request offsets into them."""
     values, offsets = _flat(hash_ids)
-    cache: OrderedDict[int, None] = OrderedDict()
-    reuse = np.zeros(offsets.size - 1, dtype=np.int64)
-    vals = values.tolist()
-    for r, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
-        blocks = vals[lo:hi]
-        k = 0
-        for h in blocks:
-            if h not in cache:
-                break
-            k += 1
-        reuse[r] = k
-        for h in blocks:
-            cache[h] = None
-            cache.move_to_end(h)
-        while len(cache) > capacity_blocks:
-            cache.popitem(last=False)
-    return reuse
+    return np.asarray(lru.stack_distances(values.tolist(), offsets.tolist()), dtype=np.int64), offsets
+
+
+def reuse_at(distances: np.ndarray, offsets: np.ndarray, capacity_blocks: int) -> np.ndarray:
+    """Leading blocks of each request found in an LRU cache of `capacity_blocks` blocks, from `stack_distances`."""
+    hit = (distances >= 0) & (distances < capacity_blocks)
+    lengths = np.diff(offsets)
+    misses_before = np.concatenate(([0], np.cumsum(~hit)))  # misses before each access, over the whole trace
+    leading = hit & (misses_before[:-1] == np.repeat(misses_before[offsets[:-1]], lengths))  # no miss earlier in its request
+    row = np.repeat(np.arange(lengths.size), lengths)
+    return np.bincount(row, weights=leading, minlength=lengths.size).astype(np.int64)
+
+
+def leading_reuse_lru(hash_ids: pa.Array | pa.ChunkedArray, capacity_blocks: int) -> np.ndarray:
+    """Leading blocks of each request found in an LRU cache of `capacity_blocks` blocks (every block of a request
+    is looked up, then inserted/refreshed in order). For several capacities, call `stack_distances` once."""
+    return reuse_at(*stack_distances(hash_ids), capacity_blocks)
 
 
 def hit_tokens(reuse_blocks: np.ndarray, isl: np.ndarray, block_size: int) -> np.ndarray:

@@ -67,3 +67,29 @@ def test_range_across_seeds_contains_the_point_answer_and_moves_by_whole_instanc
     assert d["near_integer"] == {"instances": True}  # 5/1.3 = 3.8 … 5/0.9 = 5.6: four, five or six instances
     assert cr.lines()[0].startswith(f"GPU count {cr.low_gpus}–{cr.high_gpus} across seeds 0, 1, 2")
 
+
+
+def test_parallel_checks_give_the_same_fit_and_spend_little_past_a_failure():
+    from llmcap.sizing.scenarios import Parallel
+
+    params = HeadroomParams(node_failures=1, max_surge=1)
+    plan0 = plan_headroom(RATE, [PoolInput("instances", G[0], 2, 8, 2.0)], params)
+    judge = Judge(0.99, 0.9, "instances", None)
+    one_by_one: list[dict] = []
+    batches: list[list[dict]] = []
+
+    def run(c):
+        one_by_one.append(dict(c))
+        return _run(c, 0)
+
+    def run_many(many):
+        batches.append([dict(c) for c in many])
+        return [_run(c, 0) for c in many]
+
+    serial = fit(plan0, run, judge, 3)
+    together = fit(plan0, lambda c: _run(c, 0), judge, 3, Parallel(run_many, 2))
+    assert together == serial  # the same plan, scenario results, history and minimality evidence
+    assert all(1 <= len(b) <= 2 for b in batches)
+    ran = [c for b in batches for c in b]
+    assert len(set(map(str, ran))) == len(ran)  # each deployment simulated once
+    assert len(ran) <= len(one_by_one) + len(batches)  # at most one extra (width − 1) per batch

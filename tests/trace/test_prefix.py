@@ -48,3 +48,36 @@ def test_summary_ratios() -> None:
     assert (s.unique_blocks, s.total_blocks) == (3, 6)
     # LRU of one block: r1 looks up 1 → evicted (cache holds 2) → 0; r2 looks up 1 → cache holds 2 → 0
     assert s.lru_hit_ratio == {1: 0.0}
+
+
+def _lru_reference(lists: list[list[int]], capacity: int) -> list[int]:
+    """The cache itself, block by block: look every block of a request up, then touch them in order."""
+    from collections import OrderedDict
+
+    cache: OrderedDict[int, None] = OrderedDict()
+    out = []
+    for blocks in lists:
+        k = 0
+        for h in blocks:
+            if h not in cache:
+                break
+            k += 1
+        out.append(k)
+        for h in blocks:
+            cache[h] = None
+            cache.move_to_end(h)
+        while len(cache) > capacity:
+            cache.popitem(last=False)
+    return out
+
+
+def test_stack_distances_give_the_lru_of_every_capacity() -> None:
+    from llmcap.trace.prefix import reuse_at, stack_distances
+
+    rng = np.random.default_rng(3)
+    for trial in range(20):
+        lists = [rng.integers(0, 12 + trial, int(rng.integers(0, 8))).tolist() for _ in range(60)]
+        arr = pa.array(lists, pa.list_(pa.int64()))
+        distances, offsets = stack_distances(arr)
+        for capacity in (1, 2, 3, 5, 8, 13, 40):
+            assert reuse_at(distances, offsets, capacity).tolist() == _lru_reference(lists, capacity), (trial, capacity)
