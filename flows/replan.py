@@ -43,6 +43,8 @@ OUTPUTS = {
     "capacity table": "data/processed/capacity.parquet",
     "capacity summary": "data/reports/capacity/summary.json",
     "capacity report": "data/reports/capacity/capacity.html",
+    "autoscale report": "data/reports/autoscale/autoscale.md",
+    "autoscale summary": "data/reports/autoscale/summary.json",
     "replay measured": "data/processed/replay/measured.parquet",
     "replay predicted": "data/processed/replay/predicted.parquet",
     "replay summary": "data/reports/replay/summary.json",
@@ -100,6 +102,7 @@ def collect(root: str) -> dict:
         "candidates": json.loads((base / OUTPUTS["candidates summary"]).read_text()),
         "capacity": json.loads((base / OUTPUTS["capacity summary"]).read_text()),
         "replay": json.loads((base / OUTPUTS["replay summary"]).read_text()),
+        "autoscale": json.loads((base / OUTPUTS["autoscale summary"]).read_text()),
     }
 
 
@@ -198,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
           f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")
     print(f"report: {ROOT / OUTPUTS['capacity report']}")
+    a = result["autoscale"]
+    if a.get("enabled"):
+        floor, saved = a["floor_that_keeps_attainment"], a["gpu_hours_saved"]
+        verdict = "no autoscaled plan keeps attainment" if floor is None else f"floor × {floor:g} keeps attainment, GPU-hours {-saved:+.1%} vs static"
+        print(f"autoscaling what-if (SIMULATED day): {verdict} → {ROOT / OUTPUTS['autoscale report']}")
     r = result["replay"]
     print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")
     stored = result["stored"]

@@ -22,7 +22,7 @@ from llmcap.candidates import EnumerationSpec, workload_context_lengths
 from llmcap.credentials import check_env_name, redact_text, split_userinfo
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.reconcile.params import ReconcileParams
-from llmcap.sizing.params import SizeParams
+from llmcap.sizing.params import AutoscaleParams, SizeParams
 from llmcap.trace.params import (  # noqa: F401 (re-exported: params.yaml's trace sections)
     CANONICAL_MAPPABLE,
     ArrivalSpec,
@@ -239,6 +239,7 @@ class Params(_Strict):
     enumerate: EnumerateParams = EnumerateParams()
     profile: ProfileParams = ProfileParams()
     size: SizeParams = SizeParams()
+    autoscale: AutoscaleParams = AutoscaleParams()
     replay: ReplayParams = ReplayParams()
     reconcile: ReconcileParams = ReconcileParams()
     watch: WatchParams = WatchParams()

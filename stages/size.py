@@ -58,30 +58,21 @@ def run(args: argparse.Namespace) -> str:
 
     from llmcap.catalog import load_model
     from llmcap.config import load_params
-    from llmcap.errors import InputFileError, LlmcapError
+    from llmcap.errors import LlmcapError
     from llmcap.report.capacity import write_parquet, write_report
     from llmcap.sizing.executor import make_executor
     from llmcap.sizing.measured import describe_key
     from llmcap.sizing.plan import class_pools, size_deployments
     from llmcap.trace import load_trace
     from stages import tracking, validation
+    from stages._step_models import load_step_info
 
     params = load_params(args.params)
     size = params.size
     trace = load_trace(args.trace)
     candidates = pq.read_table(args.candidates).to_pandas()
-    try:
-        step_info = json.loads(args.step_model.read_text(encoding="utf-8"))
-        step_source = step_info["source"]
-    except (OSError, KeyError, json.JSONDecodeError) as exc:
-        raise InputFileError(args.step_model, f"not a readable step_model.json ({exc})") from None
+    step_source, step_info, measured = load_step_info(args.step_model)
     model = load_model(params.enumerate.model)
-    measured = {}
-    if step_source.startswith("profile") and step_info.get("step_model"):  # a measured, matching profile
-        from llmcap.perf import CalibratedFit
-        from llmcap.sizing.measured import measured_models
-
-        measured = measured_models(CalibratedFit.from_dict(step_info["step_model"]), step_info["fingerprint"])
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
         out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say, measured=measured)

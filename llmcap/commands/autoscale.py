@@ -35,7 +35,7 @@ from llmcap.commands._deployment import (
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError
 from llmcap.sim import AutoscaleConfig
-from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, autoscale_whatif
+from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
 from llmcap.sizing.params import SearchParams, SloParams
 from llmcap.sizing.search import search_max_rate
 from llmcap.sizing.simeval import SimEvaluate
@@ -105,13 +105,13 @@ def autoscale(
         t_ready_s=t_ready, interval_s=interval, min_residency_s=min_residency, scale_down_window_s=scale_down_window,
         waiting_per_replica=waiting_target, kv_usage=kv_usage_target, max_replicas=10_000,
     )  # fmt: skip
-    w = autoscale_whatif(source, step, engine, slo, instance_rps, day, tp, scaler, fractions, forecast_error, utilization, seed=seed,
-                         on_plan=lambda name: err_console.print(f"simulating the day: {name}"))  # fmt: skip
+    w = autoscale_whatif(source, step, engine, slo, [PoolRate("both", instance_rps, tp)], day, scaler, fractions, forecast_error, utilization,
+                         seed=seed, on_plan=lambda name: err_console.print(f"simulating the day: {name}"))  # fmt: skip
     rows = _rows(w)
     summary = {
-        "simulated": True, "model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": w.instance_rps,
+        "simulated": True, "model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": instance_rps,
         "day": {"mean_rps": day.mean_rps, "peak_rps": day.peak_rps, "amplitude": amplitude, "period_s": period, "duration_s": duration},
-        "kv_usage_target": w.kv_usage_target, "t_ready_s": t_ready, "static_replicas": w.static_replicas, "plans": rows,
+        "reactive_targets": w.reactive_targets["both"], "t_ready_s": t_ready, "static_replicas": w.static_counts["both"], "plans": rows,
         "floor_that_keeps_attainment": None if w.floor is None else w.floor.floor_fraction, "gpu_hours_saved": w.saving,
     }  # fmt: skip
     if output == "json":
@@ -134,7 +134,8 @@ def _rows(w: AutoscaleWhatIf) -> list[dict]:
 
 def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
     day = w.day
-    t = Table(title=f"simulated day (what-if, not a measurement): mean {day.mean_rps:.3g} req/s, peak {day.peak_rps:.3g}; G = {w.instance_rps:.3g} req/s per replica")
+    rates = ", ".join(f"{q.role if q.role != 'both' else 'replica'} {q.instance_rps:.3g}" for q in w.pools)
+    t = Table(title=f"simulated day (what-if, not a measurement): mean {day.mean_rps:.3g} req/s, peak {day.peak_rps:.3g}; G per instance: {rates} req/s")
     for col in ("plan", "GPU-hours", "attainment", "worst window", "peak replicas", "scale-ups", "keeps target"):
         t.add_column(col, justify="left" if col == "plan" else "right")
     for r in rows:
@@ -142,7 +143,9 @@ def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
                   str(r["scale_ups"]), "yes" if r["keeps_target"] else "NO")  # fmt: skip
     console = Console()
     console.print(t)
-    console.print(f"KV usage target {w.kv_usage_target:.3f}; static plan {w.static_replicas} replicas (⌈peak ÷ G⌉).")
+    targets = ", ".join(f"{k} {v:.3g}" for t in w.reactive_targets.values() for k, v in t.items())
+    counts = ", ".join(f"{role} {n}" for role, n in w.static_counts.items())
+    console.print(f"reactive targets: {targets}; static plan: {counts} instances (⌈peak ÷ G⌉).")
     best = w.floor
     if best is None:
         console.print(f"no autoscaled plan keeps attainment {w.attainment_target:g}: raise the floor (--floor-fractions) or plan statically")

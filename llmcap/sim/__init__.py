@@ -7,7 +7,7 @@ Public API:
     SimResult.itl_values / itl_weights   the exact token-weighted ITL distribution
     SimResult.timeseries     per-replica gauges and counters at `timeseries_resolution_s`
     SimResult.summary        dict (requests, completed, duration_s, ttft/itl/tpot/e2e ms p50/p90/p99, ...)
-    SimResult.autoscale      with `SimConfig.autoscale`: its control ticks and each replica's life (tables)
+    SimResult.autoscale      with `SimConfig.autoscale` / `decode_autoscale`: control ticks and each replica's life, per pool
     weighted_quantiles(values, weights, qs)
     analytic_step_model(...)  a catalog-derived LinearStepModel stand-in (llmcap.sim.standin)
     CORE                     "native" (the mypyc-compiled core, see llmcap._native) or "source"
@@ -55,13 +55,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class AutoscaleLog:
-    ticks: pa.Table  # one row per control evaluation: ready, starting, gauges seen, floor, reactive, target
-    replicas: pa.Table  # one row per replica ever asked for: asked_s, ready_s, stopped_s, released_s, held_s
+    ticks: pa.Table  # per pool, one row per control evaluation: ready, starting, gauges seen, floor, reactive, target
+    replicas: pa.Table  # per pool, one row per replica ever asked for: asked_s, ready_s, stopped_s, released_s, held_s
 
-    @property
-    def replica_seconds(self) -> float:
-        """Σ held_s: what the run's replicas cost, start-up and drain included."""
-        return float(np.sum(self.replicas.column("held_s").to_numpy()))
+    def replica_seconds(self, pool: str | None = None) -> float:
+        """Σ held_s of `pool`'s replicas (None: every pool): what they cost, start-up and drain included."""
+        held = self.replicas.column("held_s").to_numpy()
+        if pool is not None:
+            held = held[self.replicas.column("pool").to_numpy(zero_copy_only=False) == pool]
+        return float(np.sum(held))
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,6 @@ def simulate(
     records = records_table(run, ids, work.arrival, work.isl, work.osl, config.pd is not None)
     itl = itl_distribution(run)
     series = timeseries_table(run)
-    scaling = AutoscaleLog(*autoscale_tables(run)) if run.scaled is not None else None
+    scaling = AutoscaleLog(*autoscale_tables(run)) if run.scaled else None
     wall = time.perf_counter() - start
     return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling)

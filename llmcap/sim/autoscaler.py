@@ -9,8 +9,8 @@ Every `interval_s` the cluster reads vLLM's own gauges from each ready replica a
   a floor has to be ordered T_ready ahead, which is the caller's job.
 - N_reactive(t): Kubernetes HPA's rule on vLLM's own gauges averaged over ready replicas and over the last
   `metric_window_s` of ticks (as a PromQL avg_over_time would feed an HPA external metric), desired =
-  ceil(ready × value / target), the largest wins. `vllm:kv_cache_usage_perc` is a utilisation: it moves the
-  count both ways, and not while value / target is within 1 ± tolerance. `vllm:num_requests_waiting` is a
+  ceil(ready × value / target), the largest wins. `vllm:kv_cache_usage_perc` and `vllm:num_requests_running`
+  are utilisations: they move the count both ways, and not while value / target is within 1 ± tolerance. `vllm:num_requests_waiting` is a
   queue, which stays long until new capacity is routable: it only triggers scale-ups, above its target.
   Scale-down goes to the largest recommendation of the last `scale_down_window_s` (HPA's stabilization
   window, 300 s by default); a reactive scale-up adds at most max(100%, 4 replicas) (HPA's default policy)
@@ -46,6 +46,7 @@ class ScaleTick:
     starting: int
     waiting_avg: float
     kv_usage_avg: float
+    running_avg: float
     floor: int
     reactive: int
     target: int
@@ -55,7 +56,7 @@ class Autoscaler:
     def __init__(self, cfg: AutoscaleConfig) -> None:
         self.cfg = cfg
         self.recent: deque[tuple[float, int]] = deque()  # (t, reactive recommendation) within the window
-        self.seen: deque[tuple[float, float, float]] = deque()  # (t, waiting avg, KV usage avg) within metric_window_s
+        self.seen: deque[tuple[float, float, float, float]] = deque()  # (t, waiting, KV usage, running averages) within metric_window_s
         self.last_up = -math.inf
         self.ticks: list[ScaleTick] = []
 
@@ -68,25 +69,25 @@ class Autoscaler:
         n = cfg.initial_replicas if cfg.initial_replicas is not None else self.floor(0.0)
         return min(max(n, cfg.min_replicas), cfg.max_replicas)
 
-    def _recommendation(self, ready: int, current: int, waiting_avg: float, kv_avg: float) -> int:
+    def _recommendation(self, ready: int, current: int, waiting_avg: float, kv_avg: float, running_avg: float) -> int:
         cfg = self.cfg
         desired = []
-        if cfg.kv_usage is not None:  # a utilisation gauge: proportional both ways
-            ratio = kv_avg / cfg.kv_usage
-            desired.append(current if abs(ratio - 1.0) <= cfg.tolerance else math.ceil(ready * ratio))
+        for value, target in ((kv_avg, cfg.kv_usage), (running_avg, cfg.running_per_replica)):  # utilisation gauges: both ways
+            if target is not None:
+                ratio = value / target
+                desired.append(current if abs(ratio - 1.0) <= cfg.tolerance else math.ceil(ready * ratio))
         if cfg.waiting_per_replica is not None and waiting_avg > cfg.waiting_per_replica * (1.0 + cfg.tolerance):
             desired.append(math.ceil(ready * waiting_avg / cfg.waiting_per_replica))  # a queue: a trigger, up only
         return max(desired) if desired else current
 
-    def decide(self, t: float, ready: int, starting: int, waiting_avg: float, kv_avg: float) -> int:
+    def decide(self, t: float, ready: int, starting: int, waiting_avg: float, kv_avg: float, running_avg: float = 0.0) -> int:
         cfg = self.cfg
         current = ready + starting
-        self.seen.append((t, waiting_avg, kv_avg))
+        self.seen.append((t, waiting_avg, kv_avg, running_avg))
         while self.seen[0][0] <= t - cfg.metric_window_s:
             self.seen.popleft()
-        waiting_avg = sum(w for _, w, _ in self.seen) / len(self.seen)
-        kv_avg = sum(k for _, _, k in self.seen) / len(self.seen)
-        rec = self._recommendation(ready, current, waiting_avg, kv_avg)
+        waiting_avg, kv_avg, running_avg = (sum(x[i] for x in self.seen) / len(self.seen) for i in (1, 2, 3))
+        rec = self._recommendation(ready, current, waiting_avg, kv_avg, running_avg)
         self.recent.append((t, rec))
         while self.recent[0][0] < t - cfg.scale_down_window_s:
             self.recent.popleft()
@@ -99,17 +100,18 @@ class Autoscaler:
         target = min(max(floor, reactive, cfg.min_replicas), cfg.max_replicas)
         if target > current and reactive > floor:
             self.last_up = t
-        self.ticks.append(ScaleTick(t, ready, starting, waiting_avg, kv_avg, floor, reactive, target))
+        self.ticks.append(ScaleTick(t, ready, starting, waiting_avg, kv_avg, running_avg, floor, reactive, target))
         return target
 
 
 class ScaledPool:
-    """The replicas of an autoscaled aggregated pool: every one ever asked for (`members`, by index), the
+    """The replicas of an autoscaled pool (aggregated, or one pool of a P/D deployment): every one ever asked for (`members`, by index), the
     routable ones (`active`: the router's pool, changed in place) and those still starting; and when each
     was asked for, became routable and stopped taking requests (NaN: never)."""
 
-    def __init__(self, scaler: Autoscaler, make: Callable[[int, float], Replica]) -> None:
+    def __init__(self, scaler: Autoscaler, make: Callable[[int, float], Replica], role: str = "both") -> None:
         self.scaler = scaler
+        self.role = role  # "both" (aggregated), "prefill" or "decode"
         self.make = make  # (index, time asked) -> a fresh replica: an empty prefix cache
         self.members: list[Replica] = []
         self.active: list[Replica] = []
@@ -136,14 +138,15 @@ class ScaledPool:
     def tick(self, t: float) -> list[Replica]:
         """Evaluate the autoscaler at t and apply its target; the replicas asked for now (their readiness
         is the caller's event, `t_ready_s` later)."""
-        waiting = kv = 0.0
+        waiting = kv = running = 0.0
         for r in self.active:
             r.sample_until(t)  # (the time series' sampling cursor must pass t first: queries stay monotone)
             state = r.state_at(t)
+            running += state[0]
             waiting += state[1]
             kv += state[2] / r.kv.num_blocks
         ready = len(self.active)
-        target = self.scaler.decide(t, ready, len(self.starting), waiting / ready, kv / ready)
+        target = self.scaler.decide(t, ready, len(self.starting), waiting / ready, kv / ready, running / ready)
         asked = []
         while len(self.active) + len(self.starting) < target:
             r = self.ask(t)

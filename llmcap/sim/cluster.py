@@ -18,7 +18,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from llmcap.sim.autoscaler import Autoscaler, ScaledPool
-from llmcap.sim.config import EngineConfig, SimConfig
+from llmcap.sim.config import AutoscaleConfig, EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
 from llmcap.sim.recorder import REJECTED, Recorder
@@ -38,7 +38,7 @@ class ClusterRun:
     roles: list[str]
     links: list[Link]
     end_s: float
-    scaled: ScaledPool | None = None  # the autoscaled pool (its replicas are `replicas`)
+    scaled: tuple[ScaledPool, ...] = ()  # the autoscaled pools (their replicas are in `replicas`)
 
 
 def _blocks(tokens: np.ndarray, bs: int) -> np.ndarray:
@@ -66,39 +66,49 @@ def run_cluster(
     segments = work.segment_index(isl, singletons=ecfg.enable_prefix_caching and ecfg.host_blocks == 0 and not cfg.reference)
     at_handoff = pd is not None and pd.first_token_from == "decode"
 
-    def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
-        return Replica(
+    gids = [0]  # every replica's place in the cluster (heap ties), in creation order
+    links: list[Link] = []  # P/D: each prefill replica's outgoing link, by its index
+
+    def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str, t: float = 0.0) -> Replica:
+        r = Replica(
             j, ec, tm, rec, role=role, reference=cfg.reference, max_run_steps=cfg.max_run_steps,
             resolution_s=cfg.timeseries_resolution_s, first_token_at_handoff=at_handoff, segments=segments, itl_exact=exact,
         )  # fmt: skip
+        r.gid = gids[0]
+        gids[0] += 1
+        r.grid_i = int(-(-t // r.res))  # its time series starts at the first grid time from its birth
+        if role == "prefill":
+            assert pd is not None
+            links.append(Link(pd.link))
+        return r
 
-    scaled = None
-    back: list[Replica] = []
-    if cfg.autoscale is not None:
-        scaled = ScaledPool(Autoscaler(cfg.autoscale), lambda j, t: _born(replica(j, ecfg, timer, "both"), t))
+    def pool(n_static: int, ec: EngineConfig, tm: StepTimer, role: str, scaler: AutoscaleConfig | None) -> tuple[list[Replica], ScaledPool | None]:
+        """A pool of `n_static` replicas, or, autoscaled, its routable ones (a list the autoscaler changes in place)."""
+        if scaler is None:
+            return [replica(j, ec, tm, role) for j in range(n_static)], None
+        scaled = ScaledPool(Autoscaler(scaler), lambda j, t: replica(j, ec, tm, role, t), role)
         scaled.start(scaled.scaler.initial())
-        front = scaled.active  # routable replicas only: the router's pool grows and shrinks in place
-        fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
-    elif pd is None:
-        front = [replica(j, ecfg, timer, "both") for j in range(cfg.replicas)]
+        return scaled.active, scaled
+
+    if pd is None:
+        front, scaled_front = pool(cfg.replicas, ecfg, timer, "both", cfg.autoscale)
+        back: list[Replica] = []
+        scaled_back = None
         fits = _blocks(work.isl + work.osl - 1, ecfg.block_size) <= ecfg.num_blocks
     else:
         dcfg = pd.decode_engine or ecfg
-        front = [replica(j, ecfg, timer, "prefill") for j in range(pd.prefill_replicas)]
-        back = [replica(j, dcfg, decode_timer or timer, "decode") for j in range(pd.decode_replicas)]
+        front, scaled_front = pool(pd.prefill_replicas, ecfg, timer, "prefill", cfg.autoscale)
+        back, scaled_back = pool(pd.decode_replicas, dcfg, decode_timer or timer, "decode", cfg.decode_autoscale)
         fits = (_blocks(work.isl, ecfg.block_size) <= ecfg.num_blocks) & (
             _blocks(work.isl + work.osl - 1, dcfg.block_size) <= dcfg.num_blocks
         )
     for ec in [ecfg] if pd is None else [ecfg, pd.decode_engine or ecfg]:
         if ec.max_model_len is not None:  # vLLM checks prompt + max_tokens against max_model_len before queueing
             fits &= work.isl + work.osl <= ec.max_model_len
-    replicas = front + back if scaled is None else scaled.members
-    for gid, r in enumerate(replicas):
-        r.gid = gid
+    scaled = [sp for sp in (scaled_front, scaled_back) if sp is not None]
     router = Router(cfg.router, front, n, rng, cfg.prefix_load_penalty)
     back_policy = "round_robin" if cfg.router == "round_robin" else "least_outstanding_tokens"
-    back_router = Router(back_policy, back, n, None, 0.0) if back else None
-    links = [Link(pd.link) for _ in front] if pd is not None else []
+    back_router = Router(back_policy, back, n, None, 0.0) if pd is not None else None
     kv_bytes = ecfg.kv_bytes_per_token
     prefix_router = cfg.router == "prefix_aware"
     fits_l = array("b", fits.astype(np.int8).tobytes())
@@ -110,12 +120,12 @@ def run_cluster(
 
     controls = 0
 
-    def control(t: float, obj: Replica | None) -> None:
+    def control(t: float, obj: tuple[ScaledPool, Replica] | None) -> None:
         nonlocal controls
         controls += 1
         heappush(heap, (t, CONTROL, controls, 0, obj))
 
-    if scaled is not None:
+    if scaled:
         control(0.0, None)
 
     def push(r: Replica) -> None:
@@ -133,9 +143,9 @@ def run_cluster(
                 push(p)
             return
         assert back_router is not None
-        d = back_router.choose(req, t)
-        rec.decode_replica[i] = d
-        back_router.pending[d] += osl[i] - 1
+        d = back[back_router.choose(req, t)]
+        rec.decode_replica[i] = d.index
+        d.inbound += osl[i] - 1
         land, secs = links[p.index].send(t, kv_bytes * isl[i])
         rec.transfer[i] = secs
         handoffs += 1
@@ -152,15 +162,21 @@ def run_cluster(
                 break
             now = t
             if kind == CONTROL:
-                assert scaled is not None and cfg.autoscale is not None
-                if obj is None:  # a tick: the next one while requests are still to come
-                    for r in scaled.tick(t):
-                        control(t + cfg.autoscale.t_ready_s, r)
+                if obj is None:  # a tick of every autoscaled pool; the next one while requests are still to come
+                    for sp in scaled:
+                        for r in sp.tick(t):
+                            control(t + sp.scaler.cfg.t_ready_s, (sp, r))
                     router.resized()
+                    if back_router is not None:
+                        back_router.resized()
                     if ai < n:
-                        control(t + cfg.autoscale.interval_s, None)
-                elif scaled.ready(obj, t):
-                    router.resized()
+                        control(t + scaled[0].scaler.cfg.interval_s, None)  # (the pools share one period: SimConfig)
+                else:
+                    sp, r = obj
+                    if sp.ready(r, t):
+                        router.resized()
+                        if back_router is not None:
+                            back_router.resized()
                 continue
             if kind == DECISION:
                 r = obj
@@ -183,11 +199,9 @@ def run_cluster(
                 dreq = Req(i, isl[i], osl[i], [], [])  # the decode side does no prefix caching
                 dreq.g, dreq.n_comp, dreq.xfer = 1, isl[i], True
                 dreq.last_tok = float(rec.first_token[i])
-                assert back_router is not None
-                back_router.pending[d] -= osl[i] - 1
-                dr = back[d]
-                if dr.add(dreq, t):
-                    push(dr)
+                d.inbound -= osl[i] - 1
+                if d.add(dreq, t):
+                    push(d)
             continue
         if ai >= n:
             break
@@ -212,17 +226,10 @@ def run_cluster(
         if r.add(req, ta):
             push(r)
     end = max_t if stopped else now
+    replicas = (scaled_front.members if scaled_front else front) + (scaled_back.members if scaled_back else back)
     for r in replicas:
         r.sample_until(end)
         r.flush_log()
     if progress is not None:
         progress(n, n)
-    return ClusterRun(rec, replicas, [r.role for r in replicas], links, end, scaled)
-
-
-def _born(r: Replica, t: float) -> Replica:
-    """A replica asked for at t (autoscaled: its place in the cluster is its index); its time series starts
-    at the first grid time from t, not at 0."""
-    r.gid = r.index
-    r.grid_i = int(-(-t // r.res))
-    return r
+    return ClusterRun(rec, replicas, [r.role for r in replicas], links, end, tuple(scaled))

@@ -82,6 +82,9 @@ class AutoscaleConfig(_Frozen):
     kv_usage: float | None = Field(
         default=0.8, gt=0, le=1, description="target of vllm:kv_cache_usage_perc averaged over ready replicas (None: not a signal)",
     )  # fmt: skip
+    running_per_replica: float | None = Field(
+        default=None, gt=0, description="target of vllm:num_requests_running averaged over ready replicas (None: not a signal)",
+    )  # fmt: skip
     metric_window_s: float = Field(default=60.0, gt=0, description="gauges averaged over the ticks of this window")
     tolerance: float = Field(default=0.1, ge=0, description="no reactive change while metric/target is within 1 ± this")
     scale_down_window_s: float = Field(default=300.0, ge=0, description="scale down to the largest recommendation of this window")
@@ -98,8 +101,8 @@ class AutoscaleConfig(_Frozen):
             raise ValueError("floor_times_s and floor_replicas must have the same length")
         if any(b <= a for a, b in zip(self.floor_times_s, self.floor_times_s[1:])):
             raise ValueError("floor_times_s must increase")
-        if self.waiting_per_replica is None and self.kv_usage is None and not self.floor_replicas:
-            raise ValueError("an autoscaler needs a floor or at least one reactive signal (waiting_per_replica, kv_usage)")
+        if self.waiting_per_replica is None and self.kv_usage is None and self.running_per_replica is None and not self.floor_replicas:
+            raise ValueError("an autoscaler needs a floor or at least one reactive signal (waiting_per_replica, kv_usage, running_per_replica)")
         return self
 
 
@@ -111,7 +114,10 @@ class SimConfig(_Frozen):
     router: Router = "least_outstanding_tokens"
     prefix_load_penalty: float = Field(default=0.5, ge=0, description="prefix_aware: score = hit tokens - penalty x outstanding tokens")
     pd: PDConfig | None = None
-    autoscale: AutoscaleConfig | None = Field(default=None, description="aggregated replicas scaled at run time (`replicas` ignored)")
+    autoscale: AutoscaleConfig | None = Field(
+        default=None, description="the aggregated replicas (P/D: the prefill pool) scaled at run time (`replicas` or the pool size: ignored)",
+    )  # fmt: skip
+    decode_autoscale: AutoscaleConfig | None = Field(default=None, description="P/D: the decode pool scaled at run time")
     reference: bool = False
     timeseries_resolution_s: float = Field(default=1.0, gt=0)
     max_time_s: float = Field(default=math.inf, gt=0, description="stop the clock here; unfinished requests say so")
@@ -124,8 +130,10 @@ class SimConfig(_Frozen):
 
     @model_validator(mode="after")
     def _autoscale_aggregated(self) -> SimConfig:
-        if self.autoscale is not None and self.pd is not None:
-            raise ValueError("autoscaling covers aggregated replicas; a P/D deployment is sized per pool instead")
+        if self.decode_autoscale is not None and self.pd is None:
+            raise ValueError("decode_autoscale scales the decode pool of a P/D deployment: set pd")
+        if self.autoscale is not None and self.decode_autoscale is not None and self.autoscale.interval_s != self.decode_autoscale.interval_s:
+            raise ValueError("the prefill and decode autoscalers run on one control period: give them the same interval_s")
         if self.autoscale is not None and self.router == "power_of_two":
             raise ValueError("the power_of_two router draws its pairs for a fixed pool: pick another router with autoscale")
         return self

@@ -142,6 +142,7 @@ class Replica:
         self.phase = [0] * self.bs  # decodes by (nc0 - S0) mod bs: who needs a block at which step
         self.fin_heap: list[tuple[int, int, int, Req]] = []  # (last step, stamp, version, request)
         self.outstanding = 0  # Σ tokens still to process: isl + osl - 1 - n_comp
+        self.inbound = 0  # P/D decode side: tokens of handoffs sent to it that have not landed yet (the router counts them)
         # the plan in progress: a step or a run of pure-decode steps [done, k) starting at t0
         self.busy = False
         self.t = 0.0  # time of the last decision

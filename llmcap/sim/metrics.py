@@ -211,36 +211,42 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
 
 
 def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
-    """An autoscaled run's control ticks (what the autoscaler saw and asked for) and its replicas' lives: asked
-    for, routable, stopped taking requests, and released (stopped and drained; still serving: the run's end).
-    `held_s` (released − asked) is what the replica's GPUs cost, its start-up included."""
-    pool = run.scaled
-    assert pool is not None
-    ticks = pool.scaler.ticks
-    tick_table = pa.table({
-        "t_s": pa.array([k.t for k in ticks], pa.float64()),
-        "ready": pa.array([k.ready for k in ticks], pa.int32()),
-        "starting": pa.array([k.starting for k in ticks], pa.int32()),
-        "waiting_avg": pa.array([k.waiting_avg for k in ticks], pa.float64()),
-        "kv_usage_avg": pa.array([k.kv_usage_avg for k in ticks], pa.float64()),
-        "floor": pa.array([k.floor for k in ticks], pa.int32()),
-        "reactive": pa.array([k.reactive for k in ticks], pa.int32()),
-        "target": pa.array([k.target for k in ticks], pa.int32()),
-    })  # fmt: skip
-    n = len(pool.members)
-    served = run.recorder.prefill_replica
-    finish = np.where(np.isnan(run.recorder.finish), -np.inf, run.recorder.finish)
-    last_finish = np.full(n, -np.inf)
-    np.maximum.at(last_finish, served[served >= 0], finish[served >= 0])
-    stopped = np.array(pool.stopped_s, dtype=np.float64)
-    released = np.where(np.isnan(stopped), run.end_s, np.maximum(stopped, last_finish))
-    asked = np.array(pool.asked_s, dtype=np.float64)
-    life = pa.table({
-        "replica": pa.array(np.arange(n), pa.int32()),
-        "asked_s": pa.array(asked, pa.float64()),
-        "ready_s": _col(np.array(pool.ready_s, dtype=np.float64), pa.float64()),
-        "stopped_s": _col(stopped, pa.float64()),
-        "released_s": pa.array(released, pa.float64()),
-        "held_s": pa.array(released - asked, pa.float64()),
-    })  # fmt: skip
-    return tick_table, life
+    """An autoscaled run's control ticks per pool (what its autoscaler saw and asked for) and its replicas' lives:
+    asked for, routable, stopped taking requests, and released (stopped and drained of its last request — a
+    prefill replica's last handoff sent —, or the run's end while still serving). `held_s` (released − asked)
+    is what the replica's GPUs cost, its start-up included. `pool`: "both" (aggregated), "prefill", "decode"."""
+    rec = run.recorder
+    ticks, lives = [], []
+    for pool in run.scaled:
+        k = pool.scaler.ticks
+        ticks.append(pa.table({
+            "pool": pa.array([pool.role] * len(k), pa.string()),
+            "t_s": pa.array([x.t for x in k], pa.float64()),
+            "ready": pa.array([x.ready for x in k], pa.int32()),
+            "starting": pa.array([x.starting for x in k], pa.int32()),
+            "waiting_avg": pa.array([x.waiting_avg for x in k], pa.float64()),
+            "kv_usage_avg": pa.array([x.kv_usage_avg for x in k], pa.float64()),
+            "running_avg": pa.array([x.running_avg for x in k], pa.float64()),
+            "floor": pa.array([x.floor for x in k], pa.int32()),
+            "reactive": pa.array([x.reactive for x in k], pa.int32()),
+            "target": pa.array([x.target for x in k], pa.int32()),
+        }))  # fmt: skip
+        n = len(pool.members)
+        served = rec.decode_replica if pool.role == "decode" else rec.prefill_replica
+        done = rec.prefill_done + rec.transfer if pool.role == "prefill" else rec.finish
+        done = np.where(np.isnan(done), -np.inf, done)
+        last = np.full(n, -np.inf)
+        np.maximum.at(last, served[served >= 0], done[served >= 0])
+        stopped = np.array(pool.stopped_s, dtype=np.float64)
+        released = np.where(np.isnan(stopped), run.end_s, np.maximum(stopped, last))
+        asked = np.array(pool.asked_s, dtype=np.float64)
+        lives.append(pa.table({
+            "pool": pa.array([pool.role] * n, pa.string()),
+            "replica": pa.array(np.arange(n), pa.int32()),
+            "asked_s": pa.array(asked, pa.float64()),
+            "ready_s": _col(np.array(pool.ready_s, dtype=np.float64), pa.float64()),
+            "stopped_s": _col(stopped, pa.float64()),
+            "released_s": pa.array(released, pa.float64()),
+            "held_s": pa.array(released - asked, pa.float64()),
+        }))  # fmt: skip
+    return pa.concat_tables(ticks), pa.concat_tables(lives)

@@ -2,7 +2,7 @@
 
 - round_robin: in turn.
 - least_outstanding_tokens: fewest tokens still to process (prompt left + output left), counting
-  handoffs already on their way (P/D decode pool).
+  handoffs already on their way (P/D decode pool: `Replica.inbound`).
 - power_of_two: two distinct replicas drawn from the run's seeded generator, the less loaded wins.
 - prefix_aware: most prompt tokens already in the replica's prefix cache, minus a load penalty
   (score = hit tokens - penalty x outstanding tokens).
@@ -19,7 +19,6 @@ class Router:
     def __init__(self, policy: str, pool: list[Replica], n_requests: int, rng: np.random.Generator | None, penalty: float) -> None:
         self.policy = policy
         self.pool = pool
-        self.pending = [0] * len(pool)  # tokens on their way to each replica (P/D handoffs)
         self.rr = 0
         self.penalty = penalty
         self.pairs: tuple[list[int], list[int]] | None = None
@@ -31,12 +30,12 @@ class Router:
             self.pairs = (a.tolist(), b.tolist())
 
     def resized(self) -> None:
-        """The pool list changed in place (an autoscaled pool: aggregated, so no handoffs are pending)."""
-        self.pending = [0] * len(self.pool)
+        """The pool list changed in place (an autoscaled pool)."""
         self.rr %= max(len(self.pool), 1)
 
     def load(self, j: int, t: float) -> int:
-        return self.pool[j].outstanding_at(t) + self.pending[j]
+        r = self.pool[j]
+        return r.outstanding_at(t) + r.inbound
 
     def choose(self, req: Req, t: float) -> int:
         n = len(self.pool)

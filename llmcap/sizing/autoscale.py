@@ -1,25 +1,27 @@
-"""Autoscaling what-if: a synthesized diurnal day served by a static pool and by autoscaled pools.
+"""Autoscaling what-if: a synthesized diurnal day served by a static deployment and by autoscaled ones.
 
-The static plan holds N_static = ⌈peak rate ÷ G⌉ replicas all day (G: one replica's max feasible rate from
-the sizing search). An autoscaled plan follows N_target(t) = max(N_floor(t), N_reactive(t))
-(`llmcap.sim.autoscaler`), in the simulator, with T_ready and a cold prefix cache on every new replica:
+A deployment is one aggregated pool or a P/D pair of pools, each with G: one instance's max feasible rate
+from the sizing search. The static plan holds N_static = ⌈peak rate ÷ G⌉ instances of each pool all day.
+An autoscaled plan scales each pool on its own by N_target(t) = max(N_floor(t), N_reactive(t))
+(`llmcap.sim.autoscaler`), in the simulator, with T_ready and a cold prefix cache on every new instance:
 
 - N_floor(t) = ⌈f · max λ(s) over s ∈ [t, t + T_ready + interval] · (1 + forecast_error) ÷ G⌉: what must be
   asked for now to be routable when the demand comes; the forecast here is the day's own rate curve, off by
   `forecast_error` at most. `f` (the floor fraction) runs from 0 (purely reactive) to 1 (the full floor).
-- N_reactive(t): HPA's rule on the replicas' waiting requests and KV usage. The KV-usage target is what one
-  replica shows at `utilization` × G (simulated on the same request mix), so it means "utilisation above
-  the operating point", as an operator would set it.
+- N_reactive(t): HPA's rule on the pool's waiting requests and a utilisation gauge: KV usage (aggregated,
+  decode) or requests running (prefill: its KV is freed at the handoff). The gauge's target is what one
+  instance shows at `utilization` × G (simulated on the same request mix): "utilisation above the operating
+  point", as an operator would set it.
 
-Each plan's cost is its replica-seconds (start-up and drain included) × GPUs per replica; each is judged by
-SLO attainment over the whole day and its worst window. The floor that keeps attainment is the smallest
-fraction whose day-long attainment meets the target.
+Each plan's cost is its instance-seconds (start-up and drain included) × GPUs per instance, over its pools;
+each is judged by SLO attainment over the whole day and its worst window. The floor that keeps attainment
+is the smallest fraction whose day-long attainment meets the target.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +29,7 @@ import pyarrow as pa
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
-from llmcap.sim import AutoscaleConfig, AutoscaleLog, EngineConfig, SimConfig, simulate
+from llmcap.sim import AutoscaleConfig, AutoscaleLog, EngineConfig, PDConfig, SimConfig, simulate
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.simeval import excerpt
 from llmcap.sizing.slo import Window, attainment
@@ -35,6 +37,9 @@ from llmcap.trace.params import ArrivalSpec
 from llmcap.trace.synth import scale_rate, synthesize
 
 FORECAST_GRID = 64  # samples of the rate curve per look-ahead window
+# each pool's utilisation signal (AutoscaleConfig field, time-series column): a prefill instance frees its KV at the
+# handoff, so its KV usage says little about its load; the prompts it is working on do
+SIGNAL = {"both": ("kv_usage", "kv_usage"), "decode": ("kv_usage", "kv_usage"), "prefill": ("running_per_replica", "running")}
 KV_PROBE_REQUESTS = 2000  # requests of the run that sets the KV-usage target
 
 
@@ -61,18 +66,29 @@ class DiurnalDay:
         return synthesize(trace, n, spec, rng)
 
 
+
+@dataclass(frozen=True)
+class PoolRate:
+    """One pool of the deployment: its role ("both": aggregated, "prefill", "decode"), one instance's max
+    feasible rate G, and its GPUs."""
+
+    role: str
+    instance_rps: float
+    gpus_per_instance: int = 1
+
+
 @dataclass(frozen=True)
 class PlanOutcome:
     """One plan over the day."""
 
     name: str
     floor_fraction: float | None  # None: the static plan
-    replica_hours: float
+    replica_hours: float  # instance-hours, every pool
     gpu_hours: float
     attainment: float  # over the whole day
     worst_window_attainment: float  # over the worst of `windows` equal windows of the day
-    peak_replicas: int
-    scale_ups: int  # replicas asked for after the start
+    peak_replicas: int  # most instances at once (asked for or serving), every pool
+    scale_ups: int  # instances asked for after the start
     log: AutoscaleLog | None
 
     def keeps(self, target: float) -> bool:
@@ -82,10 +98,9 @@ class PlanOutcome:
 @dataclass(frozen=True)
 class AutoscaleWhatIf:
     day: DiurnalDay
-    instance_rps: float  # G
-    gpus_per_replica: int
-    static_replicas: int
-    kv_usage_target: float | None
+    pools: tuple[PoolRate, ...]
+    static_counts: dict[str, int]  # per pool role
+    reactive_targets: dict[str, dict[str, float]]  # per pool role: {AutoscaleConfig field: target}
     static: PlanOutcome
     autoscaled: tuple[PlanOutcome, ...]
     attainment_target: float
@@ -105,7 +120,7 @@ class AutoscaleWhatIf:
 
 def forecast_floor(day: DiurnalDay, instance_rps: float, fraction: float, t_ready_s: float, interval_s: float,
                    forecast_error: float) -> tuple[tuple[float, ...], tuple[int, ...]]:  # fmt: skip
-    """N_floor as steps (module docstring): (times it changes, replicas from then on)."""
+    """N_floor as steps (module docstring): (times it changes, instances from then on)."""
     ticks = np.arange(0.0, day.duration_s + interval_s, interval_s)
     ahead = ticks[:, None] + np.linspace(0.0, t_ready_s + interval_s, FORECAST_GRID)[None, :]
     peak = day.rate_at(ahead).max(axis=1) * (1.0 + forecast_error)
@@ -114,19 +129,41 @@ def forecast_floor(day: DiurnalDay, instance_rps: float, fraction: float, t_read
     return tuple(float(t) for t in ticks[change]), tuple(int(n) for n in need[change])
 
 
-def kv_usage_at(trace: pa.Table, model: StepTimeModel, engine: EngineConfig, rate: float, seed: int = 0) -> float:
-    """Mean KV usage of one replica serving an excerpt of `trace`'s request mix at `rate`, over the middle 80%
-    of the arrival span (no warm-up, no drain)."""
-    part = scale_rate(excerpt(trace, min(trace.num_rows, KV_PROBE_REQUESTS), seed), rate)
-    result = simulate(part, model, SimConfig(engine=engine), rng=np.random.default_rng(seed))
-    t = result.timeseries.column("t_s").to_numpy()
-    arrival = part.column("arrival_s").to_numpy()
-    lo, hi = np.quantile(arrival, [0.1, 0.9])
-    steady = (t >= lo) & (t < hi)
-    return float(np.mean(result.timeseries.column("kv_usage").to_numpy()[steady]))
+def _config(engine: EngineConfig, router: str, counts: Mapping[str, int], pd: PDConfig | None, resolution: float,
+            scalers: Mapping[str, AutoscaleConfig] | None = None) -> SimConfig:  # fmt: skip
+    """The deployment at `counts` instances per pool role, or autoscaled by `scalers` (per role)."""
+    scalers = scalers or {}
+    if pd is None:
+        return SimConfig(engine=engine, replicas=counts["both"], router=router, autoscale=scalers.get("both"),  # type: ignore[arg-type]
+                         timeseries_resolution_s=resolution)  # fmt: skip
+    pools = pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
+    return SimConfig(engine=engine, pd=pools, router=router, autoscale=scalers.get("prefill"), decode_autoscale=scalers.get("decode"),  # type: ignore[arg-type]
+                     timeseries_resolution_s=resolution)  # fmt: skip
 
 
-def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: float, peak: int, ups: int, gpus: int,
+def reactive_targets(trace: pa.Table, model: StepTimeModel, engine: EngineConfig, pools: Sequence[PoolRate], utilization: float,
+                     pd: PDConfig | None = None, decode_model: StepTimeModel | None = None, router: str = "least_outstanding_tokens",
+                     seed: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Each pool's reactive target, {AutoscaleConfig field: value}: the mean of its utilisation gauge (`SIGNAL`) on one
+    of its instances serving an excerpt of `trace` at `utilization` × its G (the other pool, P/D, given enough
+    instances not to be the bottleneck), over the middle 80% of the arrival span (no warm-up, no drain)."""
+    part = excerpt(trace, min(trace.num_rows, KV_PROBE_REQUESTS), seed)
+    out = {}
+    for q in pools:
+        rate = utilization * q.instance_rps
+        counts = {o.role: 1 if o is q else math.ceil(rate / o.instance_rps) + 1 for o in pools}
+        probe = scale_rate(part, rate)
+        result = simulate(probe, model, _config(engine, router, counts, pd, 1.0), rng=np.random.default_rng(seed), decode_model=decode_model)
+        ts = result.timeseries
+        field, column = SIGNAL[q.role]
+        t, role, gauge = ts.column("t_s").to_numpy(), ts.column("role").to_numpy(zero_copy_only=False), ts.column(column).to_numpy()
+        lo, hi = np.quantile(probe.column("arrival_s").to_numpy(), [0.1, 0.9])
+        value = float(np.mean(gauge[(t >= lo) & (t < hi) & (role == q.role)]))
+        out[q.role] = {field: min(1.0, max(1e-3, value)) if field == "kv_usage" else max(1e-3, value)}
+    return out
+
+
+def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: float, gpu_s: float, peak: int, ups: int,
              slo: SloParams, windows: int, log: AutoscaleLog | None) -> PlanOutcome:  # fmt: skip
     arrival = records.column("arrival_s").to_numpy()
     t0, t1 = float(arrival[0]), float(arrival[-1])
@@ -136,10 +173,8 @@ def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: fl
         for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))
         if ((arrival >= a) & (arrival <= b)).any()
     )
-    return PlanOutcome(
-        name, fraction, replica_s / 3600.0, replica_s * gpus / 3600.0, attainment(records, slo, Window(t0, t1, closed_end=True)),
-        worst, peak, ups, log,
-    )  # fmt: skip
+    whole = attainment(records, slo, Window(t0, t1, closed_end=True))
+    return PlanOutcome(name, fraction, replica_s / 3600.0, gpu_s / 3600.0, whole, worst, peak, ups, log)
 
 
 def autoscale_whatif(
@@ -147,9 +182,8 @@ def autoscale_whatif(
     model: StepTimeModel,
     engine: EngineConfig,
     slo: SloParams,
-    instance_rps: float,
+    pools: Sequence[PoolRate],
     day: DiurnalDay,
-    gpus_per_replica: int = 1,
     scaler: AutoscaleConfig | None = None,
     fractions: Sequence[float] = (0.0, 0.5, 0.75, 1.0),
     forecast_error: float = 0.1,
@@ -157,45 +191,60 @@ def autoscale_whatif(
     windows: int = 24,
     seed: int = 0,
     router: str = "least_outstanding_tokens",
+    pd: PDConfig | None = None,
+    decode_model: StepTimeModel | None = None,
     on_plan: Callable[[str], None] | None = None,
 ) -> AutoscaleWhatIf:
-    """Serve one synthesized day statically and with each floor fraction (module docstring)."""
-    if not instance_rps > 0:
-        raise LlmcapError(f"one replica's max feasible rate must be positive to plan a pool, got {instance_rps:g} req/s")
+    """Serve one synthesized day statically and with each floor fraction (module docstring). `pools`: one
+    PoolRate "both" (aggregated), or "prefill" and "decode" with `pd` (its link and decode engine; its counts
+    are set here) and `decode_model` (the decode pool's step times, when they differ). `scaler`: the
+    autoscaler's knobs (its floor, initial count and, unless given, KV target are set here per pool)."""
+    roles = sorted(q.role for q in pools)
+    if roles not in (["both"], ["decode", "prefill"]) or (pd is None) != (roles == ["both"]):
+        raise LlmcapError(f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})")
+    for q in pools:
+        if not q.instance_rps > 0:
+            raise LlmcapError(f"one {q.role} instance's max feasible rate must be positive to plan a pool, got {q.instance_rps:g} req/s")
     if not fractions or any(not 0.0 <= f <= 1.5 for f in fractions):
         raise LlmcapError(f"floor fractions must lie in [0, 1.5], got {list(fractions)}")
     base = scaler or AutoscaleConfig()
-    static_n = max(1, math.ceil(day.peak_rps / instance_rps - 1e-9))
-    if static_n > base.max_replicas:
-        base = base.model_copy(update={"max_replicas": static_n * 2})
-    kv_target = base.kv_usage
-    if scaler is None or scaler.kv_usage is None:
-        kv_target = min(1.0, max(1e-3, kv_usage_at(trace, model, engine, utilization * instance_rps, seed)))
+    static = {q.role: max(1, math.ceil(day.peak_rps / q.instance_rps - 1e-9)) for q in pools}
+    base = base.model_copy(update={"max_replicas": max(base.max_replicas, 2 * max(static.values()))})
+    if scaler is not None and (scaler.kv_usage is not None or scaler.running_per_replica is not None):
+        targets = {q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools}
+    else:
+        targets = {role: {"kv_usage": None, "running_per_replica": None} | t
+                   for role, t in reactive_targets(trace, model, engine, pools, utilization, pd, decode_model, router, seed).items()}  # fmt: skip
     # the day starts where the previous one ended: with what its first minutes need, whatever the policy
-    start_n = base.initial_replicas or math.ceil(float(day.rate_at(0.0)) * (1.0 + forecast_error) / instance_rps - 1e-9)
-    base = base.model_copy(update={"kv_usage": kv_target, "initial_replicas": max(1, start_n)})
+    start = {q.role: max(1, math.ceil(float(day.rate_at(0.0)) * (1.0 + forecast_error) / q.instance_rps - 1e-9)) for q in pools}
     requests = day.requests(trace, np.random.default_rng(seed))
-    bins = max(1.0, day.duration_s / 2000.0)  # time series kept coarse: a day has many replicas
+    resolution = max(1.0, day.duration_s / 2000.0)  # time series kept coarse: a day has many instances
+    gpus = {q.role: q.gpus_per_instance for q in pools}
 
     def run(config: SimConfig) -> tuple[pa.Table, AutoscaleLog | None]:
-        result = simulate(requests, model, config, rng=np.random.default_rng(seed))
+        result = simulate(requests, model, config, rng=np.random.default_rng(seed), decode_model=decode_model)
         return result.records, result.autoscale
 
     if on_plan:
-        on_plan(f"static ({static_n} replicas)")
-    records, _ = run(SimConfig(engine=engine, replicas=static_n, router=router, timeseries_resolution_s=bins))  # type: ignore[arg-type]
+        on_plan("static (" + " + ".join(f"{role} {n}" for role, n in static.items()) + ")")
+    records, _ = run(_config(engine, router, static, pd, resolution))
     end = float(np.nanmax(records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)))
-    static = _outcome("static", None, records, static_n * end, static_n, 0, gpus_per_replica, slo, windows, None)
+    static_plan = _outcome("static", None, records, sum(static.values()) * end, sum(n * gpus[r] * end for r, n in static.items()),
+                           sum(static.values()), 0, slo, windows, None)  # fmt: skip
     plans = []
     for f in fractions:
         if on_plan:
             on_plan(f"autoscaled, floor × {f:g}")
-        times, counts = forecast_floor(day, instance_rps, f, base.t_ready_s, base.interval_s, forecast_error)
-        cfg = base.model_copy(update={"floor_times_s": times, "floor_replicas": counts})
-        records, log = run(SimConfig(engine=engine, router=router, autoscale=cfg, timeseries_resolution_s=bins))  # type: ignore[arg-type]
+        scalers = {}
+        for q in pools:
+            times, counts = forecast_floor(day, q.instance_rps, f, base.t_ready_s, base.interval_s, forecast_error)
+            scalers[q.role] = base.model_copy(update={"floor_times_s": times, "floor_replicas": counts, "initial_replicas": start[q.role]}
+                                              | targets[q.role])  # fmt: skip
+        records, log = run(_config(engine, router, start, pd, resolution, scalers))
         assert log is not None
-        asked = log.replicas.column("asked_s").to_numpy()
-        peak = int(np.max(log.ticks.column("ready").to_numpy() + log.ticks.column("starting").to_numpy()))
-        plans.append(_outcome(f"auto f={f:g}", f, records, log.replica_seconds, peak, int((asked > 0).sum()),
-                              gpus_per_replica, slo, windows, log))  # fmt: skip
-    return AutoscaleWhatIf(day, instance_rps, gpus_per_replica, static_n, kv_target, static, tuple(plans), slo.attainment_target)
+        life, ticks = log.replicas.to_pandas(), log.ticks.to_pandas()
+        held = sum(log.replica_seconds(role) * gpus[role] for role in gpus)
+        peak = int((ticks.ready + ticks.starting).groupby(ticks.t_s).sum().max())
+        plans.append(_outcome(f"auto f={f:g}", f, records, log.replica_seconds(), held, peak, int((life.asked_s > 0).sum()), slo, windows, log))
+    set_targets = {role: {k: v for k, v in t.items() if v is not None} for role, t in targets.items()}
+    return AutoscaleWhatIf(day, tuple(pools), static, set_targets, static_plan, tuple(plans), slo.attainment_target)

@@ -162,6 +162,32 @@ class ComputeParams(_Strict):
     """Local process workers; 1 runs in-process (no pickling, easiest to debug)."""
 
 
+class AutoscaleParams(_Strict):
+    """Stage `autoscale`: the chosen plan on a synthesized diurnal day, static vs autoscaled (`llmcap.sizing.autoscale`)."""
+
+    enabled: bool = True
+    amplitude: float = Field(default=0.6, ge=0, lt=1)
+    """Rate = planning rate × (1 + amplitude · sin 2πt/period)."""
+    period_s: float = Field(default=14_400.0, gt=0)
+    """One diurnal cycle. Shorter than a day keeps the simulation short; its ramps are then steeper than a real
+    day's for the same T_ready, which is conservative for the autoscaler."""
+    duration_s: float = Field(default=14_400.0, gt=0)
+    t_ready_s: float = Field(default=600.0, ge=0)
+    """Scale-up decision to routable instance (schedule, image, weights, init, graphs, health)."""
+    interval_s: float = Field(default=15.0, gt=0)
+    min_residency_s: float = Field(default=600.0, ge=0)
+    scale_down_window_s: float = Field(default=300.0, ge=0)
+    metric_window_s: float = Field(default=60.0, gt=0)
+    waiting_per_replica: float = Field(default=2.0, gt=0)
+    utilization: float = Field(default=0.8, gt=0, le=1)
+    """A pool's KV-usage target is one instance's usage at this share of its max feasible rate."""
+    forecast_error: float = Field(default=0.1, ge=0)
+    floor_fractions: tuple[Annotated[float, Field(ge=0, le=1.5)], ...] = Field(default=(0.0, 0.5, 1.0), min_length=1, strict=False)
+    """Forecast floors tried, as shares of the full floor (0: purely reactive)."""
+    windows: int = Field(default=24, ge=1)
+    """Attainment is also reported for the worst of this many equal windows of the day."""
+
+
 class SizeParams(_Strict):
     """Stage `size` (step 4): SLOs, the search, headroom, where evaluations run, and how much to simulate."""
 

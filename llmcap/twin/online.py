@@ -204,7 +204,7 @@ class OnlineCluster:
         assert self.back_router is not None
         d = self.back_router.choose(req, t)
         rec.decode_replica[i] = d
-        self.back_router.pending[d] += flight.osl - 1
+        self.back[d].inbound += flight.osl - 1
         land, secs = self.links[p.index].send(t, self.cfg.engine.kv_bytes_per_token * flight.isl)
         rec.transfer[i] = secs
         self.handoffs += 1
@@ -219,9 +219,8 @@ class OnlineCluster:
         dreq = Req(i, flight.isl, flight.osl, [], [])  # the decode side does no prefix caching
         dreq.g, dreq.n_comp, dreq.xfer = 1, flight.isl, True
         dreq.last_tok = float(self.rec.first_token[i])
-        assert self.back_router is not None
-        self.back_router.pending[d] -= flight.osl - 1
         dr = self.back[d]
+        dr.inbound -= flight.osl - 1
         flight.dreq = dreq
         self._watch(flight, dr.gid)
         if dr.add(dreq, t):

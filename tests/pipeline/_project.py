@@ -58,6 +58,7 @@ def make_project(dest: Path, native: bool = False) -> tuple[Path, dict]:
     # the replay check against the twin: a few seconds per run (12 requests; the light search picks a slow
     # instance, ~0.04 req/s, whose 12 requests span ~5 simulated minutes: played 50x faster than real time)
     params["replay"].update(excerpt_requests=12, twin_dilation=0.02)
+    params["autoscale"].update(period_s=1800, duration_s=1800, t_ready_s=120, min_residency_s=120, floor_fractions=[1])
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = project_env(dest)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "fresh clone"]):

@@ -56,6 +56,8 @@ def test_config_rejects_inconsistent_settings():
         AutoscaleConfig(floor_times_s=(5.0, 5.0), floor_replicas=(1, 2))
     with pytest.raises(ValidationError, match="power_of_two"):
         SimConfig(engine=ENGINE, router="power_of_two", autoscale=AutoscaleConfig())
+    with pytest.raises(ValidationError, match="set pd"):
+        SimConfig(engine=ENGINE, decode_autoscale=AutoscaleConfig())
 
 
 def step_trace(low_rps: float, high_rps: float, switch_s: float, end_s: float, seed: int = 0):
@@ -90,7 +92,8 @@ def test_an_autoscaled_pool_grows_after_t_ready_cold_and_accounts_for_every_requ
         if row.ready_s < rec.arrival_s.max() - 10.0:  # (one ready after the last arrivals may serve nothing)
             assert len(served) and served.sort_values("arrival_s").iloc[0].cached_tokens == 0  # a cold prefix cache
     # each replica is paid for from the ask to its release, start-up included
-    assert log.replica_seconds == pytest.approx(float((life.released_s - life.asked_s).sum()))
+    assert log.replica_seconds() == pytest.approx(float((life.released_s - life.asked_s).sum()))
+    assert set(life.pool) == {"both"}
     assert (life.held_s >= 0).all()
     ts = result.timeseries.to_pandas()
     for row in routable.itertuples():
@@ -118,3 +121,28 @@ def test_scale_down_drains_and_respects_min_residency():
         assert row.released_s == pytest.approx(max(row.stopped_s, served.finish_s.max()))  # held until drained
     ticks = result.autoscale.ticks.to_pandas()
     assert ticks.t_s.max() <= rec.arrival_s.max() + cfg.interval_s  # no ticks once the arrivals are over
+
+
+def test_both_pools_of_a_pd_deployment_scale_on_their_own():
+    from llmcap.sim import LinkConfig, PDConfig
+
+    trace = step_trace(3.0, 120.0, switch_s=120.0, end_s=400.0, seed=2)
+    pd = PDConfig(prefill_replicas=1, decode_replicas=1, link=LinkConfig(bandwidth_bytes_s=1e9, latency_s=0.001), first_token_from="decode")
+    engine = ENGINE.model_copy(update={"kv_bytes_per_token": 1000.0})
+    scaler = AutoscaleConfig(min_replicas=1, max_replicas=10, initial_replicas=1, t_ready_s=30.0, interval_s=10.0, min_residency_s=60.0)
+    result = simulate(trace, MODEL, SimConfig(engine=engine, pd=pd, autoscale=scaler, decode_autoscale=scaler, timeseries_resolution_s=5.0))
+    rec = result.records.to_pandas()
+    assert (rec.status == "ok").all()  # every request through both pools while they changed
+    life = result.autoscale.replicas.to_pandas()
+    assert set(life.pool) == {"prefill", "decode"}
+    for role, column in (("prefill", "prefill_replica"), ("decode", "decode_replica")):
+        mine = life[life.pool == role]
+        assert len(mine) >= 2, role  # each pool grew
+        for row in mine.dropna(subset=["ready_s"]).itertuples():
+            served = rec[rec[column] == row.replica]
+            # routed when it arrives (prefill), when its prefill is done and the handoff leaves (decode)
+            when = served.arrival_s if role == "prefill" else served.admitted_s + served.prefill_s
+            assert (when >= row.ready_s - 1e-9).all(), role
+    assert result.autoscale.replica_seconds() == pytest.approx(result.autoscale.replica_seconds("prefill") + result.autoscale.replica_seconds("decode"))
+    ticks = result.autoscale.ticks.to_pandas()
+    assert set(ticks.pool) == {"prefill", "decode"} and (ticks.groupby("pool").size() == ticks.groupby("pool").size().iloc[0]).all()

@@ -1,0 +1,51 @@
+"""The sized plan's deployment on a diurnal day: static vs autoscaled (`llmcap.sizing.autoscale`), from what the
+size step decided (its capacity summary) and the same candidate rows, step models and router it used."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from llmcap.catalog import ModelSpec
+from llmcap.errors import LlmcapError
+from llmcap.sim import AutoscaleConfig, LinkConfig, PDConfig
+from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
+from llmcap.sizing.measured import MeasuredModels
+from llmcap.sizing.params import AutoscaleParams, SizeParams
+from llmcap.sizing.plan import Lengths, candidate_row, make_unit
+
+ROLES = {"instances": ("both",), "prefill": ("prefill",), "decode": ("decode",)}  # pool name in the summary -> candidate roles
+
+
+def plan_whatif(trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, size: SizeParams, summary: Mapping[str, Any],
+                params: AutoscaleParams, seed: int = 0, measured: MeasuredModels | None = None,
+                on_plan: Callable[[str], None] | None = None) -> AutoscaleWhatIf:  # fmt: skip
+    """The summary's chosen deployment over a day whose mean is its planning rate (`params`)."""
+    pools = summary["pool_plans"]
+    if set(pools) not in ({"instances"}, {"prefill", "decode"}):
+        raise LlmcapError(f"the capacity summary's pools {sorted(pools)} are neither one aggregated pool nor a prefill and a decode pool")
+    lengths = Lengths.of(trace)
+    units = {name: make_unit(model, candidate_row(candidates, q["configuration"], ROLES[name]), lengths, size.slo, measured)
+             for name, q in pools.items()}  # fmt: skip
+    rates = [PoolRate(ROLES[name][0], float(q["per_instance_rps"]), int(q["gpus_per_instance"])) for name, q in pools.items()]
+    pd_cfg = decode_model = None
+    main = units.get("instances") or units["prefill"]
+    if "decode" in units:
+        prefill, decode = units["prefill"], units["decode"]
+        link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=size.pd_link_latency_s)
+        first_token = "decode" if size.slo.ttft_includes_handoff else "prefill"
+        pd_cfg = PDConfig(prefill_replicas=1, decode_replicas=1, link=link, first_token_from=first_token, decode_engine=decode.engine)
+        decode_model = decode.step_model
+    scaler = AutoscaleConfig(
+        t_ready_s=params.t_ready_s, interval_s=params.interval_s, min_residency_s=params.min_residency_s,
+        scale_down_window_s=params.scale_down_window_s, metric_window_s=params.metric_window_s,
+        waiting_per_replica=params.waiting_per_replica, kv_usage=None,
+    )  # fmt: skip
+    day = DiurnalDay(float(summary["planning_rps"]), params.amplitude, params.period_s, params.duration_s)
+    return autoscale_whatif(
+        trace, main.step_model, main.engine, size.slo, rates, day, scaler, params.floor_fractions, params.forecast_error,
+        params.utilization, params.windows, seed, str(summary.get("router") or size.router), pd_cfg, decode_model, on_plan,
+    )  # fmt: skip

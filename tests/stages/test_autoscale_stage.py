@@ -1,0 +1,91 @@
+"""Stage `autoscale` in process: the size summary's chosen deployment on a synthesized day, static vs autoscaled —
+report, plot, summary, GX record and MLflow run, all labelled simulated; byte-identical on a rerun; `enabled: false`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from llmcap.sizing.plan import candidate_key
+from llmcap.trace import write_table
+from llmcap.trace.schema import CANONICAL_SCHEMA
+from stages import autoscale as stage
+from stages import enumerate as enumerate_stage
+from tests.conftest import ROOT
+
+MODEL = "Llama-3.1-8B"
+WORKLOAD = {"rows": 400, "isl": {"mean": 700.0, "p50": 600.0, "p90": 1500.0, "p99": 1900.0, "min": 50.0, "max": 2000.0},
+            "osl": {"mean": 40.0, "p50": 40.0, "p90": 60.0, "p99": 64.0, "min": 8.0, "max": 64.0}}  # fmt: skip
+ENUMERATE = {"model": MODEL, "gpus": ["h100"], "weight_quants": ["bf16"], "kv_dtypes": ["bf16"], "parallel": {"tp": [1]},
+             "modes": ["aggregated"], "max_context_len": 4096, "aggregated": {"max_num_seqs": [64], "max_num_batched_tokens": [2048]}}  # fmt: skip
+AUTOSCALE = {"period_s": 1800, "duration_s": 1800, "t_ready_s": 60, "min_residency_s": 60, "scale_down_window_s": 30,
+             "floor_fractions": [0, 1], "windows": 6}  # fmt: skip
+G, RATE = 6.0, 10.0  # one instance's max feasible rate, the plan's rate (req/s)
+
+
+def _trace(n: int = 400, seed: int = 3) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    cols = {"request_id": np.arange(n, dtype=np.int64), "arrival_s": np.cumsum(rng.exponential(0.1, n)),
+            "isl": rng.integers(50, 2000, n), "osl": rng.integers(8, 64, n), "source_row": np.arange(n, dtype=np.int64)}  # fmt: skip
+    return pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in CANONICAL_SCHEMA}, schema=CANONICAL_SCHEMA)
+
+
+def _setup(tmp: Path, autoscale: dict) -> list[str]:
+    params = {"trace": {"file": "unused.jsonl"}, "enumerate": ENUMERATE, "autoscale": autoscale,
+              "size": {"slo": {"ttft_ms": 2000, "itl_ms": 100, "attainment_target": 0.99}}}  # fmt: skip
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    (tmp / "workload.json").write_text(json.dumps(WORKLOAD))
+    assert enumerate_stage.main(["--params", str(tmp / "params.yaml"), "--catalog-dir", str(ROOT / "llmcap/catalog/data"),
+                                 "--workload", str(tmp / "workload.json"), "--candidates", str(tmp / "candidates.parquet"),
+                                 "--report-dir", str(tmp / "enumerate")]) == 0  # fmt: skip
+    row = pq.read_table(tmp / "candidates.parquet").to_pandas().iloc[0]
+    pool = {"configuration": candidate_key(row), "per_instance_rps": G, "gpus_per_instance": 1}
+    summary = {"chosen": candidate_key(row), "mode": "aggregated", "planning_rps": RATE, "router": "least_outstanding_tokens",
+               "pool_plans": {"instances": pool}}  # fmt: skip
+    (tmp / "summary.json").write_text(json.dumps(summary))
+    (tmp / "step_model.json").write_text(json.dumps({"source": "roofline-fallback"}))
+    write_table(_trace(), tmp / "trace.parquet")
+    return ["--params", str(tmp / "params.yaml"), "--trace", str(tmp / "trace.parquet"), "--candidates", str(tmp / "candidates.parquet"),
+            "--step-model", str(tmp / "step_model.json"), "--capacity-summary", str(tmp / "summary.json"),
+            "--report-dir", str(tmp / "reports")]  # fmt: skip
+
+
+def test_the_chosen_plan_on_a_day_static_vs_autoscaled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _setup(tmp_path, AUTOSCALE)
+    assert stage.main(argv) == 0
+    assert "simulated day (not a measurement)" in capsys.readouterr().out
+    reports = tmp_path / "reports"
+    s = json.loads((reports / "summary.json").read_text())
+    assert s["simulated"] is True and s["enabled"] is True
+    peak = RATE * 1.6  # the default amplitude 0.6
+    assert s["pools"]["both"]["static_instances"] == int(np.ceil(peak / G))
+    assert [p["plan"] for p in s["plans"]] == ["static", "auto f=0", "auto f=1"]
+    static = s["plans"][0]
+    assert static["gpu_hours"] == pytest.approx(static["instance_hours"])  # one GPU per instance
+    assert s["floor_that_keeps_attainment"] in (None, 0.0, 1.0)
+    md = (reports / "autoscale.md").read_text()
+    assert md.startswith("# Autoscaling what-if (simulated, not a measurement)") and "![instances over the day](instances.png)" in md
+    assert (reports / "instances.png").stat().st_size > 10_000
+    assert json.loads((reports / "validation.json").read_text())["success"] is True
+    first = (reports / "summary.json").read_bytes()
+    assert stage.main(argv) == 0 and (reports / "summary.json").read_bytes() == first  # deterministic
+
+    import mlflow
+
+    run = mlflow.search_runs(experiment_names=["llmcap"], filter_string="tags.`dvc.stage` = 'autoscale'",
+                             order_by=["attributes.start_time DESC"], max_results=1).iloc[0]  # fmt: skip
+    assert run["tags.simulated"] == "true" and run["metrics.gpu_hours.static"] == pytest.approx(static["gpu_hours"])
+    assert run["metrics.attainment.floor_1"] == pytest.approx(s["plans"][2]["attainment"])
+
+
+def test_disabled_says_so(tmp_path: Path) -> None:
+    argv = _setup(tmp_path, AUTOSCALE | {"enabled": False})
+    assert stage.main(argv) == 0
+    assert json.loads((tmp_path / "reports" / "summary.json").read_text()) == {"enabled": False}
+    assert "Not run" in (tmp_path / "reports" / "autoscale.md").read_text()
