@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
 from llmcap.trace import schema  # noqa: E402
-from llmcap.trace.prefix import hit_tokens, leading_reuse_lru  # noqa: E402
+from llmcap.trace.prefix import hit_tokens, reuse_at, stack_distances  # noqa: E402
 from llmcap.trace.stats import window_counts  # noqa: E402
 
 _PNG_META = {"Software": "llmcap"}
@@ -74,9 +74,9 @@ def plot_prefix_cdf(table: pa.Table, lru_capacities: list[int], path: Path) -> P
         return None
     isl = table.column("isl").to_numpy()
     curves = {"unbounded cache": table.column("prefix_hit_tokens").to_numpy()}
-    hashes = table.column("hash_ids")
+    distances = stack_distances(table.column("hash_ids"))  # one pass for every capacity
     for c in lru_capacities:
-        curves[f"LRU {c:,} blocks"] = hit_tokens(leading_reuse_lru(hashes, c), isl, block_size)
+        curves[f"LRU {c:,} blocks"] = hit_tokens(reuse_at(*distances, c), isl, block_size)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ys = np.arange(1, isl.size + 1) / isl.size
     for label, hits in curves.items():

@@ -96,9 +96,8 @@ def summarise_prefix(
     values, offsets = _flat(hash_ids)
     reuse = leading_reuse_unbounded(hash_ids)
     total_isl = float(isl.sum())
-    lru = {
-        c: float(hit_tokens(leading_reuse_lru(hash_ids, c), isl, block_size).sum() / total_isl) for c in lru_capacities
-    }
+    distances = stack_distances(hash_ids) if lru_capacities else None  # one pass for every capacity
+    lru = {c: float(hit_tokens(reuse_at(*distances, c), isl, block_size).sum() / total_isl) for c in lru_capacities} if distances else {}
     return PrefixSummary(
         block_size=block_size,
         ideal_hit_ratio=float(hit_tokens(reuse, isl, block_size).sum() / total_isl),
