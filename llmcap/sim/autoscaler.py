@@ -1,4 +1,5 @@
-"""The autoscaler of a simulated aggregated pool: a forecast floor under a reactive layer (docs/domain.md).
+"""The autoscaler of a simulated pool (aggregated, or one pool of a P/D deployment): a forecast floor under a
+reactive layer (docs/domain.md).
 
 Every `interval_s` the cluster reads vLLM's own gauges from each ready replica and asks `Autoscaler.decide`:
 
@@ -10,8 +11,9 @@ Every `interval_s` the cluster reads vLLM's own gauges from each ready replica a
 - N_reactive(t): Kubernetes HPA's rule on vLLM's own gauges averaged over ready replicas and over the last
   `metric_window_s` of ticks (as a PromQL avg_over_time would feed an HPA external metric), desired =
   ceil(ready × value / target), the largest wins. `vllm:kv_cache_usage_perc` and `vllm:num_requests_running`
-  are utilisations: they move the count both ways, and not while value / target is within 1 ± tolerance. `vllm:num_requests_waiting` is a
-  queue, which stays long until new capacity is routable: it only triggers scale-ups, above its target.
+  are utilisations: they move the count both ways, and not while value / target is within 1 ± tolerance.
+  `vllm:num_requests_waiting` is a queue, which stays long until new capacity is routable: it only triggers
+  scale-ups, above its target.
   Scale-down goes to the largest recommendation of the last `scale_down_window_s` (HPA's stabilization
   window, 300 s by default); a reactive scale-up adds at most max(100%, 4 replicas) (HPA's default policy)
   and waits `scale_up_cooldown_s` (default T_ready: until the last one is routable) before the next, or a
@@ -105,9 +107,9 @@ class Autoscaler:
 
 
 class ScaledPool:
-    """The replicas of an autoscaled pool (aggregated, or one pool of a P/D deployment): every one ever asked for (`members`, by index), the
-    routable ones (`active`: the router's pool, changed in place) and those still starting; and when each
-    was asked for, became routable and stopped taking requests (NaN: never)."""
+    """The replicas of an autoscaled pool: every one ever asked for (`members`, by index), the routable ones
+    (`active`: the router's pool, changed in place) and those still starting; and when each was asked for,
+    became routable and stopped taking requests (NaN: never)."""
 
     def __init__(self, scaler: Autoscaler, make: Callable[[int, float], Replica], role: str = "both") -> None:
         self.scaler = scaler

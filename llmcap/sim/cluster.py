@@ -1,9 +1,9 @@
 """The event loop: arrivals, replica decisions and KV handoffs, in (time, priority, tie) order.
 
 Priorities at equal times: arrivals (0), then handoff landings (1), then replica decisions (2), then
-the autoscaler's ticks and replicas becoming ready (3), so a replica deciding at t sees everything
-that arrived at t. Ties within a kind go by request index,
-handoff number and replica index — never by push order, so runs of one or many steps order events
+the autoscalers' ticks and replicas becoming ready (3), so a replica deciding at t sees everything
+that arrived at t. Ties within a kind go by request index, handoff number and replica index (control
+events: their order of creation) — never by push order, so runs of one or many steps order events
 the same way. Replicas keep their own clocks; a decision entry is stale once the replica's version
 moved on (an arrival cut its run short).
 """
