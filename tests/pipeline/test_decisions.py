@@ -103,9 +103,10 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
 
     # 4. diff A B: the decision changed (failure headroom) and the one param explains it
     d = json.loads(sh([*LLMCAP, "diff", a, b, "--json"], root, env).stdout)
-    assert d["inputs"]["params"] == [{"key": "size.headroom.node_failures", "a": 1, "b": 2, "stages": ["size"]}]
+    # (the autoscale stage reads the size section too: its SLOs and router)
+    assert d["inputs"]["params"] == [{"key": "size.headroom.node_failures", "a": 1, "b": 2, "stages": ["size", "autoscale"]}]
     assert d["inputs"]["code"] == [] and d["inputs"]["data"] == [] and d["inputs"]["environment"] == [] and d["inputs"]["cmds"] == []
-    assert d["explanation"] == ["param `size.headroom.node_failures`: 1 → 2 (stages: size)"]
+    assert d["explanation"] == ["param `size.headroom.node_failures`: 1 → 2 (stages: size, autoscale)"]
     changed = {c["field"]: (c["a"], c["b"]) for c in d["decision"]["changed"]}
     failure = [v for k, v in changed.items() if k.startswith("pool.") and k.endswith(".headroom.failure.instances")]
     assert failure and all(after > before for before, after in failure), changed
