@@ -537,11 +537,7 @@ class _Sizer:
 
     def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
         """`row`'s deployment at `plan`'s counts, simulated on the whole trace at the planning rate."""
-        seed, rate = self.params.search.seeds[0], plan.planning_rps
-        if row.decode is None:
-            return self.evaluate(row.unit, replicas=plan.pool("instances").instances, excerpt=self.trace.num_rows).simulate(rate, seed)
-        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
-        return factory(plan.pool("prefill").instances, plan.pool("decode").instances).simulate(rate, seed)
+        return self._whole_trace(row)(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
 
     def _whole_trace(self, row: SizedRow) -> Callable[[Mapping[str, int]], SimEvaluate]:
         """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
@@ -565,11 +561,12 @@ class _Sizer:
 
     def parallel(self, row: SizedRow, seed: int) -> Parallel | None:
         """`row`'s scenario deployments on `seed` simulated across the executor's workers (None: one at a time)."""
-        width = self.executor.slots() if self.executor is not None else 1
-        if width <= 1 or self.executor is None:
+        executor = self.executor
+        width = executor.slots() if executor is not None else 1
+        if executor is None or width <= 1:
             return None
         assert row.plan is not None
-        make, rate, executor = self._whole_trace(row), row.plan.planning_rps, self.executor
+        make, rate = self._whole_trace(row), row.plan.planning_rps
         return Parallel(lambda many: executor.map(evaluate_at, [(make(c), rate, seed) for c in many]), width)
 
     def fit(self, row: SizedRow) -> FitResult:
