@@ -7,50 +7,26 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from llmcap.sizing.plan import candidate_key
 from llmcap.trace import write_table
-from llmcap.trace.schema import CANONICAL_SCHEMA
 from stages import autoscale as stage
-from stages import enumerate as enumerate_stage
-from tests.conftest import ROOT
+from tests.stages._inputs import canonical_trace, first_candidate
 
-MODEL = "Llama-3.1-8B"
-WORKLOAD = {"rows": 400, "isl": {"mean": 700.0, "p50": 600.0, "p90": 1500.0, "p99": 1900.0, "min": 50.0, "max": 2000.0},
-            "osl": {"mean": 40.0, "p50": 40.0, "p90": 60.0, "p99": 64.0, "min": 8.0, "max": 64.0}}  # fmt: skip
-ENUMERATE = {"model": MODEL, "gpus": ["h100"], "weight_quants": ["bf16"], "kv_dtypes": ["bf16"], "parallel": {"tp": [1]},
-             "modes": ["aggregated"], "max_context_len": 4096, "aggregated": {"max_num_seqs": [64], "max_num_batched_tokens": [2048]}}  # fmt: skip
 AUTOSCALE = {"period_s": 1800, "duration_s": 1800, "t_ready_s": 60, "min_residency_s": 60, "scale_down_window_s": 30,
              "floor_fractions": [0, 1], "windows": 6}  # fmt: skip
 G, RATE = 6.0, 10.0  # one instance's max feasible rate, the plan's rate (req/s)
 
 
-def _trace(n: int = 400, seed: int = 3) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    cols = {"request_id": np.arange(n, dtype=np.int64), "arrival_s": np.cumsum(rng.exponential(0.1, n)),
-            "isl": rng.integers(50, 2000, n), "osl": rng.integers(8, 64, n), "source_row": np.arange(n, dtype=np.int64)}  # fmt: skip
-    return pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in CANONICAL_SCHEMA}, schema=CANONICAL_SCHEMA)
-
-
 def _setup(tmp: Path, autoscale: dict) -> list[str]:
-    params = {"trace": {"file": "unused.jsonl"}, "enumerate": ENUMERATE, "autoscale": autoscale,
-              "size": {"slo": {"ttft_ms": 2000, "itl_ms": 100, "attainment_target": 0.99}}}  # fmt: skip
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
-    (tmp / "workload.json").write_text(json.dumps(WORKLOAD))
-    assert enumerate_stage.main(["--params", str(tmp / "params.yaml"), "--catalog-dir", str(ROOT / "llmcap/catalog/data"),
-                                 "--workload", str(tmp / "workload.json"), "--candidates", str(tmp / "candidates.parquet"),
-                                 "--report-dir", str(tmp / "enumerate")]) == 0  # fmt: skip
-    row = pq.read_table(tmp / "candidates.parquet").to_pandas().iloc[0]
+    row = first_candidate(tmp, {"autoscale": autoscale, "size": {"slo": {"ttft_ms": 2000, "itl_ms": 100, "attainment_target": 0.99}}})
     pool = {"configuration": candidate_key(row), "per_instance_rps": G, "gpus_per_instance": 1}
     summary = {"chosen": candidate_key(row), "mode": "aggregated", "planning_rps": RATE, "router": "least_outstanding_tokens",
                "pool_plans": {"instances": pool}}  # fmt: skip
     (tmp / "summary.json").write_text(json.dumps(summary))
     (tmp / "step_model.json").write_text(json.dumps({"source": "roofline-fallback"}))
-    write_table(_trace(), tmp / "trace.parquet")
+    write_table(canonical_trace(400, 0.1), tmp / "trace.parquet")
     return ["--params", str(tmp / "params.yaml"), "--trace", str(tmp / "trace.parquet"), "--candidates", str(tmp / "candidates.parquet"),
             "--step-model", str(tmp / "step_model.json"), "--capacity-summary", str(tmp / "summary.json"),
             "--report-dir", str(tmp / "reports")]  # fmt: skip

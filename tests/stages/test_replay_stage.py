@@ -15,48 +15,26 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from llmcap.replaycheck.runs import RECORD_SCHEMA
 from llmcap.sizing.plan import candidate_key
 from llmcap.trace import write_table
-from llmcap.trace.schema import CANONICAL_SCHEMA
-from stages import enumerate as enumerate_stage
 from stages import replay as stage
-from tests.conftest import ROOT
+from tests.stages._inputs import MODEL, canonical_trace, first_candidate
 
-MODEL = "Llama-3.1-8B"  # one H100 decodes it in ~7 ms a step: the runs take seconds
-WORKLOAD = {"rows": 200, "isl": {"mean": 700.0, "p50": 600.0, "p90": 1500.0, "p99": 1900.0, "min": 50.0, "max": 2000.0},
-            "osl": {"mean": 40.0, "p50": 40.0, "p90": 60.0, "p99": 64.0, "min": 8.0, "max": 64.0}}  # fmt: skip
-ENUMERATE = {"model": MODEL, "gpus": ["h100"], "weight_quants": ["bf16"], "kv_dtypes": ["bf16"], "parallel": {"tp": [1]},
-             "modes": ["aggregated"], "max_context_len": 4096, "aggregated": {"max_num_seqs": [64], "max_num_batched_tokens": [2048]}}  # fmt: skip
 RATE = 4.0  # req/s: the plan's rate for this unit (well below its knee: the check must hold at 0.8x)
 pytestmark = pytest.mark.timing  # the sends are checked against their schedule in wall time
 REQUESTS, DILATION = 12, 0.25
 
 
-def _trace(n: int = 200, seed: int = 3) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    cols = {"request_id": np.arange(n, dtype=np.int64), "arrival_s": np.cumsum(rng.exponential(0.5, n)),
-            "isl": rng.integers(50, 2000, n), "osl": rng.integers(8, 64, n), "source_row": np.arange(n, dtype=np.int64)}  # fmt: skip
-    return pa.table({f.name: cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in CANONICAL_SCHEMA}, schema=CANONICAL_SCHEMA)
-
-
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     tmp = tmp_path_factory.mktemp("replay")
-    params = {"trace": {"file": "unused.jsonl"}, "enumerate": ENUMERATE,
-              "replay": {"excerpt_requests": REQUESTS, "twin_dilation": DILATION, "isl_buckets": [1024], "osl_buckets": [32]}}  # fmt: skip
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
-    (tmp / "workload.json").write_text(json.dumps(WORKLOAD))
-    assert enumerate_stage.main(["--params", str(tmp / "params.yaml"), "--catalog-dir", str(ROOT / "llmcap/catalog/data"),
-                                 "--workload", str(tmp / "workload.json"), "--candidates", str(tmp / "candidates.parquet"),
-                                 "--report-dir", str(tmp / "enumerate")]) == 0  # fmt: skip
-    row = pq.read_table(tmp / "candidates.parquet").to_pandas().iloc[0]
+    row = first_candidate(tmp, {"replay": {"excerpt_requests": REQUESTS, "twin_dilation": DILATION, "isl_buckets": [1024], "osl_buckets": [32]}})
     summary = {"chosen": candidate_key(row), "mode": "aggregated", "pool_plans": {"instances": {"per_instance_rps": RATE}}}
     (tmp / "summary.json").write_text(json.dumps(summary))
     (tmp / "step_model.json").write_text(json.dumps({"source": "roofline-fallback"}))
-    write_table(_trace(), tmp / "trace.parquet")
+    write_table(canonical_trace(200, 0.5), tmp / "trace.parquet")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = stage.main(["--params", str(tmp / "params.yaml"), "--trace", str(tmp / "trace.parquet"),
