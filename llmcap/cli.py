@@ -34,6 +34,7 @@ COMMANDS: dict[str, Entry] = {
     "simulate": Entry("simulate", "simulate", "Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."),
     "perf": Entry("perf", "perf", "Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."),
     "profile": Entry("profile", "profile", "Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."),
+    "gateway": Entry("gateway", "gateway", "Split traffic between a baseline and a candidate by weight, mirror a share to shadows, record every request."),
     "replay": Entry("replay", "replay", "Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."),
     "reconcile": Entry("reconcile", "reconcile", "Reconcile predicted with measured request records: e_TTFT / e_ITL per bucket and what to do about them."),
     "autoscale": Entry("autoscale", "autoscale", "What-if: a diurnal day on a static pool vs autoscaled pools (simulated): GPU-hours, attainment, the floor that keeps it."),

@@ -72,7 +72,8 @@ def processes_for(arrival_s: np.ndarray) -> int:
     return max(1, min(cores, math.ceil(peak_rate(arrival_s) / RATE_PER_PROCESS)))
 
 
-def _row(rid: int, arrival: float, sent: float, r: StreamResult, t0: float) -> tuple[dict, np.ndarray]:
+def request_row(rid: int, arrival: float, sent: float, r: StreamResult, t0: float) -> tuple[dict, np.ndarray]:
+    """One REQUEST_SCHEMA row for a request as the client saw it (times from t0), and its token gaps."""
     gaps = r.itls()
     itl = np.percentile(gaps, [50, 99]) if gaps.size else None  # one call: numpy's overhead is per call
     first = None if r.first_token_s is None else r.first_token_s - t0
@@ -117,8 +118,8 @@ async def replay_async(
     rid = np.arange(arrival.size) if request_id is None else np.asarray(request_id, dtype=np.int64)
     endpoint = Endpoint.from_url(base_url, api_key)
     path = APIS[api] if api in APIS else request_body(api, model, [], 1).decode()  # request_body names the bad api
-    requests = [endpoint.request(path, request_body(api, model, p, int(m)))
-                for p, m in zip(prompts(isl, hash_ids, block_tokens, vocab_size, seed), osl.tolist(), strict=True)]  # fmt: skip
+    requests = [endpoint.request(path, request_body(api, model, p, int(m)), int(i))
+                for p, m, i in zip(prompts(isl, hash_ids, block_tokens, vocab_size, seed), osl.tolist(), rid.tolist(), strict=True)]  # fmt: skip
     schedule = Schedule(arrival, requests, isl, osl)
     n = processes or processes_for(arrival)
     if n == 1:
@@ -153,7 +154,7 @@ def _result(sent: Sent, arrival: np.ndarray, rid: np.ndarray, t0: float, wall: f
     rows, gaps = [], []
     sent_at = np.array([r.sent_s for r in sent.results], dtype=np.float64)
     for i, r in enumerate(sent.results):
-        row, g = _row(int(rid[i]), float(arrival[i]), float(sent_at[i]), r, t0)
+        row, g = request_row(int(rid[i]), float(arrival[i]), float(sent_at[i]), r, t0)
         rows.append(row)
         gaps.append(g)
     table = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)

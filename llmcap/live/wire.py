@@ -60,9 +60,11 @@ class Endpoint:
             lines.append("Authorization: Basic " + base64.b64encode(f"{userinfo[0]}:{userinfo[1]}".encode()).decode())
         return cls(host, port, tls, parts.path.rstrip("/"), "".join(f"{x}\r\n" for x in lines).encode())
 
-    def request(self, path: str, body: bytes) -> bytes:
-        """The whole request (head and JSON body) as it goes on the wire."""
-        head = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n" % ((self.path_prefix + path).encode(), self.fixed_headers, len(body))
+    def request(self, path: str, body: bytes, request_id: int | None = None) -> bytes:
+        """The whole request (head and JSON body) as it goes on the wire; `request_id` goes in X-Request-Id
+        (vLLM's request-id header), so a gateway or engine log can be joined with the replay's rows."""
+        rid = b"" if request_id is None else b"X-Request-Id: %d\r\n" % request_id
+        head = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n" % ((self.path_prefix + path).encode(), self.fixed_headers, rid, len(body))
         return head + body
 
 

@@ -48,17 +48,17 @@ class Responder:
         lines.append(f"connection: {'keep-alive' if self.keep_alive else 'close'}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    async def send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    async def send(self, status: int, body: bytes, content_type: str = "application/json", extra: dict[str, str] | None = None) -> None:
         self.started = True
-        self._writer.write(self._head(status, content_type, {"content-length": str(len(body))}) + body)
+        self._writer.write(self._head(status, content_type, {"content-length": str(len(body)), **(extra or {})}) + body)
         await self._writer.drain()
 
     async def send_json(self, status: int, doc: object) -> None:
         await self.send(status, json.dumps(doc).encode())
 
-    async def start_stream(self, content_type: str = "text/event-stream") -> None:
+    async def start_stream(self, content_type: str = "text/event-stream", extra: dict[str, str] | None = None) -> None:
         self.started = True
-        extra = {"transfer-encoding": "chunked", "cache-control": "no-cache"}
+        extra = {"transfer-encoding": "chunked", "cache-control": "no-cache", **(extra or {})}
         self._writer.write(self._head(200, content_type, extra))
         await self._writer.drain()
 
@@ -69,6 +69,12 @@ class Responder:
     async def end_stream(self) -> None:
         self._writer.write(b"0\r\n\r\n")
         await self._writer.drain()
+
+    def abort(self) -> None:
+        """Cut this connection mid-response (no last chunk): the client sees the stream break, as it
+        would if the server behind died."""
+        self.keep_alive = False
+        self._writer.transport.abort()
 
 
 Handler = Callable[[Request, Responder], Awaitable[None]]
