@@ -1,0 +1,110 @@
+"""The rollout's gates: what the candidate did over a window against what the simulator predicted
+for the traffic share it had, each with a tolerance. A gate that lacks evidence (too few requests,
+an absent metric) is reported as not judged, never as passed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from llmcap.rollout.histogram import Buckets, of_values
+from llmcap.rollout.observe import Observation
+from llmcap.twin.metrics import ITL_BUCKETS, TTFT_BUCKETS
+
+TTFT_BOUNDS = np.array([*TTFT_BUCKETS, np.inf])
+ITL_BOUNDS = np.array([*ITL_BUCKETS, np.inf])
+
+
+class Tolerances(BaseModel):
+    """How far the observed may stray from the predicted before a step rolls back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_p99_rel: float = Field(0.5, ge=0, description="observed TTFT p99 <= predicted x (1 + this) + ttft_p99_abs_s")
+    ttft_p99_abs_s: float = Field(0.05, ge=0)
+    itl_p99_rel: float = Field(0.5, ge=0)
+    itl_p99_abs_s: float = Field(0.02, ge=0)
+    attainment_drop: float = Field(0.05, ge=0, le=1, description="observed TTFT attainment >= predicted - this")
+    max_error_rate: float = Field(0.02, ge=0, le=1)
+    kv_usage_abs: float = Field(0.2, ge=0, description="observed max KV usage <= predicted max + this")
+    waiting_abs: float = Field(8.0, ge=0, description="observed max waiting <= predicted max + this")
+    preemptions_per_request: float = Field(0.05, ge=0, description="above the predicted rate")
+    min_requests: int = Field(20, ge=1, description="latency gates judge a window with at least this many requests")
+    min_requests_errors: int = Field(5, ge=1, description="the error gate judges from this many")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The simulator's forecast for the candidate at one traffic share."""
+
+    share: float
+    requests: int
+    ttft: Buckets  # through the gateway's bucket bounds, so both sides carry the same quantisation
+    itl: Buckets
+    kv_usage_max: float
+    waiting_max: float
+    preemptions_per_request: float
+
+    @classmethod
+    def from_values(cls, share: float, ttft_s: np.ndarray, itl_s: np.ndarray, itl_weights: np.ndarray,
+                    kv_usage_max: float, waiting_max: float, preemptions: int) -> Prediction:  # fmt: skip
+        order = np.argsort(itl_s)
+        cum = np.concatenate([[0.0], np.cumsum(np.asarray(itl_weights, dtype=np.float64)[order])])
+        itl = Buckets(ITL_BOUNDS, cum[np.searchsorted(np.asarray(itl_s)[order], ITL_BOUNDS, side="right")])
+        n = int(np.asarray(ttft_s).size)
+        return cls(share, n, of_values(ttft_s, TTFT_BOUNDS), itl, float(kv_usage_max), float(waiting_max),
+                   preemptions / n if n else 0.0)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    observed: float | None
+    limit: float
+    passed: bool
+    judged: bool
+    predicted: float | None = None
+
+    @property
+    def excess(self) -> float | None:
+        """How far past its limit the observation is (positive: a breach)."""
+        if self.observed is None:
+            return None
+        return self.limit - self.observed if self.gate == "attainment" else self.observed - self.limit
+
+    def describe(self) -> str:
+        if not self.judged:
+            return f"{self.gate}: not judged (too little evidence)"
+        verdict = "pass" if self.passed else f"BREACH by {self.excess:.4g}"
+        bound = ">=" if self.gate == "attainment" else "<="
+        pred = "" if self.predicted is None else f", predicted {self.predicted:.4g}"
+        return f"{self.gate}: observed {self.observed:.4g} {bound} {self.limit:.4g}{pred}: {verdict}"
+
+
+def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s: float) -> list[GateResult]:
+    out = []
+    enough = obs.requests >= tol.min_requests
+
+    def upper(gate: str, observed: float | None, predicted: float | None, limit: float, judged: bool) -> None:
+        ok = judged and observed is not None
+        out.append(GateResult(gate, observed, limit, not ok or observed <= limit, ok, predicted))
+
+    err = obs.error_rate
+    upper("error_rate", err, 0.0, tol.max_error_rate, obs.requests >= tol.min_requests_errors)
+    for gate, seen, want, rel, abs_s in (("ttft_p99", obs.ttft, pred.ttft, tol.ttft_p99_rel, tol.ttft_p99_abs_s),
+                                         ("itl_p99", obs.itl, pred.itl, tol.itl_p99_rel, tol.itl_p99_abs_s)):  # fmt: skip
+        p = want.quantile(0.99)
+        o = None if seen is None else seen.quantile(0.99)
+        upper(gate, o, p, (p or 0.0) * (1 + rel) + abs_s, enough and p is not None)
+    p_att = pred.ttft.fraction_at_most(ttft_target_s)
+    o_att = None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s)
+    judged = enough and o_att is not None and p_att is not None
+    limit = (p_att or 0.0) - tol.attainment_drop
+    out.append(GateResult("attainment", o_att, limit, not judged or o_att >= limit, judged, p_att))
+    upper("kv_usage", obs.kv_usage_max, pred.kv_usage_max, pred.kv_usage_max + tol.kv_usage_abs, enough)
+    upper("waiting", obs.waiting_max, pred.waiting_max, pred.waiting_max + tol.waiting_abs, enough)
+    rate = None if obs.preemptions is None or obs.requests <= 0 else obs.preemptions / obs.requests
+    upper("preemptions", rate, pred.preemptions_per_request, pred.preemptions_per_request + tol.preemptions_per_request, enough)
+    return out

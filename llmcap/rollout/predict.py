@@ -1,0 +1,35 @@
+"""The simulator's forecast for the candidate at each traffic share of a rollout: the trace thinned to
+that share (a seeded draw per request, as a hash split draws keys), simulated on the candidate's
+deployment, read through the same histogram bounds the gateway uses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from llmcap.perf.model import StepTimeModel
+from llmcap.rollout.gates import Prediction
+from llmcap.sim import SimConfig, simulate
+
+
+def thinned(trace: pa.Table, share: float, seed: int = 0) -> pa.Table:
+    """The requests a `share` split would send to the candidate (each kept with probability `share`)."""
+    keep = np.random.default_rng(seed).random(trace.num_rows) < share
+    return trace.filter(pa.array(keep))
+
+
+def predict_share(trace: pa.Table, config: SimConfig, model: StepTimeModel, share: float, seed: int = 0,
+                  decode_model: StepTimeModel | None = None) -> Prediction:  # fmt: skip
+    part = thinned(trace, share, seed)
+    if part.num_rows == 0:
+        empty = np.empty(0)
+        return Prediction.from_values(share, empty, empty, empty, 0.0, 0.0, 0)
+    result = simulate(part, model, config, decode_model=decode_model)
+    rec = result.records
+    ttft = pc.drop_null(rec.column("ttft_s")).to_numpy()
+    ts = result.timeseries
+    preemptions = int(pc.sum(rec.column("preemptions")).as_py() or 0)
+    return Prediction.from_values(share, ttft, result.itl_values, result.itl_weights,
+                                  float(pc.max(ts.column("kv_usage")).as_py() or 0.0),
+                                  float(pc.max(ts.column("waiting")).as_py() or 0.0), preemptions)  # fmt: skip
