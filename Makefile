@@ -58,6 +58,7 @@ plan: setup
 # `make test PYTEST_ARGS="tests/x.py -k y"` runs just those, in one pass.
 test: setup
 	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
+	@scripts/install_prometheus.sh  # the PromQL gate tests' server (Debian's prometheus; idempotent)
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@$(PY) -m pytest -m "live or timing"; timed=$$?; \
 	$(PY) -m pytest -m "not live and not timing" -n 2 --dist loadfile; rest=$$?; \

@@ -42,7 +42,7 @@ def test_stages_are_thin() -> None:
 
 
 BOTTOM = ("catalog", "trace", "perf")  # the domain's bottom layers
-ABOVE = ("sim", "sizing", "report", "live", "twin", "gateway", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py")
+ABOVE = ("sim", "sizing", "report", "live", "twin", "gateway", "rollout", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py")
 
 
 def test_the_bottom_layers_import_nothing_above_them() -> None:

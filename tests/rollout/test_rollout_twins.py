@@ -41,9 +41,9 @@ def traffic(seconds: float) -> pa.Table:
                      "isl": np.full(n, ISL), "osl": np.full(n, OSL)})  # fmt: skip
 
 
-def predictions(trace: pa.Table) -> dict:
+def predictions(trace: pa.Table, steps: tuple[float, ...] = PLAN.steps) -> dict:
     cfg, step = deployment(*FAST)
-    return {w: predict_share(trace, cfg, step, w, seed=7) for w in PLAN.steps}
+    return {w: predict_share(trace, cfg, step, w, seed=7) for w in steps}
 
 
 def rollout(candidate_knobs: dict):
