@@ -1,12 +1,14 @@
-"""`llmcap approve RUN --by NAME [--reject] [--comment TEXT]`: decide on a plan waiting in the flow `promote`.
+"""`llmcap approve RUN --by NAME [--reject] [--reason TEXT]`: decide on a plan waiting in the flow `promote`, or
+on the next step of a gradual rollout waiting in the flow `rollout`.
 
     python -m flows.approve RUN --by NAME [--reject] [--comment TEXT]   # resume the paused run with the decision
     python -m flows.approve --list                                      # the runs waiting for a decision
 
-RUN is the flow run id `promote` printed (a unique prefix will do). It resumes the run through the
-Prefect API with the input `promote` waits for (flows.promote.Approval), as the Prefect UI's form does;
-the run then commits the plan or restores the old one and records the decision. A run that is not
-paused any more (decided, timed out) cannot be resumed: exit 2 saying so.
+RUN is the flow run id the flow printed (a unique prefix will do). It resumes the run through the
+Prefect API with the input the flow waits for (flows.promote.Approval, flows.rollout.StepApproval: the
+same fields), as the Prefect UI's form does; `promote` then commits the plan or restores the old one,
+`rollout` takes its next step or rolls back, and both record the decision. A run that is not paused any
+more (decided, timed out) cannot be resumed: exit 2 saying so.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from flows.server import use_server
 from stages.env import ROOT, apply_defaults
 
 
+FLOWS = ("promote", "rollout")  # the flows that pause for a person
+
+
 def _paused_runs(client) -> list:
     from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import StateType
 
     return client.read_flow_runs(
-        flow_filter=FlowFilter(name=FlowFilterName(any_=["promote"])),
+        flow_filter=FlowFilter(name=FlowFilterName(any_=list(FLOWS))),
         flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))),
     )
 
@@ -42,7 +47,7 @@ def _find(client, run: str):
     except ValueError:  # not a whole UUID: a prefix of a paused run's id
         matches = [r for r in _paused_runs(client) if str(r.id).startswith(run)]
         if len(matches) != 1:
-            raise _fail(f"{run!r} matches {len(matches)} paused promote runs; give the whole flow run id") from None
+            raise _fail(f"{run!r} matches {len(matches)} paused runs; give the whole flow run id") from None
         return matches[0]
     except Exception:  # noqa: BLE001 - the client raises its own not-found error
         raise _fail(f"no flow run {run} on {use_server()}") from None
@@ -50,10 +55,10 @@ def _find(client, run: str):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flows.approve", description=__doc__.splitlines()[0])
-    ap.add_argument("run", nargs="?", help="the paused `promote` flow run id")
+    ap.add_argument("run", nargs="?", help="the paused `promote` or `rollout` flow run id")
     ap.add_argument("--by", help="who decides (recorded)")
     ap.add_argument("--reject", action="store_true", help="reject: the plan is not promoted")
-    ap.add_argument("--comment", default="", help="why (recorded)")
+    ap.add_argument("--comment", "--reason", dest="comment", default="", help="why (recorded)")
     ap.add_argument("--list", action="store_true", help="list the runs waiting for a decision")
     ap.add_argument("--project", type=Path, default=ROOT)
     args = ap.parse_args(argv)
@@ -67,19 +72,22 @@ def main(argv: list[str] | None = None) -> int:
             runs = _paused_runs(client)
             for r in runs:
                 print(f"{r.id}  {r.name}  paused since {r.state.timestamp:%Y-%m-%d %H:%M:%S} UTC  {r.parameters.get('reason', '')}")
-            print(f"{len(runs)} plan(s) waiting for a decision on {url}")
+            print(f"{len(runs)} run(s) waiting for a decision on {url}")
             return 0
         if not args.by:
             raise _fail("--by NAME is required: an approval says who gave it")
         run = _find(client, args.run)
         if run.state is None or not run.state.is_paused():
             raise _fail(f"flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
-                        "it cannot be resumed (decided, timed out or not a promotion)")
+                        "it cannot be resumed (decided, timed out, or not a promotion or rollout)")
         decision = "reject" if args.reject else "approve"
         result = client.resume_flow_run(run.id, run_input={"approver": args.by, "decision": decision, "comment": args.comment})
+        flow_name = client.read_flow(run.flow_id).name
     if result.status.value != "ACCEPT":
         raise _fail(f"Prefect refused to resume {run.id}: {result.details}")
-    print(f"{decision}d {run.id} ({run.name}) as {args.by}; the run now {'commits the plan' if decision == 'approve' else 'restores the old plan'}")
+    what = {("promote", "approve"): "commits the plan", ("promote", "reject"): "restores the old plan",
+            ("rollout", "approve"): "takes its next step", ("rollout", "reject"): "rolls back"}  # fmt: skip
+    print(f"{decision}d {run.id} ({run.name}) as {args.by}; the run now {what.get((flow_name, decision), 'goes on')}")
     return 0
 
 

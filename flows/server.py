@@ -100,6 +100,16 @@ def stop(root: Path = ROOT, timeout_s: float = 20.0) -> bool:
     return True
 
 
+def adopt_server(root: Path = ROOT) -> str | None:
+    """Point this process's Prefect client at the project's server when one runs and PREFECT_API_URL is
+    unset (call before importing prefect: its settings are read then); returns the URL in use, if any."""
+    url = os.environ.get("PREFECT_API_URL")
+    record = None if url else _record(root)
+    if record and _alive(record["pid"]):
+        url = os.environ["PREFECT_API_URL"] = record["url"]
+    return url
+
+
 def use_server(root: Path = ROOT) -> str:
     """Point this process's Prefect client at the project's server (before importing prefect); returns the URL."""
     url = os.environ.get("PREFECT_API_URL")

@@ -66,12 +66,12 @@ def diff(
 
 @user_errors
 def approve(
-    run: Annotated[str | None, typer.Argument(help="the paused `promote` flow run id (none: list the runs waiting)")] = None,
+    run: Annotated[str | None, typer.Argument(help="the paused `promote` or `rollout` flow run id (none: list the runs waiting)")] = None,
     by: Annotated[str | None, typer.Option("--by", help="who decides (recorded with the plan)")] = None,
-    reject: Annotated[bool, typer.Option("--reject", help="reject: the old plan stays in force")] = False,
-    comment: Annotated[str, typer.Option("--comment", help="why (recorded)")] = "",
+    reject: Annotated[bool, typer.Option("--reject", help="reject: the old plan stays in force / the rollout rolls back")] = False,
+    comment: Annotated[str, typer.Option("--comment", "--reason", help="why (recorded)")] = "",
     project: Project = Path("."),
 ) -> None:
-    """Approve (or --reject) a re-plan waiting in the Prefect flow `promote`; approved plans are committed."""
+    """Approve (or --reject) a re-plan waiting in the Prefect flow `promote`, or a rollout's next step in `rollout`."""
     args = ([run] if run else ["--list"]) + (["--by", by] if by else []) + (["--reject"] if reject else [])
     _run(project, "flows.approve", args + (["--comment", comment] if comment else []))

@@ -91,8 +91,8 @@ def rollout(names: ClusterNames, plan: RolloutPlan, replicas: int) -> dict:
         "metadata": {"name": names.app, "namespace": names.namespace, "labels": {"app.kubernetes.io/managed-by": "llmcap"}},
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels},
+            "selector": {"matchLabels": dict(labels)},  # copies: a shared dict would come out as a YAML anchor
+            "template": {"metadata": {"labels": dict(labels)},
                          "spec": {"containers": [{"name": "engine", "image": names.image,
                                                   "ports": [{"name": "http", "containerPort": names.port}]}]}},
             "strategy": {"canary": {

@@ -58,6 +58,22 @@ class Prediction:
                    preemptions / n if n else 0.0)  # fmt: skip
 
 
+    def to_json(self) -> dict:
+        """Finite bounds only (the +Inf bucket is implied: its count is the total)."""
+        return {"share": self.share, "requests": self.requests, "kv_usage_max": self.kv_usage_max, "waiting_max": self.waiting_max,
+                "preemptions_per_request": self.preemptions_per_request,
+                "ttft": {"le": self.ttft.bounds[:-1].tolist(), "count": self.ttft.counts.tolist()},
+                "itl": {"le": self.itl.bounds[:-1].tolist(), "count": self.itl.counts.tolist()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Prediction:
+        def buckets(h: dict) -> Buckets:
+            return Buckets(np.array([*h["le"], np.inf]), np.asarray(h["count"], dtype=np.float64))
+
+        return cls(float(doc["share"]), int(doc["requests"]), buckets(doc["ttft"]), buckets(doc["itl"]), float(doc["kv_usage_max"]),
+                   float(doc["waiting_max"]), float(doc["preemptions_per_request"]))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class GateResult:
     gate: str

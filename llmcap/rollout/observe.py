@@ -49,6 +49,8 @@ class MetricsSource(Protocol):
 
     async def observe(self, start_s: float, end_s: float) -> Observation: ...
 
+    async def aclose(self) -> None: ...
+
 
 def _flat(text: str) -> dict[tuple[str, frozenset], float]:
     out: dict[tuple[str, frozenset], float] = {}

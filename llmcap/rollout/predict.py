@@ -4,10 +4,14 @@ deployment, read through the same histogram bounds the gateway uses."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from llmcap.errors import InputFileError
 from llmcap.perf.model import StepTimeModel
 from llmcap.rollout.gates import Prediction
 from llmcap.sim import SimConfig, simulate
@@ -33,3 +37,29 @@ def predict_share(trace: pa.Table, config: SimConfig, model: StepTimeModel, shar
     return Prediction.from_values(share, ttft, result.itl_values, result.itl_weights,
                                   float(pc.max(ts.column("kv_usage")).as_py() or 0.0),
                                   float(pc.max(ts.column("waiting")).as_py() or 0.0), preemptions)  # fmt: skip
+
+
+PREDICTIONS_KIND = "llmcap-rollout-predictions"
+
+
+def predictions_doc(preds: dict[float, Prediction], about: dict) -> dict:
+    """The file `llmcap rollout predict` writes: what was simulated (`about`) and a prediction per step."""
+    return {"kind": PREDICTIONS_KIND, "simulated": True, **about, "steps": [preds[w].to_json() for w in sorted(preds)]}
+
+
+def load_predictions(path: Path) -> dict[float, Prediction]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputFileError(path, f"cannot read the rollout predictions: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != PREDICTIONS_KIND:
+        raise InputFileError(path, f"not a rollout predictions file (not {PREDICTIONS_KIND!r}): write one with `llmcap rollout predict`",
+                             field="kind")  # fmt: skip
+    out = {}
+    for i, step in enumerate(doc.get("steps") or []):
+        try:
+            p = Prediction.from_json(step)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputFileError(path, f"{type(exc).__name__}: {exc}", field=f"steps.{i}") from None
+        out[p.share] = p
+    return out
