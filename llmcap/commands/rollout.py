@@ -3,11 +3,14 @@
     llmcap rollout predict --trace FILE --model M --gpu G [--tp N ...] [--request-rate R] [--steps 0.01,...] -o P.json
     llmcap rollout export --predictions P.json --app NAME [--namespace NS] [--replicas N] [--approve-before 0.25,1] -o DIR
     llmcap rollout start --gateway URL --candidate-metrics URL --predictions P.json [--approve-before 0.25,1] ...
+    llmcap rollout shadow --baseline URL --candidate URL --trace FILE --predictions P.json --share 0.25 [-o DIR]
 
 `predict` simulates the candidate at each step's share of the traffic (simulated, not measured): the
 limits every gate judges against. `export` writes them as an Argo Rollouts Rollout + AnalysisTemplates
 and Gateway API HTTPRoutes. `start` runs the Prefect flow `rollout` against a running `llmcap gateway`
 (approvals need a Prefect server: `python -m flows.server start`; give them with `llmcap approve`).
+`shadow` runs the Prefect flow `shadow`: the trace replayed without and with a share mirrored to the
+candidate, the candidate judged against its prediction, production's latency compared.
 """
 
 from __future__ import annotations
@@ -44,6 +47,30 @@ app = typer.Typer(help="Gradual traffic: predict each step's gates, export them 
 DEFAULT_STEPS = "0.01,0.05,0.25,0.5,1"
 StepsOpt = Annotated[str, typer.Option("--steps", help="traffic shares of the candidate, increasing, in (0, 1]")]
 ApproveOpt = Annotated[str, typer.Option("--approve-before", help="steps that wait for a person's approval (comma list; empty: none)")]
+
+
+def _project(project: Path, flow: str) -> Path:
+    root = project.resolve()
+    if not (root / "flows" / f"{flow}.py").is_file():
+        raise LlmcapError(f"{root}: not an llmcap project (needs flows/{flow}.py); run from the repository root")
+    return root
+
+
+def _tolerances(text: str | None) -> None:
+    """Fail on bad tolerances here, with one line, not in the flow."""
+    if text is None:
+        return
+    from pydantic import ValidationError
+
+    from llmcap.rollout.gates import Tolerances
+
+    try:
+        Tolerances.model_validate_json(text)
+    except ValidationError as exc:
+        raise LlmcapError(f"--tolerances: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+
+
+TolerancesOpt = Annotated[str | None, typer.Option(help='gate tolerances as JSON, e.g. \'{"ttft_p99_rel": 0.3, "min_requests": 50}\'')]
 
 
 def weights(text: str, option: str) -> tuple[float, ...]:
@@ -146,7 +173,7 @@ def start(
     approve_before: ApproveOpt = "",
     approval_timeout_s: Annotated[int, typer.Option("--approval-timeout-s", min=1, help="an approval not given by then rolls back")] = 3600,
     ttft_target_ms: Annotated[float, typer.Option("--ttft-target-ms", min=1.0)] = 2000.0,
-    tolerances: Annotated[str | None, typer.Option(help='gate tolerances as JSON, e.g. \'{"ttft_p99_rel": 0.3, "min_requests": 50}\'')] = None,
+    tolerances: TolerancesOpt = None,
     prometheus: Annotated[str | None, typer.Option(help="read the gates from this Prometheus server (jobs --gateway-job, --engine-job)")] = None,
     gateway_job: Annotated[str, typer.Option()] = "gateway",
     engine_job: Annotated[str, typer.Option()] = "candidate",
@@ -154,19 +181,9 @@ def start(
     project: Annotated[Path, typer.Option("--project", "-p", help="project directory holding flows/")] = Path("."),
 ) -> None:
     """Run the Prefect flow `rollout`: steps, gates against the predictions, automatic rollback, approvals."""
-    root = project.resolve()
-    if not (root / "flows" / "rollout.py").is_file():
-        raise LlmcapError(f"{root}: not an llmcap project (needs flows/rollout.py); run from the repository root")
+    root = _project(project, "rollout")
     weights(steps, "--steps"), weights(approve_before, "--approve-before")  # fail here, not in the flow
-    if tolerances is not None:
-        from pydantic import ValidationError
-
-        from llmcap.rollout.gates import Tolerances
-
-        try:
-            Tolerances.model_validate_json(tolerances)
-        except ValidationError as exc:
-            raise LlmcapError(f"--tolerances: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
+    _tolerances(tolerances)
     args = ["--gateway", gateway, "--candidate-metrics", candidate_metrics, "--predictions", str(predictions.resolve()),
             "--steps", steps, "--hold-s", f"{hold_s:g}", "--interval-s", f"{interval_s:g}", "--approve-before", approve_before,
             "--approval-timeout-s", str(approval_timeout_s), "--ttft-target-ms", f"{ttft_target_ms:g}",
@@ -178,3 +195,35 @@ def start(
     if out is not None:
         args += ["--out", str(out.resolve())]
     raise typer.Exit(subprocess.call([sys.executable, "-m", "flows.rollout", *args], cwd=root))
+
+
+@app.command("shadow")
+@user_errors
+def shadow(
+    baseline: Annotated[str, typer.Option("--baseline", help="the deployment serving production (URL)")],
+    candidate: Annotated[str, typer.Option("--candidate", help="the deployment that gets the copies (URL)")],
+    trace: Annotated[Path, typer.Option("--trace", "-t", help="the traffic to replay: canonical Parquet or any format `llmcap trace` reads")],
+    predictions: Annotated[Path, typer.Option("--predictions", help="`llmcap rollout predict`'s file, holding --share")],
+    share: Annotated[float, typer.Option("--share", min=0.0, max=1.0, help="share of requests copied to the candidate")],
+    model: Annotated[str | None, typer.Option(help="the model name to send (default: the baseline's first /v1/models)")] = None,
+    request_rate: Annotated[float | None, typer.Option("--request-rate", help="replay the trace at this rate, req/s")] = None,
+    max_requests: Annotated[int | None, typer.Option("--max-requests", min=1, help="the first N requests only")] = None,
+    ttft_target_ms: Annotated[float, typer.Option("--ttft-target-ms", min=1.0)] = 2000.0,
+    tolerances: TolerancesOpt = None,
+    impact_rel: Annotated[float, typer.Option("--impact-rel", min=0.0, help="production may be this much slower with the mirror ...")] = 0.10,
+    impact_abs_ms: Annotated[float, typer.Option("--impact-abs-ms", min=0.0, help="... plus this (ms)")] = 10.0,
+    max_in_flight: Annotated[int, typer.Option("--max-in-flight", min=1, help="copies in flight at once; past it they are dropped (counted)")] = 256,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="directory for shadow.md, summary.json and the rows")] = None,
+    project: Annotated[Path, typer.Option("--project", "-p", help="project directory holding flows/")] = Path("."),
+) -> None:
+    """Run the Prefect flow `shadow`: mirror a share to the candidate, judge it against its prediction, compare production."""
+    root = _project(project, "shadow")
+    _tolerances(tolerances)
+    args = ["--baseline", baseline, "--candidate", candidate, "--trace", str(trace.resolve()), "--predictions", str(predictions.resolve()),
+            "--share", f"{share:g}", "--ttft-target-ms", f"{ttft_target_ms:g}", "--impact-rel", f"{impact_rel:g}",
+            "--impact-abs-ms", f"{impact_abs_ms:g}", "--max-in-flight", str(max_in_flight)]  # fmt: skip
+    for flag, value in (("--model", model), ("--request-rate", request_rate), ("--max-requests", max_requests), ("--tolerances", tolerances),
+                        ("--out", None if out is None else out.resolve())):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "flows.shadow", *args], cwd=root))

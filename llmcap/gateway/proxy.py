@@ -117,6 +117,7 @@ class Gateway:
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._mirrors: set[asyncio.Task] = set()
         self._mirror_in_flight = {s.name: 0 for s in self.config.shadows}
+        self.mirror_counts = {s.name: {"mirrored": 0, "dropped": 0, "failed": 0} for s in self.config.shadows}
         self.in_flight = {"baseline": 0, "candidate": 0}
         self._record: IO[str] | None = None
         self.weight_log: list[tuple[float, float]] = [(0.0, self.split.candidate_weight)]  # (gateway s, weight)
@@ -139,11 +140,16 @@ class Gateway:
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{bound}"
         return self.url
 
+    async def cut_mirrors(self) -> None:
+        """Stop every shadow copy still streaming (each ends as a failed row)."""
+        tasks = list(self._mirrors)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def stop(self) -> None:
         await self.http.stop()
-        for task in list(self._mirrors):
-            task.cancel()
-        await asyncio.gather(*self._mirrors, return_exceptions=True)
+        await self.cut_mirrors()
         for client in self._clients.values():
             await client.aclose()
         if self._record is not None:
@@ -158,6 +164,11 @@ class Gateway:
         self.split.set(weight)
         self.metrics.weight.set(weight)
         self.weight_log.append((self.now(), weight))
+
+    @property
+    def mirrors_in_flight(self) -> int:
+        """Shadow copies still streaming."""
+        return len(self._mirrors)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -319,7 +330,7 @@ class Gateway:
         rows.append(row)
         label = flight.side or "none"
         self.metrics.requests.labels(label, flight.outcome).inc()
-        if not flight.routed.startswith("shadow:") and flight.side is not None:
+        if flight.side is not None:  # shadows too, under side="shadow:NAME": the shadow check reads them
             if row["ttft_s"] is not None:
                 self.metrics.ttft.labels(flight.side).observe(row["ttft_s"])
             if row["e2e_s"] is not None:
@@ -335,9 +346,11 @@ class Gateway:
 
     def _mirror(self, shadow: ShadowTarget, req: Request, seq: int, arrived: float) -> None:
         if self._mirror_in_flight[shadow.name] >= shadow.max_in_flight:
+            self.mirror_counts[shadow.name]["dropped"] += 1
             self.metrics.mirror_dropped.labels(shadow.name).inc()
             return
         self._mirror_in_flight[shadow.name] += 1
+        self.mirror_counts[shadow.name]["mirrored"] += 1
         self.metrics.mirrored.labels(shadow.name).inc()
         task = asyncio.create_task(self._shadow_copy(shadow, req, seq, arrived), name=f"llmcap-mirror-{shadow.name}-{seq}")
         self._mirrors.add(task)
@@ -363,11 +376,15 @@ class Gateway:
                     r.status, flight.outcome = "unfinished", "failed_midstream"
         except (httpx.HTTPError, ValueError) as exc:
             r.status, flight.outcome, flight.error = "unfinished", "failed_midstream", f"{side}: {type(exc).__name__}"
+        except asyncio.CancelledError:
+            r.status, flight.outcome, flight.error = "unfinished", "failed_midstream", f"{side}: cut (copies stopped)"
+            raise
         finally:
             self._mirror_in_flight[shadow.name] -= 1
+            self._finish(flight, self.shadow_rows, arrived)  # may find the copy unfinished: outcome failed_midstream
             if flight.outcome != "ok":
+                self.mirror_counts[shadow.name]["failed"] += 1
                 self.metrics.mirror_failed.labels(shadow.name).inc()
-            self._finish(flight, self.shadow_rows, arrived)
 
 
 def _request_id(req: Request, seq: int) -> int:

@@ -83,8 +83,9 @@ class ScrapeSource:
     """Scrapes the gateway's and the candidate engine's /metrics at each `sample()`; a window is read
     from the last sample at or before its start to the last at or before its end."""
 
-    def __init__(self, gateway_url: str, engine_url: str | None, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, gateway_url: str, engine_url: str | None, client: httpx.AsyncClient | None = None, side: str = "candidate") -> None:
         self.gateway_url, self.engine_url = gateway_url.rstrip("/"), engine_url.rstrip("/") if engine_url else None
+        self.side = side  # the gateway's label for the deployment observed: "candidate", or "shadow:NAME" for a shadow
         self._client = client or httpx.AsyncClient(timeout=10.0)
         self.samples: list[_Sample] = []
 
@@ -116,13 +117,13 @@ class ScrapeSource:
         def counter(name: str, **labels: str) -> float:
             return _sum(last.flat_gateway, name, **labels) - (_sum(first.flat_gateway, name, **labels) if first else 0.0)
 
-        retries = counter(GW_RETRIES)
-        done = counter(GW_REQUESTS, side="candidate")
-        failed = done - counter(GW_REQUESTS, side="candidate", outcome="ok")
+        retries = counter(GW_RETRIES) if self.side == "candidate" else 0.0  # only the candidate's failures are retried
+        done = counter(GW_REQUESTS, side=self.side)
+        failed = done - counter(GW_REQUESTS, side=self.side, outcome="ok")
 
         def hist(name: str) -> Buckets | None:
-            now = histogram(last.gateway, name, {"side": "candidate"})
-            return None if now is None else now.minus(histogram(first.gateway, name, {"side": "candidate"}) if first else None)
+            now = histogram(last.gateway, name, {"side": self.side})
+            return None if now is None else now.minus(histogram(first.gateway, name, {"side": self.side}) if first else None)
 
         def gauge_max(name: str) -> float | None:
             return max((_sum(s.flat_engine, name) for s in within), default=None)

@@ -223,3 +223,24 @@ def test_a_killed_candidate_rolls_back_and_loses_no_request(prefect: dict, tmp_p
     by_id = dict(zip(replayed["request_id"], replayed["status"]))
     assert all(by_id[r["request_id"]] == r["status"] for r in got)  # the client saw what the gateway recorded
     assert any(r["retried"] for r in got) and all(r["status"] == "ok" or r["outcome"] == "failed_midstream" for r in got)
+
+
+def test_the_shadow_flow_reports_and_tracks_its_verdicts(prefect: dict, tmp_path: Path) -> None:
+    import mlflow
+    import pyarrow.parquet as pq
+
+    trace, out = tmp_path / "trace.parquet", tmp_path / "shadow"
+    pq.write_table(_trace(8.0), trace)
+    with twin_server(*TWIN) as (_, base), twin_server(*TWIN) as (_, cand):
+        r = subprocess.run([*LLMCAP, "rollout", "shadow", "--baseline", base, "--candidate", cand, "--trace", str(trace),
+                            "--predictions", str(prefect["predictions"]), "--share", "0.5", "--ttft-target-ms", "500",
+                            "--tolerances", json.dumps({"min_requests": 8}), "--out", str(out), "--project", str(prefect["root"])],
+                           cwd=ROOT, env=prefect["env"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["production_unharmed"] and summary["shadow_as_predicted"] and summary["production"]["with"]["ok"] == 80
+    assert "Production unharmed: yes" in (out / "shadow.md").read_text()
+    assert pq.read_table(out / "shadow.parquet").num_rows == summary["mirror"]["mirrored"] > 0
+    mlflow.set_tracking_uri(prefect["env"]["MLFLOW_TRACKING_URI"])
+    (run,) = mlflow.search_runs(experiment_names=["shadow"], output_format="list")
+    assert run.data.tags["shadow.production_unharmed"] == "True" and run.data.metrics["production_with_ok"] == 80
