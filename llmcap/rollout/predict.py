@@ -15,6 +15,7 @@ from llmcap.errors import InputFileError
 from llmcap.perf.model import StepTimeModel
 from llmcap.rollout.gates import Prediction
 from llmcap.sim import SimConfig, simulate
+from llmcap.sim.records import with_client_latency
 
 
 def thinned(trace: pa.Table, share: float, seed: int = 0) -> pa.Table:
@@ -24,13 +25,15 @@ def thinned(trace: pa.Table, share: float, seed: int = 0) -> pa.Table:
 
 
 def predict_share(trace: pa.Table, config: SimConfig, model: StepTimeModel, share: float, seed: int = 0,
-                  decode_model: StepTimeModel | None = None) -> Prediction:  # fmt: skip
+                  decode_model: StepTimeModel | None = None, client_latency_s: float = 0.0) -> Prediction:  # fmt: skip
+    """`client_latency_s`: the HTTP path's own share of TTFT (API server, gateway), which the simulator (an
+    engine core) does not contain, e.g. a calibration's `client_overhead_s`."""
     part = thinned(trace, share, seed)
     if part.num_rows == 0:
         empty = np.empty(0)
         return Prediction.from_values(share, empty, empty, empty, 0.0, 0.0, 0)
     result = simulate(part, model, config, decode_model=decode_model)
-    rec = result.records
+    rec = with_client_latency(result.records, client_latency_s) if client_latency_s else result.records
     ttft = pc.drop_null(rec.column("ttft_s")).to_numpy()
     ts = result.timeseries
     preemptions = int(pc.sum(rec.column("preemptions")).as_py() or 0)

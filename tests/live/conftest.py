@@ -34,6 +34,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,7 +253,15 @@ def _read_marker(venv: Path) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def vllm_engine(tmp_path_factory: pytest.TempPathFactory):
     """A running vLLM CPU engine serving the tiny Llama; see the module docstring."""
-    work = tmp_path_factory.mktemp("vllm-engine")
+    with engine_server(tmp_path_factory.mktemp("vllm-engine")) as engine:
+        yield engine
+
+
+@contextmanager
+def engine_server(work: Path, boost_client: bool = True) -> Iterator[LiveEngine]:
+    """Install (cached), start and wait for a vLLM CPU engine in `work`; stop its process group by PID at
+    the end. The session's engine comes from here; a test that must kill an engine starts its own."""
+    work.mkdir(parents=True, exist_ok=True)
     env = _clean_env()
     uv = _uv()
     if uv:
@@ -293,7 +303,7 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     own_nice = os.getpriority(os.PRIO_PROCESS, 0)
-    boosted = ENGINE_NICE < own_nice and _raise_priority(ENGINE_NICE)  # the client side: this process
+    boosted = boost_client and ENGINE_NICE < own_nice and _raise_priority(ENGINE_NICE)  # the client side: this process
     log_path = work / "vllm-server.log"
     cmd = [
         str(py), str(ENGINE_SCRIPTS / "serve.py"), str(model_dir),
