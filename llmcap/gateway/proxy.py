@@ -44,7 +44,7 @@ RETRYABLE = {429} | set(range(500, 600))
 GATEWAY_SCHEMA = pa.schema([
     *REQUEST_SCHEMA,
     pa.field("seq", pa.int64(), nullable=False),  # the gateway's arrival number
-    pa.field("routed", pa.string(), nullable=False),  # the side the split chose (or shadow:NAME)
+    pa.field("routed", pa.string(), nullable=False),  # the side the split chose, shadow:NAME, or none (refused unread)
     pa.field("side", pa.string()),  # the side that served it (null: none did)
     pa.field("retried", pa.bool_(), nullable=False),
     pa.field("outcome", pa.string(), nullable=False),  # llmcap.gateway.metrics.OUTCOMES
@@ -217,7 +217,6 @@ class Gateway:
         await res.send_json(200, {"candidate": self.split.candidate_weight, "baseline": 1.0 - self.split.candidate_weight,
                                   "requests": self._seq, "in_flight": dict(self.in_flight)})  # fmt: skip
 
-
     async def _completion(self, req: Request, res: Responder) -> None:
         arrived = time.perf_counter()
         self._seq += 1
@@ -226,7 +225,10 @@ class Gateway:
             body = req.json()
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
-        except ValueError as exc:
+        except ValueError as exc:  # answered here, and still a row: every request is accounted for
+            flight = _Flight(seq, _request_id(req, seq), "none", _result({}, arrived), outcome="rejected", error=f"gateway: {exc}")
+            flight.result.status, flight.result.http_status = "rejected", 400
+            self._finish(flight, self.rows, arrived)
             await _error(res, 400, f"the body is not a JSON object: {exc}")
             return
         key = sticky_key(req.headers, body, seq, self.config.prefix_tokens)

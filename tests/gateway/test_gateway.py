@@ -116,6 +116,18 @@ def test_weights_change_at_run_time_through_the_loopback_admin_api():
     assert [w for _, w in log] == [0.0, 1.0, 0.0]
 
 
+def test_a_request_the_gateway_cannot_read_is_refused_and_still_recorded():
+    async def scenario():
+        async with running_twin() as base, running_gateway(GatewayConfig(baseline=base.url)) as gw, httpx.AsyncClient() as c:
+            r = await c.post(f"{gw.url}/v1/completions", content=b"{not json", headers={"x-request-id": "77"})
+            return r.status_code, r.json(), gw.table()
+
+    status, doc, table = asyncio.run(scenario())
+    g = columns(table)
+    assert status == 400 and "JSON" in doc["error"]["message"]
+    assert g["request_id"].tolist() == [77] and g["outcome"].tolist() == ["rejected"] and g["side"].tolist() == [None]
+
+
 def test_a_stalled_shadow_does_not_slow_production():
     """Production TTFT with every request mirrored to a shadow that produces nothing is within a
     bound of production TTFT without a shadow; the copies past the shadow's bound are dropped."""
