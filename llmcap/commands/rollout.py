@@ -34,6 +34,7 @@ from llmcap.commands._deployment import (
     MaxBatchedOpt,
     MaxNumSeqsOpt,
     ModelOpt,
+    ProfileOpt,
     QuantOpt,
     TpOpt,
     sim_config,
@@ -96,11 +97,15 @@ def predict(
     gpu_memory_utilization: GpuMemUtilOpt = 0.90,
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="the whole traffic's rate, req/s (default: the trace's)")] = None,
     steps: StepsOpt = DEFAULT_STEPS,
+    profile: ProfileOpt = None,
+    client_latency_ms: Annotated[float | None, typer.Option("--client-latency-ms", min=0.0, help="the HTTP path's own share of TTFT "
+                                 "(API server, gateway), added to every prediction (default: the profile's measured client overhead, else 0)")] = None,
     seed: Annotated[int, typer.Option(help="seed of each step's thinning")] = 0,
 ) -> None:
     """Simulate the candidate (one instance of MODEL on GPU) at each step's share of the traffic."""
     from llmcap.rollout.driver import RolloutPlan
     from llmcap.rollout.predict import predict_share, predictions_doc
+    from llmcap.sizing.measured import load_profile
     from llmcap.trace import mean_rate
     from llmcap.trace.synth import scale_rate
 
@@ -110,16 +115,21 @@ def predict(
     opts = EngineOptions(tp=tp, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                          block_size=block_size, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
     cfg = sim_config(spec, g, opts)
+    measured = load_profile(profile) if profile is not None else None
+    if measured is not None:
+        measured.check_matches({"gpu": g.name, "tp": tp, "pp": 1, "ep": 1, "weight_quant": quant, "kv_dtype": kv_dtype})
+    latency_s = client_latency_ms / 1000.0 if client_latency_ms is not None else measured.fit.client_overhead_s if measured else 0.0
     source = read_trace_input(trace, "auto", "auto", None, None, False, 1.0, "by_id", announce=True).trace
     rate = request_rate or mean_rate(source)
     scaled = scale_rate(source, rate)
-    step = step_model(model, gpu, tp, quant, kv_dtype)
+    step = measured.fit.model if measured is not None else step_model(model, gpu, tp, quant, kv_dtype)
     preds = {}
     for w in shares:
         err_console.print(f"simulating the candidate at {w:.0%} of {rate:.3g} req/s ...")
-        preds[w] = predict_share(scaled, cfg, step, w, seed)
+        preds[w] = predict_share(scaled, cfg, step, w, seed, client_latency_s=latency_s)
     about = {"model": spec.name, "gpu": g.name, "tp": tp, "weight_quant": quant, "kv_dtype": kv_dtype, "request_rate": rate,
-             "trace": str(trace)}  # fmt: skip
+             "trace": str(trace), "step_times": measured.describe() if measured else f"the roofline for {g.name}",
+             "client_latency_s": latency_s}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(predictions_doc(preds, about), indent=1) + "\n", encoding="utf-8")
     for w in shares:

@@ -18,7 +18,9 @@ calibration. Decode terms keep the profile's values: the probe's steady 4-sequen
 stand for the replay's gaps, most of which sit in steps shared with prefill chunks. So a sub-knee replay
 counts as a repeat only when the decode probe around it stays within `DECODE_DRIFT_MAX` (10%) of the
 profile's: on an engine decoding slower than its profile, the replay measures the machine, not the
-simulator. Such attempts are set aside and printed, and the rate is replayed again, up to `MAX_ATTEMPTS`;
+simulator. A probe lasts about a second and a replay half a minute, so a probe that reads off is taken
+again once after `PROBE_RETAKE_PAUSE_S` and the faster reading stands (a passing stall on a shared machine
+only slows; an engine that stays slow reads slow twice). Such attempts are set aside and printed, and the rate is replayed again, up to `MAX_ATTEMPTS`;
 too few steady repeats fail the test, naming the drift. The unscaled predictions are printed beside. TTFT and ITL are the engine's own (/metrics histograms, 4% buckets; `_calibration`
 says why not the client's); predicted TTFT includes the API server's own time measured with the profile.
 
@@ -41,6 +43,7 @@ The table (per rate and metric: predicted, each repeat, median, spread, error, v
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 
 import numpy as np
@@ -55,7 +58,7 @@ from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
     EXCERPT_REQUESTS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, azure_workload, engine_config, measure_replay,
-    probe_factors, probe_speed, profile_probe, shifted_excerpt,
+    SpeedProbe, probe_factors, probe_speed, profile_probe, shifted_excerpt,
 )
 from tests.live._fidelity_table import FidelityRow, write_fidelity_table
 
@@ -79,7 +82,8 @@ MIN_REQUESTS = 40
 TREND_MIN = 2.0
 SERVED_MAX = 0.9
 PROMPT_SEED0 = 50_000  # replay prompt seeds: every replay its own
-MAX_ATTEMPTS = REPEATS + 3  # per rate: room to set aside up to 3 attempts on a drifted engine
+MAX_ATTEMPTS = REPEATS + 5  # per rate: room to set aside up to 5 attempts on a drifted engine
+PROBE_RETAKE_PAUSE_S = 2.0
 DECODE_DRIFT_MAX = 0.10
 MEANS = (("mean_queue", "queue_s", QUEUE_HIST), ("mean_prefill", "prefill_s", PREFILL_HIST))
 
@@ -145,7 +149,15 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
     # A sub-knee attempt counts as a repeat only when the engine decoded at its profile's speed around it
     # (`steady`): predictions keep the profile's decode terms, so a replay on a slowed engine measures the machine.
     ref = profile_probe(calibration)
-    probe = partial(probe_speed, vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
+    probe_once = partial(probe_speed, vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
+
+    def probe() -> SpeedProbe:
+        first = probe_once()
+        if abs(first.ratio(ref)[1] - 1.0) <= DECODE_DRIFT_MAX:
+            return first
+        time.sleep(PROBE_RETAKE_PAUSE_S)
+        return min(first, probe_once(), key=lambda p: p.step_s)
+
     runs: dict[str, list[tuple[Measured, tuple[float, float]]]] = {name: [] for name in rates}
     drifted: dict[str, list[tuple[float, float]]] = {name: [] for name in rates}
     wanted = {name: REPEATS if name in SUB_KNEE else OVERLOAD_REPEATS for name in rates}

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import yaml
 
 from tests.conftest import ROOT
@@ -35,6 +36,23 @@ def test_predict_then_export(tmp_path):
     assert [d["kind"] for d in docs] == ["Rollout"] + ["AnalysisTemplate"] * 3 and docs[0]["spec"]["replicas"] == 3
     assert "&id" not in (tmp_path / "k8s" / "rollout.yaml").read_text()  # plain YAML, no anchors
     assert len(list(yaml.safe_load_all((tmp_path / "k8s" / "httproutes.yaml").read_text()))) == 4
+
+
+def test_the_http_paths_latency_moves_every_ttft_prediction(tmp_path):
+    from llmcap.rollout.predict import load_predictions
+
+    docs = {}
+    for ms in (0, 200):
+        out = tmp_path / f"pred{ms}.json"
+        r = run("rollout", "predict", "--trace", str(TRACE), "--model", "Llama-3.1-8B", "--gpu", "H100-SXM-80GB", "--request-rate", "0.3",
+                "--steps", "1", "--client-latency-ms", str(ms), "-o", str(out))  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        docs[ms] = load_predictions(out)[1.0]
+    assert json.loads((tmp_path / "pred200.json").read_text())["client_latency_s"] == 0.2
+    low, high = docs[0].ttft, docs[200].ttft
+    assert low.fraction_at_most(0.1) > 0.0 and high.fraction_at_most(0.1) == 0.0  # every TTFT moved past 100 ms
+    assert high.quantile(0.5) > low.quantile(0.5) + 0.1
+    assert np.array_equal(docs[0].itl.counts, docs[200].itl.counts)  # token gaps do not pay it
 
 
 def test_a_bad_predictions_file_names_file_and_field(tmp_path):
