@@ -107,6 +107,9 @@ class CalibratedFit:
     def step_time(self, batch: StepBatch) -> F64:
         return self.model.step_time(batch)
 
+    def timing_form(self) -> LinearStepModel:
+        return self.model
+
     def ttft(self, isl: ArrayLike, chunk: int | None = None, cached: ArrayLike = 0.0) -> F64:
         """TTFT of a request alone on the engine: client overhead + its prefill steps."""
         return self.client_overhead_s + prefill_time(self.model, isl, cached, chunk=chunk)

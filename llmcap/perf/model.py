@@ -97,9 +97,27 @@ class StepBatch:
 
 @runtime_checkable
 class StepTimeModel(Protocol):
-    """Seconds per engine iteration for each batch in `batch` (an array of len(batch))."""
+    """Seconds per engine iteration for each batch in `batch` (an array of len(batch)).
+
+    That is all a model must offer. One that can also be timed without a numpy call per step says so
+    with an optional method, `timing_form() -> LinearStepModel | InlineStepModel`: the simulator's step
+    timer then times it through that form (which must give `step_time`'s numbers); a model without the
+    method is timed through `step_time`, correct but slower."""
 
     def step_time(self, batch: StepBatch) -> F64: ...
+
+
+class InlineStepModel(Protocol):
+    """A step model's plain-float form for the simulator's step timer. `step_time_scalar` and
+    `decode_times` give `step_time`'s numbers and agree with each other bit for bit (a step timed alone
+    and inside a run of decode steps); decode_max_context does not change a step's time (the engine then
+    skips computing it). `decode_times_batch` is `decode_times` over steps of different batch sizes."""
+
+    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float: ...
+
+    def decode_times(self, decode_seqs: float, decode_context: F64) -> F64: ...
+
+    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64: ...
 
 
 def prefill_time(model: StepTimeModel, isl: ArrayLike, cached: ArrayLike = 0.0, chunk: int | None = None) -> F64:
@@ -160,6 +178,10 @@ class LinearStepModel:
     @property
     def coefficients(self) -> F64:
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=np.float64)
+
+    def timing_form(self) -> LinearStepModel:
+        """Timed inline from its six coefficients (see `StepTimeModel`)."""
+        return self
 
     @classmethod
     def from_coefficients(cls, coef: ArrayLike) -> LinearStepModel:

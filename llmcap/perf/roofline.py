@@ -411,6 +411,10 @@ class RooflineModel:
         """The same step times, fast: tables over integer token counts (pre-sized for `max_tokens`)."""
         return CompiledRoofline(self, max_tokens)
 
+    def timing_form(self) -> CompiledRoofline:
+        """The simulator times a roofline through its compiled tables (see `StepTimeModel`)."""
+        return self.compile()
+
     def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
         """Every op of batch `index` that does work (time, FLOPs, bytes, bound), in execution order; their
         times sum to its step time. Ops the configuration lacks (TP all-reduce at tp = 1, experts in a dense
@@ -462,8 +466,6 @@ class CompiledRoofline:
     token counts beyond the tables grow them (up to `MAX_TABLE_TOKENS`); anything else — non-integer
     counts, larger steps — is timed by the exact model.
     """
-
-    uses_decode_max_context = False
 
     def __init__(self, roofline: RooflineModel, max_tokens: int = 0) -> None:
         self.exact = roofline
@@ -669,6 +671,9 @@ class CompiledRoofline:
             ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + fb * self._c_pf) / self._bw)
             t = t + cnt * ad
         return np.asarray(t + self._overhead, dtype=np.float64)
+
+    def timing_form(self) -> CompiledRoofline:
+        return self
 
     def step_time(self, batch: StepBatch) -> F64:
         """Seconds per engine iteration for every batch in `batch` (`RooflineModel.step_time`, fast)."""

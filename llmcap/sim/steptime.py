@@ -8,44 +8,31 @@ its ends are recomputed in plain floats when asked (`run_end`, `run_scan`, a few
 and its durations are produced in bulk for the engine's step log (`decode_durations`); other models
 get both as arrays from one vectorised call (`decode_run`).
 
-`LinearStepModel` is evaluated inline (its six terms, fixed order) because a numpy call per step
-costs more than the whole step's arithmetic; the terms and coefficients are the model's own, so
-the semantics are unchanged. Per element, Python floats and numpy float64 give identical IEEE
-results for the same operations, which keeps single steps and runs consistent.
-
-A model that offers the `InlineStepModel` methods (`CompiledRoofline`) is timed through them the
-same way; a `RooflineModel` is compiled to one here, so every caller of the simulator gets the fast
-path (same step times to ~1e-15 relative, see CompiledRoofline).
+Which path a model takes is the model's own declaration (`StepTimeModel`'s optional `timing_form`):
+a `LinearStepModel` form is evaluated inline (its six terms, fixed order) because a numpy call per step
+costs more than the whole step's arithmetic; an `InlineStepModel` form (a roofline's `CompiledRoofline`)
+is timed through its plain-float methods; a model without a form is timed through `step_time`. Per
+element, Python floats and numpy float64 give identical IEEE results for the same operations, which
+keeps single steps and runs consistent.
 """
 
 from __future__ import annotations
 
 from array import array
-from typing import Protocol
 
 import numpy as np
 
-from llmcap.perf.model import F64, LinearStepModel, StepBatch, StepTimeModel
-from llmcap.perf.roofline import RooflineModel
+from llmcap.perf.model import InlineStepModel, LinearStepModel, StepBatch, StepTimeModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 _SHORT_RUN = 8  # below this many steps a Python loop beats numpy's per-call overhead
 _INF = float("inf")
 
 
-class InlineStepModel(Protocol):
-    """What StepTimer needs to time a model without a numpy call per step. `step_time_scalar` and
-    `decode_times` must give `step_time`'s numbers and agree with each other bit for bit (a step timed
-    alone and inside a run of decode steps), and decode_max_context must not matter (the engine then
-    skips computing it). `decode_times_batch` is `decode_times` over steps of different batch sizes."""
-
-    uses_decode_max_context: bool
-
-    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float: ...
-
-    def decode_times(self, decode_seqs: float, decode_context: F64) -> F64: ...
-
-    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64: ...
+def timing_form(model: StepTimeModel) -> LinearStepModel | InlineStepModel | None:
+    """The form `model` declares for fast timing (see `StepTimeModel`), or None."""
+    offer = getattr(model, "timing_form", None)
+    return offer() if callable(offer) else None
 
 
 class StepTimer:
@@ -53,17 +40,12 @@ class StepTimer:
         if not isinstance(model, StepTimeModel):
             raise TypeError(f"{type(model).__name__} does not implement StepTimeModel.step_time")
         self.model = model
-        inner = getattr(model, "model", None)
-        if type(model).__name__ == "CalibratedFit" and type(inner) is LinearStepModel:
-            model = inner  # a calibrated fit times steps with its LinearStepModel
-        self.is_linear = type(model) is LinearStepModel
-        if self.is_linear:
-            c = [float(x) for x in model.coefficients]  # type: ignore[attr-defined]
+        form = timing_form(model)
+        self.is_linear = isinstance(form, LinearStepModel)
+        if isinstance(form, LinearStepModel):
+            c = [float(x) for x in form.coefficients]
             self.c0, self.c_tok, self.c_pair, self.c_pseq, self.c_dseq, self.c_ctx = c
-        if type(model) is RooflineModel:
-            model = model.compile()
-        inline = hasattr(model, "step_time_scalar") and hasattr(model, "decode_times") and getattr(model, "uses_decode_max_context", True) is False
-        self.fast: InlineStepModel | None = model if inline and not self.is_linear else None  # type: ignore[assignment]
+        self.fast: InlineStepModel | None = None if form is None or isinstance(form, LinearStepModel) else form
         # a compiled roofline at pp = 1 also has a plain-float evaluator this module can call natively
         scalar = getattr(self.fast, "scalar", None) if getattr(self.fast, "pp", 0) == 1 else None
         self.scalar: ScalarRoofline | None = scalar if isinstance(scalar, ScalarRoofline) else None

@@ -100,7 +100,6 @@ def test_decode_max_context_is_ignored_like_the_roofline_does(models) -> None:
     other = StepBatch(*(getattr(b, f) for f in FIELDS[:-1]), np.zeros(len(b)))
     assert exact.step_time(other).tobytes() == exact.step_time(b).tobytes()
     assert fast.step_time(other).tobytes() == fast.step_time(b).tobytes()
-    assert not fast.uses_decode_max_context
 
 
 def test_tables_grow_past_their_size_and_stay_exact() -> None:
