@@ -22,8 +22,7 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
-from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig
-from llmcap.sim.config import ROUTERS
+from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name or path to config.json")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")]
@@ -103,8 +102,8 @@ def parse_pd(spec: str | None) -> tuple[int, int] | None:
 
 def check_choices(o: EngineOptions) -> None:
     """The options' one-line errors that need no catalog (checked before any file is read)."""
-    if o.router not in ROUTERS:
-        raise LlmcapError(f"--router must be one of {', '.join(ROUTERS)}, got {o.router!r}")
+    if o.router not in router_names():
+        raise LlmcapError(f"--router must be one of {', '.join(router_names())}, got {o.router!r}")
     if o.first_token_from not in ("prefill", "decode"):
         raise LlmcapError(f"--first-token-from must be prefill or decode, got {o.first_token_from!r}")
     parse_pd(o.pd)

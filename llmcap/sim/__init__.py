@@ -29,16 +29,16 @@ from llmcap import CORE
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim.cluster import run_cluster
 from llmcap.sim.engine import Replica
-from llmcap.sim.config import ROUTERS, AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig
+from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig
 from llmcap.sim.metrics import autoscale_tables, itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
 from llmcap.sim.records import REQUEST_SCHEMA
+from llmcap.sim.routers import register_router, router_names
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload, workload_from_table
 
 __all__ = [
     "CORE",
     "REQUEST_SCHEMA",
-    "ROUTERS",
     "AutoscaleConfig",
     "AutoscaleLog",
     "EngineConfig",
@@ -47,6 +47,8 @@ __all__ = [
     "SimConfig",
     "SimResult",
     "Workload",
+    "register_router",
+    "router_names",
     "simulate",
     "weighted_quantiles",
     "workload_from_table",

@@ -22,7 +22,7 @@ from llmcap.sim.config import AutoscaleConfig, EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
 from llmcap.sim.recorder import REJECTED, Recorder
-from llmcap.sim.routers import Router
+from llmcap.sim.routers import Router, handoff_router
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload
 
@@ -107,10 +107,9 @@ def run_cluster(
             fits &= work.isl + work.osl <= ec.max_model_len
     scaled = [sp for sp in (scaled_front, scaled_back) if sp is not None]
     router = Router(cfg.router, front, n, rng, cfg.prefix_load_penalty)
-    back_policy = "round_robin" if cfg.router == "round_robin" else "least_outstanding_tokens"
-    back_router = Router(back_policy, back, n, None, 0.0) if pd is not None else None
+    back_router = handoff_router(cfg.router, back, n) if pd is not None else None
     kv_bytes = ecfg.kv_bytes_per_token
-    prefix_router = cfg.router == "prefix_aware"
+    prefix_router = router.needs_prefix_keys
     fits_l = array("b", fits.astype(np.int8).tobytes())
     arr_l = array("d", work.arrival.tobytes())
     heap: list[tuple] = []

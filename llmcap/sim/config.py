@@ -7,12 +7,18 @@ Defaults follow vLLM v1 where it has one (max_num_seqs 256, max_num_batched_toke
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-Router = Literal["round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware"]
-ROUTERS: tuple[str, ...] = ("round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware")
+DEFAULT_ROUTER = "least_outstanding_tokens"
+
+
+def registered_router(name: str) -> str:
+    """A configuration's router name, checked against the routers registered in llmcap.sim.routers."""
+    from llmcap.sim.routers import known_router  # at validation time: the routers import the engine, which imports this
+
+    return known_router(name)
 
 
 class _Frozen(BaseModel):
@@ -111,7 +117,7 @@ class SimConfig(_Frozen):
 
     engine: EngineConfig
     replicas: int = Field(default=1, gt=0, description="aggregated replicas (ignored with pd)")
-    router: Router = "least_outstanding_tokens"
+    router: Annotated[str, AfterValidator(registered_router)] = Field(default=DEFAULT_ROUTER, description="a registered router (llmcap.sim.routers)")
     prefix_load_penalty: float = Field(default=0.5, ge=0, description="prefix_aware: score = hit tokens - penalty x outstanding tokens")
     pd: PDConfig | None = None
     autoscale: AutoscaleConfig | None = Field(

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
-from llmcap.sim.config import Router
+from llmcap.sim.config import DEFAULT_ROUTER
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, misses, token_itl_check, window_for
@@ -118,7 +118,7 @@ class SimEvaluate:
     slo: SloParams
     excerpt_requests: int = 2000  # the fewest requests per excerpt (more at high rates: module docstring)
     replicas: int = 1
-    router: Router = "least_outstanding_tokens"
+    router: str = DEFAULT_ROUTER
     pd: PDConfig | None = None
     decode_model: StepTimeModel | None = None  # P/D: the decode pool's, when its parallelism differs
     steady: SteadyParams = SteadyParams()

@@ -28,7 +28,7 @@ from llmcap.sim.config import EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
 from llmcap.sim.recorder import OK, UNFINISHED, Recorder
-from llmcap.sim.routers import Router
+from llmcap.sim.routers import Router, handoff_router
 from llmcap.sim.steptime import StepTimer
 
 LANDING, DECISION = 1, 2
@@ -96,8 +96,7 @@ class OnlineCluster:
         for gid, r in enumerate(self.replicas):
             r.gid = gid
         self.router = Router(cfg.router, self.front, slots, rng, cfg.prefix_load_penalty)
-        back_policy = "round_robin" if cfg.router == "round_robin" else "least_outstanding_tokens"
-        self.back_router = Router(back_policy, self.back, slots, None, 0.0) if self.back else None
+        self.back_router = handoff_router(cfg.router, self.back, slots) if self.back else None
         self.links = [Link(self.pd.link) for _ in self.front] if self.pd is not None else []
         self.watch: list[dict[int, Flight]] = [{} for _ in self.replicas]  # slot -> flight, per replica gid
         self.heap: list[tuple] = []
