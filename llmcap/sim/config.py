@@ -11,14 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-DEFAULT_ROUTER = "least_outstanding_tokens"
-
-
-def registered_router(name: str) -> str:
-    """A configuration's router name, checked against the routers registered in llmcap.sim.routers."""
-    from llmcap.sim.routers import known_router  # at validation time: the routers import the engine, which imports this
-
-    return known_router(name)
+from llmcap.routing import DEFAULT_ROUTER, known_router
 
 
 class _Frozen(BaseModel):
@@ -117,7 +110,7 @@ class SimConfig(_Frozen):
 
     engine: EngineConfig
     replicas: int = Field(default=1, gt=0, description="aggregated replicas (ignored with pd)")
-    router: Annotated[str, AfterValidator(registered_router)] = Field(default=DEFAULT_ROUTER, description="a registered router (llmcap.sim.routers)")
+    router: Annotated[str, AfterValidator(known_router)] = Field(default=DEFAULT_ROUTER, description="a registered router (llmcap.sim.routers)")
     prefix_load_penalty: float = Field(default=0.5, ge=0, description="prefix_aware: score = hit tokens - penalty x outstanding tokens")
     pd: PDConfig | None = None
     autoscale: AutoscaleConfig | None = Field(

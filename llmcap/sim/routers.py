@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from llmcap.routing import BUILT_IN_ROUTERS, add_router_name, drop_router_name, known_router
 from llmcap.sim.engine import Replica, Req
 
 
@@ -159,21 +160,22 @@ def register_router(name: str, policy: Callable[[RouterSetup], RoutingPolicy]) -
     if name in ROUTERS and ROUTERS[name] is not policy:
         raise ValueError(f"router {name!r} is already registered")
     ROUTERS[name] = policy
+    add_router_name(name)
 
 
-def router_names() -> tuple[str, ...]:
-    return tuple(ROUTERS)
+def unregister_router(name: str) -> None:
+    """Forget a registered (not built-in) router."""
+    if name in BUILT_IN_ROUTERS:
+        raise ValueError(f"router {name!r} is built in")
+    ROUTERS.pop(name, None)
+    drop_router_name(name)
 
 
-def known_router(name: str) -> str:
-    """`name`, if a router of that name is registered (a configuration's validator)."""
-    if name not in ROUTERS:
-        raise ValueError(f"unknown router {name!r}; registered: {', '.join(ROUTERS)}")
-    return name
-
-
-for _name, _policy in (("round_robin", RoundRobin), ("least_outstanding_tokens", LeastOutstandingTokens),
-                       ("power_of_two", PowerOfTwo), ("prefix_aware", PrefixAware)):  # fmt: skip
+BUILT_IN_POLICIES: dict[str, Callable[[RouterSetup], RoutingPolicy]] = {
+    "round_robin": RoundRobin, "least_outstanding_tokens": LeastOutstandingTokens, "power_of_two": PowerOfTwo, "prefix_aware": PrefixAware,
+}  # fmt: skip
+assert tuple(BUILT_IN_POLICIES) == BUILT_IN_ROUTERS  # one policy class per built-in name (llmcap.routing)
+for _name, _policy in BUILT_IN_POLICIES.items():
     register_router(_name, _policy)
 
 

@@ -10,11 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-
-def _registered_router(name: str) -> str:
-    from llmcap.sim.routers import known_router  # when a params file is validated, not when this module loads
-
-    return known_router(name)
+from llmcap.routing import DEFAULT_ROUTER, known_router
 
 
 ItlStat = Literal["p50", "p99", "max", "mean", "token_p50", "token_p90", "token_p95", "token_p99", "token_p99.9"]
@@ -212,7 +208,7 @@ class SizeParams(_Strict):
     """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
     cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
     (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
-    router: Annotated[str, AfterValidator(_registered_router)] = "least_outstanding_tokens"
+    router: Annotated[str, AfterValidator(known_router)] = DEFAULT_ROUTER
     """Router of a pool's instances (of the prefill pool, P/D), in the scenario simulations."""
     prefix_routing: Literal["search", "off"] = "search"
     """`search`: where the trace has prefix hashes, the chosen plan's scenario fit also runs with the prefix_aware router

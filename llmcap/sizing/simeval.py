@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
-from llmcap.sim.config import DEFAULT_ROUTER
+from llmcap.routing import DEFAULT_ROUTER
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, misses, token_itl_check, window_for

@@ -7,8 +7,8 @@ import numpy as np
 import pydantic
 import pytest
 
-from llmcap.sim import SimConfig, register_router, router_names, simulate
-from llmcap.sim.routers import ROUTERS, ReplicaView, RouterSetup
+from llmcap.sim import SimConfig, register_router, router_names, simulate, unregister_router
+from llmcap.sim.routers import ReplicaView, RouterSetup
 from tests.sim._workloads import MODEL, random_config, random_trace
 
 
@@ -47,8 +47,8 @@ def toy_routers():
     register_router("first_replica", FirstReplica)
     register_router("fewest_tokens_again", FewestTokensAgain)
     yield
-    ROUTERS.pop("first_replica")
-    ROUTERS.pop("fewest_tokens_again")
+    unregister_router("first_replica")
+    unregister_router("fewest_tokens_again")
 
 
 def _run(seed: int, router: str):
@@ -77,3 +77,5 @@ def test_an_unknown_router_is_refused_with_the_registered_names() -> None:
         SimConfig.model_validate(cfg.model_dump() | {"router": "nearest"})
     with pytest.raises(ValueError, match="already registered"):
         register_router("round_robin", FirstReplica)
+    with pytest.raises(ValueError, match="built in"):
+        unregister_router("round_robin")
