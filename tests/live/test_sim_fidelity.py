@@ -11,18 +11,20 @@ per replay, not a run that never ends.
 Each sub-knee rate is replayed `REPEATS` times (3; the rule needs at least 3), the overload `OVERLOAD_REPEATS` times, rates
 interleaved in the outer loop, every replay with fresh prompt tokens (no prefix-cache hits between
 replays). A speed probe runs before every replay and after the last: two of the profile's own cells
-measured again (`_calibration.probe_speed`). Each repeat's prediction is the simulator with the profile's
-prefill terms scaled by that repeat's prefill probe (the TTFT of a 1024-token prompt alone against the
-profile's, averaged over the probes before and after it; `CalibratedFit.scaled_by_phase`): in-situ
-calibration. Decode terms keep the profile's values: the probe's steady 4-sequence decode step does not
-stand for the replay's gaps, most of which sit in steps shared with prefill chunks. So a sub-knee replay
-counts as a repeat only when the decode probe around it stays within `DECODE_DRIFT_MAX` (10%) of the
-profile's: on an engine decoding slower than its profile, the replay measures the machine, not the
-simulator. A probe lasts about a second and a replay half a minute, so a probe that reads off is taken
-again once after `PROBE_RETAKE_PAUSE_S` and the faster reading stands (a passing stall on a shared machine
-only slows; an engine that stays slow reads slow twice). Such attempts are set aside and printed, and the rate is replayed again, up to `MAX_ATTEMPTS`;
-too few steady repeats fail the test, naming the drift. The unscaled predictions are printed beside. TTFT and ITL are the engine's own (/metrics histograms, 4% buckets; `_calibration`
-says why not the client's); predicted TTFT includes the API server's own time measured with the profile.
+measured again (`_calibration.probe_speed`): the TTFT of a 1024-token prompt alone and a 4-sequence decode
+step. Each repeat's prediction is the simulator with the profile's prefill terms scaled by that repeat's
+prefill probe and its decode terms (per-step overhead included) by its decode probe, each against the
+profile's and averaged over the probes before and after it (`CalibratedFit.scaled_by_phase`): in-situ
+calibration, so a machine that runs faster or slower than when the profile was taken moves the
+prediction with it. A sub-knee replay counts as a repeat only when the engine held its speed through it:
+the decode probes before and after it within `DECODE_DRIFT_MAX` (10%) of each other; otherwise the
+factor describes neither end of the replay. A probe lasts about a second and a replay half a minute, so a
+probe that reads off the previous one is taken again once after `PROBE_RETAKE_PAUSE_S` and the faster
+reading stands (a passing stall on a shared machine only slows; an engine that changed speed reads the
+same twice). Unsteady attempts are set aside and printed, and the rate is replayed again, up to
+`MAX_ATTEMPTS`; too few steady repeats fail the test, naming the drift. The unscaled predictions are
+printed beside. TTFT and ITL are the engine's own (/metrics histograms, 4% buckets; `_calibration` says
+why not the client's); predicted TTFT includes the API server's own time measured with the profile.
 
 The rule (llmcap.reconcile.repeatability, per rate and metric: TTFT p50/p90, ITL p50/p90; ITL at the
 light rate is reported, not judged: `REPORTED_ONLY`):
@@ -105,9 +107,9 @@ def queue_growth(records: pa.Table) -> tuple[float, float]:
     return trend, served / offered
 
 
-def steady(factors: tuple[float, float]) -> bool:
-    """The engine decoded at its profile's speed around a replay: the decode probe within `DECODE_DRIFT_MAX`."""
-    return abs(factors[1] - 1.0) <= DECODE_DRIFT_MAX
+def steady(before: SpeedProbe, after: SpeedProbe) -> bool:
+    """The engine held its decode speed through a replay: the probes around it within `DECODE_DRIFT_MAX` of each other."""
+    return abs(after.step_s / before.step_s - 1.0) <= DECODE_DRIFT_MAX
 
 
 def over_capacity(records: pa.Table) -> bool:
@@ -146,14 +148,14 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
     unscaled = {name: sim(rate, calibration.fit) for name, rate in rates.items()}
 
     # ---- measurements: attempts outside, rates inside; a speed probe before every replay and after the last.
-    # A sub-knee attempt counts as a repeat only when the engine decoded at its profile's speed around it
-    # (`steady`): predictions keep the profile's decode terms, so a replay on a slowed engine measures the machine.
+    # A sub-knee attempt counts as a repeat only when the engine held its speed through it (`steady`): its
+    # prediction is scaled by the probes around it, which then describe the whole replay.
     ref = profile_probe(calibration)
     probe_once = partial(probe_speed, vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
 
-    def probe() -> SpeedProbe:
+    def probe(previous: SpeedProbe | None) -> SpeedProbe:
         first = probe_once()
-        if abs(first.ratio(ref)[1] - 1.0) <= DECODE_DRIFT_MAX:
+        if previous is None or steady(previous, first):
             return first
         time.sleep(PROBE_RETAKE_PAUSE_S)
         return min(first, probe_once(), key=lambda p: p.step_s)
@@ -161,7 +163,7 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
     runs: dict[str, list[tuple[Measured, tuple[float, float]]]] = {name: [] for name in rates}
     drifted: dict[str, list[tuple[float, float]]] = {name: [] for name in rates}
     wanted = {name: REPEATS if name in SUB_KNEE else OVERLOAD_REPEATS for name in rates}
-    before = probe()
+    before = probe(None)
     for attempt in range(MAX_ATTEMPTS):
         for k, (name, rate) in enumerate(rates.items()):
             if len(runs[name]) >= wanted[name]:
@@ -172,28 +174,28 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
             assert status == ["ok"] * sent.num_rows, f"{name} attempt {attempt}: {[s for s in status if s != 'ok'][:5]}"
             tokens = int(sent.column("osl").to_numpy().sum())
             assert (m.engine_requests, m.engine_gaps) == (sent.num_rows, tokens - sent.num_rows), (m.engine_requests, m.engine_gaps)
-            after = probe()
+            after = probe(before)
             factors = probe_factors(ref, before, after)
-            if name in SUB_KNEE and not steady(factors):
+            if name in SUB_KNEE and not steady(before, after):
                 drifted[name].append(factors)
             else:
                 runs[name].append((m, factors))
             before = after
-    print("[fidelity] attempts set aside, the engine's decode probe off its profile by more than "
-          f"{DECODE_DRIFT_MAX:.0%} (prefill/decode): "
+    print("[fidelity] attempts set aside, the engine's decode speed changed by more than "
+          f"{DECODE_DRIFT_MAX:.0%} through the replay (probe factors against the profile, prefill/decode): "
           + "; ".join(f"{name} " + (", ".join(f"{p:.2f}/{d:.2f}" for p, d in fs) or "none") for name, fs in drifted.items()))
     short = {name: len(rs) for name, rs in runs.items() if len(rs) < wanted[name]}
     assert not short, (f"too few repeats on a steady engine after {MAX_ATTEMPTS} attempts per rate ({short}; "
-                       f"set aside, prefill/decode probe factors: {drifted}): this machine's speed drifts beyond the "
-                       "profile's too often to judge the simulator now")
+                       f"set aside, prefill/decode probe factors: {drifted}): this machine's speed changes within a "
+                       "replay too often to judge the simulator now")
 
-    # ---- predictions per repeat (the fit's prefill terms scaled by that repeat's prefill probe), and the verdicts
+    # ---- predictions per repeat (the fit scaled by that repeat's prefill and decode probes), and the verdicts
     rows: list[FidelityRow] = []
     flags: dict[str, tuple[bool, bool]] = {}  # name -> (simulator, engine) over capacity, majority of repeats
     print("[fidelity] probe factors, prefill/decode (engine now / profile): "
           + "; ".join(f"{name} " + ", ".join(f"{p:.2f}/{d:.2f}" for _, (p, d) in rs) for name, rs in runs.items()))
     for name, rs in runs.items():
-        preds = [sim(rates[name], calibration.fit.scaled_by_phase(prefill, 1.0)) for _, (prefill, _decode) in rs]
+        preds = [sim(rates[name], calibration.fit.scaled_by_phase(prefill, decode)) for _, (prefill, decode) in rs]
         measured = {"ttft_p50": [m.engine_ttft[0] for m, _ in rs], "ttft_p90": [m.engine_ttft[1] for m, _ in rs],
                     "itl_p50": [m.engine_itl[0] for m, _ in rs], "itl_p90": [m.engine_itl[1] for m, _ in rs]}
         case = f"{name} ρ={RHO[name]} ({rates[name]:.2f} req/s)"
