@@ -27,7 +27,7 @@ from dvc.lock import LockError  # noqa: E402
 from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from ops import decision, store  # noqa: E402
+from ops import decision, registry, store  # noqa: E402
 from stages import tracking  # noqa: E402
 
 OUTPUTS = {
@@ -146,6 +146,13 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         mlflow.set_tags({"replay.source": r["source"], "replay.verdict": r["verdict"]["measured"]["text"]})
         tags, artifacts = decision.record(base)
         mlflow.set_tags(tags)
+        applied = artifacts["step_model.json"].get("corrections") or []
+        unlinked = registry.link_plan(applied, run.info.run_id, tracking.decision_name(k))
+        if unlinked:
+            logger.warning("corrections %s are not in this MLflow registry (registered elsewhere): the plan's tags still name them", unlinked)
+        results["diff"] = _diff_from_recorded(base)
+        if results["diff"] is not None:
+            mlflow.log_text(results["diff"]["markdown"], "decision/diff.md")
         for name, content in artifacts.items():
             mlflow.log_dict(content, f"decision/{name}")
         for rel in (OUTPUTS["capacity report"], "data/reports/capacity/capacity.md", OUTPUTS["capacity summary"]):
@@ -164,6 +171,22 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
 
 
+def _diff_from_recorded(base: Path) -> dict | None:
+    """This plan against the decision recorded at HEAD (its committed dvc.lock), as `llmcap diff HEAD .`
+    gives it; None when HEAD records none or records this very plan."""
+    from ops.common import OpsError, show
+    from ops.diff import diff, load_side, markdown
+
+    committed = show(base, "HEAD", "dvc.lock")
+    if committed is None or committed == (base / "dvc.lock").read_bytes():
+        return None
+    try:
+        result = diff(load_side(base, "HEAD"), load_side(base, str(base)))
+    except OpsError as exc:
+        return {"changed": [], "explanation": [str(exc)], "markdown": f"not compared: {exc}\n"}
+    return {"changed": result["decision"]["changed"], "explanation": result["explanation"], "markdown": markdown(result)}
+
+
 def _markdown(results: dict, ran: list[str], run_id: str) -> str:
     c, w, e, k = results["clean"], results["workload"], results["candidates"], results["capacity"]
     return (
@@ -176,6 +199,7 @@ def _markdown(results: dict, ran: list[str], run_id: str) -> str:
         f"{k['instances'] - k['base_instances']} headroom instances) for {k['target_rps']:.3g} req/s, ${k['usd_per_hour']:,.0f}/h.\n\n"
         f"**Replay check** against {_replay_source(results['replay'])}: {results['replay']['verdict']['measured']['text']}.\n\n"
         f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
+        + (f"\n\n**Against the decision recorded at HEAD** (`llmcap diff HEAD .`):\n\n{results['diff']['markdown']}" if results.get("diff") else "")
     )
 
 
@@ -206,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         floor, saved = a["floor_that_keeps_attainment"], a["gpu_hours_saved"]
         verdict = "no autoscaled plan keeps attainment" if floor is None else f"floor × {floor:g} keeps attainment, GPU-hours {-saved:+.1%} vs static"
         print(f"autoscaling what-if (SIMULATED day): {verdict} → {ROOT / OUTPUTS['autoscale report']}")
+    d = result.get("diff")
+    if d is not None:
+        changed = ", ".join(f"{c['field']} {c['a']} → {c['b']}" for c in d["changed"] if c["field"] in ("gpus", "usd_per_hour", "chosen")) or "same GPUs, configuration and cost"
+        print(f"against the decision recorded at HEAD: {changed} (`llmcap diff HEAD .`; because: {'; '.join(d['explanation'][:3])})")
     r = result["replay"]
     print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")
     stored = result["stored"]

@@ -30,6 +30,7 @@ COMMANDS: dict[str, Entry] = {
     "reproduce": Entry("decisions", "reproduce", "Re-run REV's pipeline in a clean worktree with its locked environment; exit 0 if every output is byte-identical."),
     "diff": Entry("decisions", "diff", "What changed in the decision between A and B (GPUs, configuration, cost, headroom, max rates) and which inputs explain it."),
     "approve": Entry("decisions", "approve", "Approve (or --reject) a re-plan waiting in the Prefect flow `promote`, or a rollout's next step in `rollout`."),
+    "correct": Entry("decisions", "correct", "Write the last plan's step-time corrections back: a new version per configuration (file + MLflow registry)."),
     "memory": Entry("memory", "memory", "Memory per rank: weights, runtime, KV budget and KV token capacity for MODEL on GPU."),
     "simulate": Entry("simulate", "simulate", "Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."),
     "perf": Entry("perf", "perf", "Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."),

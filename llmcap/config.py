@@ -141,6 +141,10 @@ class ProfileParams(_Strict):
                                            description="profiled concurrency levels")
     osl: int = Field(128, ge=2)
     repeats: int = Field(3, ge=1)
+    corrections_alias: str | None = Field(
+        "champion", min_length=1,
+        description="the written-back step-time corrections a plan applies: the version this alias names, per "
+                    "configuration (`llmcap correct`); null applies none")  # fmt: skip
 
     @field_validator("endpoint")
     @classmethod
@@ -186,6 +190,8 @@ class ReplayParams(_Strict):
     isl_buckets: list[PositiveInt] = Field(default_factory=lambda: [4096, 16384], description="ISL bucket edges (tokens)")
     osl_buckets: list[PositiveInt] = Field(default_factory=lambda: [256], description="OSL bucket edges (tokens)")
     twin_dilation: float = Field(0.2, gt=0, description="twin only: wall seconds per simulated second (0.2: five times faster)")
+    twin_slowdown: float = Field(1.0, gt=0, description="twin only, a fault: every engine step takes this many times its simulated "
+                                 "time (exercises reconciliation and the corrections it writes back)")  # fmt: skip
     max_lateness_ms: float = Field(50.0, gt=0, description="a send later than this (wall clock) makes a run invalid")
     timeout_s: float = Field(120.0, gt=0, description="per-read timeout of a stream, simulated seconds (a miss, not a retry)")
     max_drain_s: float = Field(120.0, gt=0, description="requests still streaming this long after the last send are cut (unfinished)")

@@ -2,7 +2,7 @@
 
 Tags: `dvc.lock.sha256` (finds the commit that records the decision), `uv.lock.sha256`,
 `params.sha256`, `trace.file` / `trace.sha256` (the raw trace planned for), `trace.canonical.md5`,
-`step_model.source` / `.version` / `.fingerprint_hash` and `step_model.fingerprint.<field>`, and
+`step_model.source` / `.version` / `.fingerprint_hash` / `.corrections` and `step_model.fingerprint.<field>`, and
 `approval` (`none` until flows.promote records a decision). Artifacts under `decision/`: the capacity summary, the
 step model and `outputs.json` (md5 of every output file, per file inside directory outputs — what
 `reproduce` compares a re-run with).
@@ -17,12 +17,16 @@ from typing import Any
 
 import yaml
 
+from llmcap.perf.corrections import describe as describe_corrections
 from ops.common import CAPACITY_SUMMARY, STEP_MODEL, dir_manifest, lock_outs, md5_file, parse_lock, sha256
 
 
 def step_model_version(step_model: dict) -> str:
-    """Content hash of the step-time model itself (source + fitted/roofline parameters), 16 hex digits."""
+    """Content hash of the step-time model itself (source + fitted/roofline parameters + the corrections
+    applied), 16 hex digits."""
     core = {"source": step_model.get("source"), "step_model": step_model.get("step_model")}
+    if step_model.get("corrections"):  # (absent from plans made before corrections were written back: same hash)
+        core["corrections"] = step_model["corrections"]
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -31,6 +35,7 @@ def step_model_tags(step_model: dict) -> dict[str, str]:
         "step_model.source": str(step_model.get("source")),
         "step_model.version": step_model_version(step_model),
         "step_model.fingerprint_hash": str(step_model.get("fingerprint_hash")),
+        "step_model.corrections": describe_corrections(step_model.get("corrections") or []),
     }
     for key, value in sorted((step_model.get("fingerprint") or {}).items()):
         tags[f"step_model.fingerprint.{key}"] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)

@@ -22,6 +22,7 @@ from typing import Any
 
 
 from ops.common import CAPACITY_SUMMARY, STEP_MODEL, OpsError, input_changes, lock_outs, parse_lock, resolve_commit, run_main
+from llmcap.perf.corrections import describe as describe_corrections
 from ops.decision import step_model_version
 
 CAPACITY_TABLE = "data/processed/capacity.parquet"
@@ -165,6 +166,8 @@ def diff(a: Side, b: Side) -> dict:
             "source": {"a": a.step_model.get("source"), "b": b.step_model.get("source")},
             "version": {"a": step_model_version(a.step_model), "b": step_model_version(b.step_model)},
             "fingerprint": _changed(fa, fb),
+            "corrections": {"a": describe_corrections(a.step_model.get("corrections") or []),
+                            "b": describe_corrections(b.step_model.get("corrections") or [])},
         }
     inputs = {"params": changes["params"], **by_kind, "cmds": changes["cmds"], "trace": trace, "step_model": step}
     return {"a": a.describe(), "b": b.describe(), "decision": decision, "inputs": inputs, "explanation": explain(inputs)}
@@ -195,6 +198,9 @@ def explain(inputs: dict) -> list[str]:
     s = inputs["step_model"]
     if s and s["source"]["a"] != s["source"]["b"]:
         out.append(f"step model source: {s['source']['a']} → {s['source']['b']}")
+    corrections = (s or {}).get("corrections")
+    if corrections and corrections["a"] != corrections["b"]:
+        out.append(f"step-time corrections written back: {corrections['a']} → {corrections['b']}")
     if s and s["version"]["a"] != s["version"]["b"]:
         out.append(f"step model version: {s['version']['a']} → {s['version']['b']}")
     out += [f"step-model fingerprint `{f['field']}`: {f['a']!r} → {f['b']!r}" for f in (s or {}).get("fingerprint", [])]

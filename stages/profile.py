@@ -7,7 +7,9 @@ The target environment (params `profile` + `enumerate.model`) has a fingerprint.
 whose fingerprint equals it is reused. Otherwise the stored one is stale (the differing fields are
 listed): with `profile.endpoint` set the endpoint is profiled afresh (written to the report dir),
 without one the stage falls back to the roofline model and says so loudly — on stderr and as
-`source: roofline-fallback` in step_model.json.
+`source: roofline-fallback` in step_model.json. The step-time corrections reconciliation wrote back
+(`--corrections`, `llmcap correct`) are resolved by `profile.corrections_alias` per configuration and
+recorded in step_model.json (`corrections`), which the size, autoscale and replay stages apply.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from stages.env import ROOT
 ARGUMENTS = [
     ("--catalog-dir", path(help="holds gpus.yaml and models/")),
     ("--profile", path(help="the stored profile directory to reuse when its fingerprint matches")),
+    ("--corrections", path(required=False, help="written-back step-time corrections, one file per configuration (`llmcap correct`)")),
     ("--step-model", path(help="output: step_model.json")),
     ("--report-dir", path()),
 ]
@@ -62,6 +65,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.config import load_params
     from llmcap.errors import LlmcapError
     from llmcap.perf import build_step_model, is_stale, read_profile
+    from llmcap.perf.corrections import describe, resolve_all
     from stages import tracking, validation
 
     all_params = load_params(args.params, catalog_dir=args.catalog_dir)
@@ -112,6 +116,7 @@ def run(args: argparse.Namespace) -> str:
         out["step_model"] = profile.fit.to_dict() if profile.fit else None
         check = validation.validate(profile.points.to_pandas(), "profile_points", points_suite)
         check.write(args.report_dir / "validation.json")
+    out["corrections"] = resolve_all(args.corrections, params.corrections_alias)
     args.step_model.parent.mkdir(parents=True, exist_ok=True)
     args.step_model.write_text(json.dumps(out, indent=2, default=str) + "\n", encoding="utf-8")
 
@@ -120,7 +125,8 @@ def run(args: argparse.Namespace) -> str:
         inputs["stored_profile"] = args.profile
     with tracking.stage_run(ROOT, "profile", {"profile": params.model_dump(mode="json")}, inputs) as mlflow:
         mlflow.set_tags({**current.tags(), "source": out["source"], "stale": str(out["stale"]).lower(),
-                         "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none"})
+                         "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none",
+                         "step_model.corrections": describe(out["corrections"])})
         mlflow.log_artifact(str(args.step_model), artifact_path="profile")
         if profile is not None:
             src = args.profile if out["source"] == "profile" else args.report_dir / "measured"
@@ -133,7 +139,7 @@ def run(args: argparse.Namespace) -> str:
     if check is not None:
         validation.require(check)
     stale = f"stale ({len(out['stale_fields'])} fields differ)" if stored and changes else ("no stored profile" if stored is None else "fresh")
-    return f"{model.name}: step model from {out['source'].upper()} [{stale}] → {args.step_model}"
+    return f"{model.name}: step model from {out['source'].upper()} [{stale}], corrections: {describe(out['corrections'])} → {args.step_model}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ bytes (dvc.yaml marks them `meta: {measured: true}`; `llmcap reproduce` reports 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -62,6 +63,8 @@ def run(args: argparse.Namespace) -> str:
     import pyarrow.parquet as pq
 
     from llmcap.config import load_params
+    from llmcap.perf.corrections import describe
+    from llmcap.sizing.measured import with_corrections
     from llmcap.credentials import api_key_from_env, redact_url
     from llmcap.errors import InputFileError
     from llmcap.commands._endpoint import first_served_model
@@ -83,20 +86,25 @@ def run(args: argparse.Namespace) -> str:
             raise InputFileError(p, f"not a readable {key!r}-bearing JSON file ({exc})") from None
 
     plan = read_json(args.capacity_summary, "chosen")
-    step_source = read_json(args.step_model, "source")["source"]
+    step_info = read_json(args.step_model, "source")
+    step_source, applied = step_info["source"], step_info.get("corrections") or []
     trace = load_trace(args.trace)
     unit = unit_from_plan(plan, pq.read_table(args.candidates).to_pandas(), params.enumerate.model, params.size.pd_link_latency_s,
                           params.size.slo.ttft_includes_handoff)
+    if applied:  # the prediction is the plan's: its written-back corrections included (the twin serves the roofline)
+        unit = dataclasses.replace(unit, corrected=with_corrections({}, applied, params.enumerate.model))
     say = lambda m: print(f"[replay] {m}", file=sys.stderr)  # noqa: E731
     if rp.endpoint is None:
-        _loud(f"no replay.endpoint -> replaying against the DIGITAL TWIN of {unit.describe()}: the figures are the "
+        slowed = f" slowed x{rp.twin_slowdown:g} (replay.twin_slowdown, a fault)" if rp.twin_slowdown != 1.0 else ""
+        _loud(f"no replay.endpoint -> replaying against the DIGITAL TWIN of {unit.describe()}{slowed}: the figures are the "
               "simulator's served over HTTP, NOT a measurement of a real engine. Set replay.endpoint to measure one.")  # fmt: skip
     api_key = api_key_from_env(rp.api_key_env)
     model = None
     if rp.endpoint is not None:
         model = rp.served_model or first_served_model(rp.endpoint.rstrip("/"), redact_url(rp.endpoint), api_key)
     check = check_unit(unit, trace, rp, slo, model=model, block_tokens=block_size_of(trace), api_key=api_key, say=say)
-    s = check.summary | {"step_model_source": step_source, "endpoint": None if rp.endpoint is None else redact_url(rp.endpoint)}
+    s = check.summary | {"step_model_source": step_source, "step_model_corrections": describe(applied),
+                         "endpoint": None if rp.endpoint is None else redact_url(rp.endpoint)}
     if step_source != "roofline-fallback":
         s["step_model_note"] = (f"the plan's step model source is {step_source}; the prediction here uses the roofline model "
                                 "the twin serves (llmcap twin serve)")  # fmt: skip

@@ -61,11 +61,10 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.errors import LlmcapError
     from llmcap.report.capacity import write_parquet, write_report
     from llmcap.sizing.executor import make_executor
-    from llmcap.sizing.measured import describe_key
     from llmcap.sizing.plan import class_pools, size_deployments
     from llmcap.trace import load_trace
     from stages import tracking, validation
-    from stages._step_models import load_step_info
+    from stages._step_models import load_step_info, step_times_note
 
     params = load_params(args.params)
     size = params.size
@@ -84,8 +83,7 @@ def run(args: argparse.Namespace) -> str:
             except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
                 pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
     write_parquet(out.table, args.capacity)
-    uses = "roofline per candidate" + "".join(f", the calibrated profile for {describe_key(k)}" for k in measured)
-    notes = (f"step times: {uses} (profile stage source: {step_source})",)
+    notes = (step_times_note(step_source, step_info, measured),)
     if pools_failed is not None:
         notes += (pools_failed,)
         out.summary["pools"] = {"cheaper": "shared", "reason": pools_failed}
@@ -99,7 +97,7 @@ def run(args: argparse.Namespace) -> str:
     report = dataclasses.replace(out.report, notes=notes + out.report.notes, provenance=_provenance(args, params, step_info, out.summary))
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
-    summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source, "step_model_corrections": step_info.get("corrections") or []}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     write_dvc_metrics(out.summary, out.table, args.metrics, args.plot_data)
     check = validation.validate(out.table.to_pandas(), "capacity", capacity_suite)
     validation_path = check.write(args.report_dir / "validation.json")

@@ -1,8 +1,8 @@
-"""`llmcap history | reproduce | diff | approve`: past planning decisions (stored by `llmcap plan` / `make plan`).
+"""`llmcap history | reproduce | diff | approve | correct`: past planning decisions (stored by `llmcap plan` / `make plan`).
 
 The work needs DVC, MLflow, Prefect and git, which the domain library never imports: it lives in the
 project's `ops/` and `flows/` packages, and these commands run it as `python -m ops.<command>` (or
-`flows.approve`) subprocesses of the same interpreter in the project directory (as `llmcap plan` runs
+`flows.approve`, `flows.correct`) subprocesses of the same interpreter in the project directory (as `llmcap plan` runs
 `flows.replan`); output and exit code pass through.
 """
 
@@ -75,3 +75,12 @@ def approve(
     """Approve (or --reject) a re-plan waiting in the Prefect flow `promote`, or a rollout's next step in `rollout`."""
     args = ([run] if run else ["--list"]) + (["--by", by] if by else []) + (["--reject"] if reject else [])
     _run(project, "flows.approve", args + (["--comment", comment] if comment else []))
+
+
+@user_errors
+def correct(
+    project: Project = Path("."),
+    alias: Annotated[str, typer.Option("--alias", help="the alias the new versions get (params.yaml profile.corrections_alias picks one)")] = "champion",
+) -> None:
+    """Write the last plan's step-time corrections back: a new version per configuration (file + MLflow registry)."""
+    _run(project, "flows.correct", ["--alias", alias])

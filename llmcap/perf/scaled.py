@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmcap.perf.model import F64, StepBatch, StepTimeModel
+from llmcap.perf.model import F64, InlineStepModel, StepBatch, StepTimeModel
+
+
+def reach_of(p_tok: float, p_pairs: float, p_seqs: float) -> float:
+    """`prefill_reach` of one step, in plain floats (the same operations in the same order)."""
+    if p_tok <= 0.0:
+        return 0.0
+    return p_pairs / p_tok + (p_tok / max(p_seqs, 1.0) - 1.0) / 2.0
 
 
 def prefill_reach(batch: StepBatch) -> F64:
@@ -45,3 +52,36 @@ class ScaledStepModel:
         if self.min_context == 0:
             return base * self.factor
         return np.where(prefill_reach(batch) > self.min_context, base * self.factor, base)
+
+    def timing_form(self) -> ScaledInline | None:
+        """Fast where the scaled model is fast: over an inline form (a roofline's compiled tables); a linear
+        or generic model keeps the generic path (its scaled sums would not round as `step_time` does)."""
+        offer = getattr(self.model, "timing_form", None)
+        inner = offer() if callable(offer) else None
+        if inner is None or not callable(getattr(inner, "step_time_scalar", None)):
+            return None
+        return ScaledInline(inner, self.factor, float(self.min_context))
+
+
+class ScaledInline:
+    """`ScaledStepModel` over an `InlineStepModel`: the inner times × factor, bit for bit as `step_time`
+    (a pure-decode step reaches no prefill context, so with min_context > 0 it keeps its time)."""
+
+    def __init__(self, inner: InlineStepModel, factor: float, min_context: float) -> None:
+        self.inner = inner
+        self.factor = factor
+        self.min_context = min_context
+
+    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float:
+        base = self.inner.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
+        if self.min_context == 0.0 or reach_of(p_tok, p_pairs, p_seqs) > self.min_context:
+            return base * self.factor
+        return base
+
+    def decode_times(self, decode_seqs: float, decode_context: F64) -> F64:
+        base = self.inner.decode_times(decode_seqs, decode_context)
+        return base * self.factor if self.min_context == 0.0 else base
+
+    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64:
+        base = self.inner.decode_times_batch(decode_seqs, decode_context)
+        return base * self.factor if self.min_context == 0.0 else base

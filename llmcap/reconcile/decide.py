@@ -25,8 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmcap.perf.model import StepTimeModel
-from llmcap.perf.scaled import ScaledStepModel
+from llmcap.perf.corrections import StepCorrection
 from llmcap.reconcile.bias import Accounting, BucketBias
 from llmcap.reconcile.drift import Drift
 from llmcap.reconcile.params import ReconcileParams
@@ -34,27 +33,7 @@ from llmcap.reconcile.params import ReconcileParams
 DECISIONS = ("within_tolerance", "correct", "reprofile", "split", "too_few")
 
 
-@dataclass(frozen=True)
-class Correction:
-    """Step times × factor: every step (min_context 0) or prefill steps reaching past min_context tokens."""
-
-    factor: float
-    min_context: int
-    buckets: tuple[str, ...]  # the buckets whose measurements it came from
-    reasoning: str
-
-    def apply(self, model: StepTimeModel) -> StepTimeModel:
-        return ScaledStepModel(model, self.factor, self.min_context)
-
-    def to_dict(self) -> dict:
-        return {"factor": self.factor, "min_context": self.min_context, "buckets": list(self.buckets), "reasoning": self.reasoning}
-
-
-def apply_corrections(model: StepTimeModel, corrections: list[Correction]) -> StepTimeModel:
-    """The step model with every correction applied (global first, then per ISL range)."""
-    for c in sorted(corrections, key=lambda c: c.min_context):
-        model = c.apply(model)
-    return model
+Correction = StepCorrection  # what reconciliation writes back (`llmcap.perf.corrections`)
 
 
 @dataclass(frozen=True)
@@ -85,7 +64,7 @@ class Reconciliation:
             "tolerance": self.tolerance,
             "stale_fields": list(self.stale_fields),
             "drifts": [{"run": d.run, "first": d.first, "second": d.second, "change": d.change, "requests": d.requests} for d in self.drifts],
-            "corrections": [c.to_dict() for c in self.corrections],
+            "corrections": [c.model_dump(mode="json") for c in self.corrections],
             "buckets": [_bucket_dict(d) for d in self.decisions],
         }  # fmt: skip
 
@@ -153,7 +132,7 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
         # carries queueing, which a slower engine grows more than in proportion
         metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
         global_factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
-        corrections.append(Correction(global_factor, 0, tuple(b.label for b in members), (
+        corrections.append(Correction(factor=global_factor, min_context=0, buckets=tuple(b.label for b in members), reasoning=(
             f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
             f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
             f"(median measured/predicted {metric.upper()} per request over those buckets)")))  # fmt: skip
@@ -168,7 +147,7 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
             # fitted on TTFT: a range correction scales prefill steps only
             factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
             range_factor[rng] = factor
-            corrections.append(Correction(factor, rng[0], tuple(b.label for b in same), (
+            corrections.append(Correction(factor=factor, min_context=rng[0], buckets=tuple(b.label for b in same), reasoning=(
                 f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
                 f"prefill steps reaching past {rng[0]} tokens take {factor:.3f}x (on top of the global factor)")))
 

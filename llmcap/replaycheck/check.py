@@ -86,7 +86,7 @@ def check_unit(unit: PlanUnit, trace: pa.Table, params: ReplayParams, slo: SloPa
     head = {"unit": {"chosen": unit.chosen, "mode": unit.mode, "description": unit.describe(), "rate_rps": unit.rate_rps,
                      "rate_basis": unit.rate_basis}}  # fmt: skip
     if params.endpoint is None:
-        args = unit.twin_args()
+        args = unit.twin_args() + (["--slowdown", repr(params.twin_slowdown)] if params.twin_slowdown != 1.0 else [])
         say(f"no replay.endpoint: serving the unit's DIGITAL TWIN (llmcap twin serve {' '.join(args)}, dilation {params.twin_dilation:g})")
         with serving_twin(args, params.twin_dilation) as url:
             check = check_replay(trace, unit.rate_rps, prediction, url, SERVED_MODEL, params, slo, dilation=params.twin_dilation,

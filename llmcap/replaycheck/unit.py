@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import pandas as pd
@@ -21,6 +21,7 @@ from llmcap.commands._deployment import EngineOptions, decode_step_model, sim_co
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
+from llmcap.sizing.measured import ConfigKey, MeasuredModels
 from llmcap.sizing.plan import candidate_key, candidate_row
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
@@ -35,12 +36,25 @@ class PlanUnit:
     options: EngineOptions
     rate_rps: float  # the plan's max feasible rate of this unit
     rate_basis: str  # where that rate comes from
+    corrected: MeasuredModels = field(default_factory=dict)  # the plan's corrected step models by configuration
+
+    def configuration_keys(self) -> tuple[ConfigKey, ConfigKey]:
+        """(prefill or only instance, decode instance) configuration keys."""
+        o = self.options
+        prefill = (get_gpu(self.gpu).name, o.tp, 1, 1, o.quant, o.kv_dtype)
+        return prefill, (get_gpu(o.decode_gpu or self.gpu).name, o.decode_tp or o.tp, 1, 1, o.quant, o.kv_dtype)
 
     def simulation(self) -> tuple[SimConfig, StepTimeModel, StepTimeModel | None]:
-        """The unit's simulator config, step model and (P/D on another GPU or TP) decode step model."""
+        """The unit's simulator config, step model and (P/D on another GPU or TP) decode step model: the
+        roofline the twin serves, or the plan's corrected model of that configuration."""
         cfg = sim_config(load_model(self.model), get_gpu(self.gpu), self.options)
         o = self.options
-        return cfg, step_model(self.model, self.gpu, o.tp, o.quant, o.kv_dtype), decode_step_model(self.model, self.gpu, o)
+        prefill, decode = self.configuration_keys()
+        step = self.corrected.get(prefill) or step_model(self.model, self.gpu, o.tp, o.quant, o.kv_dtype)
+        decode_step = decode_step_model(self.model, self.gpu, o)
+        if decode_step is not None and decode in self.corrected:
+            decode_step = self.corrected[decode]
+        return cfg, step, decode_step
 
     def twin_args(self) -> list[str]:
         """`llmcap twin serve` options serving exactly this unit."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from llmcap.catalog import get_gpu
 from llmcap.errors import InputFileError, LlmcapError
-from llmcap.perf import CalibratedFit, read_profile
+from llmcap.perf import CalibratedFit, build_step_model, read_profile
+from llmcap.perf.corrections import StepCorrection, apply_corrections
 from llmcap.perf.model import StepTimeModel
 
 if TYPE_CHECKING:  # pandas costs a second to import; `simulate --profile` needs none of it
@@ -66,6 +67,18 @@ def measured_models(fit: CalibratedFit, fingerprint: Mapping[str, Any]) -> Measu
     """{key: the fit's step model}, or {} when the fingerprint cannot be matched to a candidate."""
     key = fingerprint_key(fingerprint)
     return {} if key is None else {key: fit.model}
+
+
+def with_corrections(measured: MeasuredModels, applied: list[Mapping[str, Any]], model: str | Path) -> MeasuredModels:
+    """`measured` with the written-back corrections (`llmcap.perf.corrections`; the profile stage's
+    step_model.json `corrections` entries: configuration + cumulative corrections) applied to their
+    configuration's step model — the measured one, else the roofline of that configuration."""
+    out = dict(measured)
+    for entry in applied:
+        key = config_key(entry["configuration"])
+        base = out.get(key) or build_step_model(model, key[0], tp=key[1], pp=key[2], ep=key[3], weight_quant=key[4], kv_dtype=key[5])
+        out[key] = apply_corrections(base, [StepCorrection.model_validate(c) for c in entry["corrections"]])
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import pytest
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._deployment import EngineOptions, sim_config
 from llmcap.live.replay import replay
-from llmcap.reconcile.decide import apply_corrections
+from llmcap.perf.corrections import apply_corrections
 from llmcap.reconcile.params import ReconcileParams
 from llmcap.reconcile.run import reconcile
 from llmcap.sim import simulate

@@ -65,3 +65,32 @@ def test_the_fast_path_gives_the_generic_paths_results(seed: int, reference: boo
     assert generic.records_parquet() == inline.records_parquet()
     assert generic.itl_values.tobytes() == inline.itl_values.tobytes()
     assert generic.summary["completed"] > 0
+
+
+class GenericOnly:
+    """A step model with its fast form hidden: the timer's generic path over the same step times."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+
+    def step_time(self, batch: StepBatch) -> np.ndarray:
+        return self.model.step_time(batch)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("min_context", [0, 64])
+def test_a_scaled_roofline_keeps_the_fast_path_with_the_generic_paths_results(seed: int, min_context: int) -> None:
+    from llmcap.perf import build_step_model
+    from llmcap.perf.scaled import ScaledInline, ScaledStepModel
+
+    scaled = ScaledStepModel(build_step_model("llama-3.1-8b", "h100").compile(), 1.3, min_context)
+    assert isinstance(StepTimer(scaled).fast, ScaledInline)
+    runs = []
+    for model in (GenericOnly(scaled), scaled):
+        rng = np.random.default_rng(seed)
+        trace = random_trace(rng, int(rng.integers(5, 60)))
+        runs.append(simulate(trace, model, random_config(rng, seed), rng=np.random.default_rng(seed)))
+    generic, inline = runs
+    assert generic.records_parquet() == inline.records_parquet()
+    assert generic.itl_values.tobytes() == inline.itl_values.tobytes()
+    assert generic.summary["completed"] > 0
