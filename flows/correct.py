@@ -65,7 +65,7 @@ def plan_configurations(root: Path) -> list[dict]:
 
 @flow(name="correct")
 def correct(root: str = str(ROOT), alias: str = "champion") -> dict:
-    from llmcap.perf.corrections import StepCorrection, history_for, write_history
+    from llmcap.perf.corrections import StepCorrection, describe_factors, history_for, write_history
 
     base = Path(root)
     raw = (base / RECONCILE).read_bytes()
@@ -86,7 +86,7 @@ def correct(root: str = str(ROOT), alias: str = "champion") -> dict:
         run_id, number = registry.register(history, v.version, [path, base / RECONCILE], {**git, "alias": alias})
         history.record_registry(v.version, run_id, number)
         write_history(corrections_dir(base), history)
-        factors = ", ".join(f"x{c.factor:.3g}" + (f" past {c.min_context} tokens" if c.min_context else "") for c in v.corrections)
+        factors = describe_factors([c.model_dump() for c in v.corrections])
         written.append({"registered_model": history.registered_model, "version": v.version, "mlflow_version": number,
                         "mlflow_run_id": run_id, "file": str(path.relative_to(base)), "alias": alias,
                         "text": f"{history.registered_model}: v{v.version} ({factors}; registry version {number}, alias {alias})"})  # fmt: skip

@@ -76,9 +76,6 @@ class CorrectionHistory(BaseModel):
     def record_registry(self, version: int, run_id: str, registry_version: str) -> None:
         self.versions[version - 1] = self.versions[version - 1].model_copy(update={"mlflow_run_id": run_id, "mlflow_version": registry_version})
 
-    def key(self) -> tuple[Any, ...]:
-        return tuple(self.configuration[f] for f in CONFIGURATION_FIELDS)
-
 
 def registered_model_name(configuration: dict[str, Any]) -> str:
     """`llmcap-step-model-H100-SXM-80GB-tp2pp1ep1-fp8-kv-fp8`: readable, one per configuration."""
@@ -136,9 +133,11 @@ def resolve_all(directory: Path | None, alias: str | None) -> list[dict[str, Any
     return out
 
 
+def describe_factors(corrections: list[dict[str, Any]]) -> str:
+    """`x1.21, x2 past 8192`: the factors of corrections as dumped (`StepCorrection.model_dump`)."""
+    return ", ".join(f"x{c['factor']:.3g}" + (f" past {c['min_context']}" if c["min_context"] else "") for c in corrections)
+
+
 def describe(applied: list[dict[str, Any]]) -> str:
     """`llmcap-step-model-…@champion=v2 (x1.21)`, for logs and tags; "none" when nothing applies."""
-    def factors(entry: dict[str, Any]) -> str:
-        return ", ".join(f"x{c['factor']:.3g}" + (f" past {c['min_context']}" if c["min_context"] else "") for c in entry["corrections"])
-
-    return "; ".join(f"{e['registered_model']}@{e['alias']}=v{e['version']} ({factors(e)})" for e in applied) or "none"
+    return "; ".join(f"{e['registered_model']}@{e['alias']}=v{e['version']} ({describe_factors(e['corrections'])})" for e in applied) or "none"
