@@ -11,8 +11,15 @@ step model scaled in situ by a speed probe taken beside that repeat; a single pr
   (|1 / median(q) - 1| <= tolerance), or, when the repeats do not agree, when it lies inside their
   range (min(q) <= 1 <= max(q)). The engine's spread only widens the band, never narrows it.
 
+A prediction can also be a band per repeat, [low_i, high_i] (`judge_band`): the simulator run at the
+slowest and the fastest speed the engine was measured at around that repeat, when that speed is known
+only to the spread of its measurements. The repeat's prediction p_i is then the point of its band nearest
+to what it measured (m_i clipped to the band) and the rule above applies unchanged; a band of width 0 is
+the point rule. The band's width is reported beside the verdict: it is how much the check cannot resolve.
+
 It can fail: a prediction 30% off repeats that agree within 10% fails, and so does one outside the
-range of repeats however widely they spread (tests/reconcile/test_repeatability.py).
+range of repeats however widely they spread, and a band that ends 30% short of such repeats
+(tests/reconcile/test_repeatability.py).
 """
 
 from __future__ import annotations
@@ -31,6 +38,14 @@ class EnvelopeVerdict:
     predicted: tuple[float, ...]  # p_i, one per repeat
     measured: tuple[float, ...]  # m_i
     tolerance: float
+    band: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (low_i, high_i) when judged as a band
+
+    @property
+    def band_width(self) -> float:
+        """Median over repeats of high_i / low_i - 1 (0 for a point prediction)."""
+        if self.band is None:
+            return 0.0
+        return float(np.median(np.asarray(self.band[1]) / np.asarray(self.band[0])) - 1.0)
 
     @property
     def ratios(self) -> np.ndarray:
@@ -68,7 +83,8 @@ class EnvelopeVerdict:
     @property
     def reason(self) -> str:
         q = self.ratios
-        head = (f"prediction {self.error:+.1%} off the median of {q.size} repeats; repeats spread "
+        what = "prediction" if self.band is None else f"prediction band (width {self.band_width:.0%}), nearest point"
+        head = (f"{what} {self.error:+.1%} off the median of {q.size} repeats; repeats spread "
                 f"{self.spread:.1%} (IQR/median), range of measured/predicted {q.min():.2f}-{q.max():.2f}")
         if abs(self.error) <= self.tolerance:
             return f"{head}: within {self.tolerance:.0%} of the median"
@@ -79,17 +95,32 @@ class EnvelopeVerdict:
         return f"{head}: the repeats disagree by more than {self.tolerance:.0%} and the prediction lies outside their range"
 
 
-def judge(predicted: ArrayLike, measured: ArrayLike, tolerance: float = TOLERANCE) -> EnvelopeVerdict:
-    """The verdict of the rule for one statistic: `predicted` per repeat (or one value for all), `measured` per repeat."""
+def _checked(measured: ArrayLike, tolerance: float, **predicted: ArrayLike) -> tuple[np.ndarray, ...]:
     m = np.asarray(measured, dtype=np.float64).ravel()
-    p = np.broadcast_to(np.asarray(predicted, dtype=np.float64), m.shape).ravel()
     if m.size < MIN_REPEATS:
         raise ValueError(f"the repeat-envelope rule needs at least {MIN_REPEATS} repeats, got {m.size}")
-    if not (np.all(np.isfinite(m)) and np.all(np.isfinite(p)) and np.all(m > 0) and np.all(p > 0)):
-        raise ValueError(f"predictions and measurements must be finite and positive: predicted {p.tolist()}, measured {m.tolist()}")
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
+    ps = [np.broadcast_to(np.asarray(v, dtype=np.float64), m.shape).ravel() for v in predicted.values()]
+    for name, v in (("measured", m), *zip(predicted, ps)):
+        if not (np.all(np.isfinite(v)) and np.all(v > 0)):
+            raise ValueError(f"{name} must be finite and positive, got {v.tolist()}")
+    return (m, *ps)
+
+
+def judge(predicted: ArrayLike, measured: ArrayLike, tolerance: float = TOLERANCE) -> EnvelopeVerdict:
+    """The verdict of the rule for one statistic: `predicted` per repeat (or one value for all), `measured` per repeat."""
+    m, p = _checked(measured, tolerance, predicted=predicted)
     return EnvelopeVerdict(tuple(p.tolist()), tuple(m.tolist()), tolerance)
+
+
+def judge_band(low: ArrayLike, high: ArrayLike, measured: ArrayLike, tolerance: float = TOLERANCE) -> EnvelopeVerdict:
+    """The rule for a prediction band per repeat: each repeat's prediction is the point of [low_i, high_i]
+    nearest to its measurement."""
+    m, lo, hi = _checked(measured, tolerance, low=low, high=high)
+    if np.any(lo > hi):
+        raise ValueError(f"band low above high: low {lo.tolist()}, high {hi.tolist()}")
+    return EnvelopeVerdict(tuple(np.clip(m, lo, hi).tolist()), tuple(m.tolist()), tolerance, (tuple(lo.tolist()), tuple(hi.tolist())))
 
 
 def majority(flags: ArrayLike) -> bool:

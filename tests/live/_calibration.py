@@ -313,3 +313,11 @@ def probe_factors(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[float, float]:
     ratios of the probes taken around it, each averaged (`CalibratedFit.scaled_by_phase` takes them)."""
     prefill, decode = (float(np.mean(x)) for x in zip(*(p.ratio(ref) for p in probes)))
     return prefill, decode
+
+
+def speed_band(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((prefill, decode) fastest, (prefill, decode) slowest) speed factors among the engine's readings
+    around a run: the profile's own (1, 1) and each probe's ratio to it. The engine ran the run at a speed
+    known only to within these readings (a probe lasts a second, a replay half a minute)."""
+    prefill, decode = zip((1.0, 1.0), *(p.ratio(ref) for p in probes))
+    return (min(prefill), min(decode)), (max(prefill), max(decode))

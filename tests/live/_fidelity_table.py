@@ -35,7 +35,8 @@ class FidelityRow:
         return {"case": self.case, "metric": self.metric, "predicted": list(v.predicted), "measured": list(v.measured),
                 "median_measured": float(np.median(v.measured)), "spread_iqr_over_median": v.spread,
                 "error": v.error, "agree": v.agree, "inside_range": v.inside_range, "passed": v.passed,
-                "unscaled_predicted": self.unscaled, "reason": v.reason}
+                "unscaled_predicted": self.unscaled, "reason": v.reason,
+                **({"band_low": list(v.band[0]), "band_high": list(v.band[1]), "band_width": v.band_width} if v.band else {})}
 
 
 def _commit() -> str:
@@ -51,7 +52,8 @@ def render(check: str, rows: list[FidelityRow], unit: str = "ms", scale: float =
     lines = [f"# {check}", "", head]
     for r in rows:
         v = r.verdict
-        pred = f"{np.median(v.predicted) * scale:.2f}"
+        pred = (f"{np.median(v.predicted) * scale:.2f}" if v.band is None else
+                f"{np.median(v.band[0]) * scale:.2f}-{np.median(v.band[1]) * scale:.2f}")
         if r.unscaled is not None:
             pred += f" (unscaled {r.unscaled * scale:.2f})"
         reps = ", ".join(f"{x * scale:.2f}" for x in v.measured)

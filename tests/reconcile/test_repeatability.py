@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from llmcap.reconcile.repeatability import judge, majority
+from llmcap.reconcile.repeatability import judge, judge_band, majority
 
 
 def test_fails_a_prediction_30_percent_off_repeats_that_agree_within_10_percent():
@@ -52,3 +52,29 @@ def test_rejects_too_few_or_bad_repeats(measured):
 
 def test_majority():
     assert majority([True, True, False]) and not majority([True, False]) and not majority([False] * 3)
+
+
+def test_a_band_is_judged_at_its_point_nearest_each_repeat():
+    measured = [1.00, 1.03, 0.97, 1.05, 0.99]
+    inside = judge_band(0.9, 1.2, measured)  # every repeat inside the band
+    assert inside.passed and inside.error == pytest.approx(0.0) and inside.band_width == pytest.approx(1.2 / 0.9 - 1)
+    assert "band" in inside.reason
+
+
+def test_a_band_that_ends_30_percent_short_of_agreeing_repeats_fails():
+    measured = [1.00, 1.03, 0.97, 1.05, 0.99]
+    for low, high in ((1.3, 1.8), (0.4, 0.7)):
+        v = judge_band(low, high, measured)
+        assert v.agree and not v.passed and abs(v.error) >= 0.29, (low, high, v.reason)
+
+
+def test_a_band_of_width_zero_is_the_point_rule():
+    predicted = np.array([1.0, 1.5, 2.0, 1.2, 1.8])
+    measured = predicted * np.array([1.4, 1.3, 1.5, 1.35, 1.45])
+    point, band = judge(predicted, measured), judge_band(predicted, predicted, measured)
+    assert (band.predicted, band.error, band.passed, band.band_width) == (point.predicted, point.error, point.passed, 0.0)
+
+
+def test_a_band_upside_down_is_refused():
+    with pytest.raises(ValueError, match="low above high"):
+        judge_band(1.2, 1.0, [1.0, 1.0, 1.0])
