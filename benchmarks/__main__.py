@@ -1,5 +1,6 @@
 """`make bench`: ingestion throughput per format and characterisation time; then the command line's
-start and whole-process simulate (`benchmarks.cli`), the simulator (`benchmarks.sim`), the sizing search (`benchmarks.size`) and the load generator (`benchmarks.loadgen`).
+start and whole-process simulate (`benchmarks.cli`), the simulator (`benchmarks.sim`), the sizing search (`benchmarks.size`), the load generator (`benchmarks.loadgen`) and the roofline's
+calibrations, cross-validated (`benchmarks.calibration`).
 
 Inputs are generated once (seeded) under .work/bench/ at sizes big enough to time the bulk paths:
 each row count is printed with the figures. Each figure is the best of 3 runs (`benchmarks._timing.best_of`).
@@ -91,12 +92,13 @@ def main() -> None:
     t, _ = best_of(lambda: characterise(table, CharacteriseParams(lru_cache_blocks=[])))
     t_lru, _ = best_of(lambda: characterise(table, CharacteriseParams()))
     print(f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes")
-    from benchmarks import cli, loadgen, sim, size
+    from benchmarks import calibration, cli, loadgen, sim, size
 
     cli.main()
     sim.main()
     size.main()
     loadgen.main()
+    calibration.main()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ COMMANDS: dict[str, Entry] = {
     "correct": Entry("decisions", "correct", "Write the last plan's step-time corrections back: a new version per configuration (file + MLflow registry)."),
     "memory": Entry("memory", "memory", "Memory per rank: weights, runtime, KV budget and KV token capacity for MODEL on GPU."),
     "simulate": Entry("simulate", "simulate", "Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."),
+    "calibrate": Entry("calibrate", "calibrate", "Fit the roofline's efficiencies for GPU to timed operations; print the cross-validation; --write ships them."),
     "perf": Entry("perf", "perf", "Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."),
     "profile": Entry("profile", "profile", "Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."),
     "gateway": Entry("gateway", "gateway", "Split traffic between a baseline and a candidate by weight, mirror a share to shadows, record every request."),

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.config import load_params
     from llmcap.errors import LlmcapError
     from llmcap.perf import build_step_model, is_stale, read_profile
+    from llmcap.perf.calibration import shipped_calibrations
     from llmcap.perf.corrections import describe, resolve_all
     from stages import tracking, validation
 
@@ -110,13 +111,16 @@ def run(args: argparse.Namespace) -> str:
         out["source"] = "roofline-fallback"
         out["step_model"] = {"kind": "roofline", "gpu": gpu.name, "tp": params.tp, "pp": params.pp, "ep": params.ep,
                              "weight_quant": params.weight_quant, "kv_dtype": params.kv_dtype,
-                             "params": roof.params.model_dump(mode="json")}
+                             "params": roof.params.model_dump(mode="json"),
+                             "calibration": roof.calibration.describe() if roof.calibration else None}
     check = None
     if profile is not None:
         out["step_model"] = profile.fit.to_dict() if profile.fit else None
         check = validation.validate(profile.points.to_pandas(), "profile_points", points_suite)
         check.write(args.report_dir / "validation.json")
     out["corrections"] = resolve_all(args.corrections, params.corrections_alias)
+    # every roofline of a GPU listed here (the size stage's candidates too) uses that GPU's fitted efficiencies
+    out["roofline_calibrations"] = {c.gpu: c.describe() for c in shipped_calibrations()}
     args.step_model.parent.mkdir(parents=True, exist_ok=True)
     args.step_model.write_text(json.dumps(out, indent=2, default=str) + "\n", encoding="utf-8")
 
@@ -126,7 +130,8 @@ def run(args: argparse.Namespace) -> str:
     with tracking.stage_run(ROOT, "profile", {"profile": params.model_dump(mode="json")}, inputs) as mlflow:
         mlflow.set_tags({**current.tags(), "source": out["source"], "stale": str(out["stale"]).lower(),
                          "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none",
-                         "step_model.corrections": describe(out["corrections"])})
+                         "step_model.corrections": describe(out["corrections"]),
+                         "roofline.calibrations": ",".join(f"{g}@{c['sha256'][:12]}" for g, c in out["roofline_calibrations"].items()) or "none"})
         mlflow.log_artifact(str(args.step_model), artifact_path="profile")
         if profile is not None:
             src = args.profile if out["source"] == "profile" else args.report_dir / "measured"

@@ -104,6 +104,7 @@ def perf(
             "decode_max_batch": [r.as_dict() for r in rm.breakdown(_decode(batch, mean_ctx))],
         },
         "params": rm.params.model_dump(),
+        "calibration": rm.calibration.describe() if rm.calibration else None,  # None: the documented default efficiencies
     }
     if output == "json":
         print_json(out)
@@ -139,6 +140,10 @@ def _print_tables(out: dict, rm: RooflineModel, ops: dict[str, list[OpCost]]) ->
     head.add_row(f"max throughput at batch {tput['batch']} (output tok/s)", f"{tput['output_tokens_per_s']:,.0f}")
     console.print(head)
     console.print(f"throughput = {tput['formula']}", highlight=False)
+    cal = out["calibration"]
+    console.print(f"efficiencies: {'calibrated, ' + cal['file'] + ' (sha256 ' + cal['sha256'][:12] + ')' if cal else 'documented defaults (no calibration for this GPU)'}"
+                  f" — matmul max {rm.params.matmul_efficiency_max:.2f}, attention max {rm.params.attention_efficiency_max:.2f}, "
+                  f"HBM {rm.params.hbm_efficiency:.2f}", highlight=False)
     dec = Table(title=f"decode step vs batch (mean context {out['decode_mean_context']:g} tokens)")
     for col in ("batch", "step = ITL (ms)", "output tok/s"):
         dec.add_column(col, justify="right")

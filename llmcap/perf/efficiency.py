@@ -15,7 +15,8 @@ F64 = NDArray[np.float64]
 
 
 class RooflineParams(BaseModel):
-    """Achieved fractions of peak and fixed costs, each with a documented default."""
+    """Achieved fractions of peak and fixed costs, each with a documented default (a GPU with a shipped
+    calibration replaces the efficiencies with fitted ones: llmcap.perf.calibration)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -30,6 +31,9 @@ class RooflineParams(BaseModel):
     """Fraction of bf16 peak that prefill attention (FlashAttention) reaches at long sequences; the same
     T/(T + half) ramp applies over prefill tokens. Assumption between FlashAttention-2 (~35-40% on H100)
     and FlashAttention-3 (~75%, Shah et al. 2024)."""
+    attention_half_tokens: float | None = Field(default=None, ge=0)
+    """Prefill tokens at which attention reaches half of `attention_efficiency_max`; None: `matmul_half_tokens`.
+    A calibrated GPU sets its own (FlashAttention needs far more tokens than a GEMM to fill the GPU)."""
     hbm_efficiency: float = Field(default=0.80, gt=0, le=1)
     """Fraction of datasheet HBM bandwidth that weight / KV streaming kernels reach. Assumption: STREAM-like
     copies reach ~90% on H100, skinny decode GEMMs less; vLLM Llama-3.1-8B decode at batch 1 on A100-40GB
@@ -63,3 +67,8 @@ def matmul_efficiency(tokens: ArrayLike, max_eff: float, half_tokens: float) -> 
     """
     t = np.maximum(np.asarray(tokens, dtype=np.float64), 1.0)
     return max_eff * t / (t + half_tokens)
+
+
+def attention_half(p: RooflineParams) -> float:
+    """Prefill tokens at which attention reaches half its maximum efficiency."""
+    return p.matmul_half_tokens if p.attention_half_tokens is None else p.attention_half_tokens

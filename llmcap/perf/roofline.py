@@ -61,7 +61,8 @@ from llmcap.memory import (
     validate_parallelism,
 )
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
-from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
+from llmcap.perf.calibration import Calibration, calibrated_params
+from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 from llmcap.perf.model import StepBatch
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
@@ -175,8 +176,12 @@ class RooflineModel:
         self.parallelism = par
         self.policy = QuantPolicy(fmt)
         self.kv_dtype = kv_dtype
-        self.params = params or RooflineParams()
         self.compute_dtype = _compute_dtype(fmt, gpu)
+        # no params given: the GPU's shipped calibration where it has one, else the documented defaults
+        self.calibration: Calibration | None = None
+        if params is None:
+            params, self.calibration = calibrated_params(gpu, self.compute_dtype)
+        self.params = params
         self._peak_bf16 = gpu.peak_flops("bf16")
         self._peak_q = gpu.peak_flops(self.compute_dtype)
         self._kv_layer_rank = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
@@ -288,7 +293,7 @@ class RooflineModel:
         # attention
         q_width = self._heads_rank * m.head_dim
         per_pair = 2.0 * self._heads_rank * self._attn_dims
-        att_eff_p = matmul_efficiency(mb.prefill_tokens, p.attention_efficiency_max, p.matmul_half_tokens)
+        att_eff_p = matmul_efficiency(mb.prefill_tokens, p.attention_efficiency_max, attention_half(p))
         pairs = mb.prefill_pairs if k.window is None else np.minimum(mb.prefill_pairs, mb.prefill_tokens * k.window)
         pf_bytes = mb.prefill_tokens * (self._kv_layer_rank + 2 * q_width * act)  # KV written, Q in, O out
         total += self._roofline(acc, "attn_prefill", per_pair * pairs, pf_bytes, self._peak_bf16, att_eff_p, scale)
@@ -477,7 +482,7 @@ class CompiledRoofline:
         self._per_pair = float(2.0 * r._heads_rank * r._attn_dims)
         self._peak = float(r._peak_bf16)
         self._amax = float(p.attention_efficiency_max)
-        self._half = float(p.matmul_half_tokens)
+        self._half = float(attention_half(p))  # the attention ramp's (the GEMMs' is in the tabulated blocks)
         self._kv = float(r._kv_layer_rank)
         self._c_pf = float(r._kv_layer_rank + 2 * (r._heads_rank * r.model.head_dim) * act)
         self._bw = float(r.gpu.hbm_bandwidth_bytes_s * p.hbm_efficiency)

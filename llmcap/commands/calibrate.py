@@ -1,0 +1,80 @@
+"""`llmcap calibrate OPS.json --gpu G [--write]`: fit the roofline's efficiencies for one GPU to timed
+operations (benchmarks/gpu/measure_ops.py, run on that GPU) and show how well they predict, in sample
+and held out. `--write` stores the fit as the GPU's shipped calibration (and the timed operations beside
+it), which every roofline of that GPU then uses."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from llmcap.catalog import get_gpu
+from llmcap.commands._common import JsonFlagOpt, print_json, user_errors
+from llmcap.errors import LlmcapError
+from llmcap.perf import calibration as cal
+
+
+@user_errors
+def calibrate(
+    ops: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Timed operations (JSON) from benchmarks/gpu/measure_ops.py.")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias the operations were timed on.")],
+    write: Annotated[bool, typer.Option("--write", help="Store the fit as this GPU's shipped calibration.")] = False,
+    json_out: JsonFlagOpt = False,
+) -> None:
+    """Fit the roofline's efficiencies for GPU to timed operations; print the cross-validation; --write ships them."""
+    g = get_gpu(gpu)
+    try:
+        rows, env = cal.load_rows(ops)
+    except (ValueError, KeyError) as e:
+        raise LlmcapError(f"{ops}: not a measure_ops.py file ({e})") from e
+    device = str(env.get("device", ""))
+    if device and not any(a in device.lower() for a in (g.name.lower(), *g.aliases)):
+        raise LlmcapError(f"{ops}: timed on {device!r}, which is not {g.name} (aliases: {', '.join(g.aliases)})")
+    fitted = cal.fit(rows, g)
+    cv = cal.cross_validate(rows, g, fitted)
+    target = cal.CALIBRATION_DIR / g.name
+    if write:
+        target.mkdir(parents=True, exist_ok=True)
+        if ops.resolve() != (target / "ops.json").resolve():
+            shutil.copyfile(ops, target / "ops.json")
+        doc = cal.calibration_doc(g, target / "ops.json", env, fitted, cv)
+        (target / "roofline.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    else:
+        doc = cal.calibration_doc(g, ops, env, fitted, cv)
+    if json_out:
+        print_json(doc)
+        return
+    console = Console()
+    t = Table(title=f"{g.name}: roofline efficiencies fitted to {len(rows)} timed operations ({device or 'device not recorded'})")
+    for col in ("knob", "default", "fitted"):
+        t.add_column(col, justify="right" if col != "knob" else "left")
+    base = cal.RooflineFit.from_params(cal.RooflineParams())
+    for d in cal.MATMUL_DTYPES:
+        t.add_row(f"matmul {d} efficiency max", f"{base.matmul[d][0]:.3f}", f"{fitted.matmul[d][0]:.3f}")
+        t.add_row(f"matmul {d} half tokens", f"{base.matmul[d][1]:.1f}", f"{fitted.matmul[d][1]:.1f}")
+    t.add_row("attention efficiency max", f"{base.attention_efficiency_max:.3f}", f"{fitted.attention_efficiency_max:.3f}")
+    t.add_row("attention half tokens", f"{base.attention_half_tokens:.1f}", f"{fitted.attention_half_tokens:.1f}")
+    t.add_row("HBM efficiency", f"{base.hbm_efficiency:.3f}", f"{fitted.hbm_efficiency:.3f}")
+    console.print(t)
+    console.print(cross_validation_table(cv))
+    if write:
+        console.print(f"wrote {target / 'roofline.yaml'}: every roofline of {g.name} uses it", highlight=False)
+
+
+def cross_validation_table(cv: cal.CrossValidation) -> Table:
+    t = Table(title=f"median |predicted / measured - 1| (held out: each of {cv.groups} groups predicted by a fit without it)")
+    for col in ("op", "rows", "defaults", "calibrated", "held out"):
+        t.add_column(col, justify="right" if col != "op" else "left")
+    for r in cv.rows():
+        held = float(r["held_out"])
+        t.add_row(str(r["op"]), f"{r['rows']}", f"{r['uncalibrated']:.1%}", f"{r['calibrated']:.1%}", "—" if np.isnan(held) else f"{held:.1%}")
+    t.caption = (f"in scope: operations that took ≥ {cal.MIN_TIME_S * 1e6:g} µs; '{cal.BELOW_SCOPE}': shorter ones, "
+                 "where launch latency the roofline does not model is a large share (not fitted)")
+    return t

@@ -1,0 +1,266 @@
+"""The roofline's efficiency knobs fitted per GPU to timed operations, and the cross-validation that says how far to trust them.
+
+A calibration set is a JSON file of timed operations on one GPU (benchmarks/gpu/measure_ops.py writes it;
+`environment` says where and with what): GEMMs of real models' linear layers at 1-8192 rows in bf16 and
+fp8, causal prefill attention over 256-16384 tokens, one-token decode attention over cached contexts, and
+an HBM copy. Each row carries the FLOPs and bytes the roofline counts for it, and the roofline predicts
+its time as max(FLOPs / (peak x eff), bytes / (HBM bandwidth x hbm_efficiency)) with
+- GEMMs: eff = matmul_efficiency_max[dtype] x T / (T + matmul_half_tokens[dtype]), T rows;
+- prefill attention: eff = attention_efficiency_max x T / (T + attention_half_tokens);
+- decode attention: eff = attention_efficiency_max (the bytes side binds);
+- copy: the bytes side alone.
+`fit` finds the knobs by robust least squares on log time (soft-L1) over the rows in the roofline's scope:
+kernels that took at least `MIN_TIME_S`. In shorter ones a kernel's launch and latency (a few
+microseconds even inside a CUDA graph), which the roofline does not model, are a large share of its
+time, and fitting them would drag the HBM efficiency down for every large kernel; their error is
+reported apart. `cross_validate` refits with each group of in-scope rows (one model's layer at one TP,
+one prompt length, one decode batch, the copy) left out and predicts it: the error to expect on an
+operation the fit has not seen. The fitted knobs are data
+(`llmcap/catalog/data/calibration/<GPU>/roofline.yaml`, with their source file's sha256), applied by
+`calibrated_params` to every roofline of that GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+from numpy.typing import NDArray
+
+from llmcap.catalog.gpus import GpuSpec
+from llmcap.perf.efficiency import RooflineParams
+
+F64 = NDArray[np.float64]
+CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data" / "calibration"
+MATMUL_DTYPES = ("bf16", "fp8")
+OPS = ("gemm", "attn_prefill", "attn_decode", "copy")
+# fitted vector: per matmul dtype (max, half), then attention (max, half), then hbm
+_LOWER = [0.02, 0.0] * len(MATMUL_DTYPES) + [0.02, 0.0, 0.05]
+_UPPER = [1.0, 8192.0] * len(MATMUL_DTYPES) + [1.0, 65536.0, 1.0]
+_ROBUST_SCALE = 0.1  # log-time residual where soft-L1 turns from quadratic to linear (~10%)
+MIN_TIME_S = 20e-6  # the roofline's scope: kernels that take at least this (a launch is a few microseconds)
+
+
+@dataclass(frozen=True)
+class OpRows:
+    """The timed operations of one calibration set, as arrays (one entry per row)."""
+
+    op: NDArray[np.str_]
+    dtype: NDArray[np.str_]
+    group: NDArray[np.str_]  # what cross-validation leaves out together
+    tokens: F64  # GEMM rows or prefill tokens (1 for the others)
+    flops: F64
+    nbytes: F64
+    time_s: F64
+
+    def __len__(self) -> int:
+        return int(self.time_s.size)
+
+    def subset(self, keep: NDArray[np.bool_]) -> OpRows:
+        return OpRows(*(getattr(self, f)[keep] for f in ("op", "dtype", "group", "tokens", "flops", "nbytes", "time_s")))
+
+
+def _group(r: dict) -> str:
+    if r["op"] == "gemm":
+        return f"gemm {r['dtype']} {r['model']} tp{r['tp']} {r['layer']}"
+    if r["op"] == "attn_prefill":
+        return f"attn_prefill T={r['tokens']}"
+    if r["op"] == "attn_decode":
+        return f"attn_decode B={r['batch']}"
+    return r["op"]
+
+
+def load_rows(path: Path) -> tuple[OpRows, dict]:
+    """(timed rows, the set's environment) of a measure_ops.py file; untimed rows (a refused shape) are left out."""
+    doc = json.loads(Path(path).read_text())
+    rows = [r for r in doc["rows"] if "time_s" in r and r["op"] in OPS and (r["op"] != "gemm" or r["dtype"] in MATMUL_DTYPES)]
+    if not rows:
+        raise ValueError(f"{path}: no timed rows")
+    tokens = [float(r.get("m", r.get("tokens", 1))) for r in rows]
+    return OpRows(np.array([r["op"] for r in rows]), np.array([r["dtype"] for r in rows]), np.array([_group(r) for r in rows]),
+                  np.array(tokens), np.array([float(r["flops"]) for r in rows]), np.array([float(r["bytes"]) for r in rows]),
+                  np.array([float(r["time_s"]) for r in rows])), doc.get("environment", {})
+
+
+@dataclass(frozen=True)
+class RooflineFit:
+    """Fitted knobs of one GPU: per matmul dtype (efficiency max, half tokens), attention's, HBM's."""
+
+    matmul: dict[str, tuple[float, float]]
+    attention_efficiency_max: float
+    attention_half_tokens: float
+    hbm_efficiency: float
+
+    @classmethod
+    def from_vector(cls, x: F64) -> RooflineFit:
+        n = len(MATMUL_DTYPES)
+        return cls({d: (float(x[2 * i]), float(x[2 * i + 1])) for i, d in enumerate(MATMUL_DTYPES)},
+                   float(x[2 * n]), float(x[2 * n + 1]), float(x[2 * n + 2]))
+
+    @classmethod
+    def from_params(cls, p: RooflineParams) -> RooflineFit:
+        """The uncalibrated defaults in the same shape (one matmul curve for every dtype)."""
+        return cls({d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES}, p.attention_efficiency_max,
+                   p.attention_half_tokens if p.attention_half_tokens is not None else p.matmul_half_tokens, p.hbm_efficiency)
+
+    def vector(self) -> F64:
+        return np.array([v for d in MATMUL_DTYPES for v in self.matmul[d]]
+                        + [self.attention_efficiency_max, self.attention_half_tokens, self.hbm_efficiency])
+
+    def params(self, compute_dtype: str, base: RooflineParams | None = None) -> RooflineParams:
+        """RooflineParams for rooflines whose GEMMs run in `compute_dtype` (bf16's curve for a dtype not fitted)."""
+        mm_max, mm_half = self.matmul.get(compute_dtype, self.matmul["bf16"])
+        return (base or RooflineParams()).model_copy(update={
+            "matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
+            "attention_half_tokens": self.attention_half_tokens, "hbm_efficiency": self.hbm_efficiency})
+
+
+def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
+    """The roofline's time for each row under `fit` (the formulas of the module docstring)."""
+    bw = gpu.hbm_bandwidth_bytes_s * fit.hbm_efficiency
+    memory = rows.nbytes / bw
+    compute = np.zeros(len(rows))
+    for d in MATMUL_DTYPES:
+        sel = (rows.op == "gemm") & (rows.dtype == d)
+        if sel.any():
+            mm_max, mm_half = fit.matmul[d]
+            eff = mm_max * rows.tokens[sel] / (rows.tokens[sel] + mm_half)
+            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * eff)
+    bf16 = gpu.peak_flops("bf16")
+    pre = rows.op == "attn_prefill"
+    eff = fit.attention_efficiency_max * rows.tokens[pre] / (rows.tokens[pre] + fit.attention_half_tokens)
+    compute[pre] = rows.flops[pre] / (bf16 * eff)
+    dec = rows.op == "attn_decode"
+    compute[dec] = rows.flops[dec] / (bf16 * fit.attention_efficiency_max)
+    return np.maximum(compute, memory)
+
+
+def in_scope(rows: OpRows, gpu: GpuSpec) -> NDArray[np.bool_]:
+    """Rows that took at least `MIN_TIME_S` (the roofline's scope: several times a kernel's launch latency)."""
+    return rows.time_s >= MIN_TIME_S
+
+
+def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None) -> RooflineFit:
+    """The knobs that best predict the in-scope `rows` (robust least squares on log time, bounded to physical ranges)."""
+    from scipy.optimize import least_squares  # only fitting needs it; every roofline imports this module
+
+    rows = rows.subset(in_scope(rows, gpu))
+    if len(rows) == 0:
+        raise ValueError(f"no timed operation took {MIN_TIME_S * 1e6:g} us or more")
+    x0 = np.clip((start or RooflineFit.from_params(RooflineParams())).vector(), np.array(_LOWER) + 1e-9, np.array(_UPPER) - 1e-9)
+    log_t = np.log(rows.time_s)
+    res = least_squares(lambda x: np.log(predict(rows, RooflineFit.from_vector(x), gpu)) - log_t, x0,
+                        bounds=(_LOWER, _UPPER), loss="soft_l1", f_scale=_ROBUST_SCALE, x_scale="jac")
+    return RooflineFit.from_vector(res.x)
+
+
+def relative_errors(rows: OpRows, fit_: RooflineFit, gpu: GpuSpec) -> F64:
+    """predicted / measured - 1 per row."""
+    return predict(rows, fit_, gpu) / rows.time_s - 1.0
+
+
+@dataclass(frozen=True)
+class CrossValidation:
+    """Per op (in scope): median |error| of the defaults, of the fit on every row, and of each row predicted by
+    a fit without its group; then all in-scope rows, and the rows below the scope (not fitted, no held-out figure)."""
+
+    op: tuple[str, ...]
+    count: tuple[int, ...]
+    uncalibrated: tuple[float, ...]
+    in_sample: tuple[float, ...]
+    held_out: tuple[float, ...]
+    groups: int
+
+    def rows(self) -> list[dict[str, float | int | str]]:
+        return [{"op": o, "rows": n, "uncalibrated": u, "calibrated": c, "held_out": h}
+                for o, n, u, c, h in zip(self.op, self.count, self.uncalibrated, self.in_sample, self.held_out, strict=True)]
+
+
+BELOW_SCOPE = "below scope"
+
+
+def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None) -> CrossValidation:
+    """Leave-one-group-out over the in-scope rows: each group predicted by a fit on all the others."""
+    full = full or fit(rows, gpu)
+    scope = in_scope(rows, gpu)
+    held = np.full(len(rows), np.nan)
+    groups = np.unique(rows.group[scope])
+    for g in groups:
+        out = scope & (rows.group == g)
+        held[out] = relative_errors(rows.subset(out), fit(rows.subset(~out), gpu, start=full), gpu)
+    base = relative_errors(rows, RooflineFit.from_params(RooflineParams()), gpu)
+    cal = relative_errors(rows, full, gpu)
+    sets = [(o, scope & (rows.op == o)) for o in OPS if (scope & (rows.op == o)).any()] + [("all", scope), (BELOW_SCOPE, ~scope)]
+    sets = [(name, sel) for name, sel in sets if sel.any()]
+
+    def med(e: F64) -> tuple[float, ...]:
+        return tuple(float(np.median(np.abs(e[sel]))) for _, sel in sets)
+
+    return CrossValidation(tuple(n for n, _ in sets), tuple(int(sel.sum()) for _, sel in sets), med(base), med(cal), med(held),
+                           int(groups.size))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def calibration_doc(gpu: GpuSpec, measurements: Path, environment: dict, fit_: RooflineFit, cv: CrossValidation) -> dict:
+    """The YAML document of a calibration: the knobs, where they come from, how well they predict."""
+    return {
+        "gpu": gpu.name,
+        "source": {"measurements": measurements.name, "sha256": sha256(measurements), "environment": environment,
+                   "script": "benchmarks/gpu/measure_ops.py", "fitted_by": "llmcap.perf.calibration.fit"},
+        "matmul": {d: {"efficiency_max": round(m, 6), "half_tokens": round(h, 4)} for d, (m, h) in fit_.matmul.items()},
+        "attention": {"efficiency_max": round(fit_.attention_efficiency_max, 6), "half_tokens": round(fit_.attention_half_tokens, 4)},
+        "hbm_efficiency": round(fit_.hbm_efficiency, 6),
+        "scope": {"min_time_s": MIN_TIME_S, "note": "operations that took less are dominated by launch latency: not fitted"},
+        "median_abs_error": {r["op"]: {k: (None if isinstance(v, float) and np.isnan(v) else round(float(v), 4) if isinstance(v, float) else v)
+                                       for k, v in r.items() if k != "op"} for r in cv.rows()},
+        "cross_validation_groups": cv.groups,
+    }
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One GPU's shipped calibration: the fit and its identity (the YAML's sha256)."""
+
+    gpu: str
+    fit: RooflineFit
+    sha256: str
+    path: Path
+
+    def describe(self) -> dict[str, str]:
+        return {"gpu": self.gpu, "file": f"{self.path.parent.name}/{self.path.name}", "sha256": self.sha256}
+
+
+def read_calibration(path: Path) -> Calibration:
+    doc = yaml.safe_load(Path(path).read_text())
+    try:
+        f = RooflineFit({d: (float(v["efficiency_max"]), float(v["half_tokens"])) for d, v in doc["matmul"].items()},
+                        float(doc["attention"]["efficiency_max"]), float(doc["attention"]["half_tokens"]), float(doc["hbm_efficiency"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not a roofline calibration ({type(e).__name__}: {e})") from e
+    return Calibration(str(doc["gpu"]), f, sha256(path), Path(path))
+
+
+@cache
+def shipped_calibration(gpu_name: str) -> Calibration | None:
+    """The calibration shipped for catalog GPU `gpu_name`, if any."""
+    path = CALIBRATION_DIR / gpu_name / "roofline.yaml"
+    return read_calibration(path) if path.is_file() else None
+
+
+def calibrated_params(gpu: GpuSpec, compute_dtype: str) -> tuple[RooflineParams, Calibration | None]:
+    """(RooflineParams for this GPU and GEMM dtype, the calibration they come from; None: the documented defaults)."""
+    cal = shipped_calibration(gpu.name)
+    return (RooflineParams(), None) if cal is None else (cal.fit.params(compute_dtype), cal)
+
+
+def shipped_calibrations() -> list[Calibration]:
+    """Every shipped calibration, by GPU name."""
+    return [c for p in sorted(CALIBRATION_DIR.glob("*/roofline.yaml")) if (c := shipped_calibration(p.parent.name)) is not None]
