@@ -30,15 +30,23 @@ def load_step_info(path: Path) -> tuple[str, dict, dict]:
     return source, info, measured
 
 
-def step_times_note(source: str, info: dict, measured: dict) -> str:
-    """What times the candidates: the roofline, the calibrated profile where it matches, and the
-    written-back corrections with their versions."""
+def roofline_calibrations(gpus: set[str]) -> dict[str, dict[str, str]]:
+    """The shipped roofline calibrations (llmcap.perf.calibration) of these GPUs: file and sha256 by GPU."""
+    from llmcap.perf.calibration import shipped_calibrations
+
+    return {c.gpu: c.describe() for c in shipped_calibrations() if c.gpu in gpus}
+
+
+def step_times_note(source: str, info: dict, measured: dict, calibrations: dict[str, dict[str, str]]) -> str:
+    """What times the candidates: the roofline (with the GPUs' fitted efficiencies where shipped), the
+    calibrated profile where it matches, and the written-back corrections with their versions."""
     from llmcap.perf.corrections import describe
     from llmcap.sizing.measured import config_key, describe_key, fingerprint_key
 
     corrected = {config_key(e["configuration"]) for e in info.get("corrections") or []}
     profiled = fingerprint_key(info["fingerprint"]) if source.startswith("profile") else None
-    uses = "roofline per candidate" + "".join(
+    fitted = ", ".join(f"{g} ({c['file']}, sha256 {c['sha256'][:12]})" for g, c in calibrations.items()) or "none"
+    uses = f"roofline per candidate (efficiencies fitted to timed operations for: {fitted}; other GPUs: documented defaults)" + "".join(
         f", {'the calibrated profile' if k == profiled else 'the roofline'}{' corrected' if k in corrected else ''} for {describe_key(k)}"
         for k in measured)
     return f"step times: {uses} (profile stage source: {source}; written-back corrections: {describe(info.get('corrections') or [])})"

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.sizing.plan import class_pools, size_deployments
     from llmcap.trace import load_trace
     from stages import tracking, validation
-    from stages._step_models import load_step_info, step_times_note
+    from stages._step_models import load_step_info, roofline_calibrations, step_times_note
 
     params = load_params(args.params)
     size = params.size
@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> str:
             except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
                 pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
     write_parquet(out.table, args.capacity)
-    notes = (step_times_note(step_source, step_info, measured),)
+    calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
+    notes = (step_times_note(step_source, step_info, measured, calibrations),)
     if pools_failed is not None:
         notes += (pools_failed,)
         out.summary["pools"] = {"cheaper": "shared", "reason": pools_failed}
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace) -> str:
     report = dataclasses.replace(out.report, notes=notes + out.report.notes, provenance=_provenance(args, params, step_info, out.summary))
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
-    summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source, "step_model_corrections": step_info.get("corrections") or []}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source, "step_model_corrections": step_info.get("corrections") or [],
+                                                  "roofline_calibrations": calibrations}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     write_dvc_metrics(out.summary, out.table, args.metrics, args.plot_data)
     check = validation.validate(out.table.to_pandas(), "capacity", capacity_suite)
     validation_path = check.write(args.report_dir / "validation.json")

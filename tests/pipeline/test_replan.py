@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmcap.perf.calibration import shipped_calibrations
 from ops.reproduce import out_flags
 from tests.pipeline._project import make_project, sh
 
@@ -60,6 +61,13 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     hashes = _output_hashes(root)
     assert "data/processed/replay/predicted.parquet" in hashes and "data/processed/replay/measured.parquet" not in hashes
     assert "DIGITAL TWIN" in first.stdout and "DIGITAL TWIN" in (root / "data/reports/replay/replay.md").read_text()
+    # the roofline's fitted efficiencies (llmcap/catalog/data/calibration) are named where the plan records its step times
+    shipped = {c.gpu: c.describe() for c in shipped_calibrations()}
+    assert "H200-SXM-141GB" in shipped
+    assert json.loads((root / "data/processed/step_model.json").read_text())["roofline_calibrations"] == shipped
+    summary = json.loads((root / "data/reports/capacity/summary.json").read_text())
+    assert summary["roofline_calibrations"] == {g: shipped[g] for g in ("H200-SXM-141GB",)}
+    assert "efficiencies fitted to timed operations for: H200-SXM-141GB" in (root / "data/reports/capacity/capacity.md").read_text()
     _check_mlflow(root, env)
 
     # 2. Nothing changed: DVC runs nothing.
