@@ -69,7 +69,9 @@ def test_a_slower_twin_is_corrected_written_back_and_used_by_the_replan(tmp_path
     assert applied["version"] == 1 and applied["alias"] == "champion"
     after = _read(root, "data/reports/capacity/summary.json")
     assert after["step_model_corrections"] == step["corrections"]
-    assert after["chosen"] == before["chosen"]
+    # the same configuration (GPU, weights, KV dtype, parallelism): the one the correction was written for; the
+    # engine knobs after it (max_num_seqs, max_num_batched_tokens, block size) may be re-tuned for slower steps
+    assert after["chosen"].split("/")[:4] == before["chosen"].split("/")[:4], (before["chosen"], after["chosen"])
     (pool,) = after["pool_plans"]  # every step 1.3x longer: each instance holds less, more are needed
     assert after["pool_plans"][pool]["per_instance_rps"] < before["pool_plans"][pool]["per_instance_rps"]
     assert after["gpus"] > before["gpus"]
