@@ -33,7 +33,7 @@ import yaml
 from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec
-from llmcap.perf.efficiency import RooflineParams
+from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 
 F64 = NDArray[np.float64]
 CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data" / "calibration"
@@ -106,7 +106,7 @@ class RooflineFit:
     def from_params(cls, p: RooflineParams) -> RooflineFit:
         """The uncalibrated defaults in the same shape (one matmul curve for every dtype)."""
         return cls({d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES}, p.attention_efficiency_max,
-                   p.attention_half_tokens if p.attention_half_tokens is not None else p.matmul_half_tokens, p.hbm_efficiency)
+                   attention_half(p), p.hbm_efficiency)
 
     def vector(self) -> F64:
         return np.array([v for d in MATMUL_DTYPES for v in self.matmul[d]]
@@ -128,19 +128,17 @@ def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
     for d in MATMUL_DTYPES:
         sel = (rows.op == "gemm") & (rows.dtype == d)
         if sel.any():
-            mm_max, mm_half = fit.matmul[d]
-            eff = mm_max * rows.tokens[sel] / (rows.tokens[sel] + mm_half)
-            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * eff)
+            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * matmul_efficiency(rows.tokens[sel], *fit.matmul[d]))
     bf16 = gpu.peak_flops("bf16")
     pre = rows.op == "attn_prefill"
-    eff = fit.attention_efficiency_max * rows.tokens[pre] / (rows.tokens[pre] + fit.attention_half_tokens)
+    eff = matmul_efficiency(rows.tokens[pre], fit.attention_efficiency_max, fit.attention_half_tokens)
     compute[pre] = rows.flops[pre] / (bf16 * eff)
     dec = rows.op == "attn_decode"
     compute[dec] = rows.flops[dec] / (bf16 * fit.attention_efficiency_max)
     return np.maximum(compute, memory)
 
 
-def in_scope(rows: OpRows, gpu: GpuSpec) -> NDArray[np.bool_]:
+def in_scope(rows: OpRows) -> NDArray[np.bool_]:
     """Rows that took at least `MIN_TIME_S` (the roofline's scope: several times a kernel's launch latency)."""
     return rows.time_s >= MIN_TIME_S
 
@@ -149,7 +147,7 @@ def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None) -> Rooflin
     """The knobs that best predict the in-scope `rows` (robust least squares on log time, bounded to physical ranges)."""
     from scipy.optimize import least_squares  # only fitting needs it; every roofline imports this module
 
-    rows = rows.subset(in_scope(rows, gpu))
+    rows = rows.subset(in_scope(rows))
     if len(rows) == 0:
         raise ValueError(f"no timed operation took {MIN_TIME_S * 1e6:g} us or more")
     x0 = np.clip((start or RooflineFit.from_params(RooflineParams())).vector(), np.array(_LOWER) + 1e-9, np.array(_UPPER) - 1e-9)
@@ -187,7 +185,7 @@ BELOW_SCOPE = "below scope"
 def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None) -> CrossValidation:
     """Leave-one-group-out over the in-scope rows: each group predicted by a fit on all the others."""
     full = full or fit(rows, gpu)
-    scope = in_scope(rows, gpu)
+    scope = in_scope(rows)
     held = np.full(len(rows), np.nan)
     groups = np.unique(rows.group[scope])
     for g in groups:
@@ -205,6 +203,13 @@ def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None) 
                            int(groups.size))
 
 
+def _rounded(v: float | int | str) -> float | int | str | None:
+    """A figure for the YAML: 4 decimals, None for no figure (NaN)."""
+    if isinstance(v, float):
+        return None if np.isnan(v) else round(v, 4)
+    return v
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -219,8 +224,7 @@ def calibration_doc(gpu: GpuSpec, measurements: Path, environment: dict, fit_: R
         "attention": {"efficiency_max": round(fit_.attention_efficiency_max, 6), "half_tokens": round(fit_.attention_half_tokens, 4)},
         "hbm_efficiency": round(fit_.hbm_efficiency, 6),
         "scope": {"min_time_s": MIN_TIME_S, "note": "operations that took less are dominated by launch latency: not fitted"},
-        "median_abs_error": {r["op"]: {k: (None if isinstance(v, float) and np.isnan(v) else round(float(v), 4) if isinstance(v, float) else v)
-                                       for k, v in r.items() if k != "op"} for r in cv.rows()},
+        "median_abs_error": {r["op"]: {k: _rounded(v) for k, v in r.items() if k != "op"} for r in cv.rows()},
         "cross_validation_groups": cv.groups,
     }
 
