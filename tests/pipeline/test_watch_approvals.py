@@ -1,11 +1,14 @@
 """Re-plan on an upgrade, promoted only by approval, against a real Prefect server this test starts
 (`python -m flows.server start`: loopback, free port, stopped by its PID) and the runner `flows.serve`.
 
-In a throw-away copy of the repository with a committed plan A, a twin stands for the serving engine:
+In a throw-away copy of the repository with a committed plan A, a twin of the planned configuration stands
+for the serving engine; it is `profile.endpoint` (the watched endpoint by default), so the profile stage
+measures it whenever the profile is stale:
 - the deployments exist with the schedules of params.yaml `watch`;
 - a `watch` run while the twin reports the planned engine version re-plans nothing;
-- the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-plans, writes the diff and
-  pauses; `llmcap approve RUN --by alice` commits the plan, and `llmcap history` says approved by alice;
+- the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-profiles the twin, re-plans on
+  the new profile, writes the diff and pauses; `llmcap approve RUN --by alice` commits the plan, and
+  `llmcap history` says approved by alice;
 - another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
   says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
 - an upgrade nobody approves in time: the same, history says timed out;
@@ -41,10 +44,11 @@ def _free_port() -> int:
 
 @contextmanager
 def twin(port: int, version: str) -> Iterator[str]:
-    """`llmcap twin serve` reporting `version` at GET /version, stopped by its PID."""
-    from tests.twin.test_replay_cli import twin as twin_on
+    """A twin of the configuration params `profile` describes (the default model on H100 TP4), reporting
+    `version` at GET /version; stopped by its PID."""
+    from tests.twin._twin import twin_server
 
-    with twin_on("--port", str(port), "--engine-version", version) as url:
+    with twin_server("-m", "Llama-3.1-70B", "-g", "h100", "--tp", "4", "--port", str(port), "--engine-version", version) as (_, url):
         yield url
 
 
@@ -110,8 +114,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     params["enumerate"]["parallel"]["tp"] = [4, 8]
     params["enumerate"]["aggregated"]["max_num_batched_tokens"] = [8192]
     params["size"].update(confirm_whole_trace="off", max_simulated=1)
-    params["profile"]["engine_version"] = "0.11.0"
-    params["watch"].update(endpoints=[f"http://127.0.0.1:{port}"], interval_s=3600, replan_cron="0 6 * * 1")
+    # the twin is the endpoint to profile (a small grid: four cells of 16 tokens) and, by default, to watch
+    params["profile"].update(engine_version="0.11.0", endpoint=f"http://127.0.0.1:{port}", isl=[256, 1024], concurrency=[1, 4], osl=16, repeats=1)
+    params["watch"].update(endpoints=[], interval_s=3600, replan_cron="0 6 * * 1")
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     sh(["git", "commit", "-qam", "watch the twin"], root, env)
 
@@ -125,7 +130,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     # schedules, and no run is due before the test asks for one (interval 1 h from now, cron on Mondays 06:00).
     runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
+        with twin(port, "0.11.0"):  # plan A's profile is measured on the planned engine
+            sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
+        assert json.loads((root / "data/processed/step_model.json").read_text())["source"] == "profile-measured"
         sh(["git", "add", "dvc.lock"], root, env)
         sh(["git", "commit", "-qm", "plan A"], root, env)
         deadline = time.monotonic() + 300
@@ -200,6 +207,10 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     assert approval["dvc_lock_sha256"] == newest["dvc_lock_sha256"]
     step_model = json.loads((root / "data/processed/step_model.json").read_text())
     assert step_model["fingerprint"]["engine_version"] == "0.12.0"  # the plan is for the upgraded engine
+    # ... on a profile measured again, from the upgraded engine, and the sizing used it
+    measured = json.loads((root / "data/reports/profile/measured/fingerprint.json").read_text())
+    assert step_model["source"] == "profile-measured" and measured["engine_version"] == "0.12.0"
+    assert json.loads((root / "data/reports/capacity/summary.json").read_text())["step_model_source"] == "profile-measured"
     rows = _history(project)
     printed, _ = cli.communicate(timeout=600)
     assert cli.returncode == 0 and json.loads(printed) == rows  # what the CLI prints
