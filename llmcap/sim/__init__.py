@@ -15,6 +15,10 @@ Public API:
 
 from __future__ import annotations
 
+from llmcap import _native
+
+CORE = _native.load("sim")  # first: the compiled core (if built from these sources) before any module of it
+
 import gc
 import io
 import time
@@ -25,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap import CORE
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim.cluster import run_cluster
 from llmcap.sim.engine import Replica
