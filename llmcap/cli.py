@@ -105,8 +105,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", envvar="LLMCAP_LOG_LEVEL", help="debug | info | warning | error: what the library logs on stderr.")] = "warning",
 ) -> None:
     """LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs."""
+    from llmcap.commands._common import configure_logging, user_errors
+
+    user_errors(configure_logging)(log_level)
 
 
 def main() -> None:
