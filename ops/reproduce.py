@@ -83,14 +83,12 @@ def native_core(root: Path, worktree: Path) -> str:
 
 
 def isolated_env(state: Path, python: Path) -> dict[str, str]:
+    from stages.env import defaults
+
     return {
         **os.environ,
+        **defaults(state),
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PREFECT_HOME": str(state / "prefect"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{state / 'mlflow.db'}",
-        "DVC_SITE_CACHE_DIR": str(state / "dvc-site-cache"),
-        "MPLCONFIGDIR": str(state / "matplotlib"),
-        "DVC_NO_ANALYTICS": "1",
         "PYTHONHASHSEED": "0",
     }
 
