@@ -31,7 +31,8 @@ PACKAGE = Path(__file__).resolve().parent  # llmcap/
 COMPILED = PACKAGE / "_compiled"  # the extensions, laid out like the package (scripts/build_native.py)
 # in dependency order: a module comes after the compiled modules it imports
 NATIVE_MODULES = (
-    "sim.recorder", "sim.segments", "sim.kvcache", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.engine", "sim.routers",
+    "sim.recorder", "sim.segments", "sim.kvcache", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.state", "sim.steplog",
+    "sim.decoding", "sim.engine", "sim.routers",
     "sim.cluster", "trace.lru",
 )  # fmt: skip
 # compiled code calls into these packages' compiled modules: they are loaded first
