@@ -9,17 +9,10 @@ WORK := $(ROOT)/.work
 UV := $(shell command -v uv 2>/dev/null || echo $(ROOT)/.tools/bin/uv)
 export UV
 
-# Measured gotchas of the stack (docs/stack-notes.md): everything writable lives in .work/.
-export PREFECT_HOME := $(WORK)/prefect
-export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
-export PREFECT_SERVER_ANALYTICS_ENABLED := false
+# Measured gotchas of the stack (docs/stack-notes.md): everything writable lives in .work/. The list is
+# stages/env.py's (the one the stages, flows and tests apply too); only what must be set before Python starts is here.
+$(foreach setting,$(shell python3 $(ROOT)/stages/env.py $(WORK)),$(eval export $(setting)))
 export PREFECT_LOGGING_LEVEL := WARNING
-export MLFLOW_TRACKING_URI := sqlite:///$(WORK)/mlflow.db
-export MLFLOW_DISABLE_TELEMETRY := true
-export DVC_NO_ANALYTICS := 1
-export DVC_SITE_CACHE_DIR := $(WORK)/dvc-site-cache
-export MPLCONFIGDIR := $(WORK)/matplotlib
-export MPLBACKEND := Agg
 export GIT_AUTHOR_NAME ?= llmcap
 export GIT_AUTHOR_EMAIL ?= llmcap@localhost
 export GIT_COMMITTER_NAME ?= llmcap

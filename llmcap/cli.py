@@ -10,7 +10,7 @@ command's own). User errors print one line on stderr and exit with code 2 (`comm
 from __future__ import annotations
 
 import importlib
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup  # typer carries its own click: no `import click` here
@@ -55,7 +55,7 @@ def load_command(name: str) -> TyperCommand | TyperGroup:
         return group
     single = typer.Typer()
     single.command(name)(obj)
-    return typer.main.get_command(single)
+    return cast(TyperCommand, typer.main.get_command(single))  # one command, no callback: typer's TyperCommand
 
 
 class LazyGroup(TyperGroup):
@@ -63,17 +63,18 @@ class LazyGroup(TyperGroup):
 
     listing = False  # while the top-level help is drawn: stand-ins carrying the one-line help
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    # ctx: typer's own click Context (typer.Context subclasses it), which typer does not export
+    def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> TyperCommand | TyperGroup | None:
+    def get_command(self, ctx: Any, cmd_name: str) -> TyperCommand | TyperGroup | None:
         if cmd_name not in COMMANDS:
             return None
         if self.listing:
             return TyperCommand(cmd_name, help=COMMANDS[cmd_name].help)
         return load_command(cmd_name)
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self.listing = True
         try:
             super().format_help(ctx, formatter)
@@ -105,8 +106,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     show_version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", envvar="LLMCAP_LOG_LEVEL", help="debug | info | warning | error: what the library logs on stderr.")] = "warning",
 ) -> None:
     """LLM inference capacity planning: from a request trace to a GPU count that meets latency SLOs."""
+    from llmcap.commands._common import configure_logging, user_errors
+
+    user_errors(configure_logging)(log_level)
 
 
 def main() -> None:

@@ -215,7 +215,7 @@ def stage_weight_bytes(
     model: ModelSpec, par: Parallelism, policy: QuantPolicy, stage: int
 ) -> dict[str, int]:
     """Weight bytes by component on one rank of PP stage `stage`."""
-    out = dict.fromkeys(COMPONENTS, 0)
+    out: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
     layers = pp_stage_layers(model.num_layers, par.pp)[stage]
     first, last = model.edge_tensors()
     tensors: list[Tensor] = []

@@ -70,24 +70,25 @@ def native_core(root: Path, worktree: Path) -> str:
         src = worktree / "llmcap" / (name.replace(".", "/") + ".py")
         if not src.is_file() or sha256(src.read_bytes()) != digest:
             return f"Python sources (REV's {name} differs from the compiled one)"
+    # REV's loader finds the extensions in llmcap/_compiled/ or, before that directory existed, beside the sources
+    into = worktree / "llmcap" / ("_compiled" if "_compiled" in (worktree / "llmcap" / "_native.py").read_text() else "")
     for name in modules:
-        rel = Path("llmcap", *name.split("."))
-        for so in (root / rel.parent).glob(f"{rel.name}*.so"):
+        rel = Path(*name.split("."))
+        (into / rel.parent).mkdir(parents=True, exist_ok=True)
+        for so in (root / "llmcap" / "_compiled" / rel.parent).glob(f"{rel.name}*.so"):
             if so.name.split(".")[0] in (rel.name, rel.name + "__mypyc"):
-                shutil.copy2(so, worktree / rel.parent / so.name)
+                shutil.copy2(so, into / rel.parent / so.name)
     shutil.copy2(record, worktree / "llmcap" / "native.json")
     return "compiled core (copied: built from REV's exact sources)"
 
 
 def isolated_env(state: Path, python: Path) -> dict[str, str]:
+    from stages.env import defaults
+
     return {
         **os.environ,
+        **defaults(state),
         "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PREFECT_HOME": str(state / "prefect"),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{state / 'mlflow.db'}",
-        "DVC_SITE_CACHE_DIR": str(state / "dvc-site-cache"),
-        "MPLCONFIGDIR": str(state / "matplotlib"),
-        "DVC_NO_ANALYTICS": "1",
         "PYTHONHASHSEED": "0",
     }
 

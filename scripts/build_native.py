@@ -1,7 +1,8 @@
-"""Compile the core (`llmcap._native.NATIVE_MODULES`) with mypyc, in place; `make setup` runs it.
+"""Compile the core (`llmcap._native.NATIVE_MODULES`) with mypyc; `make setup` runs it.
 
-The extensions land beside their sources and `llmcap/native.json` records the sha256 of every
-source they were built from; `llmcap._native.select()` uses them only while that record matches.
+The extensions land in `llmcap/_compiled/` (laid out like the package, away from the sources, so a
+plain import never picks them up) and `llmcap/native.json` records the sha256 of every source they
+were built from; `llmcap._native.load()` loads them only while that record matches.
 Floating point: compiled without fused multiply-add (-ffp-contract=off), so every operation rounds as
 the interpreter's does and compiled and source runs give identical bytes.
 
@@ -30,12 +31,19 @@ def _native_module():
     return module
 
 
+def _in_place(native, name: str) -> list[Path]:  # noqa: ANN001 (the module loaded by path)
+    """Extensions of module `name` beside its source, where `build_ext --inplace` writes them."""
+    src = native.source_file(name)
+    return [*src.parent.glob(src.stem + ".*.so"), *src.parent.glob(src.stem + "__mypyc.*.so")]
+
+
 def main() -> int:
     native = _native_module()
     t0 = time.perf_counter()
     native.MANIFEST.unlink(missing_ok=True)
-    for name in native.NATIVE_MODULES:
-        for path in native.extension_files(name):
+    shutil.rmtree(native.COMPILED, ignore_errors=True)
+    for name in native.NATIVE_MODULES:  # and any left beside the sources by builds before llmcap/_compiled/
+        for path in _in_place(native, name):
             path.unlink()
     digests = {name: native.source_digest(name) for name in native.NATIVE_MODULES}
     os.chdir(ROOT)  # mypyc names modules by their path from here
@@ -53,7 +61,12 @@ def main() -> int:
         except (SystemExit, Exception) as exc2:
             print(f"[build_native] FAILED ({exc2}); llmcap.sim runs its Python sources", file=sys.stderr)
             return 1
-    missing = [name for name in native.NATIVE_MODULES if not native.extension_files(name)]
+    for name in native.NATIVE_MODULES:  # built in place (mypyc names modules by path): move them out of the sources' way
+        target = native.COMPILED.joinpath(*name.split(".")).parent
+        target.mkdir(parents=True, exist_ok=True)
+        for path in _in_place(native, name):
+            path.replace(target / path.name)
+    missing = [name for name in native.NATIVE_MODULES if len(native.extension_files(name)) != 2]
     if missing:
         print(f"[build_native] FAILED: no extension for {missing}", file=sys.stderr)
         return 1

@@ -9,6 +9,7 @@ one-line summary. An `LlmcapError` becomes `error: <message>` on stderr and exit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +32,13 @@ def stage_main(
         ap.add_argument(flag, **options)
     args = ap.parse_args(argv)
     apply_defaults()
+    # the library's log (phases, accounting) in the stage's output, as DVC shows it; LLMCAP_LOG_LEVEL overrides
+    import logging
+
+    library = logging.getLogger("llmcap")
+    library.addHandler(logging.StreamHandler(sys.stderr))
+    library.handlers[-1].setFormatter(logging.Formatter(f"[{name}] %(levelname)s %(name)s: %(message)s"))
+    library.setLevel(os.environ.get("LLMCAP_LOG_LEVEL", "info").upper())
 
     from llmcap.credentials import redact_text
     from llmcap.errors import LlmcapError  # after the defaults: stages import lazily on purpose

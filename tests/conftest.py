@@ -8,22 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from stages.env import defaults
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RAW = ROOT / "data" / "raw"
 
 _STATE = Path(tempfile.mkdtemp(prefix="llmcap-test-state-"))
-for key, value in {
-    "MLFLOW_TRACKING_URI": f"sqlite:///{_STATE / 'mlflow.db'}",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-    "PREFECT_HOME": str(_STATE / "prefect"),
-    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
-    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "DVC_NO_ANALYTICS": "1",
-    "DVC_SITE_CACHE_DIR": str(_STATE / "dvc-site-cache"),
-    "MPLCONFIGDIR": str(_STATE / "matplotlib"),
-    "MPLBACKEND": "Agg",
-}.items():
+for key, value in defaults(_STATE).items():
     os.environ[key] = value  # tests never touch the developer's own stores
 
 

@@ -18,6 +18,22 @@ from llmcap.jsonsafe import nan_to_null
 
 err_console = Console(stderr=True)
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def configure_logging(level: str) -> None:
+    """The library's log (logger `llmcap`; each module logs to `logging.getLogger(__name__)`) on stderr through rich,
+    at `level`; other libraries' loggers are left as they are."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    if level.lower() not in LOG_LEVELS:
+        raise LlmcapError(f"--log-level {level!r}: choose one of {', '.join(LOG_LEVELS)}")
+    logger = logging.getLogger("llmcap")
+    logger.handlers = [RichHandler(console=err_console, show_path=False, log_time_format="%H:%M:%S")]
+    logger.setLevel(level.upper())
+
 
 def user_errors(fn: Callable) -> Callable:
     """Turn `LlmcapError` into `error: <message>` on stderr and exit code 2 — never a traceback."""

@@ -144,10 +144,10 @@ def sim_config(
                 decode = _engine(spec, get_gpu(o.decode_gpu) if o.decode_gpu else g, o, o.decode_tp or o.tp,
                                  o.decode_max_num_seqs or o.max_num_seqs, o.decode_max_num_batched_tokens or o.max_num_batched_tokens,
                                  o.decode_num_blocks)  # fmt: skip
-            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from,  # type: ignore[arg-type]
+            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from,
                               decode_engine=decode)  # fmt: skip
         return SimConfig(
-            engine=engine, replicas=o.replicas, router=o.router, pd=pd_cfg, reference=reference,  # type: ignore[arg-type]
+            engine=engine, replicas=o.replicas, router=o.router, pd=pd_cfg, reference=reference,
             timeseries_resolution_s=resolution, max_time_s=max_time if max_time else math.inf,
         )  # fmt: skip
     except ValidationError as exc:

@@ -8,7 +8,7 @@ gaps, or a token-level percentile across the run). Repeat the option or give sev
 
 from __future__ import annotations
 
-from typing import Annotated, get_args
+from typing import Annotated, TypedDict, get_args
 
 import typer
 
@@ -17,6 +17,16 @@ from llmcap.sizing.params import ItlStat
 
 GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}  # vLLM name -> SloParams field
 ITL_STATS: tuple[str, ...] = get_args(ItlStat)
+
+
+class SloTargets(TypedDict):
+    """SloParams' per-request target fields, each set or None (`SloParams(**targets)`)."""
+
+    ttft_ms: float | None
+    itl_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+
 
 GoodputOpt = Annotated[
     list[str] | None,

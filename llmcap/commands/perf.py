@@ -10,7 +10,7 @@ also prefills B prompts of ISL tokens (run alone, not piggy-backed on decode ste
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -77,7 +77,7 @@ def perf(
         {"batch": b, "step_time_s": float(t), "output_tokens_per_s": b / float(t)} for b, t in zip(sizes, dec)
     ]
     pf = StepBatch.build(isl, causal_pairs(isl, 0))
-    out = {
+    out: dict[str, Any] = {
         "model": rm.model.name,
         "gpu": rm.gpu.name,
         "parallelism": {"tp": tp, "pp": pp, "ep": ep},

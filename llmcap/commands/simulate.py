@@ -20,7 +20,7 @@ from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, output_format, print_csv, print_json, user_errors
-from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
+from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
     EngineOptions,
     FirstTokenFromOpt,
@@ -213,7 +213,7 @@ def _goodput_slo(goodput: list[str] | None, itl_stat: str, ttft_includes_handoff
     targets = parse_goodput(goodput)
     if not targets:
         return None
-    fields = {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+    fields = SloTargets(ttft_ms=targets.get("ttft_ms"), itl_ms=targets.get("itl_ms"), tpot_ms=targets.get("tpot_ms"), e2e_ms=targets.get("e2e_ms"))
     return SloParams(**fields, itl_stat=check_itl_stat(itl_stat), ttft_includes_handoff=ttft_includes_handoff)
 
 

@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidates, workload_context_lengths
+from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_candidates, workload_context_lengths
 from llmcap.catalog import load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import ProfileOpt
-from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, check_itl_stat, parse_goodput
+from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -56,7 +56,7 @@ def _lengths_summary(isl: np.ndarray, osl: np.ndarray) -> dict:
     return {"isl": stats(isl), "osl": stats(osl)}
 
 
-def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None) -> dict[str, float | None]:
+def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None) -> SloTargets:
     """SloParams' target fields from --slo-ttft-p99 / --slo-itl-p99 and --goodput (unset targets are None)."""
     targets = parse_goodput(goodput)
     for name, field, value in (("--slo-ttft-p99", "ttft_ms", ttft_ms), ("--slo-itl-p99", "itl_ms", itl_ms)):
@@ -66,7 +66,7 @@ def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
             targets[field] = value
     if not targets:
         raise LlmcapError("no SLO target: give --goodput KEY:MS (ttft, tpot, e2el, itl) or --slo-ttft-p99 / --slo-itl-p99")
-    return {f: targets.get(f) for f in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+    return SloTargets(ttft_ms=targets.get("ttft_ms"), itl_ms=targets.get("itl_ms"), tpot_ms=targets.get("tpot_ms"), e2e_ms=targets.get("e2e_ms"))
 
 
 def _listed(values: list[str], option: str) -> list[str]:
@@ -178,7 +178,7 @@ def size(
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
     grid = EnumerationSpec(
-        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel={"tp": tps},
+        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel=ParallelGrid(tp=tps),
         modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
         aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
         max_context_len=context,

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import httpx
 import numpy as np
@@ -84,9 +85,10 @@ class Run:
         than it arrived, so it does not push the start later (unless every stream was held)."""
         if any(r.first_token_s is None for r in self.results):
             return None
-        prompt = [r.first_token_s for r in self.results if not _held_start(r)]
-        start = max(prompt or [r.first_token_s for r in self.results])
-        end = min(r.finish_s for r in self.results)
+        # every result has a chunk now, so its first_token_s and finish_s are floats
+        prompt = [cast(float, r.first_token_s) for r in self.results if not _held_start(r)]
+        start = max(prompt or [cast(float, r.first_token_s) for r in self.results])
+        end = min(cast(float, r.finish_s) for r in self.results)
         return (start, end) if end > start else None
 
     def steady(self) -> list[tuple[float, float, float]]:
@@ -111,7 +113,7 @@ class Run:
                 continue
             gaps = np.diff(t[j])
             typical = np.median(gaps)
-            if typical < 0.1 * (r.finish_s - r.sent_s) / r.tokens:
+            if typical < 0.1 * (cast(float, r.finish_s) - r.sent_s) / r.tokens:  # a window: every result has a chunk
                 continue  # held and released at once: the client saw no steps at all
             lead = int(np.argmax(gaps >= 0.1 * typical)) if typical > 0 else 0  # leading burst
             j = j[lead + 1 if lead else 0:]  # the gap closing a burst is partial too: start after it
@@ -163,7 +165,7 @@ def _spread(r: StreamResult) -> np.ndarray:
     (the chunk means the client lagged; the engine made them one step apart)."""
     t = np.asarray(r.chunk_s, dtype=np.float64)
     k = np.asarray(r.chunk_tokens, dtype=np.int64)
-    out = []
+    out: list[float] = []
     for i in range(t.size):
         prev = t[i - 1] if i else t[i]
         out.extend(prev + (t[i] - prev) * (np.arange(1, k[i] + 1) / k[i]) if i else [t[i]] * int(k[i]))
@@ -205,8 +207,8 @@ def aggregate(runs: list[Run], osl: int, ttft_probes: list[float]) -> Cell:
     run_steps = [float(np.median([s for s, _, _ in st])) for st in steady if st]
     run_ctx = [float(np.median([c for _, c, _ in st])) for st in steady if st]
     pooled = np.concatenate([r.gaps() for r in ok]) if ok else np.empty(0)
-    ttft = np.array(ttft_probes or [x.ttft_s for r in ok for x in r.results], dtype=np.float64)
-    tpots = [(x.finish_s - x.first_token_s) / (x.tokens - 1) for r in ok for x in r.results if x.tokens > 1]
+    ttft = np.array(ttft_probes if ttft_probes else [x.ttft_s for r in ok for x in r.results], dtype=np.float64)
+    tpots = [(cast(float, x.finish_s) - cast(float, x.first_token_s)) / (x.tokens - 1) for r in ok for x in r.results if x.tokens > 1]  # ok results streamed their tokens: chunk_s is non-empty
     pre = [r.preemptions for r in runs if r.preemptions is not None]
     server = [r.server_itl_s for r in ok if r.server_itl_s]
     server_itl = float(np.median(server)) if server else None

@@ -21,10 +21,12 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
+from typing import cast
 
 import numpy as np
 
 from llmcap.errors import LlmcapError
+from llmcap.live.client import StreamResult
 from llmcap.live.openloop import Schedule, Sent, send_on_schedule
 from llmcap.live.wire import Connector, Endpoint
 
@@ -100,8 +102,8 @@ def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: floa
         while len(done) < n:
             if stop.is_set():
                 raise LlmcapError("the replay was cancelled")
-            for c in wait([c for i, c in enumerate(conns) if i not in done], timeout=PROGRESS_S):
-                i = conns.index(c)  # type: ignore[arg-type]
+            for c in cast(list[Connection], wait([c for i, c in enumerate(conns) if i not in done], timeout=PROGRESS_S)):  # wait returns some of the objects it is given
+                i = conns.index(c)
                 msg = _recv(c, i)
                 if msg[0] == "progress" and on_done is not None:
                     on_done(msg[1])
@@ -118,7 +120,7 @@ def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: floa
                 proc.wait()
         for c in conns:
             c.close()
-    results = [None] * len(schedule.requests)
+    results: list[StreamResult | None] = [None] * len(schedule.requests)
     for i, (pos, _) in enumerate(parts):
         for k, r in zip(pos.tolist(), done[i].results, strict=True):
             results[k] = r

@@ -1,5 +1,9 @@
 """Step-time models: the `StepTimeModel` seam, roofline, measured profiles and their calibration."""
 
+from llmcap import _native
+
+_native.load("perf")  # first: the compiled scalar roofline (if built from these sources) before anything imports it
+
 from llmcap.perf.model import LinearStepModel, StepBatch, StepTimeModel, causal_pairs, decode_step_time, prefill_time
 
 __all__ = ["LinearStepModel", "StepBatch", "StepTimeModel", "causal_pairs", "decode_step_time", "prefill_time"]

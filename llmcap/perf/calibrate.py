@@ -64,7 +64,7 @@ class StepObservations:
     @classmethod
     def from_design(cls, design: ArrayLike, seconds: ArrayLike) -> StepObservations:
         d = np.asarray(design, dtype=np.float64).reshape(-1, len(TERMS))
-        return cls(*(d[:, i] for i in range(len(TERMS))), seconds=np.asarray(seconds, dtype=np.float64))
+        return cls(*(d[:, i] for i in range(len(TERMS))), seconds=np.asarray(seconds, dtype=np.float64))  # type: ignore[misc]  # mypy cannot count the generator: it fills the fields before seconds
 
 
 class _Column:

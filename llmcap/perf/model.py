@@ -18,7 +18,7 @@ and table-backed models in this package.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -139,7 +139,7 @@ def prefill_time(model: StepTimeModel, isl: ArrayLike, cached: ArrayLike = 0.0, 
     start = cached_a[owner] + k * chunk
     size = np.minimum(chunk, isl_a[owner] - start)
     times = model.step_time(StepBatch.build(size, causal_pairs(size, start)))
-    return np.bincount(owner, weights=times, minlength=new.size)
+    return cast(F64, np.bincount(owner, weights=times, minlength=new.size))  # float64 with weights; numpy's stubs say intp
 
 
 def decode_step_time(model: StepTimeModel, batch_size: ArrayLike, mean_context: ArrayLike) -> F64:

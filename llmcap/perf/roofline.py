@@ -236,7 +236,7 @@ class RooflineModel:
         ts = self.model.layer_tensors(layer)
         by: dict[str, list[Tensor]] = {}
         for t in ts:
-            op = t.component
+            op: str = t.component
             if t.component == "attention":
                 op = "o" if t.name.startswith("o_") else "qkv"
             by.setdefault(op, []).append(t)

@@ -91,7 +91,8 @@ def pair(measured: pa.Table, predicted: pa.Table) -> tuple[pa.Table, pa.Table, A
     mk, pk = _keys(measured, cols, "measured"), _keys(predicted, cols, "predicted")
     p_index = {k: i for i, k in enumerate(pk)}
     m_status, p_status = measured.column("status").to_pylist(), predicted.column("status").to_pylist()
-    mi, pi, not_ok = [], [], {}
+    mi, pi = [], []
+    not_ok: dict[str, int] = {}
     for i, k in enumerate(mk):
         j = p_index.get(k)
         if j is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -39,7 +40,7 @@ def samples(text: str) -> dict[tuple[str, str], float]:
 
 def to_table(scrapes: list[tuple[float, dict[tuple[str, str], float]]]) -> pa.Table:
     rows = [(t, name, engine, v) for t, snap in scrapes for (name, engine), v in sorted(snap.items())]
-    cols = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    cols: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
     return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, SERIES_SCHEMA, strict=True)], schema=SERIES_SCHEMA)
 
 

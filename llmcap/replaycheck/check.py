@@ -49,7 +49,8 @@ def check_replay(
     (open loop; `dilation`: wall seconds per simulated second of a time-dilated twin), simulate the same
     requests with `prediction` (config, step model, decode step model), and compare."""
     runs = plan_runs(trace, rate_rps, params.rate_scales, params.excerpt_seeds, params.excerpt_requests)
-    measured, predicted, rows = [], [], []
+    measured, predicted = [], []
+    rows: list[dict[str, Any]] = []
     for run in runs:
         say(f"run {run.label} (seed {run.seed}): {run.requests.num_rows} requests at {run.rate_rps:.4g} req/s")
         p = predict(run, *prediction)
@@ -83,8 +84,8 @@ def check_unit(unit: PlanUnit, trace: pa.Table, params: ReplayParams, slo: SloPa
     `params.twin_dilation`; stopped by its PID afterwards). The prediction is `unit.simulation()`: the
     config and roofline step models the twin serves."""
     prediction = unit.simulation()
-    head = {"unit": {"chosen": unit.chosen, "mode": unit.mode, "description": unit.describe(), "rate_rps": unit.rate_rps,
-                     "rate_basis": unit.rate_basis}}  # fmt: skip
+    head: dict[str, Any] = {"unit": {"chosen": unit.chosen, "mode": unit.mode, "description": unit.describe(), "rate_rps": unit.rate_rps,
+                                     "rate_basis": unit.rate_basis}}  # fmt: skip
     if params.endpoint is None:
         args = unit.twin_args() + (["--slowdown", repr(params.twin_slowdown)] if params.twin_slowdown != 1.0 else [])
         say(f"no replay.endpoint: serving the unit's DIGITAL TWIN (llmcap twin serve {' '.join(args)}, dilation {params.twin_dilation:g})")

@@ -55,7 +55,7 @@ def plan_runs(trace: pa.Table, rate_rps: float, scales: list[float], seeds: list
     """Each seed's excerpt (the same requests at every scale), its tied timestamps spread as the size stage does.
     One server serves every run in turn: each run's prompts get their own token ids (equal hash blocks still share
     tokens within the run), so its cache starts as cold as the simulator's."""
-    runs = []
+    runs: list[Run] = []
     for seed in seeds:
         part = spread_ties(excerpt(trace, requests, seed), np.random.default_rng(seed))
         for scale in scales:

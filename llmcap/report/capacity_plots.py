@@ -76,7 +76,7 @@ def plot_goodput_per_gpu(table: pa.Table) -> bytes:
         floor = positive.min() / 2  # bars start here: on a log axis they need a positive left edge
         ax.barh(y, np.where(vals > 0, vals - floor, 0.0), left=floor, color="tab:green")
         for yi, v in zip(y, vals, strict=True):
-            ax.text(max(v, floor), yi, f" {v:.3g}", va="center", fontsize=7)
+            ax.text(max(v, floor), float(yi), f" {v:.3g}", va="center", fontsize=7)
         ax.set_yticks(y, keys, fontsize=7)
         ax.invert_yaxis()
         if positive.max() / positive.min() > 10:  # spans a decade or more

@@ -105,7 +105,7 @@ def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s:
 
     def upper(gate: str, observed: float | None, predicted: float | None, limit: float, judged: bool) -> None:
         ok = judged and observed is not None
-        out.append(GateResult(gate, observed, limit, not ok or observed <= limit, ok, predicted))
+        out.append(GateResult(gate, observed, limit, not judged or observed is None or observed <= limit, ok, predicted))
 
     err = obs.error_rate
     upper("error_rate", err, 0.0, tol.max_error_rate, obs.requests >= tol.min_requests_errors)
@@ -118,7 +118,7 @@ def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s:
     o_att = None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s)
     judged = enough and o_att is not None and p_att is not None
     limit = (p_att or 0.0) - tol.attainment_drop
-    out.append(GateResult("attainment", o_att, limit, not judged or o_att >= limit, judged, p_att))
+    out.append(GateResult("attainment", o_att, limit, not judged or o_att is None or o_att >= limit, judged, p_att))
     upper("kv_usage", obs.kv_usage_max, pred.kv_usage_max, pred.kv_usage_max + tol.kv_usage_abs, enough)
     upper("waiting", obs.waiting_max, pred.waiting_max, pred.waiting_max + tol.waiting_abs, enough)
     rate = None if obs.preemptions is None or obs.requests <= 0 else obs.preemptions / obs.requests

@@ -15,8 +15,13 @@ Public API:
 
 from __future__ import annotations
 
+from llmcap import _native
+
+CORE = _native.load("sim")  # first: the compiled core (if built from these sources) before any module of it
+
 import gc
 import io
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +30,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap import CORE
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim.cluster import run_cluster
 from llmcap.sim.engine import Replica
@@ -36,6 +40,8 @@ from llmcap.routing import router_names
 from llmcap.sim.routers import register_router, unregister_router
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload, workload_from_table
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CORE",
@@ -131,4 +137,6 @@ def simulate(
     series = timeseries_table(run)
     scaling = AutoscaleLog(*autoscale_tables(run)) if run.scaled else None
     wall = time.perf_counter() - start
+    log.debug("simulated %d requests on %s in %.3f s wall (%s core)", work.n,
+              f"P/D {config.pd.prefill_replicas}:{config.pd.decode_replicas}" if config.pd is not None else f"{config.replicas} replica(s)", wall, CORE)
     return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling)

@@ -79,6 +79,21 @@ class Run(Seg):
         return out
 
 
+class PrefixMatch:
+    """What `KVCache.match_prefix` found of a prompt's prefix chain."""
+
+    __slots__ = ("hits", "host_hits", "hit_blocks", "lru_blocks", "host_blocks", "matched", "chained")
+
+    def __init__(self) -> None:
+        self.hits: list[Seg] = []  # cached segments, in chain order
+        self.host_hits: list[tuple[Hashable, int]] = []  # (key, blocks) on the host tier, after the hits
+        self.hit_blocks = 0  # block end of the last hit
+        self.lru_blocks = 0  # blocks of hits that are evictable now (taking them removes them from the free pool)
+        self.host_blocks = 0
+        self.matched = 0  # chain positions matched (empty segments included)
+        self.chained = True  # the whole chain up to `cap` matched
+
+
 class KVCache:
     __slots__ = ("num_blocks", "free", "plain", "segments", "order", "n_lru", "host", "host_capacity", "host_used", "evictions")
 
@@ -206,6 +221,71 @@ class KVCache:
         if seg.ref == 0:
             self.unpin(seg)
             self.free += seg.blocks
+
+    def release_segments(self, segs: list[Seg]) -> None:
+        """A request lets go of its segments, tail first (so the LRU evicts a prompt's end before its
+        start); those it held the last reference to become evictable, their blocks free."""
+        freed = 0
+        for seg in reversed(segs):
+            seg.ref -= 1
+            if seg.ref == 0:
+                self.unpin(seg)
+                freed += seg.blocks
+        self.free += freed
+
+    def publish(self, key: Hashable, nb: int) -> Seg | None:
+        """Publish nb blocks their owner holds as the cached segment `key`, referenced by the owner; None
+        when another request published that prefix first (the blocks stay the owner's, uncached)."""
+        if key in self.segments:
+            return None
+        seg = self.segments[key] = Seg(key, 1, nb)
+        return seg
+
+    def cached_prefix_blocks(self, keys: list[int], his: list[int], cap: int) -> int:
+        """Blocks of a prompt with these segments (chain keys, block ends) cached in HBM now, up to `cap`."""
+        segs = self.segments
+        hit = lo = 0
+        for key, hi in zip(keys, his):
+            if hi == lo:
+                continue
+            if hi > cap or key not in segs:
+                break
+            hit, lo = hi, hi
+        return hit
+
+    def match_prefix(self, keys: list[int], his: list[int], cap: int) -> PrefixMatch:
+        """The longest run of a prompt's segments (up to block `cap`) this replica holds: cached in HBM, then
+        (once one is missing there) on the host tier. Nothing is taken yet."""
+        m = PrefixMatch()
+        segs, host = self.segments, self.host
+        lo = 0
+        for key, hi in zip(keys, his):
+            if hi == lo:
+                m.matched += 1
+                continue
+            if hi > cap:
+                m.chained = False
+                break
+            seg = segs.get(key)
+            if seg is not None and not m.host_hits:
+                m.hits.append(seg)
+                m.hit_blocks = hi
+                if seg.ref == 0:
+                    m.lru_blocks += seg.blocks
+            elif host is not None and key in host:
+                m.host_hits.append((key, hi - lo))
+                m.host_blocks += hi - lo
+            else:
+                m.chained = False
+                break
+            lo = hi
+            m.matched += 1
+        return m
+
+    def private_blocks(self, key: Hashable) -> int:
+        """Blocks of the private segment `key` kept for its owner's recompute; -1 when there is none."""
+        seg = self.segments.get(key)
+        return -1 if seg is None else seg.blocks
 
     def register(self, key: Hashable, nb: int) -> Seg:
         """Publish nb blocks its owner already holds as a cached segment (the key must be new)."""

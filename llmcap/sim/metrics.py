@@ -7,7 +7,8 @@ import numpy as np
 import pyarrow as pa
 
 from llmcap.sim.cluster import ClusterRun
-from llmcap.sim.engine import HIST_BINS_PER_DECADE, HIST_MIN_S, INF, itl_histogram
+from llmcap.sim.histogram import HIST_BINS_PER_DECADE, HIST_MIN_S, itl_histogram
+from llmcap.sim.state import INF
 from llmcap.sim.recorder import OK, STATUS_NAMES
 from llmcap.sim.records import REQUEST_SCHEMA
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from numpy.typing import ArrayLike
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
@@ -52,7 +53,7 @@ class DiurnalDay:
     period_s: float = 86_400.0
     duration_s: float = 86_400.0
 
-    def rate_at(self, t: np.ndarray) -> np.ndarray:
+    def rate_at(self, t: ArrayLike) -> np.ndarray:
         return self.mean_rps * (1.0 + self.amplitude * np.sin(2.0 * np.pi * np.asarray(t) / self.period_s))
 
     @property
@@ -134,10 +135,10 @@ def _config(engine: EngineConfig, router: str, counts: Mapping[str, int], pd: PD
     """The deployment at `counts` instances per pool role, or autoscaled by `scalers` (per role)."""
     scalers = scalers or {}
     if pd is None:
-        return SimConfig(engine=engine, replicas=counts["both"], router=router, autoscale=scalers.get("both"),  # type: ignore[arg-type]
+        return SimConfig(engine=engine, replicas=counts["both"], router=router, autoscale=scalers.get("both"),
                          timeseries_resolution_s=resolution)  # fmt: skip
     pools = pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
-    return SimConfig(engine=engine, pd=pools, router=router, autoscale=scalers.get("prefill"), decode_autoscale=scalers.get("decode"),  # type: ignore[arg-type]
+    return SimConfig(engine=engine, pd=pools, router=router, autoscale=scalers.get("prefill"), decode_autoscale=scalers.get("decode"),
                      timeseries_resolution_s=resolution)  # fmt: skip
 
 

@@ -25,7 +25,9 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -63,6 +65,8 @@ from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spr
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded, reuse_at, stack_distances
 from llmcap.trace.schema import block_size_of
 from llmcap.trace.synth import mean_rate, scale_rate
+
+log = logging.getLogger(__name__)
 
 CONFIG_KEYS = ("gpu", "weight_quant", "kv_dtype", "tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "gpus_per_instance")
 
@@ -709,11 +713,17 @@ def size_deployments(
     if feasible.empty:
         raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
 
+    began = [time.perf_counter()]
+
     def phase(done: int) -> None:
+        now = time.perf_counter()
+        if done > 0:
+            log.info("sizing phase %d/%d (%s) took %.1f s", done, len(PHASES), PHASES[done - 1], now - began[0])
+        began[0] = now
         if on_phase is not None:
             on_phase(done, len(PHASES), PHASES[done] if done < len(PHASES) else "done")
 
-    sizer = _Sizer(trace, model, params, executor, progress or (lambda _msg: None), measured)
+    sizer = _Sizer(trace, model, params, executor, progress or log.info, measured)
     rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
     phase(0)

@@ -12,6 +12,10 @@ Public API:
 
 from __future__ import annotations
 
+from llmcap import _native
+
+_native.load("trace")  # first: the compiled LRU pass (if built from these sources) before anything imports it
+
 from collections.abc import Sequence
 from pathlib import Path
 

@@ -7,6 +7,7 @@ and numbered. rows_in = rows_kept + rows_quarantined is checked, not assumed.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +22,8 @@ from llmcap.errors import LlmcapError
 from llmcap.trace import schema
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.readers import RawTrace
+
+log = logging.getLogger(__name__)
 
 #: Every reason a row can be quarantined for, in the order they are checked.
 REASONS: tuple[str, ...] = (
@@ -154,6 +157,8 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
             generated_arrivals=raw.generated_arrivals,
         )  # fmt: skip
     )
+    log.info("%s: %d rows in, %d kept, %d quarantined%s", report.source_file, report.rows_in, report.rows_kept, report.rows_quarantined,
+             f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "")
     return CleanResult(trace=trace, quarantine=quarantine, report=report)
 
 

@@ -58,8 +58,8 @@ def plot_joint(table: pa.Table, path: Path) -> Path:
     main.set_ylabel("OSL (output tokens)")
     xbins = np.geomspace(max(isl.min(), 1), isl.max() + 1, 50)
     ybins = np.geomspace(max(osl.min(), 1), osl.max() + 1, 50)
-    top.hist(isl, bins=xbins, color="tab:blue")
-    right.hist(osl, bins=ybins, orientation="horizontal", color="tab:orange")
+    top.hist(isl, bins=xbins, color="tab:blue")  # type: ignore[arg-type]  # matplotlib's stubs: bins takes an array too
+    right.hist(osl, bins=ybins, orientation="horizontal", color="tab:orange")  # type: ignore[arg-type]  # (as above)
     top.tick_params(labelbottom=False)
     right.tick_params(labelleft=False)
     fig.colorbar(hb, ax=right, label="requests (log)")

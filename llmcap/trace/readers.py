@@ -511,9 +511,9 @@ def _arrival_seconds(path: Path, name: str, col: pa.ChunkedArray, unit: str, lin
         valid = ns != np.iinfo(np.int64).min
         if not valid.any():
             return np.full(ns.size, np.nan), "+0.000s"
-        origin = int(ns[valid].min())
-        rel = np.where(valid, (ns - origin) / 1e9, np.nan)
-        return rel, _iso(origin)
+        origin_ns = int(ns[valid].min())
+        rel = np.where(valid, (ns - origin_ns) / 1e9, np.nan)
+        return rel, _iso(origin_ns)
     values = _to_float(col) / _UNITS_PER_SECOND[unit]
     finite = np.isfinite(values)
     if not finite.any():

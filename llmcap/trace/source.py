@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import shutil
 import stat
@@ -15,19 +16,18 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 
 from llmcap.errors import InputFileError
 
 
-def _zstd(path: Path) -> BinaryIO:
-    return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # type: ignore[return-value]
+def _zstd(path: Path) -> io.BufferedIOBase:
+    return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # a pyarrow NativeFile: file-like (read, context manager)
 
 
 #: Compressed containers by file suffix, and how to open each for reading.
-DECOMPRESSORS: dict[str, Callable[[Path], BinaryIO]] = {
+DECOMPRESSORS: dict[str, Callable[[Path], io.BufferedIOBase]] = {
     ".gz": lambda p: gzip.open(p, "rb"),
     ".bz2": lambda p: bz2.open(p, "rb"),
     ".xz": lambda p: lzma.open(p, "rb"),

@@ -88,7 +88,7 @@ class TwinMetrics:
                              buckets=ITL_BUCKETS, registry=reg)  # fmt: skip
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency (twin seconds).", labels,
                              buckets=E2E_BUCKETS, registry=reg)  # fmt: skip
-        reg.register(_EngineState(self))  # type: ignore[arg-type]
+        reg.register(_EngineState(self))
 
     def _lv(self, gid: int) -> tuple[str, str, str]:
         return self.model_name, str(gid), "llmcap"

@@ -79,3 +79,35 @@ def test_a_source_changed_since_the_build_is_stale(tmp_path, monkeypatch) -> Non
     assert _native.stale_modules() == ["sim.engine"]
     fake.unlink()  # no record at all: nothing compiled can be trusted
     assert _native.stale_modules() == list(_native.NATIVE_MODULES)
+
+
+def test_the_core_loads_explicitly_without_an_import_hook(tmp_path) -> None:
+    """`import llmcap` loads no part of the core; `import llmcap.sim` loads every compiled module of sim (and
+    perf's, which sim's compiled code calls) from llmcap/_compiled, and installs no meta-path finder."""
+    code = (
+        "import json, sys; import llmcap; bare = sorted(m for m in sys.modules if m.startswith('llmcap.'));"
+        "import llmcap.sim as s, llmcap.sim.engine, llmcap.perf.roofline_scalar, llmcap.trace.lru;"
+        "hooks = [repr(f) for f in sys.meta_path if 'llmcap' in getattr(type(f), '__module__', '')];"
+        "print(json.dumps([bare, s.CORE, hooks, [sys.modules[m].__file__ for m in"
+        " ('llmcap.sim.engine', 'llmcap.perf.roofline_scalar', 'llmcap.trace.lru')]]))"
+    )
+    bare, core, hooks, files = json.loads(_in_child(code))
+    assert bare == [] and core == "native" and hooks == []
+    assert all(Path(f).is_relative_to(_native.COMPILED) for f in files), files
+
+
+def test_a_stale_build_runs_the_sources_with_a_warning(tmp_path) -> None:
+    manifest = json.loads(_native.MANIFEST.read_text())
+    manifest["modules"]["sim.engine"] = "0" * 64  # as if engine.py had changed after the build
+    fake = tmp_path / "native.json"
+    fake.write_text(json.dumps(manifest))
+    code = (
+        f"import json, warnings; from llmcap import _native; _native.MANIFEST = __import__('pathlib').Path({str(fake)!r});"
+        "warnings.simplefilter('always'); import warnings as w\n"
+        "with w.catch_warnings(record=True) as seen:\n"
+        "    import llmcap.sim as s, llmcap.sim.engine as e, llmcap.trace.lru as l\n"
+        "print(json.dumps([s.CORE, e.__file__, l.__file__, [str(x.message) for x in seen]]))"
+    )
+    core, engine, lru, warned = json.loads(_in_child(code))
+    assert core == "source" and engine.endswith("llmcap/sim/engine.py") and lru.endswith("llmcap/trace/lru.py")
+    assert any("stale or partial (sim.engine)" in m for m in warned), warned

@@ -85,9 +85,9 @@ def test_unfinished_when_the_clock_stops() -> None:
 
 
 def test_histogram_mode_trims_the_log_and_keeps_per_request_stats(monkeypatch) -> None:
-    import llmcap.sim.engine as engine
+    import llmcap.sim.steplog as steplog
 
-    monkeypatch.setattr(engine, "TRIM_STEPS", 64)  # trim all the time
+    monkeypatch.setattr(steplog, "TRIM_STEPS", 64)  # trim all the time
     rng = np.random.default_rng(8)
     trace = random_trace(rng, 60)
     cfg = random_config(rng, 1).model_copy(update={"pd": None})
@@ -105,15 +105,15 @@ def test_histogram_mode_trims_the_log_and_keeps_per_request_stats(monkeypatch) -
 def test_step_log_flushed_in_small_chunks_gives_the_same_results(monkeypatch, seed: int) -> None:
     """The step log is written in chunks at each flush; per-request ITL stats that span chunks, the exact
     ITL distribution and histogram-mode trimming of whole chunks do not depend on the chunk size."""
-    import llmcap.sim.engine as engine
+    import llmcap.sim.steplog as steplog
 
     rng = np.random.default_rng(50 + seed)
     trace = random_trace(rng, 80)
     cfg = random_config(rng, seed)
     whole = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0))
     hist_whole = simulate(trace, MODEL, cfg.model_copy(update={"itl_exact": False}), rng=np.random.default_rng(0))
-    monkeypatch.setattr(engine, "FLUSH_STEPS", 5)
-    monkeypatch.setattr(engine, "TRIM_STEPS", 16)
+    monkeypatch.setattr(steplog, "FLUSH_STEPS", 5)
+    monkeypatch.setattr(steplog, "TRIM_STEPS", 16)
     chunked = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0))
     hist_chunked = simulate(trace, MODEL, cfg.model_copy(update={"itl_exact": False}), rng=np.random.default_rng(0))
     assert chunked.records.equals(whole.records) and hist_chunked.records.equals(whole.records)
