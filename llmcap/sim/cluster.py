@@ -196,7 +196,7 @@ def run_cluster(
                     push(p)
                 i = req.i
                 dreq = Req(i, isl[i], osl[i], [], [])  # the decode side does no prefix caching
-                dreq.g, dreq.n_comp, dreq.xfer = 1, isl[i], True
+                dreq.generated, dreq.n_comp, dreq.xfer = 1, isl[i], True
                 dreq.last_tok = float(rec.first_token[i])
                 d.inbound -= osl[i] - 1
                 if d.add(dreq, t):
@@ -217,7 +217,7 @@ def run_cluster(
             continue
         req = Req(i, isl[i], 1 if pd is not None else osl[i])
         if prefix_router and ecfg.enable_prefix_caching and segments is not None:
-            req.keys, req.his = segments.of(i)
+            req.keys, req.block_ends = segments.of(i)
         r = front[router.choose(req, ta)]
         rec.prefill_replica[i] = r.index
         if pd is None:

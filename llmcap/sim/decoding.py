@@ -1,9 +1,9 @@
 """The decoding set of a replica and runs of pure-decode steps, timed at once; the time series it samples.
 
-Decoding sequences are not touched step by step: a replica-wide step clock `S` gives each one's
-progress (generated = g0 + S - S0), a heap gives the next completion, per-phase counts give which step
+Decoding sequences are not touched step by step: a replica-wide step clock (`step_clock`) gives each
+one's progress (generated = generated_at_join + step_clock - joined_at_step), a heap gives the next completion, per-phase counts give which step
 needs new blocks. When a step has no prefill work and the waiting queue cannot be admitted, the next
-steps are the same batch with the context growing by B per step until the next event (a completion,
+steps are the same batch with the context growing by `decode_batch` per step until the next event (a completion,
 block exhaustion, or something arriving from outside). That whole run is planned at once from its
 start, batch and first context (`StepTimer.run_end`); where a step of it ended is found from a cursor
 that the time-ordered outside queries move forward (`run_scan`). An arrival in the middle truncates the
@@ -36,28 +36,28 @@ class DecodeRuns(StepLog):
             return bisect_left(self.run_ends, t, self.run_done, self.run_k)
         # walk from the furthest cursor whose step starts before t (else from the run's start)
         j0, t0 = 0, self.run_t0
-        if self.cur_t < t and self.cur_j > j0:
-            j0, t0 = self.cur_j, self.cur_t
-        if self.smp_t < t and self.smp_j > j0:
-            j0, t0 = self.smp_j, self.smp_t
-        j, start = self.timer.run_scan(t0, self.B, self.run_ctx0, j0, self.run_k, t)
+        if self.cursor_start < t and self.cursor_step > j0:
+            j0, t0 = self.cursor_step, self.cursor_start
+        if self.sample_start < t and self.sample_step > j0:
+            j0, t0 = self.sample_step, self.sample_start
+        j, start = self.timer.run_scan(t0, self.decode_batch, self.run_ctx0, j0, self.run_k, t)
         if sampling:
-            self.smp_j, self.smp_t = j, start
+            self.sample_step, self.sample_start = j, start
         else:
-            self.cur_j, self.cur_t = j, start
+            self.cursor_step, self.cursor_start = j, start
         return j if j > self.run_done else self.run_done
 
     def _run_end(self, m: int) -> float:
         """End of run step m."""
         if not self.run_lazy:
             return self.run_ends[m]
-        if self.cur_j <= m:
-            return self.timer.run_end(self.cur_t, self.B, self.run_ctx0, self.cur_j, m + 1)
-        return self.timer.run_end(self.run_t0, self.B, self.run_ctx0, 0, m + 1)
+        if self.cursor_step <= m:
+            return self.timer.run_end(self.cursor_start, self.decode_batch, self.run_ctx0, self.cursor_step, m + 1)
+        return self.timer.run_end(self.run_t0, self.decode_batch, self.run_ctx0, 0, m + 1)
 
     def outstanding_at(self, t: float) -> int:
         if self.run_decode:
-            return self.outstanding - (self._steps_before(t) - self.run_done) * self.B
+            return self.outstanding - (self._steps_before(t) - self.run_done) * self.decode_batch
         return self.outstanding
 
     def _allocs(self, a: int, b: int) -> int:
@@ -66,18 +66,18 @@ class DecodeRuns(StepLog):
             return 0
         bs, phase, s = self.bs, self.phase, self.run_S
         n = b - a
-        total = (n // bs) * self.B
+        total = (n // bs) * self.decode_batch
         for j in range(a + (n // bs) * bs, b):
             total += phase[(-(s + j)) % bs]
         return total
 
     def state_at(self, t: float) -> tuple[int, int, int, int, int, int, int, int]:
-        kv_used, tokens, steps = self.kv.used, self.tokens, self.S
+        kv_used, tokens, steps = self.kv.used, self.tokens, self.step_clock
         if self.busy and self.run_decode:
             m = self._steps_before(t, sampling=True)
             started = min(m + 1, self.run_k)
             kv_used += self._allocs(self.run_alloc, started)
-            tokens += (m - self.run_done) * self.B
+            tokens += (m - self.run_done) * self.decode_batch
             steps += m - self.run_done
         return (len(self.running), len(self.waiting), kv_used, tokens, steps, self.hit_tokens, self.preemptions, self.finished)
 
@@ -107,54 +107,54 @@ class DecodeRuns(StepLog):
         n = m - self.run_done
         if n <= 0:
             return
-        b = self.B
+        b = self.decode_batch
         if self.run_lazy:
             self._log(b, self.run_ctx0 + self.run_done * b, n, b)
         else:
-            self.pend_lit.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
+            self.pending_literal.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
             self._log(-1, 0, n, b)
-        self.S += n
+        self.step_clock += n
         self.ctx_sum += n * b
         self.outstanding -= n * b
         self.tokens += n * b
         self.run_done = m
 
     def _join_decode(self, req: Req) -> None:
-        S = self.S
-        req.dec = True
-        req.S0, req.g0, req.nc0 = S, req.g, req.n_comp
-        req.fin = S + (req.osl - req.g) - 1
-        self.B += 1
+        S = self.step_clock
+        req.decoding = True
+        req.joined_at_step, req.generated_at_join, req.computed_at_join = S, req.generated, req.n_comp
+        req.last_step = S + (req.osl - req.generated) - 1
+        self.decode_batch += 1
         self.ctx_sum += req.n_comp + 1
         self.phase[(req.n_comp - S) % self.bs] += 1
-        heappush(self.fin_heap, (req.fin, req.stamp, req.ver, req))
+        heappush(self.fin_heap, (req.last_step, req.stamp, req.ver, req))
 
     def _leave_decode(self, req: Req, S: int) -> None:
         """Materialise a decode's progress at step clock S and take it out of the decoding set."""
-        n = S - req.S0
-        req.g = req.g0 + n
-        req.n_comp = req.nc0 + n
+        n = S - req.joined_at_step
+        req.generated = req.generated_at_join + n
+        req.n_comp = req.computed_at_join + n
         req.alloc = req.n_comp
-        req.dec = False
+        req.decoding = False
         req.ver += 1
         if n > 0:
-            req.eps.append((req.S0, S))
-        self.B -= 1
+            req.decode_spans.append((req.joined_at_step, S))
+        self.decode_batch -= 1
         self.ctx_sum -= req.n_comp + 1
-        self.phase[(req.nc0 - req.S0) % self.bs] -= 1
+        self.phase[(req.computed_at_join - req.joined_at_step) % self.bs] -= 1
 
     def _finish_decodes(self, t: float) -> None:
-        heap, last = self.fin_heap, self.S - 1
+        heap, last = self.fin_heap, self.step_clock - 1
         while heap and heap[0][0] <= last:
             _, _, ver, req = heappop(heap)
             if ver != req.ver:
                 continue
-            self._leave_decode(req, self.S)
+            self._leave_decode(req, self.step_clock)
             req.last_tok = t
             self._complete(req, t)
 
     def _plan_run(self, t: float, single: bool) -> None:
-        S, B, bs = self.S, self.B, self.bs
+        S, B, bs = self.step_clock, self.decode_batch, self.bs
         k = 1 if single else self.max_run
         heap = self.fin_heap
         while heap and heap[0][2] != heap[0][3].ver:
@@ -181,11 +181,11 @@ class DecodeRuns(StepLog):
                 k = min(k, j)
         d_max = 0
         if not self.timer.linear:
-            d_max = max(r.nc0 + (S - r.S0) + 1 for r in self.running.values() if r.dec)
+            d_max = max(r.computed_at_join + (S - r.joined_at_step) + 1 for r in self.running.values() if r.decoding)
         if self.timer.on_demand(B):
             self.run_lazy = True
-            self.run_t0, self.run_ctx0, self.cur_j, self.cur_t = t, self.ctx_sum, 0, t
-            self.smp_j, self.smp_t = 0, t
+            self.run_t0, self.run_ctx0, self.cursor_step, self.cursor_start = t, self.ctx_sum, 0, t
+            self.sample_step, self.sample_start = 0, t
             self.next_time = self.timer.run_end(t, B, self.ctx_sum, 0, k)
         else:
             self.run_lazy = False

@@ -28,11 +28,11 @@ __all__ = ["INF", "Replica", "Req"]
 class Replica(DecodeRuns):
     """One engine. Drive it with `add`, `release`, and `advance` at `next_time` (its fields: `ReplicaState`)."""
 
-    def prefix_hit_tokens(self, keys: list[int], his: list[int], isl: int) -> int:
+    def prefix_hit_tokens(self, keys: list[int], block_ends: list[int], isl: int) -> int:
         """Tokens of a prompt with these segments that this replica's HBM cache would serve now."""
         if not self.caching:
             return 0
-        return self.kv.cached_prefix_blocks(keys, his, (isl - 1) // self.bs) * self.bs
+        return self.kv.cached_prefix_blocks(keys, block_ends, (isl - 1) // self.bs) * self.bs
 
     def _wake(self, t: float) -> bool:
         """Truncate the plan so the scheduler runs at the end of the step in progress at t (or at t
@@ -85,17 +85,17 @@ class Replica(DecodeRuns):
 
     def _commit_step(self, t: float) -> None:
         """A single (mixed) step ended at t: decodes emit, prefill chunks advance."""
-        b = self.B
-        self.pend_lit.append(self.run_durs[0])
+        b = self.decode_batch
+        self.pending_literal.append(self.run_durs[0])
         self._log(-1, 0, 1, self.entry_B)
-        self.S += 1
+        self.step_clock += 1
         self.ctx_sum += b
         done = b
         emitted = []
         for req, c in self.entries:
             req.n_comp += c
             done += c
-            if req.n_comp == req.isl + req.g:  # the step computed the last known token: one more comes out
+            if req.n_comp == req.isl + req.generated:  # the step computed the last known token: one more comes out
                 emitted.append(req)
         self.outstanding -= done
         self.tokens += done
@@ -104,29 +104,29 @@ class Replica(DecodeRuns):
         for req in emitted:
             self._emit(req, t)
         for req in emitted:
-            if req.g < req.osl and self.role != "prefill":
+            if req.generated < req.osl and self.role != "prefill":
                 self._join_decode(req)
         self.entries = []
 
     def _emit(self, req: Req, t: float) -> None:
         """`req` produced a token at the end of a non-decode step (prefill, recompute, handoff entry)."""
         rec = self.rec
-        req.g += 1
+        req.generated += 1
         if req.stamp in self.partials:
             del self.partials[req.stamp]
-        if req.g == 1:
+        if req.generated == 1:
             rec.prefill_done[req.i] = t
             if not (self.role == "prefill" and self.first_token_at_handoff):
                 rec.first_token[req.i] = t
         else:
             rec.extra_gaps.append(t - req.last_tok)
-            req.eps.append((-1, len(rec.extra_gaps) - 1))  # marks one explicit gap
+            req.decode_spans.append((-1, len(rec.extra_gaps) - 1))  # marks one explicit gap
         req.last_tok = t
         if self.role == "prefill":
             del self.running[req.stamp]
             self.held[req.stamp] = req
             self.outputs.append(req)
-        elif req.g >= req.osl:
+        elif req.generated >= req.osl:
             self._complete(req, t)
 
     def _complete(self, req: Req, t: float) -> None:
@@ -150,23 +150,23 @@ class Replica(DecodeRuns):
             req.lazy_n = req.lazy_blocks = 0
         kv.release_segments(req.segs)
         if preempted and self.caching:
-            chain = sum(1 for j, hi in enumerate(req.his) if hi > (req.his[j - 1] if j else 0))
+            chain = sum(1 for j, hi in enumerate(req.block_ends) if hi > (req.block_ends[j - 1] if j else 0))
             if len(req.segs) + counted == chain:  # own blocks continue the cached chain: keep them for recompute
-                private = req.alloc // self.bs - (req.his[-1] if req.his else 0)
+                private = req.alloc // self.bs - (req.block_ends[-1] if req.block_ends else 0)
                 if private > 0:
                     kv.keep_private(("p", req.i), private)
                     own -= private
         kv.release(own)
         req.segs = []
         req.seg_blocks = 0
-        req.reg = 0
+        req.published = 0
         req.alloc = 0
 
     def _free_singletons(self, req: Req, preempted: bool) -> None:
         """Free the request's counted singleton segments [lazy_lo, reg) as evictable: one `Run` entry, or,
         preempted, kept one by one, tail first, for its recompute to hit (private to it: nobody else can)."""
         kv = self.kv
-        run = Run(req.keys if req.keys is not None else [], req.his, req.lazy_lo, req.reg, req.lazy_blocks)
+        run = Run(req.keys if req.keys is not None else [], req.block_ends, req.lazy_lo, req.published, req.lazy_blocks)
         if not preempted:
             kv.unpin_run(run, req.lazy_n)
             return
@@ -174,8 +174,8 @@ class Replica(DecodeRuns):
             kv.keep_private(key, nb)
 
     def _preempt(self, req: Req, allocated_this_step: bool) -> None:
-        if req.dec:
-            self._leave_decode(req, self.S)
+        if req.decoding:
+            self._leave_decode(req, self.step_clock)
             req.last_tok = self.t
             if allocated_this_step:
                 req.alloc += 1
@@ -184,8 +184,8 @@ class Replica(DecodeRuns):
         self.outstanding += req.n_comp
         self._free(req, preempted=True)
         req.n_comp = 0
-        req.pre += 1
-        self.rec.preemptions[req.i] = req.pre
+        req.times_preempted += 1
+        self.rec.preemptions[req.i] = req.times_preempted
         self.preemptions += 1
         self.waiting.appendleft(req)
 
@@ -193,23 +193,23 @@ class Replica(DecodeRuns):
         """Preempt the newest running requests until `need` blocks are free; False if `req` itself went."""
         while self.kv.free < need:
             victim = self.running[next(reversed(self.running))]
-            self._preempt(victim, allocated and victim.dec)
+            self._preempt(victim, allocated and victim.decoding)
             if victim is req:
                 return False
         return True
 
     def _register(self, req: Req) -> None:
         """Publish the request's segments that its allocated blocks now fully cover."""
-        his, kv = req.his, self.kv
+        block_ends, kv = req.block_ends, self.kv
         keys = req.keys if req.keys is not None else []
         full = req.alloc // self.bs
-        j, n = req.reg, len(his)
-        lo = his[j - 1] if j else 0
+        j, n = req.published, len(block_ends)
+        lo = block_ends[j - 1] if j else 0
         segs = req.segs
         added = 0
-        single = req.single if self.lazy and req.pre == 0 else n  # a preempted request publishes them all
+        single = req.single if self.lazy and req.times_preempted == 0 else n  # a preempted request publishes them all
         while j < n:
-            hi = his[j]
+            hi = block_ends[j]
             if hi > full:
                 break
             if j >= single:  # a singleton: counted here, queued with the others at the end (kvcache.Run)
@@ -227,24 +227,24 @@ class Replica(DecodeRuns):
             lo = hi
             j += 1
         req.seg_blocks += added
-        req.reg = j
+        req.published = j
 
     def _admit(self, req: Req, budget: int, t: float) -> int:
         """Try to admit the waiting head; tokens scheduled, or 0 when it does not fit now."""
         bs, kv = self.bs, self.kv
-        n_tok = req.isl + req.g
+        n_tok = req.isl + req.generated
         hits: list[Seg] = []
         host_hits: list[tuple[Hashable, int]] = []
         hit_blocks = lru_blocks = host_blocks = 0
         private = None
         reg = 0
         if self.caching and req.keys is None:
-            req.keys, req.his = self.segments_of.of(req.i) if self.segments_of is not None else ([], [])
+            req.keys, req.block_ends = self.segments_of.of(req.i) if self.segments_of is not None else ([], [])
         if self.lazy and not req.admitted and self.segments_of is not None:
             req.single = self.segments_of.single_from(req.i)
         if self.caching and not req.xfer:
             cap = (n_tok - 1) // bs
-            m = kv.match_prefix(req.keys if req.keys is not None else [], req.his, cap)
+            m = kv.match_prefix(req.keys if req.keys is not None else [], req.block_ends, cap)
             hits, host_hits, reg = m.hits, m.host_hits, m.matched
             hit_blocks, lru_blocks, host_blocks = m.hit_blocks, m.lru_blocks, m.host_blocks
             if m.chained and not host_hits:
@@ -272,8 +272,8 @@ class Replica(DecodeRuns):
             req.seg_blocks += nb
         req.n_comp = hit_tok
         req.alloc = hit_tok + c
-        req.reg = reg
-        if self.caching and req.his:
+        req.published = reg
+        if self.caching and req.block_ends:
             self._register(req)
         if not req.xfer:
             cached = min(hit_tok, req.isl)
@@ -299,23 +299,23 @@ class Replica(DecodeRuns):
     def _decide(self, t: float) -> None:
         """Schedule the step starting at t (vLLM v1 order), or a run of pure-decode steps, or go idle."""
         bs, kv, max_seqs = self.bs, self.kv, self.max_seqs
-        S = self.S
+        S = self.step_clock
         budget = self.max_batched
         preempted_before = self.preemptions
         self._host_load = 0.0
         entries: list[tuple[Req, int]] = []
         # 1. decodes, one token each, in admission order
-        if self.B:
+        if self.decode_batch:
             need = self.phase[(-S) % bs]
             if need <= kv.free:
                 kv.alloc(need)
             else:
-                for req in [r for r in self.running.values() if r.dec]:
-                    if not req.dec or (req.nc0 - req.S0 + S) % bs:
+                for req in [r for r in self.running.values() if r.decoding]:
+                    if not req.decoding or (req.computed_at_join - req.joined_at_step + S) % bs:
                         continue
                     if self._make_room(1, req, allocated=False):
                         kv.alloc(1)
-            budget -= self.B
+            budget -= self.decode_batch
         # 2. partially prefilled requests
         for stamp in list(self.partials):
             part = self.partials.get(stamp)
@@ -323,17 +323,17 @@ class Replica(DecodeRuns):
                 continue
             if budget <= 0:
                 break
-            c = min(part.isl + part.g - part.n_comp, budget)
+            c = min(part.isl + part.generated - part.n_comp, budget)
             need = -(-(part.n_comp + c) // bs) - (-(-part.alloc // bs))
             if not self._make_room(need, part, allocated=True):
                 continue
             kv.alloc(need)
             part.alloc = part.n_comp + c
-            if self.caching and part.his:
+            if self.caching and part.block_ends:
                 self._register(part)
             entries.append((part, c))
             budget -= c
-        budget = self.max_batched - self.B - sum(c for _, c in entries)  # victims give theirs back
+        budget = self.max_batched - self.decode_batch - sum(c for _, c in entries)  # victims give theirs back
         # 3. waiting requests, FCFS, unless this step preempted
         if self.preemptions == preempted_before:
             waiting = self.waiting
@@ -344,12 +344,12 @@ class Replica(DecodeRuns):
                     break
                 waiting.popleft()
                 entries.append((req, c))
-                if req.n_comp + c < req.isl + req.g:
+                if req.n_comp + c < req.isl + req.generated:
                     self.partials[req.stamp] = req
                 budget -= c
         if entries:
             self._plan_step(t, entries)
-        elif self.B:
+        elif self.decode_batch:
             self._plan_run(t, single=self.preemptions != preempted_before)
         else:
             self.busy = False
@@ -360,12 +360,12 @@ class Replica(DecodeRuns):
 
     def _plan_step(self, t: float, entries: list[tuple[Req, int]]) -> None:
         p_tok = p_pairs = p_seqs = 0.0
-        d_seqs, d_ctx = self.B, self.ctx_sum
+        d_seqs, d_ctx = self.decode_batch, self.ctx_sum
         d_max = 0
-        if not self.timer.linear and self.B:
-            d_max = max(r.nc0 + (self.S - r.S0) + 1 for r in self.running.values() if r.dec)
+        if not self.timer.linear and self.decode_batch:
+            d_max = max(r.computed_at_join + (self.step_clock - r.joined_at_step) + 1 for r in self.running.values() if r.decoding)
         for req, c in entries:
-            if c == 1 and req.g >= 1 and req.n_comp == req.isl + req.g - 1:  # a decode token (handoff entry)
+            if c == 1 and req.generated >= 1 and req.n_comp == req.isl + req.generated - 1:  # a decode token (handoff entry)
                 d_seqs += 1
                 d_ctx += req.n_comp + 1
                 d_max = max(d_max, req.n_comp + 1)
@@ -375,7 +375,7 @@ class Replica(DecodeRuns):
                 p_seqs += 1
         dur = self.timer.one(p_tok, p_pairs, p_seqs, float(d_seqs), float(d_ctx), float(d_max)) + self._host_load
         self.entries = entries
-        self.entry_B = self.B
+        self.entry_B = self.decode_batch
         self.run_decode = False
         self.run_durs = array("d", (dur,))
         self.run_ends = [t + dur]

@@ -55,25 +55,25 @@ class Seg:
 
 
 class Run(Seg):
-    """A finished request's singleton segments j in [lo, hi) of its chain (`keys`, block ends `his`), one
+    """A finished request's singleton segments j in [lo, hi) of its chain (`keys`, block ends `block_ends`), one
     LRU entry: evicted from member hi - 1 down (the oldest first), members of no block skipped; `blocks`
     are those of the members left."""
 
-    __slots__ = ("keys", "his", "lo", "hi")
+    __slots__ = ("keys", "block_ends", "lo", "hi")
 
-    def __init__(self, keys: list[int], his: list[int], lo: int, hi: int, blocks: int) -> None:
+    def __init__(self, keys: list[int], block_ends: list[int], lo: int, hi: int, blocks: int) -> None:
         super().__init__(None, 0, blocks)
         self.keys = keys
-        self.his = his
+        self.block_ends = block_ends
         self.lo = lo
         self.hi = hi
 
     def members(self) -> list[tuple[Hashable, int]]:
         """(key, blocks) of the members left, oldest first."""
-        his = self.his
+        block_ends = self.block_ends
         out: list[tuple[Hashable, int]] = []
         for j in range(self.hi - 1, self.lo - 1, -1):
-            nb = his[j] - (his[j - 1] if j else 0)
+            nb = block_ends[j] - (block_ends[j - 1] if j else 0)
             if nb > 0:
                 out.append((self.keys[j], nb))
         return out
@@ -160,16 +160,16 @@ class KVCache:
 
     def _evict_run(self, run: Run, n: int) -> None:
         """Evict the run's members, oldest first, until n blocks are plain (or none is left)."""
-        his, j, lo = run.his, run.hi, run.lo
+        block_ends, j, lo = run.block_ends, run.hi, run.lo
         while self.plain < n and j > lo:
             j -= 1
-            nb = his[j] - (his[j - 1] if j else 0)
+            nb = block_ends[j] - (block_ends[j - 1] if j else 0)
             if nb > 0:
                 self.plain += nb
                 run.blocks -= nb
                 self.n_lru -= 1
                 self.evictions += 1
-        while j > lo and his[j - 1] == (his[j - 2] if j > 1 else 0):  # empty members: nothing to evict
+        while j > lo and block_ends[j - 1] == (block_ends[j - 2] if j > 1 else 0):  # empty members: nothing to evict
             j -= 1
         run.hi = j
         if j == lo:
@@ -241,11 +241,11 @@ class KVCache:
         seg = self.segments[key] = Seg(key, 1, nb)
         return seg
 
-    def cached_prefix_blocks(self, keys: list[int], his: list[int], cap: int) -> int:
+    def cached_prefix_blocks(self, keys: list[int], block_ends: list[int], cap: int) -> int:
         """Blocks of a prompt with these segments (chain keys, block ends) cached in HBM now, up to `cap`."""
         segs = self.segments
         hit = lo = 0
-        for key, hi in zip(keys, his):
+        for key, hi in zip(keys, block_ends):
             if hi == lo:
                 continue
             if hi > cap or key not in segs:
@@ -253,13 +253,13 @@ class KVCache:
             hit, lo = hi, hi
         return hit
 
-    def match_prefix(self, keys: list[int], his: list[int], cap: int) -> PrefixMatch:
+    def match_prefix(self, keys: list[int], block_ends: list[int], cap: int) -> PrefixMatch:
         """The longest run of a prompt's segments (up to block `cap`) this replica holds: cached in HBM, then
         (once one is missing there) on the host tier. Nothing is taken yet."""
         m = PrefixMatch()
         segs, host = self.segments, self.host
         lo = 0
-        for key, hi in zip(keys, his):
+        for key, hi in zip(keys, block_ends):
             if hi == lo:
                 m.matched += 1
                 continue

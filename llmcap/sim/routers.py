@@ -49,7 +49,7 @@ class ReplicaView:
             return 0
         r = self._pool[j]
         r.sync(self.t)
-        return r.prefix_hit_tokens(req.keys, req.his, req.isl)
+        return r.prefix_hit_tokens(req.keys, req.block_ends, req.isl)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class RouterSetup:
 
 
 class RoutingPolicy(Protocol):
-    needs_prefix_keys: bool  # the cluster fills `Req.keys`/`Req.his` only for a policy that reads them
+    needs_prefix_keys: bool  # the cluster fills `Req.keys`/`Req.block_ends` only for a policy that reads them
 
     def choose(self, view: ReplicaView, req: Req) -> int: ...
 

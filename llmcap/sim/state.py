@@ -25,35 +25,36 @@ class Req:
     """A request inside one replica (created when it arrives there, dropped when it leaves)."""
 
     __slots__ = (
-        "i", "isl", "osl", "g", "n_comp", "alloc", "keys", "his", "segs", "seg_blocks", "reg", "stamp",
-        "S0", "g0", "nc0", "fin", "ver", "last_tok", "eps", "pre", "xfer", "dec", "admitted", "handoff_t", "single", "lazy_lo",
+        "i", "isl", "osl", "generated", "n_comp", "alloc", "keys", "block_ends", "segs", "seg_blocks", "published", "stamp",
+        "joined_at_step", "generated_at_join", "computed_at_join", "last_step", "ver", "last_tok", "decode_spans", "times_preempted",
+        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo",
         "lazy_n", "lazy_blocks",
     )  # fmt: skip
 
-    def __init__(self, i: int, isl: int, osl: int, keys: list[int] | None = None, his: list[int] | None = None) -> None:
+    def __init__(self, i: int, isl: int, osl: int, keys: list[int] | None = None, block_ends: list[int] | None = None) -> None:
         self.i = i
         self.isl = isl
         self.osl = osl  # tokens this replica generates before the request leaves it
-        self.g = 0  # tokens generated so far
+        self.generated = 0  # tokens generated so far
         self.n_comp = 0  # tokens whose KV is computed (or loaded)
         self.alloc = 0  # tokens with KV slots allocated
         self.keys = keys  # None until admission (waiting requests hold no lists)
-        self.his = his if his is not None else []
+        self.block_ends = block_ends if block_ends is not None else []
         self.segs: list[Seg] = []  # prefix segments this request holds a reference to
         self.seg_blocks = 0
-        self.reg = 0  # next own segment to publish
+        self.published = 0  # next own segment to publish
         self.single = 0  # chain position where the singleton suffix starts (set at admission)
         self.lazy_lo = -1  # first singleton segment counted instead of published (segments [lazy_lo, reg))
         self.lazy_n = 0  # ... of them non-empty
         self.lazy_blocks = 0
         self.stamp = 0
-        self.S0 = self.g0 = self.nc0 = self.fin = 0
+        self.joined_at_step = self.generated_at_join = self.computed_at_join = self.last_step = 0
         self.ver = 0
         self.last_tok = 0.0
-        self.eps: list[tuple[int, int]] = []  # decode episodes [S_a, S_b) on the replica's step log
-        self.pre = 0
+        self.decode_spans: list[tuple[int, int]] = []  # decode episodes [S_a, S_b) on the replica's step log
+        self.times_preempted = 0
         self.xfer = False  # arrived by KV transfer (P/D decode side)
-        self.dec = False
+        self.decoding = False
         self.admitted = False
         self.handoff_t = 0.0
 
@@ -101,10 +102,10 @@ class ReplicaState:
         self.held: dict[int, Req] = {}  # prefill role: done, blocks kept until the handoff lands
         self.stamps = 0
         # decoding set, advanced by the step clock
-        self.S = 0  # steps completed = index of the next step
-        self.B = 0
-        self.ctx_sum = 0  # Σ context (prompt + generated) of decodes at step S
-        self.phase = [0] * self.bs  # decodes by (nc0 - S0) mod bs: who needs a block at which step
+        self.step_clock = 0  # steps completed = index of the next step
+        self.decode_batch = 0
+        self.ctx_sum = 0  # Σ context (prompt + generated) of decodes at step `step_clock`
+        self.phase = [0] * self.bs  # decodes by (computed_at_join - joined_at_step) mod bs: who needs a block at which step
         self.fin_heap: list[tuple[int, int, int, Req]] = []  # (last step, stamp, version, request)
         self.outstanding = 0  # Σ tokens still to process: isl + osl - 1 - n_comp
         self.inbound = 0  # P/D decode side: tokens of handoffs sent to it that have not landed yet (the router counts them)
@@ -119,15 +120,15 @@ class ReplicaState:
         self.run_S = 0
         self.run_decode = False
         # a decode run timed on demand (StepTimer.on_demand): no per-step lists, only its start, first
-        # context and a cursor (step cur_j starts at cur_t) that the monotone outside queries move forward;
-        # the time-series grid has its own (smp_j, smp_t): the two sequences are each monotone, not together
+        # context and a cursor (step cursor_step starts at cursor_start) that the monotone outside queries move forward;
+        # the time-series grid has its own (sample_step, sample_start): the two sequences are each monotone, not together
         self.run_lazy = False
         self.run_t0 = 0.0
         self.run_ctx0 = 0
-        self.cur_j = 0
-        self.cur_t = 0.0
-        self.smp_j = 0
-        self.smp_t = 0.0
+        self.cursor_step = 0
+        self.cursor_start = 0.0
+        self.sample_step = 0
+        self.sample_start = 0.0
         self.entries: list[tuple[Req, int]] = []  # prefill chunks (and handoff first decodes) of a single step
         self.entry_B = 0  # decodes of that step with a regular gap (their last token ended the previous step)
         self.next_time = INF
@@ -144,8 +145,8 @@ class ReplicaState:
         self.ts = array("q")  # 8 ints per grid time (see state_at); row i is at time i·resolution
         # step log: duration and regular-gap decode count per step, from step index log_base on, as the
         # chunks `flush_log` wrote (chunk i holds steps from chunk_at[i] on; no copying as it grows). Steps
-        # reach it through `pend_*` (a segment: n steps of a decode run from context ctx, b >= 0; or n
-        # literal durations in pend_lit, b = -1; weight w each); the ITL stats of requests that finished
+        # reach it through `pending_*` (a segment: n steps of a decode run from context ctx, b >= 0; or n
+        # literal durations in pending_literal, b = -1; weight w each); the ITL stats of requests that finished
         # (`stats_due`) wait for the flush.
         self.log_base = 0
         self.log_n = 0  # steps in the chunks
@@ -153,12 +154,12 @@ class ReplicaState:
         self.chunk_w: list[np.ndarray] = []
         self.chunk_at: list[int] = []
         # (lists: a compiled list append is a C call; array('q').append parses its argument)
-        self.pend_b: list[int] = []
-        self.pend_ctx: list[int] = []
-        self.pend_n: list[int] = []
-        self.pend_w: list[int] = []
-        self.pend_lit = array("d")
-        self.pend_steps = 0
+        self.pending_batch: list[int] = []
+        self.pending_context: list[int] = []
+        self.pending_count: list[int] = []
+        self.pending_weight: list[int] = []
+        self.pending_literal = array("d")
+        self.pending_steps = 0
         self.stats_due: list[Req] = []
         self.trim_at = 0  # histogram mode: log length of the next trim attempt (at least steplog.TRIM_STEPS)
         self.hist = None if itl_exact else np.zeros(HIST_BINS_PER_DECADE * HIST_DECADES, dtype=np.int64)

@@ -25,23 +25,23 @@ class StepLog(ReplicaState):
     """A replica's step log: what each step took and how many regular token gaps it ended."""
 
     def _log(self, b: int, ctx: int, n: int, w: int) -> None:
-        """n more steps in the step log (see `pend_*`)."""
-        self.pend_b.append(b)
-        self.pend_ctx.append(ctx)
-        self.pend_n.append(n)
-        self.pend_w.append(w)
-        self.pend_steps += n
-        if self.pend_steps >= FLUSH_STEPS:
+        """n more steps in the step log (see `pending_*`)."""
+        self.pending_batch.append(b)
+        self.pending_context.append(ctx)
+        self.pending_count.append(n)
+        self.pending_weight.append(w)
+        self.pending_steps += n
+        if self.pending_steps >= FLUSH_STEPS:
             self.flush_log()
 
     def flush_log(self) -> None:
         """Write the pending steps to the step log in one vectorised pass, then compute the ITL stats of the
         requests that finished since the last flush (the cluster calls it once more at the end)."""
-        if self.pend_steps:
-            n = np.array(self.pend_n, dtype=np.int64)
-            b = np.array(self.pend_b, dtype=np.int64)
-            lit = np.frombuffer(self.pend_lit, dtype=np.float64)
-            if lit.size == self.pend_steps:
+        if self.pending_steps:
+            n = np.array(self.pending_count, dtype=np.int64)
+            b = np.array(self.pending_batch, dtype=np.int64)
+            lit = np.frombuffer(self.pending_literal, dtype=np.float64)
+            if lit.size == self.pending_steps:
                 dur = lit.copy()
             else:
                 # per-segment values repeated, no gathers: step s of segment k (from step first[k] on) has
@@ -50,22 +50,22 @@ class StepLog(ReplicaState):
                 first = np.cumsum(n) - n
                 bt = np.maximum(b, 0)
                 step_b = np.repeat(bt, n)
-                ctx = np.repeat(np.array(self.pend_ctx, dtype=np.int64) - first * bt, n)
-                ctx += np.arange(self.pend_steps) * step_b
+                ctx = np.repeat(np.array(self.pending_context, dtype=np.int64) - first * bt, n)
+                ctx += np.arange(self.pending_steps) * step_b
                 dur = self.timer.decode_durations(step_b, ctx.astype(np.float64))  # exact: below 2**53
                 if lit.size:
                     dur[np.repeat(b < 0, n)] = lit
             self.chunk_at.append(self.log_base + self.log_n)
             self.chunk_d.append(dur)
-            self.chunk_w.append(np.repeat(np.array(self.pend_w, dtype=np.int64), n))
+            self.chunk_w.append(np.repeat(np.array(self.pending_weight, dtype=np.int64), n))
             self.log_n += dur.size
-            del lit  # the view exports pend_lit's buffer: a new array, not a resized one
-            self.pend_b.clear()
-            self.pend_ctx.clear()
-            self.pend_n.clear()
-            self.pend_w.clear()
-            self.pend_lit = array("d")
-            self.pend_steps = 0
+            del lit  # the view exports pending_literal's buffer: a new array, not a resized one
+            self.pending_batch.clear()
+            self.pending_context.clear()
+            self.pending_count.clear()
+            self.pending_weight.clear()
+            self.pending_literal = array("d")
+            self.pending_steps = 0
         due, self.stats_due = self.stats_due, []
         for req in due:
             self._itl_stats(req)
@@ -95,14 +95,14 @@ class StepLog(ReplicaState):
 
     def _itl_stats(self, req: Req) -> None:
         """The request's ITL p50 / p99 (linear between order statistics, numpy's default) and max."""
-        if req.osl <= 1 or not req.eps:
+        if req.osl <= 1 or not req.decode_spans:
             return
         extra = self.rec.extra_gaps
-        a0, b0 = req.eps[0]
-        if len(req.eps) == 1 and a0 >= 0:
+        a0, b0 = req.decode_spans[0]
+        if len(req.decode_spans) == 1 and a0 >= 0:
             v = self._log_slice(a0, b0).copy()  # (methods, not np.sort: its Python wrapper costs more here)
         else:
-            v = np.concatenate([self._log_slice(a, b) if a >= 0 else np.array([extra[b]]) for a, b in req.eps])
+            v = np.concatenate([self._log_slice(a, b) if a >= 0 else np.array([extra[b]]) for a, b in req.decode_spans])
         v.sort()  # order statistics do not depend on the algorithm
         m = len(v)
         rec, i = self.rec, req.i
@@ -116,11 +116,11 @@ class StepLog(ReplicaState):
 
     def _trim(self) -> None:
         """Histogram mode: fold the chunks of steps no live request still needs into `hist` and drop them."""
-        live = [self.S]
+        live = [self.step_clock]
         for req in list(self.running.values()) + list(self.waiting):
-            if req.dec:
-                live.append(req.S0)
-            live.extend(a for a, _ in req.eps if a >= 0)
+            if req.decoding:
+                live.append(req.joined_at_step)
+            live.extend(a for a, _ in req.decode_spans if a >= 0)
         cut = min(live)
         dead = 0
         while dead + 1 < len(self.chunk_at) and self.chunk_at[dead + 1] <= cut:  # chunk `dead` ends by cut

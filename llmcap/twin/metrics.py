@@ -45,7 +45,7 @@ class _EngineState:
             waiting.add_metric(lv, len(r.waiting))
             usage.add_metric(lv, r.kv.used / r.cfg.num_blocks)
             preempt.add_metric(lv, r.preemptions)
-            steps.add_metric(lv, buckets=[("+Inf", float(r.S))], sum_value=float(r.tokens))
+            steps.add_metric(lv, buckets=[("+Inf", float(r.step_clock))], sum_value=float(r.tokens))
         ec = t.cluster.cfg.engine
         cache = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine CacheConfig (twin).", labels=[
             "block_size", "num_gpu_blocks", "enable_prefix_caching", "twin"])  # fmt: skip

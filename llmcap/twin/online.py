@@ -7,8 +7,8 @@ at its instant (`run_until(t, inclusive=False)`, then `submit(..., t)`).
 
 Replicas run in reference mode (one engine step per decision; identical results to the fast mode,
 tests/sim), so after each decision the requests on that replica have exactly the tokens they have
-at the step's end, and `emit` hands them out at that instant. Generated so far = g for a request
-outside the decoding set, g0 + (steps since it joined) inside it.
+at the step's end, and `emit` hands them out at that instant. Generated so far = `generated` for a request
+outside the decoding set, generated_at_join + (steps since it joined) inside it.
 
 Recorder rows are slots reused FIFO (a twin serves forever; the recorder is a fixed array), and the
 step log keeps a histogram (itl_exact=False) whose dead steps are dropped: memory stays bounded.
@@ -43,7 +43,7 @@ class Flight:
     isl: int
     osl: int
     keys: list[int]  # prefix-cache keys of its prompt's segments (`twin.prefix.block_keys`: one a full block)
-    his: list[int] | None = None  # engine-block end of each segment (None: one block per key)
+    block_ends: list[int] | None = None  # engine-block end of each segment (None: one block per key)
     tag: object = None  # the caller's (the server's stream)
     slot: int = -1
     req: Req | None = None  # on its replica (the prefill replica under P/D)
@@ -129,8 +129,8 @@ class OnlineCluster:
         self._reset_slot(i)
         caching = self.cfg.engine.enable_prefix_caching
         keys = flight.keys if caching else []
-        his = (flight.his if flight.his is not None else list(range(1, len(keys) + 1))) if caching else []
-        req = Req(i, flight.isl, 1 if self.pd is not None else flight.osl, keys, his)
+        block_ends = (flight.block_ends if flight.block_ends is not None else list(range(1, len(keys) + 1))) if caching else []
+        req = Req(i, flight.isl, 1 if self.pd is not None else flight.osl, keys, block_ends)
         j = self.router.choose(req, t)
         rec = self.rec
         rec.prefill_replica[i] = j
@@ -216,7 +216,7 @@ class OnlineCluster:
             self._push(p)
         i, d = req.i, flight.back
         dreq = Req(i, flight.isl, flight.osl, [], [])  # the decode side does no prefix caching
-        dreq.g, dreq.n_comp, dreq.xfer = 1, flight.isl, True
+        dreq.generated, dreq.n_comp, dreq.xfer = 1, flight.isl, True
         dreq.last_tok = float(self.rec.first_token[i])
         dr = self.back[d]
         dr.inbound -= flight.osl - 1
@@ -234,7 +234,7 @@ class OnlineCluster:
     # ------------------------------------------------------------ tokens out
 
     def _generated(self, req: Req, r: Replica) -> int:
-        return req.g0 + (r.S - req.S0) if req.dec else req.g
+        return req.generated_at_join + (r.step_clock - req.joined_at_step) if req.decoding else req.generated
 
     def tokens(self, flight: Flight) -> int:
         """Tokens the request has produced so far (as its client sees them)."""

@@ -29,7 +29,7 @@ class _Watch:
         lru = kv.evictable()
         if sum(nb for _, nb in lru) != kv.free - kv.plain or len(lru) != kv.n_lru or any(s.ref < 0 for s in kv.segments.values()):
             self.violations.append("LRU blocks disagree with the free count, or a negative ref count")
-        if rep.B != sum(1 for r in rep.running.values() if r.dec) or len(rep.running) > rep.cfg.max_num_seqs:
+        if rep.decode_batch != sum(1 for r in rep.running.values() if r.decoding) or len(rep.running) > rep.cfg.max_num_seqs:
             self.violations.append("decoding set or max_num_seqs broken")
         self.checks += 1
 
