@@ -12,9 +12,9 @@ cacheable. Segments are the unit of sharing: a segment (`Seg`) is either in use 
 by every request that hit or registered it) or free and evictable, in an LRU: `order` lists segments
 oldest first, one entry each time one became evictable, and `queued` counts a segment's entries there.
 An entry is live only for a segment that is evictable, still cached, and has no newer entry (its
-`queued` drops to 0 as the entry leaves the head); other entries are stale and skipped (a deque instead
-of an OrderedDict LRU: measured ~2x faster; a compiled class instead of [ref, blocks, tick] lists, no
-boxed ints per update: 0.86x the wall time of a 60k-request synthetic run).
+`queued` drops to 0 as the entry leaves the head); other entries are stale and skipped (a deque rather
+than an OrderedDict LRU, and a compiled class rather than [ref, blocks, tick] lists: no boxed ints per
+update; `make bench` times the simulator).
 Allocation takes never-cached free blocks first and then evicts whole LRU segments from the head
 (vLLM evicts block by block from one free queue; whole segments are the coarser, conservative version).
 Evicted segments move to the host tier when it exists (its own LRU, capacity in blocks).
@@ -27,8 +27,7 @@ in `segments`; eviction takes its members one by one, tail first, exactly as it 
 separate entries the request's tail-first release would have queued (same order, same counts:
 byte-identical results, checked by tests/sim against the reference mode, which publishes every
 segment). A preempted request publishes them as plain segments (it may hit them). Half the hashes of
-the Mooncake traces are singletons; on the 1M-request synthetic trace this took 0.86x the wall time
-(43.4 s against 50.4 s, same minute).
+the Mooncake traces are singletons, so this keeps the LRU about half as long.
 
 A request's own blocks past its hashed prefix (unhashed prompt tail, generated tokens) are private: when
 it is preempted they are kept as a private segment only it can hit on recompute, as vLLM's cached

@@ -15,7 +15,7 @@ fixed point α <- α · measured / simulated converges in a few rounds.
 
 What it does not fix: one factor matches the saturated regime the burst measures. Where the engine's
 speed depends on the regime (lightly loaded steps slower than saturated ones) or drifts between the
-burst and the runs it is applied to, the factor does not carry over (measured: test_sim_fidelity).
+burst and the runs it is applied to, the factor does not carry over (tests/live/test_sim_fidelity.py).
 """
 
 from __future__ import annotations

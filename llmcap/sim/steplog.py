@@ -46,7 +46,7 @@ class StepLog(ReplicaState):
             else:
                 # per-segment values repeated, no gathers: step s of segment k (from step first[k] on) has
                 # context ctx[k] + (s - first[k])·b[k], an exact integer; literal segments are timed as
-                # b = 0 and then overwritten (1.5x faster than timing the decode steps picked by a mask)
+                # b = 0 and then overwritten (cheaper than timing the decode steps picked by a mask)
                 first = np.cumsum(n) - n
                 bt = np.maximum(b, 0)
                 step_b = np.repeat(bt, n)
