@@ -180,7 +180,7 @@ def _pad(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _shard(t: Tensor, model: ModelSpec, par: Parallelism) -> tuple[int, int, int]:
+def rank_shard(t: Tensor, model: ModelSpec, par: Parallelism) -> tuple[int, int, int]:
     """(out, in, count) of tensor `t` held by one rank."""
     out, inn, cnt = t.out_features, t.in_features, t.count
     if t.split == "col":
@@ -200,8 +200,9 @@ def _shard(t: Tensor, model: ModelSpec, par: Parallelism) -> tuple[int, int, int
     return out, inn, cnt
 
 
-def _tensor_bytes(t: Tensor, model: ModelSpec, par: Parallelism, policy: QuantPolicy) -> int:
-    out, inn, cnt = _shard(t, model, par)
+def rank_tensor_bytes(t: Tensor, model: ModelSpec, par: Parallelism, policy: QuantPolicy) -> int:
+    """Bytes of tensor `t` one rank holds, in the format `policy` gives it (the roofline reads these bytes)."""
+    out, inn, cnt = rank_shard(t, model, par)
     quantized = (t.quantizable and t.component in QUANTIZED_COMPONENTS) or (
         (t.component == "embeddings" and policy.quantize_embeddings)
         or (t.component == "lm_head" and policy.quantize_lm_head)
@@ -232,11 +233,11 @@ def stage_weight_bytes(
     for layer in layers:
         kind = model.layer_is_moe[layer]
         if kind not in cache:
-            cache[kind] = [(t.component, _tensor_bytes(t, model, par, policy)) for t in model.layer_tensors(layer)]
+            cache[kind] = [(t.component, rank_tensor_bytes(t, model, par, policy)) for t in model.layer_tensors(layer)]
         for comp, b in cache[kind]:
             out[comp] += b
     for t in tensors:
-        out[t.component] += _tensor_bytes(t, model, par, policy)
+        out[t.component] += rank_tensor_bytes(t, model, par, policy)
     return out
 
 

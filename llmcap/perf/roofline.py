@@ -54,8 +54,8 @@ from llmcap.memory import (
     QUANTIZED_COMPONENTS,
     VOCAB_PADDING,
     Parallelism,
-    _shard,
-    _tensor_bytes,
+    rank_shard,
+    rank_tensor_bytes,
     kv_bytes_per_token_layer_rank,
     pp_stage_layers,
     validate_parallelism,
@@ -208,8 +208,8 @@ class RooflineModel:
         wb = flops = act = 0.0
         quantized = False
         for t in tensors:
-            wb += _tensor_bytes(t, self.model, self.parallelism, self.policy)
-            out, inn, cnt = _shard(t, self.model, self.parallelism)
+            wb += rank_tensor_bytes(t, self.model, self.parallelism, self.policy)
+            out, inn, cnt = rank_shard(t, self.model, self.parallelism)
             if inn > 1:  # a matrix (vectors: norms, biases, router bias have in_features = 1)
                 flops += 2.0 * cnt * out * inn
                 act += self.params.activation_bytes * cnt * (out + inn)
@@ -246,7 +246,7 @@ class RooflineModel:
             g = self._gemm(by["routed_experts"])
             local = -(-self.model.moe.num_experts // self.parallelism.ep)  # type: ignore[union-attr]
             expert = _Gemm(g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops)
-        norm_bytes = sum(_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
+        norm_bytes = sum(rank_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
         return _LayerKind(
             is_moe=is_moe,
             window=self.model.layer_window[layer],
