@@ -50,7 +50,7 @@ def plan_configurations(root: Path) -> list[dict]:
 
     from llmcap.perf.corrections import CONFIGURATION_FIELDS
     from llmcap.sizing.autoscale_plan import ROLES
-    from llmcap.sizing.plan import candidate_row
+    from llmcap.sizing.units import candidate_row
 
     summary = json.loads((root / SUMMARY).read_text(encoding="utf-8"))
     candidates = pq.read_table(root / CANDIDATES).to_pandas()

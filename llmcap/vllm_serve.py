@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from llmcap.sizing.plan import candidate_row
+from llmcap.sizing.units import candidate_row
 
 # vLLM quantizes these online from a 16-bit checkpoint (`--quantization fp8`: dynamic per-tensor/channel scales)
 _ONLINE_QUANT = {"fp8": "fp8", "fp8-channel": "fp8"}

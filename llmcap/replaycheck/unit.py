@@ -22,7 +22,7 @@ from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
-from llmcap.sizing.plan import candidate_key, candidate_row
+from llmcap.sizing.units import candidate_key, candidate_row
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
 

@@ -15,7 +15,7 @@ from llmcap.sim import AutoscaleConfig, LinkConfig, PDConfig
 from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.params import AutoscaleParams, SizeParams
-from llmcap.sizing.plan import Lengths, candidate_row, make_unit
+from llmcap.sizing.units import Lengths, candidate_row, make_unit
 
 ROLES = {"instances": ("both",), "prefill": ("prefill",), "decode": ("decode",)}  # pool name in the summary -> candidate roles
 

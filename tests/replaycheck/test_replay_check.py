@@ -16,7 +16,8 @@ from llmcap.replaycheck.compare import bucket_labels, bucket_of, verdict
 from llmcap.live.prompts import prompts
 from llmcap.replaycheck.runs import _run_hashes, plan_runs
 from llmcap.sizing.params import SizeParams
-from llmcap.sizing.plan import Lengths, _Sizer, candidate_key, make_unit
+from llmcap.sizing.sizer import Sizer
+from llmcap.sizing.units import Lengths, candidate_key, make_unit
 from ops.reproduce import MEASURED, compare, out_flags
 
 MODEL = "Llama-3.1-8B"
@@ -54,7 +55,7 @@ def test_a_pd_unit_is_what_the_size_stage_simulated(candidates) -> None:
     model, trace = load_model(MODEL), _trace()
     lengths = Lengths.of(trace)
     p_unit, d_unit = make_unit(model, prefill.to_dict(), lengths, params.slo), make_unit(model, decode.to_dict(), lengths, params.slo)
-    factory = _Sizer(trace, model, params, None, lambda _: None, None).pd_factory(p_unit, d_unit)
+    factory = Sizer(trace, model, params, None, lambda _: None, None).pd_factory(p_unit, d_unit)
     sized = factory(1, 1)  # the evaluate the size stage builds for one prefill + one decode instance
     assert config.pd is not None and (config.pd.prefill_replicas, config.pd.decode_replicas) == (1, 1)
     assert config.pd.link == sized.pd.link

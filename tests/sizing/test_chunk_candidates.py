@@ -11,7 +11,8 @@ from llmcap.catalog import load_model
 from llmcap.config import load_params
 from llmcap.perf import build_step_model, prefill_time
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
-from llmcap.sizing.plan import Lengths, make_unit, prefill_alone, size_deployments
+from llmcap.sizing.plan import size_deployments
+from llmcap.sizing.units import Lengths, make_unit, prefill_alone
 from llmcap.trace import ingest
 from tests.conftest import ROOT, TRACES
 

@@ -16,7 +16,8 @@ import pytest
 from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidates
 from llmcap.catalog import load_model
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
-from llmcap.sizing.plan import Lengths, make_unit, size_deployments, unit_evaluate
+from llmcap.sizing.plan import size_deployments
+from llmcap.sizing.units import Lengths, make_unit, unit_evaluate
 from llmcap.sizing.simeval import drain_time
 from llmcap.sizing.slo import attainment
 from llmcap.trace import ingest

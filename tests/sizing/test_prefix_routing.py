@@ -9,7 +9,9 @@ import pytest
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
-from llmcap.sizing.plan import Lengths, _Sizer, size_deployments
+from llmcap.sizing.plan import size_deployments
+from llmcap.sizing.sizer import Sizer
+from llmcap.sizing.units import Lengths
 from llmcap.trace import ingest
 from tests.conftest import TRACES
 
@@ -51,9 +53,9 @@ def test_routing_is_searched_on_the_chosen_plan_and_the_cheaper_kept(trace):
 
 def test_no_routing_search_without_hashes_or_when_off(trace):
     say = lambda _msg: None  # noqa: E731
-    assert _Sizer(trace, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens", "prefix_aware"]
+    assert Sizer(trace, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens", "prefix_aware"]
     off = PARAMS.model_copy(update={"prefix_routing": "off"})
-    assert _Sizer(trace, MODEL, off, None, say, None).routers() == ["least_outstanding_tokens"]
+    assert Sizer(trace, MODEL, off, None, say, None).routers() == ["least_outstanding_tokens"]
     plain = trace.drop_columns(["hash_ids"])
-    assert _Sizer(plain, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens"]
+    assert Sizer(plain, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens"]
     assert np.all(Lengths.of(plain).cached == 0)

@@ -171,7 +171,7 @@ def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates
 def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
     from llmcap.perf import LinearStepModel, RooflineModel
     from llmcap.sizing.measured import config_key
-    from llmcap.sizing.plan import Lengths, make_unit
+    from llmcap.sizing.units import Lengths, make_unit
 
     rows = candidates[candidates["feasible"] & (candidates["mode"] == "aggregated")]
     row, other = rows.iloc[0], rows[rows["tp"] != rows.iloc[0]["tp"]].iloc[0]

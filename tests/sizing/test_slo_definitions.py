@@ -11,7 +11,8 @@ from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
 from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.sizing.params import SizeParams, SloParams
-from llmcap.sizing.plan import Lengths, _PdFactory, make_unit
+from llmcap.sizing.sizer import PdFactory
+from llmcap.sizing.units import Lengths, make_unit
 from llmcap.sizing.scenarios import Judge, Scenario
 from llmcap.sizing.search import EvalResult, _feasible
 from llmcap.sizing.slo import definitions, qualifies, token_itl_check
@@ -119,7 +120,7 @@ def test_pd_ttft_includes_the_handoff_by_default(pd_units, includes):
     params = SizeParams(slo=SloParams(ttft_includes_handoff=includes))
     assert SizeParams().slo.ttft_includes_handoff  # the default: the first token the user sees
     link = LinkConfig(bandwidth_bytes_s=1e9, latency_s=0.01)  # a slow link: the handoff is visible
-    rec = _PdFactory(trace, unit["prefill"], unit["decode"], link, params)(1, 1).simulate(2.0, 0).records
+    rec = PdFactory(trace, unit["prefill"], unit["decode"], link, params)(1, 1).simulate(2.0, 0).records
     col = {c: rec.column(c).to_numpy(zero_copy_only=False).astype(float) for c in ("ttft_s", "queue_s", "prefill_s", "visible_wait_s")}
     at_prefill = col["queue_s"] + col["prefill_s"]
     handoff = col["visible_wait_s"]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.plan import candidate_key
+from llmcap.sizing.units import candidate_key
 from llmcap.vllm_serve import serve_commands as _serve_commands
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmcap.sizing.plan import candidate_key
+from llmcap.sizing.units import candidate_key
 from llmcap.trace import write_table
 from stages import autoscale as stage
 from tests.stages._inputs import canonical_trace, first_candidate

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmcap.replaycheck.runs import RECORD_SCHEMA
-from llmcap.sizing.plan import candidate_key
+from llmcap.sizing.units import candidate_key
 from llmcap.trace import write_table
 from stages import replay as stage
 from tests.stages._inputs import MODEL, canonical_trace, first_candidate

@@ -1,0 +1,353 @@
+"""The sizing search over the feasible candidates (`Sizer`), phase by phase as `llmcap.sizing.plan`
+describes: disaggregated roles, aggregated candidates by branch and bound, the choice with its
+whole-trace confirmation, the scenario fit, the count range and the replay of the planned deployment."""
+
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from llmcap.catalog import ModelSpec
+from llmcap.sim import LinkConfig, PDConfig, SimResult
+from llmcap.sizing.executor import Executor
+from llmcap.sizing.analytic import ceil_count
+from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_headroom, traffic_plan
+from llmcap.sizing.measured import MeasuredModels
+from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
+from llmcap.sizing.params import SizeParams
+from llmcap.sizing.scenarios import FitResult, Judge, Parallel
+from llmcap.sizing.scenarios import fit as fit_scenarios
+from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
+from llmcap.sizing.simeval import SimEvaluate
+from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
+from llmcap.trace.synth import mean_rate, scale_rate
+from llmcap.sizing.units import (
+    Lengths, RoleRow, SizedRow, Unit, best_per_layout, decode_bound, make_unit, rate_per_usd, search_metric, unit_evaluate,
+    unit_numerics,
+)  # fmt: skip
+
+
+
+class Sizer:
+    """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
+
+    def __init__(self, trace: pa.Table, model: ModelSpec, params: SizeParams, executor: Executor | None, say: Callable[[str], None],
+                 measured: MeasuredModels | None):  # fmt: skip
+        self.trace, self.model, self.params, self.executor, self.say = trace, model, params, executor, say
+        self.measured = measured
+        self.lengths = Lengths.of(trace)
+        self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
+        self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
+        self.planning = traffic_plan(self.target, params.headroom).planning_rps
+        self.notes: list[str] = []
+        self.roles: list[RoleRow] = []
+        self.idle_misses: list[NearMiss] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
+
+    def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
+        return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
+
+    def search_task(self, unit: Unit, best_per_gpu: float = 0.0) -> SearchTask:
+        """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all"), cut
+        short when it fails at the rate it needs to beat `best_per_gpu` (branch and bound on measured rates)."""
+        p, ev = self.params, self.evaluate(unit)
+        confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
+        floor = best_per_gpu * unit.gpus if best_per_gpu > 0 and p.confirm_whole_trace != "all" else None
+        return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm, floor)
+
+    def pool(self, name: str, unit: Unit, rate: float, kv_from: SearchResult | None) -> PoolInput:
+        """A pool of `unit` at `rate` req/s per instance; `kv_from`: the search whose KV P99 applies (KV-holding pools)."""
+        p99 = None if kv_from is None else search_metric(kv_from, "kv_tokens_p99")
+        cap = None if kv_from is None else float(unit.row["kv_tokens_per_instance"])
+        return PoolInput(name, rate, unit.gpus, unit.gpu.gpus_per_node, unit.gpu.usd_per_gpu_hour, p99, cap)
+
+    def plan(self, pools: Sequence[PoolInput]) -> CapacityPlan:
+        return plan_headroom(self.target, tuple(pools), self.params.headroom, arrival_s=self.arrivals_at_target)
+
+    def sized(self, row: SizedRow, result: SearchResult) -> SizedRow:
+        """Aggregated `row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
+        if result.confirmation is not None:
+            self.notes.append(f"whole-trace confirmation of {row.key}: {result.confirmation.describe()}")
+        plan = self.plan([self.pool("instances", row.unit, result.max_rate, result)]) if result.max_rate > 0 else None
+        return replace(row, result=result, plan=plan)
+
+    def confirm(self, row: SizedRow) -> SizedRow:
+        """`row` with its max rate confirmed on the whole trace (`confirm_max_rate`) and its plan redone."""
+        assert row.whole_trace is not None
+        self.say(f"confirming {row.key} on the whole trace")
+        return self.sized(row, confirm_max_rate(row.whole_trace, row.result, self.params.search, self.executor))
+
+    def aggregated(self, rows: pd.DataFrame, incumbent: float) -> list[SizedRow]:
+        """Branch and bound in rounds of `shortlist`: simulate candidates by analytic bound per GPU (the best
+        of each parallel layout first) while their bound can still beat the best goodput per GPU found so
+        far (`incumbent` seeds it, e.g. from the P/D search), up to `max_simulated`."""
+        p = self.params
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
+        for u in units:
+            if u.unloaded_attainment < p.slo.attainment_target:
+                self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
+                self.idle_misses.append(idle_miss(u.key, u.unloaded_attainment, p.slo))
+        itl_s = math.inf if p.slo.itl_ms is None else p.slo.itl_ms * 1e-3
+
+        def stalls(u: Unit) -> bool:  # a full chunk's step alone is longer than the ITL target
+            return u.chunk_step_s > itl_s
+
+        viable = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (stalls(u), -u.bound_per_gpu, u.key))
+        # Rounds take the best of each parallel layout first (GPU, TP, PP, EP), so variants of one layout
+        # (KV dtype, chunk size) do not use up the budget before other layouts are tried. Within a layout a
+        # chunk whose step fits the ITL target comes first: a larger chunk has the better prefill bound, but
+        # every decode sharing its step waits for it (long prompts then stall decodes past the target).
+        rank: dict[tuple, int] = {}
+        order = []
+        for u in viable:
+            layout = (u.row["gpu"], int(u.row["tp"]), int(u.row["pp"]), int(u.row["ep"]))
+            order.append((rank.get(layout, 0), -u.bound_per_gpu, u.key, u))
+            rank[layout] = rank.get(layout, 0) + 1
+        queue = [u for *_, u in sorted(order, key=lambda t: t[:3])]
+        self.say(f"aggregated: {len(queue)} candidates can meet the SLOs when idle; simulating by analytic bound per GPU")
+        out: list[SizedRow] = []
+        best = incumbent
+        bounded: list[Unit] = []
+        while len(out) < p.max_simulated:
+            bounded += [u for u in queue if u.bound_per_gpu <= best]
+            queue = [u for u in queue if u.bound_per_gpu > best]
+            if not queue:
+                break
+            n = min(p.shortlist, p.max_simulated - len(out))
+            batch, queue = queue[:n], queue[n:]
+            tasks = [self.search_task(u, best) for u in batch]
+            results = search_candidates(tasks, self.executor)
+            for u in batch:
+                res = results[u.key]
+                if res.status == "below_floor":
+                    self.notes.append(f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found")
+                row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
+                out.append(self.sized(row, res))
+                if res.best is not None and res.max_rate > 0:
+                    best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
+        for u in bounded:
+            self.notes.append(f"pruned {u.key}: analytic bound {u.bound_per_gpu:.3g} req/s per GPU ({u.bounds.binding}) cannot beat the best goodput found")
+        for u in queue:
+            self.notes.append(f"not simulated {u.key} (bound {u.bound_per_gpu:.3g} req/s per GPU): max_simulated {p.max_simulated} reached")
+        return out
+
+    def pd_factory(self, prefill: Unit, decode: Unit) -> PdFactory:
+        link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=self.params.pd_link_latency_s)
+        return PdFactory(self.trace, prefill, decode, link, self.params)
+
+    def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
+        """Each pool's per-instance rate searched on its own, then every (prefill row, decode row) pairing sized.
+
+        Numerics (weight quant, KV dtype) are those of the best decode row by analytic bound per dollar: both
+        pools must share them. Prefill rows (the best of each GPU/TP layout by prefill bound per dollar,
+        `pd_prefill_shortlist`) are searched first, as a pool ahead of ceil(2 × pool bound / decode bound)
+        instances of the best decode row (decode never binds: its bound, halved, still covers the pool's
+        bound); then decode rows (`pd_decode_shortlist`) as a pool behind ceil(1.5 × pool bound / G_P)
+        instances of the prefill row with the best measured G_P per dollar (`role_rates` sets the pool
+        sizes). Pairings may mix GPU types and prefill layouts; each is sized pool by pool
+        (`llmcap.sizing.headroom`) — no fixed P:D unit.
+        """
+        p = self.params
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured) for _, r in rows.iterrows()]
+        good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
+        self.idle_misses += [idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good]
+        dec = best_per_layout([u for u in good if u.row["role"] == "decode"], lambda u: rate_per_usd(decode_bound(u), u))
+        if not dec:
+            return []
+        # Both pools run the same numerics (the handed-off KV must be readable, the tokens the same model's):
+        # those of the best decode row by bound per dollar.
+        numerics = unit_numerics(dec[0])
+        dec = [u for u in dec if unit_numerics(u) == numerics]
+        pre = [u for u in good if u.row["role"] == "prefill" and unit_numerics(u) == numerics]
+        pre = best_per_layout(pre, lambda u: rate_per_usd(u.bounds.prefill_compute, u))
+        if not pre:
+            return []
+        pre, dec = pre[: p.pd_prefill_shortlist], dec[: p.pd_decode_shortlist]
+        self.say(f"disaggregated: searching the prefill pool rate of {len(pre)} row(s), then the decode pool rate of {len(dec)}")
+        lead_d = dec[0]
+
+        def prefill_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
+            n_d = max(1, math.ceil(2 * n * u.bounds.prefill_compute / decode_bound(lead_d)))
+            return self.pd_factory(u, lead_d)(n, n_d), f"ahead of {n_d} decode instance(s) of {lead_d.key}"
+
+        pre_rows = self.role_rates("prefill", pre, lambda u: u.bounds.prefill_compute, prefill_eval)
+        usable = [r for r in pre_rows if r.rate > 0]
+        if not usable:
+            self.roles += pre_rows
+            self.notes.append("disaggregated: no prefill row carries any rate under the SLOs; no P/D plan")
+            return []
+        lead_p = max(usable, key=lambda r: (rate_per_usd(r.rate, r.unit), r.unit.key))
+
+        def decode_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
+            n_p = max(1, math.ceil(1.5 * n * decode_bound(u) / lead_p.rate))
+            return self.pd_factory(lead_p.unit, u)(n_p, n), f"behind {n_p} prefill instance(s) of {lead_p.unit.key}"
+
+        dec_rows = self.role_rates("decode", dec, decode_bound, decode_eval)
+        self.roles += pre_rows + dec_rows
+        for r in pre_rows + dec_rows:
+            self.notes.append(f"{r.role} pool rate of {r.unit.key}: G = {r.rate:.4g} req/s per instance ({r.partner})")
+        out = []
+        for pr in pre_rows:
+            for dr in dec_rows:
+                key = f"P[{pr.unit.key}]+D[{dr.unit.key}]"
+                plan = None
+                if pr.rate > 0 and dr.rate > 0:
+                    plan = self.plan([self.pool("prefill", pr.unit, pr.rate, None), self.pool("decode", dr.unit, dr.rate, dr.result)])
+                out.append(SizedRow(key, "disaggregated", pr.result, plan, pr.unit, decode=dr.unit, pd_roles=(pr, dr)))
+        return out
+
+    def role_rates(
+        self, role: str, units: Sequence[Unit], bound: Callable[[Unit], float], make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]]
+    ) -> list[RoleRow]:
+        """Each unit's per-instance rate as one instance of a pool of n (pools multiplex: one instance alone
+        queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
+        pool under per-request latency targets runs at a quarter to a half of its analytic bound); when the
+        measured rate implies a count more than a quarter (and more than one instance) away, searched once
+        more at that count. The search starts at λ, the rate the pool is sized to carry."""
+        p, lam = self.params, self.planning
+        sizes = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
+
+        def off(u: Unit) -> bool:
+            r = rows[u.key].rate
+            return r > 0 and abs(ceil_count(lam / r) - sizes[u.key]) > max(1, 0.25 * sizes[u.key])
+
+        rows: dict[str, RoleRow] = {}
+        todo = list(units)
+        for _ in range(2):
+            evals = {u.key: make_eval(u, sizes[u.key]) for u in todo}
+            tasks = [SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo]
+            res = search_candidates(tasks, self.executor)
+            for u in todo:
+                n = sizes[u.key]
+                rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n)
+            todo = [u for u in todo if off(u)]
+            for u in todo:
+                sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
+            if not todo:
+                break
+        return [rows[u.key] for u in units]
+
+    def choose(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
+        """The cheapest sized row; in mode "chosen" an aggregated one is confirmed on the whole trace first,
+        re-choosing while a confirmation steps the cheapest down (each row is confirmed at most once). A P/D
+        pairing needs no confirmation: its whole deployment is simulated in every scenario."""
+
+        def cost(r: SizedRow) -> tuple[float, float, str]:
+            assert r.plan is not None
+            return (r.plan.usd_per_hour, -r.balanced_rps_per_gpu, r.key)
+
+        while True:
+            sized = [r for r in rows if r.plan is not None]
+            if not sized:
+                searched = [(r.key, r.result) for r in rows if r.mode == "aggregated"] + [(f"{q.role}: {q.unit.key}", q.result) for q in self.roles]
+                raise NoFeasiblePlan(near_misses(searched, self.params.slo, self.idle_misses))
+            chosen = min(sized, key=cost)
+            if self.params.confirm_whole_trace == "off" or chosen.result.confirmation is not None or chosen.whole_trace is None:
+                break
+            rows = [self.confirm(r) if r is chosen else r for r in rows]
+        unconfirmed = [r.key for r in rows if r.mode == "aggregated" and r.result.confirmation is None and r.result.max_rate > 0]
+        if unconfirmed:
+            self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
+        return chosen, rows
+
+    def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
+        """`row`'s deployment at `plan`'s counts, simulated on the whole trace at the planning rate."""
+        return self._whole_trace(row)(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
+
+    def _whole_trace(self, row: SizedRow) -> Callable[[Mapping[str, int]], SimEvaluate]:
+        """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
+        if row.decode is None:
+            unit = row.unit
+            return lambda counts: self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)
+        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+        return lambda counts: factory(counts["prefill"], counts["decode"])
+
+    def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
+        """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
+        the judge of its scenarios."""
+        assert row.plan is not None
+        p, rate, make = self.params, row.plan.planning_rps, self._whole_trace(row)
+
+        def run(counts: Mapping[str, int], seed: int) -> EvalResult:
+            return make(counts)(rate, seed)
+
+        kv_pool, prefill_pool = ("instances", None) if row.decode is None else ("decode", "prefill")
+        return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool)
+
+    def parallel(self, row: SizedRow, seed: int) -> Parallel | None:
+        """`row`'s scenario deployments on `seed` simulated across the executor's workers (None: one at a time)."""
+        executor = self.executor
+        width = executor.slots() if executor is not None else 1
+        if executor is None or width <= 1:
+            return None
+        assert row.plan is not None
+        make, rate = self._whole_trace(row), row.plan.planning_rps
+        return Parallel(lambda many: executor.map(evaluate_at, [(make(c), rate, seed) for c in many]), width)
+
+    def fit(self, row: SizedRow) -> FitResult:
+        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+        assert row.plan is not None
+        run, judge = self.deployment(row)
+        seed = self.params.search.seeds[0]
+        self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra, self.parallel(row, seed))
+
+    def routers(self) -> list[str]:
+        """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
+        p = self.params
+        if p.prefix_routing == "search" and self.lengths.hashes is not None and p.router != "prefix_aware":
+            return [p.router, "prefix_aware"]
+        return [p.router]
+
+    def fit_routed(self, row: SizedRow) -> tuple[FitResult, dict[str, dict[str, Any]]]:
+        """`fit` under each of `routers()`; the one whose fitted plan passes and costs least is kept (ties: the
+        configured router) and from then on is the sizer's router. Also each router's outcome, for the report."""
+        base, fits = self.params, {}
+        for router in self.routers():
+            self.params = base.model_copy(update={"router": router})
+            fits[router] = self.fit(row)
+        order = list(fits)
+        best = min(order, key=lambda r: (not fits[r].ok, fits[r].plan.usd_per_hour, order.index(r)))
+        self.params = base.model_copy(update={"router": best})
+        compared = {r: {"gpus": f.plan.total_gpus, "usd_per_hour": f.plan.usd_per_hour, "scenarios_pass": f.ok} for r, f in fits.items()}
+        if len(fits) > 1:
+            tried = "; ".join(f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
+                              for r, c in compared.items())  # fmt: skip
+            self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
+        return fits[best], compared
+
+    def count_range(self, row: SizedRow) -> CountRange:
+        """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
+        assert row.plan is not None
+        if row.pd_roles is None:
+            spreads = [pool_spread("instances", seed_max_rates(row.result), self.target)]
+        else:
+            spreads = [pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target) for r in row.pd_roles]
+        run, judge = self.deployment(row)
+        seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
+        if seeds:
+            self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
+        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
+
+
+@dataclass(frozen=True)
+class PdFactory:
+    """(n_P, n_D) → evaluate of that P/D deployment (a class, not a closure, so it pickles to workers)."""
+
+    trace: pa.Table
+    prefill: Unit
+    decode: Unit
+    link: LinkConfig
+    params: SizeParams
+    whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
+
+    def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
+        first_token = "decode" if self.params.slo.ttft_includes_handoff else "prefill"
+        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token, decode_engine=self.decode.engine)
+        ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
+        return ev.whole_trace() if self.whole_trace else ev
