@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,7 +64,9 @@ from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, r
 from llmcap.perf.calibration import Calibration, calibrated_params
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 from llmcap.perf.model import StepBatch
-from llmcap.perf.roofline_scalar import ScalarRoofline
+
+if TYPE_CHECKING:
+    from llmcap.perf.roofline_compiled import CompiledRoofline
 
 F64 = NDArray[np.float64]
 Bound = Literal["compute", "memory", "communication", "overhead"]
@@ -132,7 +134,7 @@ class _LayerKind:
     expert: _Gemm | None  # ONE local expert: its weights; FLOPs / activations per (token, expert) pair
 
 
-class _Acc:
+class OpAccumulator:
     """Per-op arrays over batches: time, compute-time, memory-time, FLOPs, bytes."""
 
     def __init__(self, n: int) -> None:
@@ -261,14 +263,14 @@ class RooflineModel:
 
     # ---------------------------------------------------------------- costing
 
-    def _roofline(self, acc: _Acc, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0) -> F64:
+    def _roofline(self, acc: OpAccumulator, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0) -> F64:
         tc = flops / (peak * eff)
         tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * self.params.hbm_efficiency)
         t = np.maximum(tc, tm)
         acc.add(op, t, tc, tm, flops, nbytes, scale)
         return t
 
-    def _matmul(self, acc: _Acc, op: str, g: _Gemm, rows: F64, scale: float = 1.0) -> F64:
+    def _matmul(self, acc: OpAccumulator, op: str, g: _Gemm, rows: F64, scale: float = 1.0) -> F64:
         p = self.params
         live = rows > 0  # an op with no rows does not run (and reads no weights)
         flops = g.flops_per_row * rows
@@ -276,11 +278,11 @@ class RooflineModel:
         eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
         return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale)
 
-    def _comm(self, acc: _Acc, op: str, t: F64, sent: F64, scale: float = 1.0) -> F64:
+    def _comm(self, acc: OpAccumulator, op: str, t: F64, sent: F64, scale: float = 1.0) -> F64:
         acc.add(op, t, np.zeros_like(t), np.zeros_like(t), np.zeros_like(t), sent, scale)
         return t
 
-    def _layer(self, acc: _Acc, k: _LayerKind, mb: StepBatch, scale: float) -> F64:
+    def _layer(self, acc: OpAccumulator, k: _LayerKind, mb: StepBatch, scale: float) -> F64:
         """Cost one layer of kind `k` for micro-batch `mb`, added to `acc` x scale (layers of this kind)."""
         m, p, par = self.model, self.params, self.parallelism
         act, h = p.activation_bytes, m.hidden_size
@@ -317,7 +319,7 @@ class RooflineModel:
             total += self._experts(acc, k.expert, rows, scale)
         return total
 
-    def _experts(self, acc: _Acc, g: _Gemm, rows: F64, scale: float) -> F64:
+    def _experts(self, acc: OpAccumulator, g: _Gemm, rows: F64, scale: float) -> F64:
         moe = self.model.moe
         assert moe is not None
         p, par = self.params, self.parallelism
@@ -344,7 +346,7 @@ class RooflineModel:
     # The step-level terms, split by what they depend on (rows = tokens, or logit rows) so that
     # CompiledRoofline can tabulate them with the very same arithmetic; `_evaluate` adds them in order.
 
-    def _first_stage_terms(self, acc: _Acc, rows: F64) -> list[F64]:
+    def _first_stage_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Embedding gather (read + write T rows) and, with TP, vLLM's vocab-parallel all-reduce."""
         h, act, par = self.model.hidden_size, self.params.activation_bytes, self.parallelism
         zeros, ones = np.zeros(acc.n), np.ones(acc.n)
@@ -353,13 +355,13 @@ class RooflineModel:
             out.append(self._comm(acc, "tp_allreduce", ring_allreduce_time(rows * h * act, par.tp, self._link_tp), rows * h * act))
         return out
 
-    def _last_stage_row_terms(self, acc: _Acc, rows: F64) -> list[F64]:
+    def _last_stage_row_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Final norm over the step's T rows."""
         h, act = self.model.hidden_size, self.params.activation_bytes
         nb = np.where(rows > 0, h * act + 2 * act * h * rows, 0.0)
         return [self._roofline(acc, "norms", np.zeros(acc.n), nb, self._peak_bf16, np.ones(acc.n))]
 
-    def _logit_terms(self, acc: _Acc, logit_rows: F64) -> list[F64]:
+    def _logit_terms(self, acc: OpAccumulator, logit_rows: F64) -> list[F64]:
         """lm_head over the rows that produce logits, and the logits gather over TP."""
         act, par = self.params.activation_bytes, self.parallelism
         out = [self._matmul(acc, "lm_head", self._lm_head, logit_rows)]
@@ -368,14 +370,14 @@ class RooflineModel:
             out.append(self._comm(acc, "logits_gather", gather_time(logits, par.tp, self._link_tp), logits / par.tp))
         return out
 
-    def _pp_hops(self, acc: _Acc, rows: F64) -> F64:
+    def _pp_hops(self, acc: OpAccumulator, rows: F64) -> F64:
         """(pp - 1) stage-to-stage sends of hidden states + residual."""
         par = self.parallelism
         msg = 2 * rows * self.model.hidden_size * self.params.activation_bytes
         hops = (par.pp - 1) * p2p_time(msg, self._link_pp)
         return self._comm(acc, "pp_send_recv", hops, (par.pp - 1) * msg)
 
-    def _evaluate(self, batch: StepBatch) -> tuple[_Acc, F64]:
+    def _evaluate(self, batch: StepBatch) -> tuple[OpAccumulator, F64]:
         n, p, par = len(batch), self.params, self.parallelism
         micro = np.clip(batch.prefill_seqs + batch.decode_seqs, 1.0, float(par.pp))
         mb = StepBatch(
@@ -387,7 +389,7 @@ class RooflineModel:
             batch.decode_max_context,
         )
         rows = mb.tokens
-        acc = _Acc(n)
+        acc = OpAccumulator(n)
         stage_t = np.zeros((par.pp, n))
         for j, kind in enumerate(self._kinds):
             layers = self._stage_counts[:, j]
@@ -414,6 +416,8 @@ class RooflineModel:
 
     def compile(self, max_tokens: int = 0) -> CompiledRoofline:
         """The same step times, fast: tables over integer token counts (pre-sized for `max_tokens`)."""
+        from llmcap.perf.roofline_compiled import CompiledRoofline
+
         return CompiledRoofline(self, max_tokens)
 
     def timing_form(self) -> CompiledRoofline:
@@ -442,269 +446,6 @@ class RooflineModel:
                 bound = "compute" if tc > tm else "memory"
             rows.append(OpCost(op, t, flops, nbytes, bound))
         return rows
-
-
-# Tables grow on demand up to this many tokens; integer steps beyond it (and non-integer ones) take the
-# exact path. 2**20 tokens is far past any engine's max_num_batched_tokens + max_num_seqs.
-MAX_TABLE_TOKENS = 1 << 20
-_TABLE_BLOCK = 2048  # tables grow by whole blocks of token counts
-
-
-class CompiledRoofline:
-    """`RooflineModel.step_time`, evaluated from tables: the simulator's fast path for the roofline.
-
-    Why it is exact: with m = clip(prefill_seqs + decode_seqs, 1, pp) micro-batches, every op except
-    attention costs a function of the micro-batch's rows T/m alone (T = prefill_tokens + decode_seqs:
-    norms, projections, MLP, router, experts, TP all-reduce, EP all-to-all, embedding, final norm, PP
-    sends), or of its logit rows L/m alone (L = prefill_seqs + decode_seqs: lm_head, logits gather), and m
-    is a function of L. So per (m, stage) the model's own code is run once over a grid of integer T and
-    of integer L; a step then costs two look-ups per stage, plus prefill and decode attention (a few flops
-    per window size, in closed form as in `RooflineModel._layer`), plus the PP bubble from the stage times
-    exactly as `_evaluate` forms it, plus the fixed overhead. Only the summation order differs from
-    `RooflineModel.step_time` (results agree to ~1e-15 relative). `decode_max_context` is unused by the
-    roofline, hence here too.
-
-    `step_time_scalar` (plain floats), `step_time_arrays` and `decode_times` (numpy) do the same IEEE
-    operations in the same order, so a step timed alone equals the same step inside a vectorised run,
-    bit for bit (the simulator's reference and multi-step modes rely on it). Table entries are computed
-    in fixed blocks, so their bits do not depend on how the tables grew. Integer
-    token counts beyond the tables grow them (up to `MAX_TABLE_TOKENS`); anything else — non-integer
-    counts, larger steps — is timed by the exact model.
-    """
-
-    def __init__(self, roofline: RooflineModel, max_tokens: int = 0) -> None:
-        self.exact = roofline
-        r, p, par = roofline, roofline.params, roofline.parallelism
-        self.pp = par.pp
-        self._overhead = float(p.step_overhead_s)
-        # attention constants, the same expressions as RooflineModel._layer
-        act = p.activation_bytes
-        self._per_pair = float(2.0 * r._heads_rank * r._attn_dims)
-        self._peak = float(r._peak_bf16)
-        self._amax = float(p.attention_efficiency_max)
-        self._half = float(attention_half(p))  # the attention ramp's (the GEMMs' is in the tabulated blocks)
-        self._kv = float(r._kv_layer_rank)
-        self._c_pf = float(r._kv_layer_rank + 2 * (r._heads_rank * r.model.head_dim) * act)
-        self._bw = float(r.gpu.hbm_bandwidth_bytes_s * p.hbm_efficiency)
-        self._dec_peak = self._peak * self._amax
-        # layers per stage and window size: attention is all that differs between kinds of layers there
-        self._windows: list[int | None] = []
-        self._stage_groups: list[list[tuple[int, float]]] = []
-        for s in range(par.pp):
-            group: dict[int, float] = {}
-            for j, kind in enumerate(r._kinds):
-                cnt = int(r._stage_counts[s, j])
-                if cnt == 0:
-                    continue
-                if kind.window not in self._windows:
-                    self._windows.append(kind.window)
-                g = self._windows.index(kind.window)
-                group[g] = group.get(g, 0.0) + float(cnt)
-            self._stage_groups.append(sorted(group.items()))
-        self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
-        self.scalar = ScalarRoofline(
-            self._per_pair, self._peak, self._amax, self._half, self._kv, self._c_pf, self._bw, self._overhead, self._groups1
-        )
-        self._n = 0
-        self._ta, self._la, self._hop = np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, 0))
-        self._grow(int(max_tokens) + 1)
-
-    # ---------------------------------------------------------------- tables
-
-    def _grow(self, n: int) -> None:
-        """Extend the tables to cover T, L in [0, n) (at least doubling, whole blocks)."""
-        n = min(max(n, 2 * self._n), MAX_TABLE_TOKENS + 1)
-        blocks = [self._block(lo) for lo in range(self._n, n, _TABLE_BLOCK)]
-        ta = np.concatenate([self._ta] + [b[0] for b in blocks], axis=-1)
-        la = np.concatenate([self._la] + [b[1] for b in blocks], axis=-1)
-        hop = np.concatenate([self._hop] + [b[2] for b in blocks], axis=-1)
-        self._ta, self._la, self._hop = ta, la, hop
-        # plain-float copies for the scalar path (list indexing beats numpy scalar access ~5x)
-        self._ta_l = ta.tolist()
-        self._la_l = la.tolist()
-        self._hop_l = hop.tolist()
-        self._ta1, self._la1 = self._ta_l[0][0], self._la_l[0][0]
-        self.scalar.set_tables(self._ta1, self._la1)
-        self._n = ta.shape[-1]  # last: readers check it before indexing
-
-    def _block(self, lo: int) -> tuple[F64, F64, F64]:
-        """Stage times for T (and L) in [lo, lo + _TABLE_BLOCK): fixed blocks, so an entry's bits never
-        depend on how the table grew (numpy may vectorise a ufunc differently at another offset)."""
-        r, pp, n = self.exact, self.pp, _TABLE_BLOCK
-        grid = np.arange(lo, lo + n, dtype=np.float64)
-        ta = np.zeros((pp, pp, n))  # [m - 1, stage, T]
-        la = np.zeros((pp, pp, n))  # [m - 1, stage, L]
-        hop = np.zeros((pp, n))  # [m - 1, T]
-        zeros = np.zeros(n)
-        for mi in range(pp):
-            rows = grid / float(mi + 1)  # the model divides by the float micro-batch count too
-            mb = StepBatch(rows, zeros, zeros, zeros, zeros, zeros)  # tokens == rows exactly
-            for j, kind in enumerate(r._kinds):
-                acc = _Acc(n)
-                r._layer(acc, kind, mb, 1.0)
-                per_layer = sum((v[0] for op, v in acc.ops.items() if op not in ("attn_prefill", "attn_decode")), zeros)
-                ta[mi] += r._stage_counts[:, j][:, None] * per_layer[None, :]
-            acc = _Acc(n)
-            for t in r._first_stage_terms(acc, rows):
-                ta[mi, 0] += t
-            for t in r._last_stage_row_terms(acc, rows):
-                ta[mi, -1] += t
-            for t in r._logit_terms(acc, rows):  # here `rows` stands for logit rows L/m
-                la[mi, -1] += t
-            if pp > 1:
-                hop[mi] = r._pp_hops(acc, rows)
-        return ta, la, hop
-
-    # ---------------------------------------------------------------- evaluation
-
-    def step_time_scalar(
-        self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0
-    ) -> float:
-        """Seconds of one step, in plain floats (arguments as the `StepBatch` fields)."""
-        T = p_tok + d_seqs
-        L = p_seqs + d_seqs
-        n = self._n
-        if not (0.0 <= T < n and 0.0 <= L < n) or int(T) != T or int(L) != L:
-            if 0.0 <= T <= MAX_TABLE_TOKENS and 0.0 <= L <= MAX_TABLE_TOKENS and int(T) == T and int(L) == L:
-                self._grow(int(max(T, L)) + 1)
-                return self.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
-            return self._exact_one(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
-        if self.pp == 1:
-            return self.scalar.step(p_tok, p_pairs, p_seqs, d_seqs, d_ctx)
-        m = min(max(L, 1.0), float(self.pp))
-        mi, ti, li = int(m) - 1, int(T), int(L)
-        pt, pr, dq, cx = p_tok / m, p_pairs / m, d_seqs / m, d_ctx / m
-        a = [self.scalar.attn(pt, pr, dq, cx, w) for w in self._windows]
-        ta, la = self._ta_l[mi], self._la_l[mi]
-        st = []
-        for s, groups in enumerate(self._stage_groups):
-            x = ta[s][ti] + la[s][li]
-            for g, cnt in groups:
-                x = x + cnt * a[g]
-            st.append(x)
-        trav = st[0]
-        for x in st[1:]:
-            trav = trav + x
-        trav = trav + self._hop_l[mi][ti]
-        bubble = max(0.0, m * max(st) - trav)
-        return (trav + bubble) + self._overhead
-
-    def _attn_arrays(self, pt: F64, pr: F64, dq: F64, cx: F64, w: int | None) -> F64:
-        """`ScalarRoofline.attn` in numpy, operation for operation."""
-        if w is not None:
-            pr = np.minimum(pr, pt * w)
-            cx = np.minimum(cx, dq * w)
-        te = np.maximum(pt, 1.0)
-        eff = self._amax * te / (te + self._half)
-        ap = np.maximum(self._per_pair * pr / (self._peak * eff), pt * self._c_pf / self._bw)
-        ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + dq * self._c_pf) / self._bw)
-        return ap + ad
-
-    def _exact_one(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float) -> float:
-        b = StepBatch(*(np.array([v], dtype=np.float64) for v in (p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)))
-        return float(self.exact.step_time(b)[0])
-
-    def step_time_arrays(self, p_tok: F64, p_pairs: F64, p_seqs: F64, d_seqs: F64, d_ctx: F64, d_max: F64 | None = None) -> F64:
-        """`step_time_scalar` over arrays of equal length (float64), element for element the same."""
-        T = p_tok + d_seqs
-        L = p_seqs + d_seqs
-        ok = (T >= 0) & (L >= 0) & (T <= MAX_TABLE_TOKENS) & (L <= MAX_TABLE_TOKENS) & (np.floor(T) == T) & (np.floor(L) == L)
-        if not ok.all():
-            out = np.empty(T.size)
-            d = np.zeros(T.size) if d_max is None else d_max
-            bad = ~ok
-            out[bad] = self.exact.step_time(StepBatch(p_tok[bad], p_pairs[bad], p_seqs[bad], d_seqs[bad], d_ctx[bad], d[bad]))
-            if ok.any():
-                out[ok] = self.step_time_arrays(p_tok[ok], p_pairs[ok], p_seqs[ok], d_seqs[ok], d_ctx[ok])
-            return out
-        if T.size and max(T.max(), L.max()) >= self._n:
-            self._grow(int(max(T.max(), L.max())) + 1)
-        ti, li = T.astype(np.intp), L.astype(np.intp)
-        if self.pp == 1:
-            t = self._ta[0, 0][ti] + self._la[0, 0][li]
-            for w, cnt in self._groups1:
-                t = t + cnt * self._attn_arrays(p_tok, p_pairs, d_seqs, d_ctx, w)
-            return t + self._overhead
-        m = np.clip(L, 1.0, float(self.pp))
-        mi = m.astype(np.intp) - 1
-        pt, pr, dq, cx = p_tok / m, p_pairs / m, d_seqs / m, d_ctx / m
-        a = [self._attn_arrays(pt, pr, dq, cx, w) for w in self._windows]
-        st = []
-        for s, groups in enumerate(self._stage_groups):
-            x = self._ta[mi, s, ti] + self._la[mi, s, li]
-            for g, cnt in groups:
-                x = x + cnt * a[g]
-            st.append(x)
-        trav = st[0]
-        for x in st[1:]:
-            trav = trav + x
-        trav = trav + self._hop[mi, ti]
-        top = st[0]
-        for x in st[1:]:
-            top = np.maximum(top, x)
-        bubble = np.maximum(0.0, m * top - trav)
-        return (trav + bubble) + self._overhead
-
-    def decode_times(self, decode_seqs: float, decode_context: F64) -> F64:
-        """Pure-decode steps of `decode_seqs` sequences over each total context in `decode_context`:
-        `step_time_arrays` with no prefill, bit for bit, minus the work that is constant along the run
-        (at pp = 1 the token and logit rows are both `decode_seqs`, and prefill attention is +0.0)."""
-        b = float(decode_seqs)
-        if self.pp != 1 or not (0.0 <= b <= MAX_TABLE_TOKENS) or int(b) != b:
-            k = decode_context.size
-            zeros = np.zeros(k)
-            return self.step_time_arrays(zeros, zeros, zeros, np.full(k, b), decode_context)
-        if b >= self._n:
-            self._grow(int(b) + 1)
-        t: F64 | float = self._ta1[int(b)] + self._la1[int(b)]
-        for w, cnt in self._groups1:
-            cx = decode_context if w is None else np.minimum(decode_context, b * w)
-            ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + b * self._c_pf) / self._bw)
-            t = t + cnt * ad
-        return np.asarray(t + self._overhead, dtype=np.float64)
-
-    def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64:
-        """`decode_times` of steps with different batch sizes at once (pp = 1, every batch size inside the
-        tables): step i has decode_seqs[i] sequences over total context decode_context[i]. Same numbers."""
-        b = np.asarray(decode_seqs, dtype=np.int64)
-        if self.pp != 1 or (b.size and not (0 <= int(b.min()) and int(b.max()) < self._n)):
-            raise ValueError("decode_times_batch needs pp = 1 and batch sizes inside the tables")
-        fb = b.astype(np.float64)
-        t = self._ta[0, 0][b] + self._la[0, 0][b]
-        for w, cnt in self._groups1:
-            cx = decode_context if w is None else np.minimum(decode_context, fb * w)
-            ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + fb * self._c_pf) / self._bw)
-            t = t + cnt * ad
-        return np.asarray(t + self._overhead, dtype=np.float64)
-
-    def timing_form(self) -> CompiledRoofline:
-        return self
-
-    def step_time(self, batch: StepBatch) -> F64:
-        """Seconds per engine iteration for every batch in `batch` (`RooflineModel.step_time`, fast)."""
-        b = batch
-        return self.step_time_arrays(b.prefill_tokens, b.prefill_pairs, b.prefill_seqs, b.decode_seqs, b.decode_context, b.decode_max_context)
-
-    def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
-        """Per-op costs come from the exact model (tables keep only sums)."""
-        return self.exact.breakdown(batch, index)
-
-    # what callers read off a RooflineModel
-    @property
-    def model(self) -> ModelSpec:
-        return self.exact.model
-
-    @property
-    def gpu(self) -> GpuSpec:
-        return self.exact.gpu
-
-    @property
-    def parallelism(self) -> Parallelism:
-        return self.exact.parallelism
-
-    @property
-    def params(self) -> RooflineParams:
-        return self.exact.params
 
 
 def _compute_dtype(fmt: WeightFormat, gpu: GpuSpec) -> str:

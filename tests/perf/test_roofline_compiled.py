@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from llmcap.perf import RooflineModel, StepBatch, StepTimeModel, build_step_model, causal_pairs
-from llmcap.perf.roofline import MAX_TABLE_TOKENS, CompiledRoofline
+from llmcap.perf.roofline_compiled import MAX_TABLE_TOKENS, CompiledRoofline
 
 CONFIGS = [
     dict(model="Llama-3.1-8B", gpu="h100"),
