@@ -303,7 +303,7 @@ def _describe(errors: list[Any]) -> tuple[str, str]:
 def catalog_problems(params: Params, catalog_dir: str | Path | None = None) -> Iterator[tuple[str, str]]:
     """(field, message) for every name in `params` that the catalogs do not know, in params.yaml order."""
     from llmcap.catalog.gpus import default_catalog_dir, load_gpu_catalog
-    from llmcap.catalog.models import load_model
+    from llmcap.catalog.model_config import load_model
     from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 
     catalog = Path(catalog_dir) if catalog_dir is not None else default_catalog_dir()

@@ -7,7 +7,8 @@ Public API:
 """
 
 from llmcap.catalog.gpus import GpuCatalog, GpuSpec, get_gpu, load_gpu_catalog
-from llmcap.catalog.models import ModelSpec, ParamCounts, known_models, load_model, parse_model_config
+from llmcap.catalog.model_config import known_models, load_model, parse_model_config
+from llmcap.catalog.models import ModelSpec, ParamCounts
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 
 __all__ = [

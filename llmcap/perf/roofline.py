@@ -46,7 +46,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec, get_gpu
-from llmcap.catalog.models import ModelSpec, Tensor, load_model
+from llmcap.catalog.model_config import load_model
+from llmcap.catalog.models import ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 
 # The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
