@@ -54,3 +54,11 @@ def test_the_bottom_layers_import_nothing_above_them() -> None:
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             above = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ABOVE)
             assert not above, f"{module} imports, directly or not, {above}"
+
+
+MODULE_LINES = 520  # "~500": one concept a module (docs/architecture.md)
+
+
+def test_library_modules_stay_small() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "llmcap").rglob("*.py") if (n := len(p.read_text().splitlines())) > MODULE_LINES}
+    assert long == {}, f"split these by concern: {long}"
