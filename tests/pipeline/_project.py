@@ -48,6 +48,7 @@ def make_project(dest: Path, native: bool = False) -> tuple[Path, dict]:
             shutil.copy2(src, dest / rel)
     if native and (ROOT / "llmcap" / "native.json").is_file():
         for so in (ROOT / "llmcap").rglob("*.so"):
+            (dest / so.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)  # llmcap/_compiled/ is not tracked
             shutil.copy2(so, dest / so.relative_to(ROOT))
         shutil.copy2(ROOT / "llmcap" / "native.json", dest / "llmcap" / "native.json")
     # A lighter sizing search than the shipped default (same code path): these tests run the pipeline several times.

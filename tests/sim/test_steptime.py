@@ -130,7 +130,7 @@ def _roofline(**kw):
 
 
 def test_roofline_is_timed_inline_and_consistent_with_the_model() -> None:
-    from llmcap.perf.roofline import CompiledRoofline
+    from llmcap.perf.roofline_compiled import CompiledRoofline
 
     exact = _roofline(model="Mixtral-8x7B", gpu="h100", tp=2, ep=2, pp=2, weight_quant="fp8")
     timer = StepTimer(exact)
