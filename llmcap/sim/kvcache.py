@@ -215,11 +215,7 @@ class KVCache:
 
     def drop(self, key: Hashable) -> None:
         """One reference fewer; the last one makes the segment evictable (most recently used end)."""
-        seg = self.segments[key]
-        seg.ref -= 1
-        if seg.ref == 0:
-            self.unpin(seg)
-            self.free += seg.blocks
+        self.release_segments([self.segments[key]])
 
     def release_segments(self, segs: list[Seg]) -> None:
         """A request lets go of its segments, tail first (so the LRU evicts a prompt's end before its
