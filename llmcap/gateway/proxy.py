@@ -119,6 +119,8 @@ class Gateway:
         self._mirror_in_flight = {s.name: 0 for s in self.config.shadows}
         self.mirror_counts = {s.name: {"mirrored": 0, "dropped": 0, "failed": 0} for s in self.config.shadows}
         self.in_flight = {"baseline": 0, "candidate": 0}
+        self._open: set[asyncio.Task] = set()  # completion handlers not yet recorded (a client may hold its last byte first)
+        self._recorded = asyncio.Event()
         self._record: IO[str] | None = None
         self.weight_log: list[tuple[float, float]] = [(0.0, self.split.candidate_weight)]  # (gateway s, weight)
 
@@ -147,8 +149,21 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def stop(self) -> None:
-        await self.http.stop()
+    async def settle(self) -> None:
+        """Wait until every request that reached the gateway has its row (read `table()` after this)."""
+        while self._open:
+            self._recorded.clear()
+            await self._recorded.wait()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop serving; a request still waiting on its upstream after `grace_s` is cut, and recorded as cut."""
+        await self.http.stop()  # closes the connections: a stream still open ends as client_gone, and is recorded
+        try:
+            await asyncio.wait_for(self.settle(), grace_s)
+        except TimeoutError:
+            for task in list(self._open):
+                task.cancel()
+            await self.settle()
         await self.cut_mirrors()
         for client in self._clients.values():
             await client.aclose()
@@ -170,11 +185,16 @@ class Gateway:
         """Shadow copies still streaming."""
         return len(self._mirrors)
 
+    @property
+    def requests_open(self) -> int:
+        """Requests the gateway has taken and not yet recorded."""
+        return len(self._open)
+
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
     def table(self) -> pa.Table:
-        """Every request the gateway finished, in arrival order."""
+        """Every request the gateway finished, in arrival order (complete after `settle()` or `stop()`)."""
         return pa.Table.from_pylist(sorted(self.rows, key=lambda r: r["seq"]), schema=GATEWAY_SCHEMA)
 
     def shadow_table(self) -> pa.Table:
@@ -218,6 +238,16 @@ class Gateway:
                                   "requests": self._seq, "in_flight": dict(self.in_flight)})  # fmt: skip
 
     async def _completion(self, req: Request, res: Responder) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._open.add(task)
+        try:
+            await self._complete(req, res)
+        finally:
+            self._open.discard(task)
+            self._recorded.set()
+
+    async def _complete(self, req: Request, res: Responder) -> None:
         arrived = time.perf_counter()
         self._seq += 1
         seq = self._seq
@@ -239,6 +269,9 @@ class Gateway:
         flight = _Flight(seq, _request_id(req, seq), routed, _result(body, arrived))
         try:
             await self._serve(flight, req, res, body.get("stream") is True)
+        except asyncio.CancelledError:  # the gateway stopped with this request still open
+            flight.result.status, flight.outcome, flight.error = "unfinished", "failed_midstream", "gateway: stopped"
+            raise
         finally:
             self._finish(flight, self.rows, arrived)
 

@@ -41,6 +41,7 @@ def test_a_split_serves_each_request_once_on_the_side_its_key_chose(tmp_path):
                 res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl, request_id=np.arange(100, 100 + n)), BOUND_S)
                 async with httpx.AsyncClient() as c:
                     metrics = parse_metrics((await c.get(f"{gw.url}/metrics")).text)
+                await gw.settle()
                 return res, gw.table(), await success(base.url), await success(cand.url), metrics
 
     res, table, on_base, on_cand, metrics = asyncio.run(scenario())
@@ -66,6 +67,7 @@ def test_candidate_errors_before_the_first_byte_are_retried_on_the_baseline():
         async with running_twin() as base, running_twin(error_rate=1.0) as cand:
             async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw:
                 res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl), BOUND_S)
+                await gw.settle()
                 return res, gw.table(), cand.faults.errors
 
     res, table, errors = asyncio.run(scenario())
@@ -84,6 +86,7 @@ def test_a_candidate_crash_mid_rollout_loses_no_request():
         async with running_twin() as base, running_twin(crash_after=6) as cand:
             async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw:
                 res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl, timeout_s=10.0), BOUND_S)
+                await gw.settle()
                 return res, gw.table(), cand.crashed
 
     res, table, crashed = asyncio.run(scenario())
@@ -107,6 +110,7 @@ def test_weights_change_at_run_time_through_the_loopback_admin_api():
                 second = await replay_async(gw.url, SERVED, *schedule(20))
                 bad = await c.post(f"{gw.url}/admin/weights", json={"candidate": 2})
                 back = (await c.post(f"{gw.url}/admin/weights", json={"candidate": 0})).json()
+                await gw.settle()
                 return first, second, set_half, bad.status_code, back, gw.table(), gw.weight_log
 
     first, second, state, bad, back, table, log = asyncio.run(scenario())
@@ -120,12 +124,44 @@ def test_a_request_the_gateway_cannot_read_is_refused_and_still_recorded():
     async def scenario():
         async with running_twin() as base, running_gateway(GatewayConfig(baseline=base.url)) as gw, httpx.AsyncClient() as c:
             r = await c.post(f"{gw.url}/v1/completions", content=b"{not json", headers={"x-request-id": "77"})
+            await gw.settle()
             return r.status_code, r.json(), gw.table()
 
     status, doc, table = asyncio.run(scenario())
     g = columns(table)
     assert status == 400 and "JSON" in doc["error"]["message"]
     assert g["request_id"].tolist() == [77] and g["outcome"].tolist() == ["rejected"] and g["side"].tolist() == [None]
+
+
+def test_a_request_open_when_the_gateway_stops_is_recorded_as_cut():
+    """An upstream that accepts and never answers: stopping the gateway still leaves the request one row."""
+
+    answered = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1 << 16)
+        await answered.wait()
+        writer.close()
+
+    async def scenario():
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with running_gateway(GatewayConfig(baseline=upstream)) as gw, httpx.AsyncClient() as c:
+            pending = asyncio.create_task(c.post(f"{gw.url}/v1/completions", json={"prompt": "x", "max_tokens": 4}, headers={"x-request-id": "5"}))
+            while not gw.requests_open:
+                await asyncio.sleep(0.01)
+            await gw.stop(grace_s=0.2)
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+            table = gw.table()
+        answered.set()
+        server.close()
+        await server.wait_closed()
+        await asyncio.sleep(0.05)  # the handler closes its connection
+        return table
+
+    g = columns(asyncio.run(scenario()))
+    assert g["request_id"].tolist() == [5] and g["outcome"].tolist() == ["failed_midstream"] and g["error"].tolist() == ["gateway: stopped"]
 
 
 def test_a_stalled_shadow_does_not_slow_production():

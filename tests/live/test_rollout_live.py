@@ -64,6 +64,7 @@ async def rollout_through_gateway(engine, preds, seconds: float, during=None):
             if side:
                 await side
             await source.aclose()
+            await gw.settle()
             return outcome, replayed, gw.table()
     finally:
         await twin.stop()

@@ -222,7 +222,8 @@ def test_a_killed_candidate_rolls_back_and_loses_no_request(prefect: dict, tmp_p
     assert sorted(r["request_id"] for r in got) == sorted(replayed["request_id"])
     by_id = dict(zip(replayed["request_id"], replayed["status"]))
     assert all(by_id[r["request_id"]] == r["status"] for r in got)  # the client saw what the gateway recorded
-    assert any(r["retried"] for r in got) and all(r["status"] == "ok" or r["outcome"] == "failed_midstream" for r in got)
+    assert any(r["retried"] or r["outcome"] == "failed_midstream" for r in got)  # the kill was felt, and counted
+    assert all(r["status"] == "ok" or r["outcome"] == "failed_midstream" for r in got)
 
 
 def test_the_shadow_flow_reports_and_tracks_its_verdicts(prefect: dict, tmp_path: Path) -> None:

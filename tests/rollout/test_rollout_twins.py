@@ -60,6 +60,7 @@ def rollout(candidate_knobs: dict):
                 outcome = await run_rollout(PLAN, LocalWeights(gw), source, preds, TOL)
                 replayed = await asyncio.wait_for(load, 60)
                 await source.aclose()
+                await gw.settle()
                 return outcome, replayed, gw.table(), list(gw.weight_log)
 
     return asyncio.run(scenario())
