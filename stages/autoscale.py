@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.sizing.autoscale_plan import plan_whatif
     from llmcap.trace import load_trace
     from stages import tracking, validation
-    from stages._step_models import load_step_info
+    from llmcap.planning import StepTimes
 
     params = load_params(args.params)
     args.report_dir.mkdir(parents=True, exist_ok=True)
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> str:
         out.write_text(json.dumps({"enabled": False}) + "\n", encoding="utf-8")
         return f"disabled (autoscale.enabled: false) → {report}"
     chosen = json.loads(args.capacity_summary.read_text(encoding="utf-8"))
-    _, _, measured = load_step_info(args.step_model)
+    measured = StepTimes.read(args.step_model).measured
     say = lambda m: print(f"[autoscale] simulating the day: {m}", file=sys.stderr)  # noqa: E731
     w = plan_whatif(load_trace(args.trace), pq.read_table(args.candidates).to_pandas(), load_model(params.enumerate.model), params.size,
                     chosen, params.autoscale, params.seed, measured, say)  # fmt: skip

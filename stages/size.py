@@ -58,48 +58,27 @@ def run(args: argparse.Namespace) -> str:
 
     from llmcap.catalog import load_model
     from llmcap.config import load_params
-    from llmcap.errors import LlmcapError
-    from llmcap.report.capacity import write_parquet, write_report
+    from llmcap.planning import StepTimes, plan_capacity
+    from llmcap.report.capacity import write_report
     from llmcap.sizing.executor import make_executor
-    from llmcap.sizing.plan import class_pools, size_deployments
+    from llmcap.sizing.table import write_parquet
     from llmcap.trace import load_trace
     from stages import tracking, validation
-    from stages._step_models import load_step_info, roofline_calibrations, step_times_note
 
     params = load_params(args.params)
     size = params.size
     trace = load_trace(args.trace)
     candidates = pq.read_table(args.candidates).to_pandas()
-    step_source, step_info, measured = load_step_info(args.step_model)
+    step_times = StepTimes.read(args.step_model)
     model = load_model(params.enumerate.model)
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
-        out = size_deployments(trace, candidates, model, size, executor, workload_id=params.trace.file, progress=say, measured=measured)
-        pools, pools_failed = None, None
-        if size.pools_split_isl is not None:
-            say(f"request-class pools: sizing prompts ≤ {size.pools_split_isl:,} and longer ones separately")
-            try:
-                pools = class_pools(trace, candidates, model, size, out, size.pools_split_isl, executor, measured)
-            except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
-                pools_failed = f"request-class pools at ISL {size.pools_split_isl:,}: split not possible — {exc}"
+        out = plan_capacity(trace, candidates, model, size, step_times, executor, workload_id=params.trace.file, progress=say)
     write_parquet(out.table, args.capacity)
-    calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    notes = (step_times_note(step_source, step_info, measured, calibrations),)
-    if pools_failed is not None:
-        notes += (pools_failed,)
-        out.summary["pools"] = {"cheaper": "shared", "reason": pools_failed}
-    if pools is not None:
-        notes += (f"request-class pools: {pools.summary()}",)
-        out.summary["pools"] = {
-            "cheaper": pools.cheaper, "saving_usd_per_hour": pools.saving_usd_per_hour,
-            "shared": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.shared],
-            "split": [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools.split],
-        }  # fmt: skip
-    report = dataclasses.replace(out.report, notes=notes + out.report.notes, provenance=_provenance(args, params, step_info, out.summary))
+    report = dataclasses.replace(out.report, provenance=_provenance(args, params, step_times, out.summary))
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
-    summary_path.write_text(json.dumps(out.summary | {"step_model_source": step_source, "step_model_corrections": step_info.get("corrections") or [],
-                                                  "roofline_calibrations": calibrations}, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    summary_path.write_text(json.dumps(out.summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     write_dvc_metrics(out.summary, out.table, args.metrics, args.plot_data)
     check = validation.validate(out.table.to_pandas(), "capacity", capacity_suite)
     validation_path = check.write(args.report_dir / "validation.json")
@@ -114,7 +93,7 @@ def run(args: argparse.Namespace) -> str:
         mlflow.log_metrics({f"headroom.{pool}.{risk}": h["instances"] for pool, q in s["pool_plans"].items() for risk, h in q["headroom"].items()})
         mlflow.log_metrics({f"instances.{pool}": q["instances"] for pool, q in s["pool_plans"].items()})
         mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]),
-                         "chosen.gpus": str(s["gpus"]), "step_model.source": step_source, "validation.success": str(check.success).lower()})  # fmt: skip
+                         "chosen.gpus": str(s["gpus"]), "step_model.source": step_times.source, "validation.success": str(check.success).lower()})  # fmt: skip
         for artifact in (args.capacity, summary_path, validation_path, args.metrics, args.plot_data, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
@@ -122,7 +101,7 @@ def run(args: argparse.Namespace) -> str:
     return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
 
 
-def write_dvc_metrics(summary: dict, table, metrics_path, plot_path) -> None:
+def write_dvc_metrics(summary, table, metrics_path, plot_path) -> None:
     """The decision's numbers as DVC metrics (JSON) and each candidate's rates as DVC plot data (CSV), so
     `dvc metrics diff A B` and `dvc plots diff A B` compare two plans."""
     import csv
@@ -141,7 +120,7 @@ def write_dvc_metrics(summary: dict, table, metrics_path, plot_path) -> None:
             w.writerow([f"{r['mode']}: {r['candidate']}", repr(r["max_rps"]), "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]), r["gpus"] or ""])
 
 
-def _provenance(args: argparse.Namespace, params, step_info: dict, summary: dict):
+def _provenance(args: argparse.Namespace, params, step_times, summary):
     """The report header's inputs: model, trace and its hash, the code's commit, step-time and price sources."""
     from llmcap.catalog import get_gpu
     from llmcap.report.capacity import Provenance
@@ -150,7 +129,8 @@ def _provenance(args: argparse.Namespace, params, step_info: dict, summary: dict
     configs = [q["configuration"] for q in summary["pool_plans"].values()]  # "GPU/weights/kv-dtype/tpNppNepN/..."
     gpus = {g.name: g for g in (get_gpu(key.split("/")[0]) for key in configs)}
     commit = tracking.code_commit(ROOT, "size")
-    source, fp = step_info["source"], step_info.get("fingerprint") or {}
+    step_info = step_times.info
+    source, fp = step_times.source, step_info.get("fingerprint") or {}
     profiled = f"{fp.get('device_sku')}/{fp.get('quantization')}/kv-{fp.get('kv_dtype')}/tp{fp.get('tp')}pp{fp.get('pp')}ep{fp.get('ep')}/"
     if not source.startswith("profile"):
         stored = step_info.get("stored_profile")

@@ -42,7 +42,7 @@ def test_stages_are_thin() -> None:
 
 
 BOTTOM = ("catalog", "trace", "perf")  # the domain's bottom layers
-ABOVE = ("sim", "sizing", "report", "live", "twin", "gateway", "rollout", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py")
+ABOVE = ("sim", "sizing", "report", "live", "twin", "gateway", "rollout", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py", "planning.py")
 
 
 def test_the_bottom_layers_import_nothing_above_them() -> None:
@@ -54,6 +54,17 @@ def test_the_bottom_layers_import_nothing_above_them() -> None:
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             above = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ABOVE)
             assert not above, f"{module} imports, directly or not, {above}"
+
+
+def test_sizing_decides_and_the_report_shows() -> None:
+    # the report reads sizing's outcome; sizing never reaches for the report (llmcap.planning joins them)
+    from tests.test_stage_deps import closure
+
+    package = ROOT / "llmcap"
+    for path in sorted((package / "sizing").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        shown = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ("report", "planning.py"))
+        assert not shown, f"{module} imports, directly or not, {shown}"
 
 
 MODULE_LINES = 520  # "~500": one concept a module (docs/architecture.md)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -35,13 +36,15 @@ from llmcap.commands._trace_input import (
     positive,
     read_trace_input,
 )
-from llmcap.errors import LlmcapError
+from llmcap.config import Params, load_params
+from llmcap.errors import InputFileError, LlmcapError
+from llmcap.memory import MemoryParams
+from llmcap.planning import StepTimes, plan_capacity
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
-from llmcap.sizing.plan import size_deployments
 from llmcap.vllm_serve import serve_commands
 
 
@@ -84,13 +87,63 @@ def _tp_degrees(values: list[str]) -> list[int]:
     return [int(v) for v in items]
 
 
-def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels) -> dict:
+def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, step_model: Path | None) -> dict:
     """Which step-time source timed which candidates."""
+    if step_model is not None:
+        keys = [describe_key(k) for k in measured]
+        return {"source": "step_model", "file": str(step_model), "configurations": keys,
+                "line": f"{step_model} for {'; '.join(keys) or 'no candidate'}; the roofline for every other candidate"}
     if prof is None:
         return {"source": "roofline", "line": "the roofline for every candidate"}
     keys = [describe_key(k) for k in measured]
     return {"source": "profile", "profile": str(prof.directory), "fingerprint_hash": prof.fingerprint_hash, "configurations": keys,
             "line": f"{prof.describe()} for {'; '.join(keys)}; the roofline for every other candidate"}
+
+
+# the options --params replaces (its `size` section holds them), by the function's parameter names
+SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
+              "shortlist", "excerpt", "workers", "dask_address")  # fmt: skip
+
+
+def _from_params(ctx: typer.Context, path: Path) -> Params:
+    """The params file, after checking no option it replaces was given too (the file would silently win)."""
+    sources = {n: ctx.get_parameter_source(n) for n in SIZE_KNOBS}  # typer's own click: compare by name
+    given = [f"--{n.replace('_', '-')}" for n, src in sources.items() if src is not None and src.name == "COMMANDLINE"]
+    if given:
+        raise LlmcapError(f"--params {path} sets every sizing knob from its `size` section; drop {', '.join(given)} or --params")
+    return load_params(path)
+
+
+def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
+                 target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
+                 workers: int, dask_address: str | None, pools_split_isl: int | None) -> SizeParams:  # fmt: skip
+    """SizeParams from the command line's options."""
+    targets = _slo_targets(ttft_ms, itl_ms, goodput)
+    itl = check_itl_stat(itl_stat)
+    positive("--target-rps", target_rps)
+    if target_rps is not None:
+        plausible_rate("--target-rps", target_rps)
+    return SizeParams(
+        slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
+                      attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
+        search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
+        pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
+        pools_split_isl=pools_split_isl,
+    )  # fmt: skip
+
+
+def read_candidates(path: Path) -> pd.DataFrame:
+    """An enumerated candidates table (the enumerate stage's candidates.parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path).to_pandas()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputFileError(path, f"not a readable candidates parquet ({exc})") from None
+    if "feasible" not in table.columns:
+        raise InputFileError(path, "not a candidates table: no `feasible` column (write one with the enumerate stage)", field="feasible")
+    return table
 
 
 def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> None:
@@ -120,8 +173,9 @@ def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> No
 
 @user_errors
 def size(
+    ctx: typer.Context,
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory.")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: enumerate.model by default).")] = None,
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
@@ -135,6 +189,10 @@ def size(
     tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = ["1,2,4,8"],  # noqa: B006
     kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
+    step_model: Annotated[Path | None, typer.Option(help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile.")] = None,
+    params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
+    candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
+    pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = None,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = True,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = 4,
     excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = 1500,
@@ -157,16 +215,20 @@ def size(
 ) -> None:
     """Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."""
     output = output_format(output_fmt, json_out)
-    gpu, weight_quant, kv_dtype = _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype")
-    tps = _tp_degrees(tp)
-    targets = _slo_targets(slo_ttft_p99, slo_itl_p99, goodput)
+    if profile is not None and step_model is not None:
+        raise LlmcapError("--profile and --step-model both name the step times; give one")
+    pipeline = _from_params(ctx, params_file) if params_file is not None else None
+    model = model or (pipeline.enumerate.model if pipeline is not None else None)
+    if model is None:
+        raise LlmcapError("no model: give --model (or --params with enumerate.model)")
     prof = load_profile(profile) if profile is not None else None
-    itl = check_itl_stat(itl_stat)
-    positive("--target-rps", target_rps)
-    if target_rps is not None:
-        plausible_rate("--target-rps", target_rps)
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
+    if pipeline is not None:
+        params = pipeline.size if pools_split_isl is None else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
+    else:
+        params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
+                              shortlist, excerpt, workers, dask_address, pools_split_isl)  # fmt: skip
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
@@ -177,20 +239,22 @@ def size(
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
-    grid = EnumerationSpec(
-        gpus=gpu, weight_quants=weight_quant, kv_dtypes=kv_dtype, parallel=ParallelGrid(tp=tps),
-        modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
-        aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
-        max_context_len=context,
-    )  # fmt: skip
-    candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
-    measured = prof.models_for(candidates[candidates["feasible"]]) if prof is not None else {}
-    params = SizeParams(
-        slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
-                      attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
-        search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
-        pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
-    )  # fmt: skip
+    gpu_memory_utilization = MemoryParams().gpu_memory_utilization
+    if candidates_file is not None:
+        candidates = read_candidates(candidates_file)
+    else:
+        grid = EnumerationSpec(
+            gpus=_listed(gpu, "--gpu"), weight_quants=_listed(weight_quant, "--weight-quant"), kv_dtypes=_listed(kv_dtype, "--kv-dtype"),
+            parallel=ParallelGrid(tp=_tp_degrees(tp)), modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
+            aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context,
+        )  # fmt: skip
+        candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
+        gpu_memory_utilization = grid.memory.gpu_memory_utilization
+    if step_model is not None:
+        step_times = StepTimes.read(step_model)
+    else:
+        measured = prof.models_for(candidates[candidates["feasible"]]) if prof is not None else {}
+        step_times = StepTimes("roofline") if prof is None else StepTimes("profile", {"fingerprint": prof.fingerprint}, measured)
     console = Console(stderr=True, quiet=output != "table")
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     try:
@@ -198,8 +262,7 @@ def size(
             task = bar.add_task("sizing", total=None)
             phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
             step = lambda message: bar.update(task, description=message)  # noqa: E731
-            outcome = size_deployments(table, candidates, spec, params, executor, workload_id=trace.name, progress=step,
-                                       measured=measured, on_phase=phase)
+            outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=trace.name, progress=step, on_phase=phase)
     except NoFeasiblePlan as none:
         _near_miss_report(none, output, out)
         raise typer.Exit(1) from None
@@ -207,10 +270,12 @@ def size(
     if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
         paths["summary"] = out / "summary.json"
     over = int((isl + osl > context).sum())
-    serve = serve_commands(outcome.summary, candidates, model, grid.memory.gpu_memory_utilization)
-    summary = outcome.summary | {
+    serve = serve_commands(outcome.summary, candidates, model, gpu_memory_utilization)
+    step_line = _step_model_summary(prof, step_times.measured, step_model)
+    s = outcome.summary
+    summary = dict(s) | {
         "vllm_serve": [c.to_dict() for c in serve],
-        "step_model": _step_model_summary(prof, measured),
+        "step_model": step_line,
         "report": {k: str(v) for k, v in paths.items()},
         "max_model_len": context,
         "rejected_over_max_model_len": over,
@@ -224,7 +289,7 @@ def size(
     if output == "csv":
         print_csv(outcome.table.to_pylist())
         return
-    t = Table(title=f"{spec.name}: capacity for {summary['target_rps']:.3g} req/s")
+    t = Table(title=f"{spec.name}: capacity for {s['target_rps']:.3g} req/s")
     for col in ("candidate", "mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search"):
         t.add_column(col)
     for r in outcome.table.to_pylist():
@@ -233,23 +298,23 @@ def size(
                   "–" if r["gpus"] is None else str(r["gpus"]), "–" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.0f}",
                   r["search_status"])  # fmt: skip
     Console().print(t)
-    print(f"chosen: {summary['chosen']} ({summary['mode']}): {summary['gpus']} GPUs, ${summary['usd_per_hour']:,.0f}/h")
-    for name, definition in summary["slo_definitions"].items():
+    print(f"chosen: {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h")
+    for name, definition in s["slo_definitions"].items():
         print(f"  SLO {name}: {definition}")
     if over:
         print(f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses")
-    for pool, q in summary["pool_plans"].items():
+    for pool, q in s["pool_plans"].items():
         print(f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)")
         for risk, h in q["headroom"].items():
             print(f"    +{h['instances']} {risk} (+{h['rps']:.3g} req/s): {h['reasoning']}")
-    for line in summary["scenarios"] or []:
+    for line in s["scenarios"] or []:
         print(f"  scenario {line}")
-    for line in summary["minimality"] or []:
+    for line in s["minimality"] or []:
         print(f"  one fewer: {line}")
-    for line in (summary["count_range"] or {}).get("lines", []):
+    for line in (s["count_range"] or {}).get("lines", []):
         print(f"  range: {line}")
-    print(f"  {summary['ledger']['line']}")
-    print(f"  step times: {summary['step_model']['line']}")
+    print(f"  {s['ledger']['line']}")
+    print(f"  step times: {step_line['line']}")
     if serve and not Path(model).exists():
         print(f"  serve: {model} is llmcap's catalog name; give vllm serve your checkpoint's path or Hugging Face id")
     for c in serve:

@@ -21,6 +21,7 @@ from llmcap.report import capacity_plots as plots
 from llmcap.report import replay as replay_check
 from llmcap.sizing.headroom import COMBINATION_RULE
 from llmcap.sizing.slo import definitions
+from llmcap.sizing.table import pool_configurations
 
 if TYPE_CHECKING:
     from llmcap.report.capacity import CapacityReport
@@ -120,12 +121,6 @@ def header(report: CapacityReport) -> Section:
     md = "\n".join(f"- **{label}:** {'⚠ ' if loud else ''}{text}" for label, text, loud in items)
     rows = "".join(f"<dt>{html.escape(label)}</dt><dd{' class=loud' if loud else ''}>{_esc(text)}</dd>" for label, text, loud in items)
     return Section("What was planned", md, f"<dl>{rows}</dl>")
-
-
-def pool_configurations(chosen: str) -> dict[str, str]:
-    """Pool name -> configuration key: "P[a]+D[b]" gives prefill a and decode b; anything else one pool."""
-    m = re.fullmatch(r"P\[(.+)\]\+D\[(.+)\]", chosen)
-    return {"prefill": m.group(1), "decode": m.group(2)} if m else {"instances": chosen}
 
 
 _ANSWER_HEAD = ["pool", "configuration", "instances", "base", "headroom", "GPUs", "$/h"]

@@ -38,26 +38,46 @@ import pyarrow.compute as pc
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
-from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table, pairing_row
-from llmcap.report.capacity_sections import pool_configurations
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
 from llmcap.sizing.ledger import Ledger, four_ledgers
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
-from llmcap.sizing.slo import definitions
+from llmcap.sizing.scenarios import FitResult
+from llmcap.sizing.search import SearchResult
 from llmcap.sizing.sizer import Sizer
+from llmcap.sizing.slo import definitions
+from llmcap.sizing.summary import PoolPlanSummary, SizingSummary
+from llmcap.sizing.table import capacity_row, capacity_table, pairing_row, pool_configurations
 from llmcap.sizing.units import Lengths, RoleRow, SizedRow
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class SizingEvidence:
+    """What the report shows beside the table: each searched row's curve, the chosen plan before and after
+    the scenario simulations, the four-ledger floor, and the planned deployment's replay."""
+
+    curves: Mapping[str, SearchResult]
+    chosen: str
+    plan: CapacityPlan
+    records: pa.Table  # per request (REQUEST_SCHEMA) of the replay described by `replay`
+    kv_usage: Mapping[str, tuple[np.ndarray, np.ndarray]]  # series -> (times s, usage fraction)
+    notes: tuple[str, ...]
+    analytic: CapacityPlan
+    fit: FitResult | None
+    ledger: Ledger
+    replay: str
+    count_range: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SizingOutcome:
     table: pa.Table
-    report: CapacityReport
-    summary: dict[str, Any]
+    evidence: SizingEvidence
+    summary: SizingSummary
 
 
 def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -99,7 +119,7 @@ def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[Role
     return out
 
 
-def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, Any]:
+def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]:
     configs = pool_configurations(chosen)
     return {
         q.name: {
@@ -183,10 +203,9 @@ def size_deployments(
     replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
-    report = CapacityReport(table, params.slo, curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes),
-                            analytic=analytic, fit=fitted, ledger=ledger, replay=replay,
-                            count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
-    summary = {
+    evidence = SizingEvidence(curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes), analytic=analytic, fit=fitted,
+                              ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
+    summary: SizingSummary = {
         "target_rps": sizer.target,
         "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
         "planning_rps": plan.planning_rps,
@@ -216,7 +235,7 @@ def size_deployments(
         "notes": list(sizer.notes),
     }
     phase(len(PHASES))
-    return SizingOutcome(table, report, summary)
+    return SizingOutcome(table, evidence, summary)
 
 
 def class_pools(
@@ -253,7 +272,7 @@ def class_pools(
     return compare_pools(pools_shared, split)
 
 
-def _base_usd(summary: Mapping[str, Any]) -> float:
+def _base_usd(summary: SizingSummary) -> float:
     """$/h of the base counts (each pool's base GPUs at its GPU's price)."""
     pools = summary["pool_plans"].values()
     return float(sum(q["usd_per_hour"] * q["base_instances"] / q["instances"] for q in pools))

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 from synthetic import Knee
 
-from llmcap.report.capacity import CapacityReport, capacity_row, capacity_table
+from llmcap.report.capacity import CapacityReport
+from llmcap.sizing.table import capacity_row, capacity_table
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import PoolInput, plan_headroom
 from llmcap.sizing.params import HeadroomParams, SearchParams, SloParams

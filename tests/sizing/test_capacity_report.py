@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 from capacity_fixture import CANDIDATES, SLO, report, searches, table_from
 
-from llmcap.report.capacity import CAPACITY_SCHEMA, Provenance, binding_slo, capacity_row, capacity_table, render_html, render_markdown, write_report
+from llmcap.report.capacity import Provenance, render_html, render_markdown, write_report
 from llmcap.report.capacity_sections import SECTIONS
+from llmcap.sizing.table import CAPACITY_SCHEMA, binding_slo, capacity_row, capacity_table
 from llmcap.sizing.placement import place
 from llmcap.sizing.search import EvalResult, RatePoint, SearchResult
 

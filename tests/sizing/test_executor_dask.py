@@ -61,7 +61,7 @@ def test_dask_matches_local(cluster_address):
 def test_dask_and_local_give_byte_identical_capacity_tables(cluster_address, tmp_path):
     from capacity_fixture import searches, table_from
 
-    from llmcap.report.capacity import write_parquet
+    from llmcap.sizing.table import write_parquet
 
     local = write_parquet(table_from(searches()), tmp_path / "local.parquet")
     with make_executor(ComputeParams(dask_address=cluster_address)) as ex:

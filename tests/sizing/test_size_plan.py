@@ -10,7 +10,7 @@ import pytest
 
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
-from llmcap.report.capacity import render_html, render_markdown
+from llmcap.report.capacity import capacity_report, render_html, render_markdown
 from llmcap.sizing.executor import DaskExecutor
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
@@ -76,7 +76,7 @@ def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
     # the chosen deployment was simulated end to end in every scenario, and every scenario passes
     assert s["scenarios_pass"] and s["scenarios"] and all(line.endswith("pass") for line in s["scenarios"])
     # the report's latency CDFs and KV plot replay the planned deployment on the whole trace, whatever its mode
-    rep = outcome.report
+    rep = capacity_report(outcome, PARAMS.slo)
     assert rep.records is not None and rep.records.num_rows == trace.num_rows and rep.kv_usage
     assert "Not simulated." not in render_html(rep) and f"({trace.num_rows:,} requests)" in rep.replay
 
@@ -100,7 +100,7 @@ def busy(trace, candidates):
 
 
 def test_final_plan_passes_every_scenario_and_each_pool_one_fewer_fails_one(busy):
-    fit = busy.report.fit
+    fit = busy.evidence.fit
     assert fit is not None and fit.ok
     names = {r.scenario.name for r in fit.results}
     assert "traffic" in names and any(n.startswith("node loss") for n in names) and any(n.startswith("upgrade") for n in names)
@@ -124,7 +124,7 @@ def test_count_range_is_reported_and_contains_the_point_answer(busy):
     assert set(cr["rate_by_seed"]) == set(busy.summary["pool_plans"])  # a seed spread of G per pool
     for pool, rates in cr["rate_by_seed"].items():
         assert set(rates) == {str(s) for s in PARAMS.search.seeds} and all(r > 0 for r in rates.values()), pool
-    md = render_markdown(busy.report)
+    md = render_markdown(capacity_report(busy, PARAMS.slo))
     assert "## Count range" in md and cr["lines"][0] in md
 
 
@@ -132,11 +132,11 @@ def test_final_count_is_within_the_stated_factor_of_the_four_ledgers(outcome, bu
     from llmcap.sizing.ledger import FACTOR
 
     for out in (outcome, busy):
-        ledger = out.report.ledger
+        ledger = out.evidence.ledger
         assert ledger is not None and ledger.final_gpus == out.summary["gpus"]
         # the ledger is a floor (100% busy, no SLO, no headroom) and the plan within FACTOR of it
         assert ledger.gpus <= out.summary["gpus"] <= FACTOR * ledger.gpus, ledger.line()
-        assert ledger.line() in render_markdown(out.report)
+        assert ledger.line() in render_markdown(capacity_report(out, PARAMS.slo))
 
 
 def test_same_inputs_give_byte_identical_tables(outcome, trace, candidates):
@@ -184,14 +184,14 @@ def test_a_matching_measured_profile_replaces_the_roofline(trace, candidates):
 
 def _aggregated_curves(out):
     """Searched aggregated candidates (P/D role searches are not confirmed: their deployment is simulated whole in every scenario)."""
-    return {k: r for k, r in out.report.curves.items() if not k.startswith(("prefill: ", "decode: "))}
+    return {k: r for k, r in out.evidence.curves.items() if not k.startswith(("prefill: ", "decode: "))}
 
 
 def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, trace, candidates):
     # default ("chosen"): an aggregated choice's rate is confirmed on the whole trace, the others are listed as excerpt-only
     on = outcome.summary["chosen"] if outcome.summary["mode"] == "aggregated" else None
     if on is not None:
-        chosen = outcome.report.curves[on]
+        chosen = outcome.evidence.curves[on]
         assert chosen.confirmation is not None and chosen.max_rate == outcome.summary["max_rps_per_unit"]
         assert chosen.max_rate <= chosen.confirmation.search_rate and chosen.best in chosen.confirmation.points
     unconfirmed = [k for k, r in _aggregated_curves(outcome).items() if r.confirmation is None and r.max_rate > 0]
@@ -199,7 +199,7 @@ def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, tra
     assert bool(unconfirmed) == bool(listed) and all(k in listed[0] for k in unconfirmed)
     every = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "all"}))
     assert all(r.confirmation is not None or r.max_rate == 0 for r in _aggregated_curves(every).values())  # nothing to confirm at 0
-    confirmed = [r for r in every.report.curves.values() if r.confirmation is not None]
+    confirmed = [r for r in every.evidence.curves.values() if r.confirmation is not None]
     assert len(confirmed) == sum(n.startswith("whole-trace confirmation of") for n in every.summary["notes"]) > 1
     off = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "off"}))
-    assert all(r.confirmation is None for r in off.report.curves.values())
+    assert all(r.confirmation is None for r in off.evidence.curves.values())

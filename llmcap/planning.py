@@ -1,0 +1,130 @@
+"""Step 4 as one call, the same for `llmcap size` and the pipeline's size stage: size the deployments
+(`llmcap.sizing.plan`), compare request-class pools when asked (`size.pools_split_isl`), say what timed the
+steps, and assemble the report and the summary. Given the same trace, candidates, params and step times,
+both give the same table, report and decision."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import pandas as pd
+import pyarrow as pa
+
+from llmcap.catalog import ModelSpec
+from llmcap.errors import InputFileError, LlmcapError
+from llmcap.perf import CalibratedFit
+from llmcap.report.capacity import CapacityReport, Provenance, capacity_report
+from llmcap.sizing.executor import Executor
+from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
+from llmcap.sizing.params import SizeParams
+from llmcap.sizing.plan import class_pools, size_deployments
+from llmcap.sizing.pools import PoolComparison
+from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What times the candidates' steps: the profile stage's `source` ("roofline…" or "profile…"), the
+    profile's description (`fingerprint`, written-back `corrections`, as in step_model.json) and the
+    calibrated step models of the candidates it matches (the roofline times every other one)."""
+
+    source: str = "roofline"
+    info: Mapping[str, Any] = field(default_factory=dict)
+    measured: MeasuredModels = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> StepTimes:
+        """The step times the profile stage's step_model.json describes, with the corrections reconciliation
+        wrote back applied to their configurations."""
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            source = info["source"]
+        except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise InputFileError(path, f"not a readable step_model.json ({type(exc).__name__}: {exc})") from None
+        measured: MeasuredModels = {}
+        if source.startswith("profile") and info.get("step_model"):  # a measured, matching profile
+            measured = measured_models(CalibratedFit.from_dict(info["step_model"]), info["fingerprint"])
+        if info.get("corrections"):  # resolved by the profile stage
+            measured = with_corrections(measured, info["corrections"], info["model"])
+        return cls(source, info, measured)
+
+
+@dataclass(frozen=True)
+class CapacityDecision:
+    table: pa.Table
+    report: CapacityReport
+    summary: CapacitySummary
+
+
+def plan_capacity(
+    trace: pa.Table,
+    candidates: pd.DataFrame,
+    model: ModelSpec,
+    params: SizeParams,
+    step_times: StepTimes = StepTimes(),
+    executor: Executor | None = None,
+    workload_id: str = "workload",
+    progress: Callable[[str], None] | None = None,
+    on_phase: Callable[[int, int, str], None] | None = None,
+    provenance: Provenance | None = None,
+) -> CapacityDecision:
+    """The capacity decision for `trace` at `params` over `candidates` (see `size_deployments`)."""
+    say = progress or log.info
+    out = size_deployments(trace, candidates, model, params, executor, workload_id=workload_id, progress=progress,
+                           measured=step_times.measured, on_phase=on_phase)  # fmt: skip
+    notes: tuple[str, ...] = ()
+    pools: RequestClassPools | None = None
+    if params.pools_split_isl is not None:
+        say(f"request-class pools: sizing prompts ≤ {params.pools_split_isl:,} and longer ones separately")
+        try:
+            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured)
+        except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
+            reason = f"request-class pools at ISL {params.pools_split_isl:,}: split not possible — {exc}"
+            notes, pools = (reason,), {"cheaper": "shared", "reason": reason}
+        else:
+            notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
+    calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
+    notes = (step_times_note(step_times, calibrations), *notes)
+    fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
+    fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
+               "roofline_calibrations": calibrations}  # fmt: skip
+    summary = cast(CapacitySummary, fields)
+    report = capacity_report(out, params.slo, notes=notes, provenance=provenance)
+    return CapacityDecision(out.table, report, summary)
+
+
+def _pools_summary(compared: PoolComparison) -> RequestClassPools:
+    def sizes(pools) -> list[PoolSizes]:
+        return [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools]
+
+    return {"cheaper": compared.cheaper, "saving_usd_per_hour": compared.saving_usd_per_hour, "shared": sizes(compared.shared), "split": sizes(compared.split)}
+
+
+def roofline_calibrations(gpus: set[str]) -> dict[str, dict[str, str]]:
+    """The shipped roofline calibrations (llmcap.perf.calibration) of these GPUs: file and sha256 by GPU."""
+    from llmcap.perf.calibration import shipped_calibrations
+
+    return {c.gpu: c.describe() for c in shipped_calibrations() if c.gpu in gpus}
+
+
+def step_times_note(step_times: StepTimes, calibrations: dict[str, dict[str, str]]) -> str:
+    """What times the candidates: the roofline (with the GPUs' fitted efficiencies where shipped), the
+    calibrated profile where it matches, and the written-back corrections with their versions."""
+    from llmcap.perf.corrections import describe
+    from llmcap.sizing.measured import config_key, describe_key, fingerprint_key
+
+    info, source = step_times.info, step_times.source
+    corrected = {config_key(e["configuration"]) for e in info.get("corrections") or []}
+    profiled = fingerprint_key(info["fingerprint"]) if source.startswith("profile") else None
+    fitted = ", ".join(f"{g} ({c['file']}, sha256 {c['sha256'][:12]})" for g, c in calibrations.items()) or "none"
+    uses = f"roofline per candidate (efficiencies fitted to timed operations for: {fitted}; other GPUs: documented defaults)" + "".join(
+        f", {'the calibrated profile' if k == profiled else 'the roofline'}{' corrected' if k in corrected else ''} for {describe_key(k)}"
+        for k in step_times.measured)
+    return f"step times: {uses} (profile stage source: {source}; written-back corrections: {describe(info.get('corrections') or [])})"

@@ -1,0 +1,82 @@
+"""The sizing decision's summary: what `summary.json` holds, typed, so every reader's keys are checked.
+
+JSON-ready values only (the file is written with `json.dumps` as is), in the order they are written."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class HeadroomSummary(TypedDict):
+    rps: float  # the headroom this risk adds to the pool's planning rate
+    instances: int
+    reasoning: str
+
+
+class PoolPlanSummary(TypedDict):
+    configuration: str  # the pool's candidate key
+    per_instance_rps: float  # G: one instance's max feasible rate
+    gpus_per_instance: int
+    base_instances: int
+    instances: int
+    gpus: int
+    usd_per_hour: float
+    headroom: dict[str, HeadroomSummary]  # by risk
+    placement: str
+
+
+class PoolSizes(TypedDict):
+    name: str
+    rate_rps: float
+    gpus: int
+    usd_per_hour: float
+
+
+class RequestClassPools(TypedDict):
+    """Request-class pools against one shared deployment (`size.pools_split_isl`)."""
+
+    cheaper: str  # "shared" or "split"
+    reason: NotRequired[str]  # why no split was possible
+    saving_usd_per_hour: NotRequired[float]
+    shared: NotRequired[list[PoolSizes]]
+    split: NotRequired[list[PoolSizes]]
+
+
+class SizingSummary(TypedDict):
+    target_rps: float
+    slo_definitions: dict[str, str]
+    planning_rps: float
+    chosen: str  # the chosen candidate key ("P[a]+D[b]" for a pairing)
+    mode: str
+    router: str
+    routers_compared: dict[str, dict[str, Any]] | None
+    pd_ratio: str | None  # "N_P:N_D"
+    max_rps_per_unit: float
+    gpus_per_unit: int
+    base_instances: int
+    base_gpus: int
+    instances: int
+    gpus: int
+    usd_per_hour: float
+    pool_plans: dict[str, PoolPlanSummary]
+    analytic_gpus: int  # the per-pool plan before the scenario simulations
+    combination_rule: str
+    scenarios: list[str] | None
+    scenarios_pass: bool | None
+    minimality: list[str] | None
+    fit_history: list[str] | None
+    count_range: dict[str, Any] | None
+    ledger: dict[str, Any]
+    candidates_feasible: int
+    candidates_simulated: int
+    notes: list[str]
+
+
+class CapacitySummary(SizingSummary):
+    """The plan's summary as `llmcap size` and the size stage write it: the sizing, the request-class pools
+    when asked for, and what timed the steps."""
+
+    pools: NotRequired[RequestClassPools]
+    step_model_source: str
+    step_model_corrections: list[dict[str, Any]]
+    roofline_calibrations: dict[str, dict[str, str]]
