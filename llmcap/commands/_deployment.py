@@ -23,6 +23,7 @@ from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
+from llmcap.admission_names import ADMISSION_POLICY_NAMES
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name or path to config.json")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")]
@@ -32,6 +33,7 @@ MaxModelLenOpt = Annotated[
 TpOpt = Annotated[int, typer.Option(min=1, help="tensor parallel degree of one replica")]
 ReplicasOpt = Annotated[int, typer.Option(min=1, help="aggregated replicas (ignored with --pd)")]
 RouterOpt = Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")]
+AdmissionOpt = Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization")]
 PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D prefill and decode replicas")]
 FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: first token visible from 'prefill' or 'decode'")]
 LinkGbpsOpt = Annotated[float, typer.Option(min=0.001, help="P/D: KV link bandwidth per prefill replica, GB/s")]
@@ -64,6 +66,7 @@ class EngineOptions:
     tp: int = 1
     replicas: int = 1
     router: str = "least_outstanding_tokens"
+    admission_policy: str = "vllm"
     pd: str | None = None
     first_token_from: str = "prefill"
     link_gbps: float = 50.0
@@ -104,6 +107,8 @@ def check_choices(o: EngineOptions) -> None:
     """The options' one-line errors that need no catalog (checked before any file is read)."""
     if o.router not in router_names():
         raise LlmcapError(f"--router must be one of {', '.join(router_names())}, got {o.router!r}")
+    if o.admission_policy not in ADMISSION_POLICY_NAMES:
+        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {o.admission_policy!r}")
     if o.first_token_from not in ("prefill", "decode"):
         raise LlmcapError(f"--first-token-from must be prefill or decode, got {o.first_token_from!r}")
     parse_pd(o.pd)
@@ -125,7 +130,7 @@ def _engine(spec: ModelSpec, g: GpuSpec, o: EngineOptions, tp: int, max_num_seqs
         num_blocks=blocks, block_size=o.block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
         kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype)),
-        max_model_len=o.max_model_len or spec.max_position_embeddings,
+        max_model_len=o.max_model_len or spec.max_position_embeddings, admission_policy=o.admission_policy,
     )  # fmt: skip
 
 

@@ -42,6 +42,7 @@ from llmcap.commands._deployment import (
     ProfileOpt,
     QuantOpt,
     ReplicasOpt,
+    AdmissionOpt,
     RouterOpt,
     TpOpt,
     check_choices,
@@ -91,6 +92,7 @@ def simulate(
     tp: TpOpt = 1,
     replicas: ReplicasOpt = 1,
     router: RouterOpt = "least_outstanding_tokens",
+    admission_policy: AdmissionOpt = "vllm",
     pd: PdOpt = None,
     first_token_from: FirstTokenFromOpt = "prefill",
     link_gbps: LinkGbpsOpt = 50.0,
@@ -121,7 +123,7 @@ def simulate(
 ) -> None:
     """Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."""
     opts = EngineOptions(
-        tp=tp, replicas=replicas, router=router, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
+        tp=tp, replicas=replicas, router=router, admission_policy=admission_policy, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
         link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, num_blocks=num_blocks,
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,

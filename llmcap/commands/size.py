@@ -21,7 +21,7 @@ from rich.table import Table
 from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_candidates, workload_context_lengths
 from llmcap.catalog import load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, output_format, print_csv, print_json, user_errors
-from llmcap.commands._deployment import ProfileOpt
+from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
 from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
@@ -44,6 +44,7 @@ from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
+from llmcap.admission_names import ADMISSION_POLICY_NAMES
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
 
@@ -102,7 +103,7 @@ def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
 SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
-              "shortlist", "excerpt", "workers", "dask_address")  # fmt: skip
+              "shortlist", "excerpt", "workers", "dask_address", "admission_policy")  # fmt: skip
 
 
 def _from_params(ctx: typer.Context, path: Path) -> Params:
@@ -116,9 +117,11 @@ def _from_params(ctx: typer.Context, path: Path) -> Params:
 
 def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
                  target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
-                 workers: int, dask_address: str | None, pools_split_isl: int | None) -> SizeParams:  # fmt: skip
+                 workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str) -> SizeParams:  # fmt: skip
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
+    if admission_policy not in ADMISSION_POLICY_NAMES:
+        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {admission_policy!r}")
     itl = check_itl_stat(itl_stat)
     positive("--target-rps", target_rps)
     if target_rps is not None:
@@ -128,7 +131,7 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
                       attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
         search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
-        pools_split_isl=pools_split_isl,
+        pools_split_isl=pools_split_isl, admission_policy=admission_policy,
     )  # fmt: skip
 
 
@@ -189,6 +192,7 @@ def size(
     tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = ["1,2,4,8"],  # noqa: B006
     kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
+    admission_policy: AdmissionOpt = "vllm",
     step_model: Annotated[Path | None, typer.Option(help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile.")] = None,
     params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
@@ -228,7 +232,7 @@ def size(
         params = pipeline.size if pools_split_isl is None else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
-                              shortlist, excerpt, workers, dask_address, pools_split_isl)  # fmt: skip
+                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy)  # fmt: skip
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )

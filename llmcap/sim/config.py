@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from llmcap.routing import DEFAULT_ROUTER, known_router
+from llmcap.admission_names import known_admission
 
 
 class _Frozen(BaseModel):
@@ -26,6 +27,9 @@ class EngineConfig(_Frozen):
     max_num_seqs: int = Field(default=256, gt=0, description="most sequences running at once")
     max_num_batched_tokens: int = Field(default=8192, gt=0, description="token budget of one step (chunked prefill)")
     enable_prefix_caching: bool = True
+    admission_policy: Annotated[str, AfterValidator(known_admission)] = Field(
+        default="vllm", description="when a waiting request may start (llmcap.sim.admission: vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict)",
+    )  # fmt: skip
     host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
     host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")
     kv_bytes_per_token: float = Field(default=0.0, ge=0, description="KV bytes per token (host loads, P/D handoff)")

@@ -4,7 +4,8 @@ Each step the scheduler runs the decoding sequences first (one token each), then
 prefilled requests, then admits waiting requests FCFS — all within `max_num_batched_tokens` and
 `max_num_seqs`; prompts are chunked to fit the budget. KV blocks are allocated for the tokens a step
 computes (at admission and on growth); when they run out the newest running request is preempted and
-later recomputed; blocks are freed at completion (see `kvcache` for the prefix cache).
+later recomputed; blocks are freed at completion (see `kvcache` for the prefix cache). The admission
+policy (`admission`: vLLM's, or TensorRT-LLM's that reserve whole lives) may hold a request back further.
 
 A step with no prefill work and nothing admissible starts a run of pure-decode steps planned at once
 (`decoding`); steps reach the step log in bulk (`steplog`); the replica's fields are in `state`.
@@ -17,6 +18,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Hashable
 
+from llmcap.sim.admission import lifetime_blocks
 from llmcap.sim.decoding import DecodeRuns
 from llmcap.sim.kvcache import Run, Seg
 from llmcap.sim.recorder import OK
@@ -141,6 +143,7 @@ class Replica(DecodeRuns):
 
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
+        self.admission.released(lifetime_blocks(req.isl, req.osl, self.bs))
         own = -(-req.alloc // self.bs) - req.seg_blocks
         counted = req.lazy_n
         if req.lazy_lo >= 0:  # the singleton tail first, as the release below goes
@@ -258,6 +261,10 @@ class Replica(DecodeRuns):
         need = -(-(hit_tok + c) // bs) - hit_blocks - (private or 0)
         if need > kv.free - lru_blocks - (private or 0):  # hits leave the free pool when taken
             return 0
+        lifetime = lifetime_blocks(req.isl, req.osl, bs)
+        if not self.admission.admits(lifetime, kv.num_blocks):
+            return 0
+        self.admission.admitted(lifetime)
         for seg in hits:
             kv.acquire(seg)
             req.segs.append(seg)

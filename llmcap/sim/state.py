@@ -11,6 +11,7 @@ from collections import deque
 
 import numpy as np
 
+from llmcap.sim.admission import ADMISSION_POLICIES, Admission
 from llmcap.sim.config import EngineConfig
 from llmcap.sim.histogram import HIST_BINS_PER_DECADE, HIST_DECADES
 from llmcap.sim.kvcache import KVCache, Seg
@@ -95,6 +96,7 @@ class ReplicaState:
         self.first_token_at_handoff = first_token_at_handoff
         self.segments_of = segments  # request index -> (chain hashes, segment block ends), fetched at admission
         self.kv = KVCache(cfg.num_blocks, cfg.host_blocks if self.caching else 0)
+        self.admission: Admission = ADMISSION_POLICIES[cfg.admission_policy]()
         self.host_s_per_block = cfg.block_size * cfg.kv_bytes_per_token / cfg.host_bandwidth_bytes_s
         self.running: dict[int, Req] = {}  # stamp -> request, admission order
         self.partials: dict[int, Req] = {}  # running requests still prefilling

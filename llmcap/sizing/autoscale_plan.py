@@ -28,7 +28,7 @@ def plan_whatif(trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, siz
     if set(pools) not in ({"instances"}, {"prefill", "decode"}):
         raise LlmcapError(f"the capacity summary's pools {sorted(pools)} are neither one aggregated pool nor a prefill and a decode pool")
     lengths = Lengths.of(trace)
-    units = {name: make_unit(model, candidate_row(candidates, q["configuration"], ROLES[name]), lengths, size.slo, measured)
+    units = {name: make_unit(model, candidate_row(candidates, q["configuration"], ROLES[name]), lengths, size.slo, measured, size.admission_policy)
              for name, q in pools.items()}  # fmt: skip
     rates = [PoolRate(ROLES[name][0], float(q["per_instance_rps"]), int(q["gpus_per_instance"])) for name, q in pools.items()]
     pd_cfg = decode_model = None

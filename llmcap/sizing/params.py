@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from llmcap.routing import DEFAULT_ROUTER, known_router
+from llmcap.admission_names import DEFAULT_ADMISSION, known_admission
 
 
 ItlStat = Literal["p50", "p99", "max", "mean", "token_p50", "token_p90", "token_p95", "token_p99", "token_p99.9"]
@@ -208,6 +209,10 @@ class SizeParams(_Strict):
     """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
     cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
     (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
+    admission_policy: Annotated[str, AfterValidator(known_admission)] = DEFAULT_ADMISSION
+    """The serving engine's admission policy (`llmcap.sim.admission`): `vllm` (admit what this step's blocks allow,
+    preempt and recompute when decodes outgrow the cache), `trtllm-guaranteed-no-evict` (TensorRT-LLM's default:
+    admit only what fits for its whole life, never preempt), `trtllm-max-utilization`."""
     router: Annotated[str, AfterValidator(known_router)] = DEFAULT_ROUTER
     """Router of a pool's instances (of the prefill pool, P/D), in the scenario simulations."""
     prefix_routing: Literal["search", "off"] = "search"

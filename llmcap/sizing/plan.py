@@ -212,6 +212,7 @@ def size_deployments(
         "chosen": chosen.key,
         "mode": chosen.mode,
         "router": sizer.params.router,
+        "admission_policy": params.admission_policy,
         "routers_compared": routers or None,
         "pd_ratio": None if chosen.mode == "aggregated" else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
         "max_rps_per_unit": chosen.result.max_rate,

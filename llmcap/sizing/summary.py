@@ -49,6 +49,7 @@ class SizingSummary(TypedDict):
     chosen: str  # the chosen candidate key ("P[a]+D[b]" for a pairing)
     mode: str
     router: str
+    admission_policy: str  # the engine's (llmcap.sim.admission)
     routers_compared: dict[str, dict[str, Any]] | None
     pd_ratio: str | None  # "N_P:N_D"
     max_rps_per_unit: float

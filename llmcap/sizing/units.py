@@ -129,7 +129,8 @@ class Unit:
 
     @property
     def config(self) -> dict[str, Any]:
-        return {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
+        own = {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
+        return own | {"admission_policy": self.engine.admission_policy}
 
 
 def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarray:
@@ -155,9 +156,10 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
     return float(ok.mean())
 
 
-def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None) -> Unit:
-    """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan)
-    and rate bounds of one candidate row (prefix hits: an LRU cache of the instance's KV size, `Lengths.at_capacity`)."""
+def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None,
+              admission_policy: str = "vllm") -> Unit:  # fmt: skip
+    """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan,
+    the engine's `admission_policy`) and rate bounds of one candidate row (prefix hits: an LRU cache of the instance's KV size, `Lengths.at_capacity`)."""
     gpu = get_gpu(str(row["gpu"]))
     step = (measured or {}).get(config_key(row)) or build_step_model(
         model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
@@ -172,6 +174,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
         max_num_batched_tokens=int(row["max_num_batched_tokens"]),
         kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"]))),
         max_model_len=int(row["max_context_len"]),  # longer requests are rejected, as the engine would: misses
+        admission_policy=admission_policy,
     )
     mean_isl, mean_osl = float(lengths.isl.mean()), float(lengths.osl.mean())
     uncached = max(float((lengths.isl - lengths.cached).mean()), 1.0)

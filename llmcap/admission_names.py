@@ -1,0 +1,14 @@
+"""Admission policy names (`llmcap.sim.admission` has one class for each), kept apart from the simulator so
+that validating a params file (every stage does) knows them without importing the simulator."""
+
+from __future__ import annotations
+
+ADMISSION_POLICY_NAMES = ("vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict")
+DEFAULT_ADMISSION = "vllm"
+
+
+def known_admission(name: str) -> str:
+    """`name` if it is an admission policy (a configuration's validator), else a ValueError listing them."""
+    if name not in ADMISSION_POLICY_NAMES:
+        raise ValueError(f"unknown admission policy {name!r}; known: {', '.join(ADMISSION_POLICY_NAMES)}")
+    return name
