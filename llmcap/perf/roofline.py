@@ -57,13 +57,13 @@ from llmcap.memory import (
     Parallelism,
     rank_shard,
     rank_tensor_bytes,
-    kv_bytes_per_token_layer_rank,
     pp_stage_layers,
     validate_parallelism,
 )
+from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
 from llmcap.perf.calibration import Calibration, calibrated_params
-from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
+from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
 
 if TYPE_CHECKING:
@@ -187,13 +187,7 @@ class RooflineModel:
         self.params = params
         self._peak_bf16 = gpu.peak_flops("bf16")
         self._peak_q = gpu.peak_flops(self.compute_dtype)
-        self._kv_layer_rank = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
-        self._heads_rank = -(-model.num_heads // par.tp)
-        if model.mla is not None:
-            d = model.mla
-            self._attn_dims = d.qk_nope_head_dim + d.qk_rope_head_dim + d.v_head_dim
-        else:
-            self._attn_dims = 2 * model.head_dim
+        self.attention = attention_coefficients(model, gpu, par.tp, kv_dtype, params)
         self._kinds, self._stage_counts = self._layer_kinds()
         first, last = model.edge_tensors()
         head = [t for t in last if t.component == "lm_head"] or [
@@ -279,6 +273,11 @@ class RooflineModel:
         eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
         return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale)
 
+    def _attention(self, acc: OpAccumulator, op: str, a: AttentionTerms, scale: float) -> F64:
+        t = a.time()  # the same max(compute, memory) as `_roofline`
+        acc.add(op, t, a.compute_s, a.memory_s, a.flops, a.nbytes, scale)
+        return t
+
     def _comm(self, acc: OpAccumulator, op: str, t: F64, sent: F64, scale: float = 1.0) -> F64:
         acc.add(op, t, np.zeros_like(t), np.zeros_like(t), np.zeros_like(t), sent, scale)
         return t
@@ -293,18 +292,9 @@ class RooflineModel:
         nb = np.where(rows > 0, k.norm_weight_bytes + 2 * 2 * act * h * rows, 0.0)
         total += self._roofline(acc, "norms", np.zeros_like(rows), nb, self._peak_bf16, np.ones_like(rows), scale)
         total += self._matmul(acc, "qkv_proj", k.qkv, rows, scale)
-        # attention
-        q_width = self._heads_rank * m.head_dim
-        per_pair = 2.0 * self._heads_rank * self._attn_dims
-        att_eff_p = matmul_efficiency(mb.prefill_tokens, p.attention_efficiency_max, attention_half(p))
-        pairs = mb.prefill_pairs if k.window is None else np.minimum(mb.prefill_pairs, mb.prefill_tokens * k.window)
-        pf_bytes = mb.prefill_tokens * (self._kv_layer_rank + 2 * q_width * act)  # KV written, Q in, O out
-        total += self._roofline(acc, "attn_prefill", per_pair * pairs, pf_bytes, self._peak_bf16, att_eff_p, scale)
-        ctx = mb.decode_context if k.window is None else np.minimum(mb.decode_context, mb.decode_seqs * k.window)
-        dc_bytes = ctx * self._kv_layer_rank + mb.decode_seqs * (self._kv_layer_rank + 2 * q_width * act)
-        # decode attention parallelises over the context (split-KV kernels), not over rows: no ramp
-        att_eff_d = np.full(len(mb), p.attention_efficiency_max)
-        total += self._roofline(acc, "attn_decode", per_pair * ctx, dc_bytes, self._peak_bf16, att_eff_d, scale)
+        a = self.attention
+        total += self._attention(acc, "attn_prefill", prefill_attention(a, mb.prefill_tokens, mb.prefill_pairs, k.window), scale)
+        total += self._attention(acc, "attn_decode", decode_attention(a, mb.decode_seqs, mb.decode_context, k.window), scale)
         total += self._matmul(acc, "o_proj", k.o, rows, scale)
         msg = rows * h * act
         n_ar = 1 if (k.is_moe and par.ep > 1) else 2
