@@ -51,15 +51,7 @@ from llmcap.catalog.models import ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 
 # The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
-from llmcap.memory import (
-    QUANTIZED_COMPONENTS,
-    VOCAB_PADDING,
-    Parallelism,
-    rank_shard,
-    rank_tensor_bytes,
-    pp_stage_layers,
-    validate_parallelism,
-)
+from llmcap.memory import QUANTIZED_COMPONENTS, VOCAB_PADDING, Parallelism, pp_stage_layers, rank_shard, rank_tensor_bytes, validate_parallelism
 from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
 from llmcap.perf.calibration import Calibration, calibrated_params
@@ -74,24 +66,9 @@ Bound = Literal["compute", "memory", "communication", "overhead"]
 
 # Breakdown order (ops absent from a configuration are left out).
 OPS = (
-    "embed",
-    "norms",
-    "qkv_proj",
-    "attn_prefill",
-    "attn_decode",
-    "o_proj",
-    "mlp",
-    "router",
-    "shared_experts",
-    "moe_experts",
-    "lm_head",
-    "tp_allreduce",
-    "logits_gather",
-    "ep_all_to_all",
-    "pp_send_recv",
-    "pp_bubble",
-    "overhead",
-)
+    "embed", "norms", "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "router", "shared_experts", "moe_experts",
+    "lm_head", "tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv", "pp_bubble", "overhead",
+)  # fmt: skip
 COMM_OPS = ("tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv")
 
 
@@ -335,7 +312,7 @@ class RooflineModel:
         return t
 
     # The step-level terms, split by what they depend on (rows = tokens, or logit rows) so that
-    # CompiledRoofline can tabulate them with the very same arithmetic; `_evaluate` adds them in order.
+    # `row_terms` can give them for tabulation with the very same arithmetic; `_evaluate` adds them in order.
 
     def _first_stage_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Embedding gather (read + write T rows) and, with TP, vLLM's vocab-parallel all-reduce."""
@@ -398,6 +375,35 @@ class RooflineModel:
             traversal = traversal + bubble
         acc.add("overhead", np.full(n, p.step_overhead_s), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n))
         return acc, traversal + p.step_overhead_s
+
+    # ---------------------------------------------------------------- what CompiledRoofline tabulates
+
+    def attention_layers(self) -> list[list[tuple[int | None, int]]]:
+        """Per PP stage: (sliding window or None, number of layers) of each kind of layer, kinds in a fixed order."""
+        return [[(k.window, int(c)) for k, c in zip(self._kinds, counts)] for counts in self._stage_counts]
+
+    def row_terms(self, rows: F64) -> tuple[F64, F64, F64]:
+        """A step's costs that depend on one count alone (all but attention and the fixed overhead), for
+        micro-batches of `rows` rows: per stage, its layers without attention, the embedding (first stage)
+        and the final norm (last) over `rows` token rows; per stage, lm_head and logits gather over `rows`
+        logit rows; the PP sends of `rows` token rows (zeros at pp = 1). `step_time`'s arithmetic."""
+        n, pp = len(rows), self.parallelism.pp
+        zeros = np.zeros(n)
+        mb = StepBatch(rows, zeros, zeros, zeros, zeros, zeros)  # tokens == rows exactly
+        tokens, logits = np.zeros((pp, n)), np.zeros((pp, n))
+        for j, kind in enumerate(self._kinds):
+            acc = OpAccumulator(n)
+            self._layer(acc, kind, mb, 1.0)
+            per_layer = sum((v[0] for op, v in acc.ops.items() if op not in ("attn_prefill", "attn_decode")), zeros)
+            tokens += self._stage_counts[:, j][:, None] * per_layer[None, :]
+        acc = OpAccumulator(n)
+        for t in self._first_stage_terms(acc, rows):
+            tokens[0] += t
+        for t in self._last_stage_row_terms(acc, rows):
+            tokens[-1] += t
+        for t in self._logit_terms(acc, rows):
+            logits[-1] += t
+        return tokens, logits, (self._pp_hops(acc, rows) if pp > 1 else zeros)
 
     # ---------------------------------------------------------------- public
 

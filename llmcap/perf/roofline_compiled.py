@@ -12,7 +12,7 @@ from llmcap.memory import Parallelism
 from llmcap.perf.attention import decode_attention_time, layer_attention_time
 from llmcap.perf.efficiency import RooflineParams
 from llmcap.perf.model import StepBatch
-from llmcap.perf.roofline import F64, OpCost, RooflineModel, OpAccumulator
+from llmcap.perf.roofline import F64, OpCost, RooflineModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 
@@ -53,15 +53,14 @@ class CompiledRoofline:
         # layers per stage and window size: attention is all that differs between kinds of layers there
         self._windows: list[int | None] = []
         self._stage_groups: list[list[tuple[int, float]]] = []
-        for s in range(par.pp):
+        for stage in r.attention_layers():
             group: dict[int, float] = {}
-            for j, kind in enumerate(r._kinds):
-                cnt = int(r._stage_counts[s, j])
+            for window, cnt in stage:
                 if cnt == 0:
                     continue
-                if kind.window not in self._windows:
-                    self._windows.append(kind.window)
-                g = self._windows.index(kind.window)
+                if window not in self._windows:
+                    self._windows.append(window)
+                g = self._windows.index(window)
                 group[g] = group.get(g, 0.0) + float(cnt)
             self._stage_groups.append(sorted(group.items()))
         self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
@@ -96,24 +95,9 @@ class CompiledRoofline:
         ta = np.zeros((pp, pp, n))  # [m - 1, stage, T]
         la = np.zeros((pp, pp, n))  # [m - 1, stage, L]
         hop = np.zeros((pp, n))  # [m - 1, T]
-        zeros = np.zeros(n)
         for mi in range(pp):
-            rows = grid / float(mi + 1)  # the model divides by the float micro-batch count too
-            mb = StepBatch(rows, zeros, zeros, zeros, zeros, zeros)  # tokens == rows exactly
-            for j, kind in enumerate(r._kinds):
-                acc = OpAccumulator(n)
-                r._layer(acc, kind, mb, 1.0)
-                per_layer = sum((v[0] for op, v in acc.ops.items() if op not in ("attn_prefill", "attn_decode")), zeros)
-                ta[mi] += r._stage_counts[:, j][:, None] * per_layer[None, :]
-            acc = OpAccumulator(n)
-            for t in r._first_stage_terms(acc, rows):
-                ta[mi, 0] += t
-            for t in r._last_stage_row_terms(acc, rows):
-                ta[mi, -1] += t
-            for t in r._logit_terms(acc, rows):  # here `rows` stands for logit rows L/m
-                la[mi, -1] += t
-            if pp > 1:
-                hop[mi] = r._pp_hops(acc, rows)
+            # the model divides by the float micro-batch count too; the grid stands for T and for L
+            ta[mi], la[mi], hop[mi] = r.row_terms(grid / float(mi + 1))
         return ta, la, hop
 
     # ---------------------------------------------------------------- evaluation

@@ -88,3 +88,10 @@ def test_coefficients_of_a_grouped_query_model() -> None:
     assert c.kv == 2 * 8 * 128 * 2
     assert c.c_pf == c.kv + 2 * 32 * 128 * 2.0
     assert c.dec_peak == c.peak * c.amax
+
+
+def test_attention_layers_list_every_layer_of_every_stage_once() -> None:
+    model = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2)
+    stages = model.attention_layers()
+    assert len(stages) == 2 and [sum(n for _, n in s) for s in stages] == [40, 40]
+    assert {w for s in stages for w, _ in s} == {None}
