@@ -51,19 +51,11 @@ from llmcap.catalog.models import ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 
 # The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
-from llmcap.memory import (
-    QUANTIZED_COMPONENTS,
-    VOCAB_PADDING,
-    Parallelism,
-    rank_shard,
-    rank_tensor_bytes,
-    kv_bytes_per_token_layer_rank,
-    pp_stage_layers,
-    validate_parallelism,
-)
+from llmcap.memory import QUANTIZED_COMPONENTS, VOCAB_PADDING, Parallelism, pp_stage_layers, rank_shard, rank_tensor_bytes, validate_parallelism
+from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
 from llmcap.perf.calibration import Calibration, calibrated_params
-from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
+from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
 
 if TYPE_CHECKING:
@@ -74,24 +66,9 @@ Bound = Literal["compute", "memory", "communication", "overhead"]
 
 # Breakdown order (ops absent from a configuration are left out).
 OPS = (
-    "embed",
-    "norms",
-    "qkv_proj",
-    "attn_prefill",
-    "attn_decode",
-    "o_proj",
-    "mlp",
-    "router",
-    "shared_experts",
-    "moe_experts",
-    "lm_head",
-    "tp_allreduce",
-    "logits_gather",
-    "ep_all_to_all",
-    "pp_send_recv",
-    "pp_bubble",
-    "overhead",
-)
+    "embed", "norms", "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "router", "shared_experts", "moe_experts",
+    "lm_head", "tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv", "pp_bubble", "overhead",
+)  # fmt: skip
 COMM_OPS = ("tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv")
 
 
@@ -187,13 +164,7 @@ class RooflineModel:
         self.params = params
         self._peak_bf16 = gpu.peak_flops("bf16")
         self._peak_q = gpu.peak_flops(self.compute_dtype)
-        self._kv_layer_rank = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
-        self._heads_rank = -(-model.num_heads // par.tp)
-        if model.mla is not None:
-            d = model.mla
-            self._attn_dims = d.qk_nope_head_dim + d.qk_rope_head_dim + d.v_head_dim
-        else:
-            self._attn_dims = 2 * model.head_dim
+        self.attention = attention_coefficients(model, gpu, par.tp, kv_dtype, params)
         self._kinds, self._stage_counts = self._layer_kinds()
         first, last = model.edge_tensors()
         head = [t for t in last if t.component == "lm_head"] or [
@@ -279,6 +250,11 @@ class RooflineModel:
         eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
         return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale)
 
+    def _attention(self, acc: OpAccumulator, op: str, a: AttentionTerms, scale: float) -> F64:
+        t = a.time()  # the same max(compute, memory) as `_roofline`
+        acc.add(op, t, a.compute_s, a.memory_s, a.flops, a.nbytes, scale)
+        return t
+
     def _comm(self, acc: OpAccumulator, op: str, t: F64, sent: F64, scale: float = 1.0) -> F64:
         acc.add(op, t, np.zeros_like(t), np.zeros_like(t), np.zeros_like(t), sent, scale)
         return t
@@ -293,18 +269,9 @@ class RooflineModel:
         nb = np.where(rows > 0, k.norm_weight_bytes + 2 * 2 * act * h * rows, 0.0)
         total += self._roofline(acc, "norms", np.zeros_like(rows), nb, self._peak_bf16, np.ones_like(rows), scale)
         total += self._matmul(acc, "qkv_proj", k.qkv, rows, scale)
-        # attention
-        q_width = self._heads_rank * m.head_dim
-        per_pair = 2.0 * self._heads_rank * self._attn_dims
-        att_eff_p = matmul_efficiency(mb.prefill_tokens, p.attention_efficiency_max, attention_half(p))
-        pairs = mb.prefill_pairs if k.window is None else np.minimum(mb.prefill_pairs, mb.prefill_tokens * k.window)
-        pf_bytes = mb.prefill_tokens * (self._kv_layer_rank + 2 * q_width * act)  # KV written, Q in, O out
-        total += self._roofline(acc, "attn_prefill", per_pair * pairs, pf_bytes, self._peak_bf16, att_eff_p, scale)
-        ctx = mb.decode_context if k.window is None else np.minimum(mb.decode_context, mb.decode_seqs * k.window)
-        dc_bytes = ctx * self._kv_layer_rank + mb.decode_seqs * (self._kv_layer_rank + 2 * q_width * act)
-        # decode attention parallelises over the context (split-KV kernels), not over rows: no ramp
-        att_eff_d = np.full(len(mb), p.attention_efficiency_max)
-        total += self._roofline(acc, "attn_decode", per_pair * ctx, dc_bytes, self._peak_bf16, att_eff_d, scale)
+        a = self.attention
+        total += self._attention(acc, "attn_prefill", prefill_attention(a, mb.prefill_tokens, mb.prefill_pairs, k.window), scale)
+        total += self._attention(acc, "attn_decode", decode_attention(a, mb.decode_seqs, mb.decode_context, k.window), scale)
         total += self._matmul(acc, "o_proj", k.o, rows, scale)
         msg = rows * h * act
         n_ar = 1 if (k.is_moe and par.ep > 1) else 2
@@ -345,7 +312,7 @@ class RooflineModel:
         return t
 
     # The step-level terms, split by what they depend on (rows = tokens, or logit rows) so that
-    # CompiledRoofline can tabulate them with the very same arithmetic; `_evaluate` adds them in order.
+    # `row_terms` can give them for tabulation with the very same arithmetic; `_evaluate` adds them in order.
 
     def _first_stage_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Embedding gather (read + write T rows) and, with TP, vLLM's vocab-parallel all-reduce."""
@@ -408,6 +375,35 @@ class RooflineModel:
             traversal = traversal + bubble
         acc.add("overhead", np.full(n, p.step_overhead_s), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n))
         return acc, traversal + p.step_overhead_s
+
+    # ---------------------------------------------------------------- what CompiledRoofline tabulates
+
+    def attention_layers(self) -> list[list[tuple[int | None, int]]]:
+        """Per PP stage: (sliding window or None, number of layers) of each kind of layer, kinds in a fixed order."""
+        return [[(k.window, int(c)) for k, c in zip(self._kinds, counts)] for counts in self._stage_counts]
+
+    def row_terms(self, rows: F64) -> tuple[F64, F64, F64]:
+        """A step's costs that depend on one count alone (all but attention and the fixed overhead), for
+        micro-batches of `rows` rows: per stage, its layers without attention, the embedding (first stage)
+        and the final norm (last) over `rows` token rows; per stage, lm_head and logits gather over `rows`
+        logit rows; the PP sends of `rows` token rows (zeros at pp = 1). `step_time`'s arithmetic."""
+        n, pp = len(rows), self.parallelism.pp
+        zeros = np.zeros(n)
+        mb = StepBatch(rows, zeros, zeros, zeros, zeros, zeros)  # tokens == rows exactly
+        tokens, logits = np.zeros((pp, n)), np.zeros((pp, n))
+        for j, kind in enumerate(self._kinds):
+            acc = OpAccumulator(n)
+            self._layer(acc, kind, mb, 1.0)
+            per_layer = sum((v[0] for op, v in acc.ops.items() if op not in ("attn_prefill", "attn_decode")), zeros)
+            tokens += self._stage_counts[:, j][:, None] * per_layer[None, :]
+        acc = OpAccumulator(n)
+        for t in self._first_stage_terms(acc, rows):
+            tokens[0] += t
+        for t in self._last_stage_row_terms(acc, rows):
+            tokens[-1] += t
+        for t in self._logit_terms(acc, rows):
+            logits[-1] += t
+        return tokens, logits, (self._pp_hops(acc, rows) if pp > 1 else zeros)
 
     # ---------------------------------------------------------------- public
 

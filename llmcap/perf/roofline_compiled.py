@@ -9,9 +9,10 @@ import numpy as np
 from llmcap.catalog.gpus import GpuSpec
 from llmcap.catalog.models import ModelSpec
 from llmcap.memory import Parallelism
-from llmcap.perf.efficiency import RooflineParams, attention_half
+from llmcap.perf.attention import decode_attention_time, layer_attention_time
+from llmcap.perf.efficiency import RooflineParams
 from llmcap.perf.model import StepBatch
-from llmcap.perf.roofline import F64, OpCost, RooflineModel, OpAccumulator
+from llmcap.perf.roofline import F64, OpCost, RooflineModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 
@@ -30,7 +31,7 @@ class CompiledRoofline:
     sends), or of its logit rows L/m alone (L = prefill_seqs + decode_seqs: lm_head, logits gather), and m
     is a function of L. So per (m, stage) the model's own code is run once over a grid of integer T and
     of integer L; a step then costs two look-ups per stage, plus prefill and decode attention (a few flops
-    per window size, in closed form as in `RooflineModel._layer`), plus the PP bubble from the stage times
+    per window size, in closed form: llmcap.perf.attention), plus the PP bubble from the stage times
     exactly as `_evaluate` forms it, plus the fixed overhead. Only the summation order differs from
     `RooflineModel.step_time` (results agree to ~1e-15 relative). `decode_max_context` is unused by the
     roofline, hence here too.
@@ -48,34 +49,22 @@ class CompiledRoofline:
         r, p, par = roofline, roofline.params, roofline.parallelism
         self.pp = par.pp
         self._overhead = float(p.step_overhead_s)
-        # attention constants, the same expressions as RooflineModel._layer
-        act = p.activation_bytes
-        self._per_pair = float(2.0 * r._heads_rank * r._attn_dims)
-        self._peak = float(r._peak_bf16)
-        self._amax = float(p.attention_efficiency_max)
-        self._half = float(attention_half(p))  # the attention ramp's (the GEMMs' is in the tabulated blocks)
-        self._kv = float(r._kv_layer_rank)
-        self._c_pf = float(r._kv_layer_rank + 2 * (r._heads_rank * r.model.head_dim) * act)
-        self._bw = float(r.gpu.hbm_bandwidth_bytes_s * p.hbm_efficiency)
-        self._dec_peak = self._peak * self._amax
+        self.attention = r.attention  # attention is timed in closed form, the rest from the tables
         # layers per stage and window size: attention is all that differs between kinds of layers there
         self._windows: list[int | None] = []
         self._stage_groups: list[list[tuple[int, float]]] = []
-        for s in range(par.pp):
+        for stage in r.attention_layers():
             group: dict[int, float] = {}
-            for j, kind in enumerate(r._kinds):
-                cnt = int(r._stage_counts[s, j])
+            for window, cnt in stage:
                 if cnt == 0:
                     continue
-                if kind.window not in self._windows:
-                    self._windows.append(kind.window)
-                g = self._windows.index(kind.window)
+                if window not in self._windows:
+                    self._windows.append(window)
+                g = self._windows.index(window)
                 group[g] = group.get(g, 0.0) + float(cnt)
             self._stage_groups.append(sorted(group.items()))
         self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
-        self.scalar = ScalarRoofline(
-            self._per_pair, self._peak, self._amax, self._half, self._kv, self._c_pf, self._bw, self._overhead, self._groups1
-        )
+        self.scalar = ScalarRoofline(self.attention, self._overhead, self._groups1)
         self._n = 0
         self._ta, self._la, self._hop = np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, 0))
         self._grow(int(max_tokens) + 1)
@@ -106,24 +95,9 @@ class CompiledRoofline:
         ta = np.zeros((pp, pp, n))  # [m - 1, stage, T]
         la = np.zeros((pp, pp, n))  # [m - 1, stage, L]
         hop = np.zeros((pp, n))  # [m - 1, T]
-        zeros = np.zeros(n)
         for mi in range(pp):
-            rows = grid / float(mi + 1)  # the model divides by the float micro-batch count too
-            mb = StepBatch(rows, zeros, zeros, zeros, zeros, zeros)  # tokens == rows exactly
-            for j, kind in enumerate(r._kinds):
-                acc = OpAccumulator(n)
-                r._layer(acc, kind, mb, 1.0)
-                per_layer = sum((v[0] for op, v in acc.ops.items() if op not in ("attn_prefill", "attn_decode")), zeros)
-                ta[mi] += r._stage_counts[:, j][:, None] * per_layer[None, :]
-            acc = OpAccumulator(n)
-            for t in r._first_stage_terms(acc, rows):
-                ta[mi, 0] += t
-            for t in r._last_stage_row_terms(acc, rows):
-                ta[mi, -1] += t
-            for t in r._logit_terms(acc, rows):  # here `rows` stands for logit rows L/m
-                la[mi, -1] += t
-            if pp > 1:
-                hop[mi] = r._pp_hops(acc, rows)
+            # the model divides by the float micro-batch count too; the grid stands for T and for L
+            ta[mi], la[mi], hop[mi] = r.row_terms(grid / float(mi + 1))
         return ta, la, hop
 
     # ---------------------------------------------------------------- evaluation
@@ -160,17 +134,6 @@ class CompiledRoofline:
         bubble = max(0.0, m * max(st) - trav)
         return (trav + bubble) + self._overhead
 
-    def _attn_arrays(self, pt: F64, pr: F64, dq: F64, cx: F64, w: int | None) -> F64:
-        """`ScalarRoofline.attn` in numpy, operation for operation."""
-        if w is not None:
-            pr = np.minimum(pr, pt * w)
-            cx = np.minimum(cx, dq * w)
-        te = np.maximum(pt, 1.0)
-        eff = self._amax * te / (te + self._half)
-        ap = np.maximum(self._per_pair * pr / (self._peak * eff), pt * self._c_pf / self._bw)
-        ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + dq * self._c_pf) / self._bw)
-        return ap + ad
-
     def _exact_one(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float) -> float:
         b = StepBatch(*(np.array([v], dtype=np.float64) for v in (p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)))
         return float(self.exact.step_time(b)[0])
@@ -194,12 +157,12 @@ class CompiledRoofline:
         if self.pp == 1:
             t = self._ta[0, 0][ti] + self._la[0, 0][li]
             for w, cnt in self._groups1:
-                t = t + cnt * self._attn_arrays(p_tok, p_pairs, d_seqs, d_ctx, w)
+                t = t + cnt * layer_attention_time(self.attention, p_tok, p_pairs, d_seqs, d_ctx, w)
             return t + self._overhead
         m = np.clip(L, 1.0, float(self.pp))
         mi = m.astype(np.intp) - 1
         pt, pr, dq, cx = p_tok / m, p_pairs / m, d_seqs / m, d_ctx / m
-        a = [self._attn_arrays(pt, pr, dq, cx, w) for w in self._windows]
+        a = [layer_attention_time(self.attention, pt, pr, dq, cx, w) for w in self._windows]
         st = []
         for s, groups in enumerate(self._stage_groups):
             x = self._ta[mi, s, ti] + self._la[mi, s, li]
@@ -229,9 +192,7 @@ class CompiledRoofline:
             self._grow(int(b) + 1)
         t: F64 | float = self._ta1[int(b)] + self._la1[int(b)]
         for w, cnt in self._groups1:
-            cx = decode_context if w is None else np.minimum(decode_context, b * w)
-            ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + b * self._c_pf) / self._bw)
-            t = t + cnt * ad
+            t = t + cnt * decode_attention_time(self.attention, b, decode_context, w)
         return np.asarray(t + self._overhead, dtype=np.float64)
 
     def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: F64) -> F64:
@@ -243,9 +204,7 @@ class CompiledRoofline:
         fb = b.astype(np.float64)
         t = self._ta[0, 0][b] + self._la[0, 0][b]
         for w, cnt in self._groups1:
-            cx = decode_context if w is None else np.minimum(decode_context, fb * w)
-            ad = np.maximum(self._per_pair * cx / self._dec_peak, (cx * self._kv + fb * self._c_pf) / self._bw)
-            t = t + cnt * ad
+            t = t + cnt * decode_attention_time(self.attention, fb, decode_context, w)
         return np.asarray(t + self._overhead, dtype=np.float64)
 
     def timing_form(self) -> CompiledRoofline:

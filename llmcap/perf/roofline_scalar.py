@@ -2,29 +2,30 @@
 
 Kept apart from llmcap.perf.roofline (numpy, the exact model) so that mypyc can compile it with the
 simulator core (llmcap._native): the simulator times most steps one at a time, where a numpy call
-would cost more than the step's few dozen flops. The operations and their order are exactly those of
-`RooflineModel._layer` / `CompiledRoofline.step_time_arrays`, so a step timed here equals the same step
-timed by numpy bit for bit (tests/perf/test_roofline_compiled.py, tests/sim).
+would cost more than the step's few dozen flops. Attention is a transcription of the one numpy
+definition, llmcap.perf.attention (`prefill_attention`, `decode_attention`): the same operations in the
+same order, so a step timed here equals the same step timed by numpy bit for bit
+(tests/perf/test_attention.py, tests/perf/test_roofline_compiled.py, tests/sim).
 """
 
 from __future__ import annotations
+
+from llmcap.perf.attention import AttentionCoefficients
 
 
 class ScalarRoofline:
     """Attention in closed form plus table look-ups for everything else (pp = 1 tables: `ta1`, `la1`)."""
 
-    def __init__(
-        self, per_pair: float, peak: float, amax: float, half: float, kv: float, c_pf: float, bw: float,
-        overhead: float, groups: list[tuple[int | None, float]],
-    ) -> None:  # fmt: skip
-        self.per_pair = per_pair
-        self.peak = peak
-        self.amax = amax
-        self.half = half
-        self.kv = kv
-        self.c_pf = c_pf
-        self.bw = bw
-        self.dec_peak = peak * amax
+    def __init__(self, attention: AttentionCoefficients, overhead: float, groups: list[tuple[int | None, float]]) -> None:
+        # the coefficients as native float attributes: read per step without a Python attribute lookup
+        self.per_pair = attention.per_pair
+        self.peak = attention.peak
+        self.amax = attention.amax
+        self.half = attention.half
+        self.kv = attention.kv
+        self.c_pf = attention.c_pf
+        self.bw = attention.bw
+        self.dec_peak = attention.dec_peak
         self.overhead = overhead
         # pp = 1: (window, layers) of the only stage, as parallel float lists (window -1.0 = none): no
         # tuple or int unboxing per step
@@ -39,12 +40,16 @@ class ScalarRoofline:
         self.ta1, self.la1, self.n = ta1, la1, len(ta1)
 
     def attn(self, pt: float, pr: float, dq: float, cx: float, w: int | None) -> float:
-        """Prefill + decode attention of one layer (RooflineModel._layer's formulas), window w or None."""
+        """One layer's attention with window w or None: `layer_attention_time` (llmcap.perf.attention)."""
         return self._attn(pt, pr, dq, cx, -1.0 if w is None else float(w))
 
+    # The attention arithmetic is written out in each method that runs per step (a call per step costs
+    # as much as the arithmetic), every time as in llmcap.perf.attention. Windows are floats here, -1.0
+    # for none (pt * w with w a float holding the integer window is the same product as with the int);
+    # min/max are spelled out (`_min`, `_max`: Python's own choice of operand) so they compile to compares.
+
     def _attn(self, pt: float, pr: float, dq: float, cx: float, w: float) -> float:
-        # min/max spelled out (`_min`, `_max`: Python's own choice of operand) compile to compares;
-        # pt * w with w a float holding the integer window is the same product as with the int
+        """`prefill_attention(...).time() + decode_attention(...).time()`, operation for operation."""
         if w >= 0.0:
             pr = _min(pr, pt * w)
             cx = _min(cx, dq * w)
@@ -73,7 +78,8 @@ class ScalarRoofline:
     def decode_step(self, fb: float, ctx: float) -> float:
         """`step(0, 0, 0, fb, ctx)` of a pure-decode step whose batch fb (an integer) is inside the tables,
         without the checks and the prefill terms: T = L = fb, and prefill attention is exactly +0.0, so
-        each group adds its decode attention alone (ap + ad == ad for ad >= +0.0). Same bits."""
+        each group adds its decode attention alone (ap + ad == ad for ad >= +0.0), `decode_attention`'s
+        arithmetic (llmcap.perf.attention). Same bits."""
         i = int(fb)
         t = self.ta1[i] + self.la1[i]
         windows, layers = self.g_window, self.g_layers
@@ -87,7 +93,7 @@ class ScalarRoofline:
         """`StepTimer.run_scan` over `decode_step`s: from step j starting at t (context ctx, growing by fb a
         step), the first step in [j, k) ending at or after `until` and its start, or (k, the end of step
         k - 1). The step's terms that do not depend on the context are computed once (same values, same
-        operations per step), so a step costs a few flops."""
+        operations per step: `decode_attention`'s with one full-attention group), so a step costs a few flops."""
         i = int(fb)
         base, over = self.ta1[i] + self.la1[i], self.overhead
         pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw, fb * self.c_pf
