@@ -6,6 +6,11 @@ sequence decodes OSL tokens at a mean context of ISL + OSL/2, and for every B·O
 also prefills B prompts of ISL tokens (run alone, not piggy-backed on decode steps, so this leans low):
 
     tokens/s = B·OSL / (OSL · t_decode(B, ISL + OSL/2) + B · t_prefill(ISL))
+
+B counts whole lives (ISL + OSL each), which is what TensorRT-LLM's guaranteed-no-evict admission runs. When
+the KV binds, vLLM's admission (and TensorRT-LLM's max-utilization) starts more sequences by their prompts and
+preempts them as they grow: the figure is then an upper bound, and `policy_effect` says so; `llmcap simulate
+--admission-policy` counts the preemptions (`llmcap.sim.admission`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
+from llmcap.admission_names import ADMISSION_POLICY_NAMES, DEFAULT_ADMISSION
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
@@ -54,11 +60,14 @@ def perf(
     ] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
     max_num_seqs: Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")] = 256,
+    admission_policy: Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization")] = DEFAULT_ADMISSION,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
     """Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."""
     output = output_format(output_fmt, json_out)
+    if admission_policy not in ADMISSION_POLICY_NAMES:
+        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {admission_policy!r}")
     rm = build_step_model(model, gpu, tp=tp, pp=pp, ep=ep, weight_quant=weight_quant, kv_dtype=kv_dtype)
     plan = plan_memory(rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs))
     context = isl + osl
@@ -97,6 +106,9 @@ def perf(
             "batch": batch,
             "output_tokens_per_s": steady_throughput(rm, batch, isl, osl),
             "formula": "B*OSL / (OSL*t_decode(B, ISL+OSL/2) + B*t_prefill(ISL))",
+            "limited_by": "kv" if max_batch_kv < max_num_seqs else "max_num_seqs",
+            "admission_policy": admission_policy,
+            "policy_effect": policy_effect(admission_policy, max_batch_kv, max_num_seqs),
         },
         "breakdown": {
             "prefill": [r.as_dict() for r in rm.breakdown(pf)],
@@ -114,6 +126,16 @@ def perf(
                    | out["parallelism"] | r for r in out["decode"]])
         return
     _print_tables(out, rm, {k: rm.breakdown(b) for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))})
+
+
+def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:
+    """What the engine's admission policy does to the estimate at this cell."""
+    if max_batch_kv >= max_num_seqs:
+        return f"max_num_seqs ({max_num_seqs}) binds before the KV cache: no policy preempts here"
+    if policy == "trtllm-guaranteed-no-evict":
+        return f"whole lives are reserved at admission: {max_batch_kv} at a time, no preemption (the estimate's own batch)"
+    return (f"the KV binds at {max_batch_kv} whole lives: {policy} admits more by their prompts and preempts (recompute) as they grow, "
+            "so the estimate is an upper bound; `llmcap simulate --admission-policy` counts the preemptions")
 
 
 def _decode(batch: int, mean_ctx: float) -> StepBatch:
@@ -140,6 +162,7 @@ def _print_tables(out: dict, rm: RooflineModel, ops: dict[str, list[OpCost]]) ->
     head.add_row(f"max throughput at batch {tput['batch']} (output tok/s)", f"{tput['output_tokens_per_s']:,.0f}")
     console.print(head)
     console.print(f"throughput = {tput['formula']}", highlight=False)
+    console.print(f"batch limited by {tput['limited_by']}; {tput['admission_policy']}: {tput['policy_effect']}", highlight=False)
     cal = out["calibration"]
     console.print(f"efficiencies: {'calibrated, ' + cal['file'] + ' (sha256 ' + cal['sha256'][:12] + ')' if cal else 'documented defaults (no calibration for this GPU)'}"
                   f" — matmul max {rm.params.matmul_efficiency_max:.2f}, attention max {rm.params.attention_efficiency_max:.2f}, "

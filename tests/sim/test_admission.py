@@ -56,7 +56,7 @@ def test_an_unknown_policy_is_refused_with_the_known_ones() -> None:
 def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_path) -> None:
     """Llama-3.3-70B fp8 on 2×H100, 136 requests of 20000/2000 queued at once: the KV holds ~20 whole lives.
     TensorRT-LLM's policy runs ~20 at a time without a preemption, at what `llmcap perf` estimates for that
-    batch; vLLM's admits more by their prompts and preempts as they grow."""
+    batch; vLLM's admits more by their prompts and preempts as they grow, below the bound perf states for it."""
     import json
 
     import pyarrow as pa
@@ -69,7 +69,8 @@ def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_p
     pq.write_table(pa.table({"request_id": np.arange(n), "arrival_s": np.zeros(n), "isl": np.full(n, 20000), "osl": np.full(n, 2000)}), tmp_path / "t.parquet")
     cell = ["--model", "Llama-3.3-70B-Instruct", "--gpu", "h100", "--tp", "2", "--weight-quant", "fp8", "--kv-dtype", "fp8"]
     runner = CliRunner()
-    perf = json.loads(runner.invoke(app, ["perf", *cell, "--isl", "20000", "--osl", "2000", "--json"]).stdout)
+    perfs = {p: json.loads(runner.invoke(app, ["perf", *cell, "--isl", "20000", "--osl", "2000", "--admission-policy", p, "--json"]).stdout)["throughput"]
+             for p in ("vllm", "trtllm-guaranteed-no-evict")}  # fmt: skip
     sims = {}
     for policy in ("vllm", "trtllm-guaranteed-no-evict"):
         r = runner.invoke(app, ["simulate", "--trace", str(tmp_path / "t.parquet"), *cell, "--admission-policy", policy, "--json"])
@@ -78,5 +79,8 @@ def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_p
     no_evict, vllm = sims["trtllm-guaranteed-no-evict"], sims["vllm"]
     assert no_evict["completed"] == vllm["completed"] == n
     assert no_evict["preemptions"] == 0 and vllm["preemptions"] > 0
-    estimate = perf["throughput"]["output_tokens_per_s"]
+    estimate = perfs["vllm"]["output_tokens_per_s"]
+    assert perfs["vllm"]["limited_by"] == "kv" and perfs["trtllm-guaranteed-no-evict"]["output_tokens_per_s"] == estimate
+    assert "no preemption" in perfs["trtllm-guaranteed-no-evict"]["policy_effect"] and "upper bound" in perfs["vllm"]["policy_effect"]
     assert abs(no_evict["throughput"]["output_tok_s"] / estimate - 1) <= 0.10, (no_evict["throughput"], estimate)
+    assert vllm["throughput"]["output_tok_s"] <= estimate  # the bound perf states for vLLM holds
