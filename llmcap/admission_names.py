@@ -3,7 +3,7 @@ that validating a params file (every stage does) knows them without importing th
 
 from __future__ import annotations
 
-ADMISSION_POLICY_NAMES = ("vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict")
+ADMISSION_POLICY_NAMES = ("vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict", "sglang")
 DEFAULT_ADMISSION = "vllm"
 
 

@@ -33,7 +33,7 @@ MaxModelLenOpt = Annotated[
 TpOpt = Annotated[int, typer.Option(min=1, help="tensor parallel degree of one replica")]
 ReplicasOpt = Annotated[int, typer.Option(min=1, help="aggregated replicas (ignored with --pd)")]
 RouterOpt = Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")]
-AdmissionOpt = Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization")]
+AdmissionOpt = Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang")]
 PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D prefill and decode replicas")]
 FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: first token visible from 'prefill' or 'decode'")]
 LinkGbpsOpt = Annotated[float, typer.Option(min=0.001, help="P/D: KV link bandwidth per prefill replica, GB/s")]

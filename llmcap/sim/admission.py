@@ -19,6 +19,14 @@ newest running request is freed and later recomputed. A policy that reserves ahe
   completion reserved (`NoEvictScheduledBlocksManager`); a new request starts only if the blocks of its
   whole prompt and output fit beside those reservations, and the first that does not stops admission
   (FCFS). Nothing is ever preempted, at the price of a smaller batch when KV is short.
+- `sglang`: SGLang's conservative admission (python/sglang/srt/managers/schedule_policy.py, `PrefillAdder`;
+  scheduler_components/new_token_ratio_tracker.py; schedule_batch.py, `retract_decode`): a request starts if
+  its uncached prompt + min(its output, 4096) + one page is below the free and evictable KV tokens less every
+  running request's min(remaining output, 4096) × `new_token_ratio`. The ratio starts at 0.7 and decays
+  linearly to 0.7 × 0.14 over 600 decode steps; when decodes run out of KV, requests are retracted and the
+  ratio is reset to (decoded + 20 × running) / (Σ max_new_tokens + 1) over those left (at most 1).
+  Simplifications: the retracted request is the newest (SGLang picks the one with the fewest outputs,
+  usually the same), and the prefix cache is the block cache, not a token radix tree.
 """
 
 from __future__ import annotations
@@ -37,9 +45,13 @@ class Admission:
     """vLLM v1: admit whenever this step's blocks fit; the engine preempts the newest request when growth does not."""
 
     name: ClassVar[str] = "vllm"
+    tracks_progress: ClassVar[bool] = False  # asks for the running requests' remaining output (costs a pass over them)
 
-    def admits(self, lifetime_blocks: int, num_blocks: int) -> bool:
-        """May a request needing `lifetime_blocks` over its whole life start now (cache of `num_blocks`)?"""
+    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
+        """May a request start now? `lifetime_blocks`: its blocks at its longest, of a cache of `num_blocks`;
+        `free_tokens`: free and evictable KV tokens; `new_tokens`: its uncached prompt + min(output left,
+        CLIP_NEW_TOKENS) + one block; `running_remaining`: Σ min(output left, CLIP_NEW_TOKENS) of the running
+        requests (0 unless `tracks_progress`); `step`: the replica's step clock."""
         return True
 
     def admitted(self, lifetime_blocks: int) -> None:
@@ -47,6 +59,16 @@ class Admission:
 
     def released(self, lifetime_blocks: int) -> None:
         """A request's blocks were given back (it finished, was preempted, or handed off)."""
+
+    def steps_before_admissible(self, step: int, k: int, fewest_new: int, free_tokens: int, running_remaining: int, decoding: int) -> int:
+        """How many of `k` pure-decode steps may run before this policy could admit the waiting head (the
+        scheduler looks again then): `k` for a policy whose answer only changes at events. `fewest_new`: the
+        head's new tokens at best; `decoding`: the sequences each step advances by one token."""
+        return k
+
+    def retracted(self, step: int, decoded: int, max_new: int, running: int) -> None:
+        """Decodes ran out of KV at `step` and requests were preempted; `decoded` / `max_new`: Σ generated / Σ
+        output lengths of the `running` requests left (called only when `tracks_progress`)."""
 
 
 class MaxUtilizationAdmission(Admission):
@@ -64,7 +86,7 @@ class NoEvictAdmission(Admission):
     def __init__(self) -> None:
         self.reserved = 0  # Σ whole-life blocks of the running requests
 
-    def admits(self, lifetime_blocks: int, num_blocks: int) -> bool:
+    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
         return self.reserved + lifetime_blocks <= num_blocks
 
     def admitted(self, lifetime_blocks: int) -> None:
@@ -74,5 +96,48 @@ class NoEvictAdmission(Admission):
         self.reserved -= lifetime_blocks
 
 
-ADMISSION_POLICIES: dict[str, type[Admission]] = {p.name: p for p in (Admission, MaxUtilizationAdmission, NoEvictAdmission)}
+CLIP_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO = 0.7  # SGLANG_INIT_NEW_TOKEN_RATIO × schedule_conservativeness 1.0
+MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14  # SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600  # SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+
+
+class SglangAdmission(Admission):
+    """SGLang: admit while the free KV covers the newcomer's prompt and output and a decaying share of the
+    running requests' remaining outputs."""
+
+    name: ClassVar[str] = "sglang"
+    tracks_progress: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.ratio_at_reset = INIT_NEW_TOKEN_RATIO
+        self.reset_step = 0
+
+    def new_token_ratio(self, step: int) -> float:
+        """The ratio after the decode steps since its last reset."""
+        return max(MIN_NEW_TOKEN_RATIO, self.ratio_at_reset - NEW_TOKEN_RATIO_DECAY * (step - self.reset_step))
+
+    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
+        return new_tokens < free_tokens - running_remaining * self.new_token_ratio(step)
+
+    def steps_before_admissible(self, step: int, k: int, fewest_new: int, free_tokens: int, running_remaining: int, decoding: int) -> int:
+        # After j steps the running outputs left are at least `running_remaining - decoding·j`, the ratio at
+        # least its value then and the free tokens at most today's: the first j where even that bound
+        # admits is the earliest the scheduler must look (bisection: the bound only loosens with j).
+        lo, hi = 1, k
+        while lo < hi:
+            j = (lo + hi) // 2
+            if fewest_new < free_tokens - max(running_remaining - decoding * j, 0) * self.new_token_ratio(step + j):
+                hi = j
+            else:
+                lo = j + 1
+        return lo
+
+    def retracted(self, step: int, decoded: int, max_new: int, running: int) -> None:
+        self.ratio_at_reset = min(1.0, (decoded + RETRACT_DECODE_STEPS * running) / (max_new + 1))
+        self.reset_step = step
+
+
+ADMISSION_POLICIES: dict[str, type[Admission]] = {p.name: p for p in (Admission, MaxUtilizationAdmission, NoEvictAdmission, SglangAdmission)}
 assert tuple(ADMISSION_POLICIES) == ADMISSION_POLICY_NAMES  # one class per name (llmcap.admission_names)

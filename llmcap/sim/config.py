@@ -28,7 +28,7 @@ class EngineConfig(_Frozen):
     max_num_batched_tokens: int = Field(default=8192, gt=0, description="token budget of one step (chunked prefill)")
     enable_prefix_caching: bool = True
     admission_policy: Annotated[str, AfterValidator(known_admission)] = Field(
-        default="vllm", description="when a waiting request may start (llmcap.sim.admission: vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict)",
+        default="vllm", description="when a waiting request may start (llmcap.sim.admission: vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict, sglang)",
     )  # fmt: skip
     host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
     host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")

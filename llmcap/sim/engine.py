@@ -18,7 +18,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Hashable
 
-from llmcap.sim.admission import lifetime_blocks
+from llmcap.sim.admission import CLIP_NEW_TOKENS, lifetime_blocks
 from llmcap.sim.decoding import DecodeRuns
 from llmcap.sim.kvcache import Run, Seg
 from llmcap.sim.recorder import OK
@@ -261,10 +261,13 @@ class Replica(DecodeRuns):
         need = -(-(hit_tok + c) // bs) - hit_blocks - (private or 0)
         if need > kv.free - lru_blocks - (private or 0):  # hits leave the free pool when taken
             return 0
+        policy = self.admission
         lifetime = lifetime_blocks(req.isl, req.osl, bs)
-        if not self.admission.admits(lifetime, kv.num_blocks):
+        new_tokens = n_tok - hit_tok + min(req.osl - req.generated, CLIP_NEW_TOKENS) + bs
+        remaining = self._outputs_left() if policy.tracks_progress else 0
+        if not policy.admits(lifetime, kv.num_blocks, kv.free * bs, new_tokens, remaining, self.step_clock):
             return 0
-        self.admission.admitted(lifetime)
+        policy.admitted(lifetime)
         for seg in hits:
             kv.acquire(seg)
             req.segs.append(seg)
@@ -341,6 +344,9 @@ class Replica(DecodeRuns):
             entries.append((part, c))
             budget -= c
         budget = self.max_batched - self.decode_batch - sum(c for _, c in entries)  # victims give theirs back
+        if self.preemptions != preempted_before and self.admission.tracks_progress:
+            left = self.running.values()
+            self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.osl for r in left), len(self.running))
         # 3. waiting requests, FCFS, unless this step preempted
         if self.preemptions == preempted_before:
             waiting = self.waiting

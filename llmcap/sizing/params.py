@@ -212,7 +212,8 @@ class SizeParams(_Strict):
     admission_policy: Annotated[str, AfterValidator(known_admission)] = DEFAULT_ADMISSION
     """The serving engine's admission policy (`llmcap.sim.admission`): `vllm` (admit what this step's blocks allow,
     preempt and recompute when decodes outgrow the cache), `trtllm-guaranteed-no-evict` (TensorRT-LLM's default:
-    admit only what fits for its whole life, never preempt), `trtllm-max-utilization`."""
+    admit only what fits for its whole life, never preempt), `trtllm-max-utilization`, `sglang` (admit while the free KV
+    covers the newcomer and a decaying share of the running requests' remaining outputs)."""
     router: Annotated[str, AfterValidator(known_router)] = DEFAULT_ROUTER
     """Router of a pool's instances (of the prefill pool, P/D), in the scenario simulations."""
     prefix_routing: Literal["search", "off"] = "search"

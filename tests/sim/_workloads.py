@@ -10,7 +10,7 @@ from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig
 from llmcap.trace.schema import metadata
 
 ROUTERS = ("round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware")
-ADMISSIONS = ("vllm", "trtllm-guaranteed-no-evict", "trtllm-max-utilization")
+ADMISSIONS = ("vllm", "trtllm-guaranteed-no-evict", "trtllm-max-utilization", "sglang")
 MODEL = LinearStepModel(
     overhead_s=0.01, per_prefill_token_s=1e-4, per_pair_s=1e-7, per_prefill_seq_s=1e-3, per_decode_seq_s=5e-4, per_context_token_s=1e-6
 )
@@ -51,7 +51,7 @@ def random_config(rng: np.random.Generator, seed: int, reference: bool = False) 
         host_blocks=int(rng.choice([0, 50])),
         kv_bytes_per_token=1000.0,
         host_bandwidth_bytes_s=1e8,
-        admission_policy=ADMISSIONS[(seed // 2) % 3],
+        admission_policy=ADMISSIONS[(seed // 2) % 4],
     )
     pd = None
     if seed % 3 == 0:

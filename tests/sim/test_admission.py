@@ -2,7 +2,9 @@
 - vLLM admits whatever this step's blocks allow and preempts when decodes outgrow the cache;
 - TensorRT-LLM's GUARANTEED_NO_EVICT admits only what fits for its whole life beside the running
   requests' reservations, so it never preempts, and the reservation is exactly those requests' lives;
-- TensorRT-LLM's MAX_UTILIZATION has vLLM's mechanics here: the same records, bit for bit.
+- TensorRT-LLM's MAX_UTILIZATION has vLLM's mechanics here: the same records, bit for bit;
+- SGLang holds back a decaying share of the running requests' remaining outputs: fewer preemptions than
+  vLLM, and a retraction resets its ratio as SGLang's retract_decode does.
 (The random-config invariant and fast-vs-reference tests run every policy too: tests/sim/_workloads.py.)"""
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from llmcap.sim import EngineConfig, SimConfig, simulate
-from llmcap.sim.admission import ADMISSION_POLICIES, lifetime_blocks
+from llmcap.sim.admission import ADMISSION_POLICIES, MIN_NEW_TOKEN_RATIO, SglangAdmission, lifetime_blocks
 from llmcap.sim.engine import Replica
 from tests.sim._workloads import MODEL, table
 
@@ -23,6 +25,18 @@ def run(policy: str, on_decision=None):
     engine = EngineConfig(num_blocks=BLOCKS, block_size=BS, max_num_seqs=16, max_num_batched_tokens=512, enable_prefix_caching=False,
                           admission_policy=policy)  # fmt: skip
     return simulate(trace, MODEL, SimConfig(engine=engine, replicas=1), on_decision=on_decision)
+
+
+@pytest.mark.parametrize("policy", ["vllm", "trtllm-guaranteed-no-evict", "trtllm-max-utilization", "sglang"])
+@pytest.mark.parametrize("isl,osl,blocks", [(ISL, OSL, BLOCKS), (100, 800, 256), (50, 2000, 1024)])
+def test_decode_runs_planned_at_once_equal_the_step_by_step_reference(policy: str, isl: int, osl: int, blocks: int) -> None:
+    # SGLang's admission loosens every decode step: a run must end where it could first admit the queue's head
+    # (the last two cells differ from the reference when it does not)
+    trace = table({"isl": np.full(N, isl), "osl": np.full(N, osl), "arrival_s": np.arange(N) * 0.001})
+    engine = EngineConfig(num_blocks=blocks, block_size=BS, max_num_seqs=16, max_num_batched_tokens=512, enable_prefix_caching=False,
+                          admission_policy=policy)  # fmt: skip
+    fast, ref = (simulate(trace, MODEL, SimConfig(engine=engine, replicas=1, reference=r)).records for r in (False, True))
+    assert fast.equals(ref)
 
 
 def test_vllm_preempts_when_decodes_outgrow_the_cache() -> None:
@@ -47,10 +61,32 @@ def test_max_utilization_has_vllm_mechanics() -> None:
     assert run("trtllm-max-utilization").records.equals(run("vllm").records)
 
 
+def test_sglang_admits_conservatively_and_preempts_less_than_vllm() -> None:
+    ratios: list[float] = []
+
+    def watch(rep: Replica, t: float) -> None:
+        ratios.append(rep.admission.new_token_ratio(rep.step_clock))  # type: ignore[attr-defined]
+
+    sglang, vllm = run("sglang", watch), run("vllm")
+    assert sglang.summary["completed"] == N and sglang.summary["preemptions"] < vllm.summary["preemptions"]
+    assert ratios[0] == pytest.approx(0.7) and min(ratios) >= MIN_NEW_TOKEN_RATIO
+
+
+def test_sglangs_ratio_decays_over_600_steps_and_a_retraction_resets_it() -> None:
+    policy = SglangAdmission()
+    assert policy.new_token_ratio(0) == 0.7 and policy.new_token_ratio(300) == pytest.approx((0.7 + 0.098) / 2)
+    assert policy.new_token_ratio(600) == pytest.approx(0.098) == policy.new_token_ratio(10_000)
+    policy.retracted(step=1000, decoded=300, max_new=2000, running=10)  # (300 + 20·10) / 2001
+    assert policy.new_token_ratio(1000) == pytest.approx(500 / 2001) and policy.new_token_ratio(1010) < policy.new_token_ratio(1000)
+    # free 10,000 tokens, the newcomer needs 4,000; running outputs left 20,000 × ratio 0.7 = 14,000 → no; at 0.098 → yes
+    fresh = SglangAdmission()
+    assert not fresh.admits(0, 0, 10_000, 4_000, 20_000, 0) and fresh.admits(0, 0, 10_000, 4_000, 20_000, 600)
+
+
 def test_an_unknown_policy_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown admission policy 'sglang-ish'.*vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict"):
+    with pytest.raises(ValueError, match="unknown admission policy 'sglang-ish'.*vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict, sglang"):
         EngineConfig(num_blocks=10, admission_policy="sglang-ish")
-    assert set(ADMISSION_POLICIES) == {"vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict"}
+    assert set(ADMISSION_POLICIES) == {"vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict", "sglang"}
 
 
 def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_path) -> None:
