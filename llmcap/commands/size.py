@@ -233,6 +233,8 @@ def size(
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy)  # fmt: skip
+    grid_lists = None if candidates_file is not None else (
+        _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype"), _tp_degrees(tp))  # before any file is read
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
@@ -247,9 +249,11 @@ def size(
     if candidates_file is not None:
         candidates = read_candidates(candidates_file)
     else:
+        assert grid_lists is not None
+        gpus, quants, kv_dtypes, tps = grid_lists
         grid = EnumerationSpec(
-            gpus=_listed(gpu, "--gpu"), weight_quants=_listed(weight_quant, "--weight-quant"), kv_dtypes=_listed(kv_dtype, "--kv-dtype"),
-            parallel=ParallelGrid(tp=_tp_degrees(tp)), modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
+            gpus=gpus, weight_quants=quants, kv_dtypes=kv_dtypes,
+            parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
             aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context,
         )  # fmt: skip
         candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table

@@ -92,7 +92,7 @@ def test_an_unknown_policy_is_refused_with_the_known_ones() -> None:
 def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_path) -> None:
     """Llama-3.3-70B fp8 on 2×H100, 136 requests of 20000/2000 queued at once: the KV holds ~20 whole lives.
     TensorRT-LLM's policy runs ~20 at a time without a preemption, at what `llmcap perf` estimates for that
-    batch; vLLM's admits more by their prompts and preempts as they grow, below the bound perf states for it."""
+    batch; vLLM's admits more by their prompts and preempts as they grow, which costs it here."""
     import json
 
     import pyarrow as pa
@@ -117,6 +117,6 @@ def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_p
     assert no_evict["preemptions"] == 0 and vllm["preemptions"] > 0
     estimate = perfs["vllm"]["output_tokens_per_s"]
     assert perfs["vllm"]["limited_by"] == "kv" and perfs["trtllm-guaranteed-no-evict"]["output_tokens_per_s"] == estimate
-    assert "no preemption" in perfs["trtllm-guaranteed-no-evict"]["policy_effect"] and "upper bound" in perfs["vllm"]["policy_effect"]
+    assert "no preemption" in perfs["trtllm-guaranteed-no-evict"]["policy_effect"] and "preempts" in perfs["vllm"]["policy_effect"]
     assert abs(no_evict["throughput"]["output_tok_s"] / estimate - 1) <= 0.10, (no_evict["throughput"], estimate)
-    assert vllm["throughput"]["output_tok_s"] <= estimate  # the bound perf states for vLLM holds
+    assert vllm["throughput"]["output_tok_s"] < no_evict["throughput"]["output_tok_s"]  # here the recompute costs vLLM
