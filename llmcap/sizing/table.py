@@ -5,7 +5,8 @@ Columns (`CAPACITY_SCHEMA`; units in the names: _rps req/s, _ms milliseconds, _m
   sized), "prefill" / "decode" (one P/D role's pool of gpus_per_unit / gpus_per_instance instances, searched
   beside an ample other pool; not sized on its own), "disaggregated" (a prefill row + decode row pairing, sized pool by pool);
   gpu, weight_quant, kv_dtype, tp, pp, ep, dp, max_num_seqs, max_num_batched_tokens, admission_policy (the
-  engine config; pairings: the decode pool's), gpus_per_instance, pd_ratio ("N_P:N_D" planned, pairings only);
+  engine config; pairings: the decode pool's), step_model (what timed its steps: the measured profile, or
+  the roofline with its GPU's calibration file and sha256 or the default efficiencies), gpus_per_instance, pd_ratio ("N_P:N_D" planned, pairings only);
   gpus_per_unit (GPUs of one instance; pairings: one prefill + one decode instance).
 - search_status, max_rps (max feasible arrival rate of the unit), attainment (mean over seeds there),
   monotonicity_violations, binding_slo (`binding_slo`: what stopped the rate from rising; pairings: per role).
@@ -43,7 +44,7 @@ _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
 CONFIG_COLUMNS = [
     ("gpu", _STR), ("weight_quant", _STR), ("kv_dtype", _STR),
     ("tp", _I64), ("pp", _I64), ("ep", _I64), ("dp", _I64),
-    ("max_num_seqs", _I64), ("max_num_batched_tokens", _I64), ("gpus_per_instance", _I64), ("admission_policy", _STR),
+    ("max_num_seqs", _I64), ("max_num_batched_tokens", _I64), ("gpus_per_instance", _I64), ("admission_policy", _STR), ("step_model", _STR),
 ]  # fmt: skip
 METRIC_COLUMNS = [
     *(f"{m}_p{q}_ms" for m in ("ttft", "itl", "e2e") for q in (50, 90, 99)),

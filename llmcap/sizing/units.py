@@ -21,6 +21,7 @@ from llmcap.errors import LlmcapError
 from llmcap.perf import build_step_model, decode_step_time, prefill_time
 from llmcap.perf.model import StepTimeModel
 from llmcap.perf.roofline import RooflineModel
+from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import EngineConfig, PDConfig
 from llmcap.sizing.analytic import RateBounds, rate_bounds
 from llmcap.sizing.headroom import CapacityPlan
@@ -118,6 +119,7 @@ class Unit:
     unloaded_attainment: float  # share of requests meeting TTFT and ITL alone on an idle instance
     decode_step_s: float = 0.0  # one decode step at the largest batch the scheduler and KV allow (mean context)
     chunk_step_s: float = 0.0  # one step carrying a full prefill chunk: the gap a decode sharing that step sees
+    step_model_source: str = "roofline, default efficiencies"  # `step_model_source`
 
     @property
     def gpus(self) -> int:
@@ -130,7 +132,7 @@ class Unit:
     @property
     def config(self) -> dict[str, Any]:
         own = {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
-        return own | {"admission_policy": self.engine.admission_policy}
+        return own | {"admission_policy": self.engine.admission_policy, "step_model": self.step_model_source}
 
 
 def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarray:
@@ -165,6 +167,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
         model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
         weight_quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]),
     )  # fmt: skip
+    source = step_model_source(step)
     block, kv_tokens = int(row["block_size"]), int(row["kv_tokens_per_instance"])
     lengths = lengths.at_capacity(kv_tokens)
     engine = EngineConfig(
@@ -190,7 +193,20 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     prefill_tokens_s = uncached / max(float(alone.mean()), 1e-12)
     bounds = rate_bounds(lengths.isl, lengths.osl, prefill_tokens_s, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
     chunk_step = float(prefill_time(timing, [min(chunk, int(lengths.isl.max()))], chunk=chunk)[0])
-    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(timing, engine, lengths, slo, alone), float(t_batch), chunk_step)
+    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(timing, engine, lengths, slo, alone), float(t_batch), chunk_step,
+                source)  # fmt: skip
+
+
+def step_model_source(step: StepTimeModel) -> str:
+    """What times a unit's steps, for its capacity-table row: the roofline with its GPU's fitted efficiencies
+    (file and sha256) or the documented defaults, or the measured profile; "corrected" when reconciliation's
+    written-back corrections scale it."""
+    if isinstance(step, ScaledStepModel):
+        return f"{step_model_source(step.model)}, corrected"
+    if not isinstance(step, RooflineModel):
+        return "measured profile"
+    cal = step.calibration
+    return "roofline, default efficiencies" if cal is None else f"roofline, calibrated ({cal.describe()['file']}, sha256 {cal.sha256[:12]})"
 
 
 @dataclass(frozen=True)

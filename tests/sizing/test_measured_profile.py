@@ -88,9 +88,12 @@ def test_size_times_the_matching_candidate_with_the_profile(tmp_path):
             "--kv-dtype", "bf16", "--no-pd", "--goodput", "ttft:2000", "--goodput", "itl:100", "--attainment", "0.95",
             "--shortlist", "1", "--excerpt", "200", "--json"]  # fmt: skip
     roofline = json.loads(runner.invoke(app, base).stdout)
-    r = runner.invoke(app, [*base, "--profile", str(_write(tmp_path, "p", **H100))])
+    r = runner.invoke(app, [*base, "--profile", str(_write(tmp_path, "p", **H100)), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
+    import pyarrow.parquet as pq
+
+    assert set(pq.read_table(tmp_path / "out" / "capacity.parquet").column("step_model").to_pylist()) == {"measured profile"}
     assert roofline["step_model"] == {"source": "roofline", "line": "the roofline for every candidate"}
     assert s["step_model"]["source"] == "profile" and s["step_model"]["configurations"] == ["H100-SXM-80GB TP1 PP1 EP1, weights bf16, KV bf16"]
     # the slow measured steps carry far less per instance than the roofline's

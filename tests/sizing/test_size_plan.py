@@ -203,3 +203,9 @@ def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, tra
     assert len(confirmed) == sum(n.startswith("whole-trace confirmation of") for n in every.summary["notes"]) > 1
     off = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "off"}))
     assert all(r.confirmation is None for r in off.evidence.curves.values())
+
+
+def test_each_row_names_its_admission_policy_and_what_timed_its_steps(outcome):
+    t = outcome.table.to_pydict()
+    assert set(t["admission_policy"]) == {"vllm"}  # size.admission_policy's default
+    assert set(t["step_model"]) == {"roofline, default efficiencies"}  # no shipped calibration for the H100
