@@ -258,9 +258,10 @@ def vllm_engine(tmp_path_factory: pytest.TempPathFactory):
 
 
 @contextmanager
-def engine_server(work: Path, boost_client: bool = True) -> Iterator[LiveEngine]:
+def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, ...] = ()) -> Iterator[LiveEngine]:
     """Install (cached), start and wait for a vLLM CPU engine in `work`; stop its process group by PID at
-    the end. The session's engine comes from here; a test that must kill an engine starts its own."""
+    the end. The session's engine comes from here; a test that must kill an engine, or needs other
+    settings (`extra_args` to `vllm serve`), starts its own."""
     work.mkdir(parents=True, exist_ok=True)
     env = _clean_env()
     uv = _uv()
@@ -318,6 +319,7 @@ def engine_server(work: Path, boost_client: bool = True) -> Iterator[LiveEngine]
         "--enable-prefix-caching",
         "--dtype", "bfloat16",
         "--seed", "0",
+        *extra_args,
     ]
     timeout_s = float(os.environ.get("LLMCAP_ENGINE_STARTUP_TIMEOUT", "300"))
     print(f"[vllm_engine] starting: {' '.join(cmd)}\n[vllm_engine] log: {log_path}")
