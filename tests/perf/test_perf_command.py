@@ -2,13 +2,15 @@
 
 import json
 
+import numpy as np
+
 import pytest
 from typer.testing import CliRunner
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.cli import app
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
-from llmcap.perf import build_step_model, decode_step_time, prefill_time
+from llmcap.perf import StepBatch, build_step_model, decode_step_time, prefill_time
 
 runner = CliRunner()
 
@@ -33,8 +35,10 @@ def test_json_keys_and_numbers_for_llama_8b():
     assert [d["batch"] for d in out["decode"]] == [1, 2, 4, 8, 16, 32, 64, 128, b]
     # decode rows at the steady-state mean context ISL + OSL/2 = 2560
     assert out["decode"][0]["step_time_s"] == decode_step_time(m, 1, 2560)[0]
-    # throughput = B·OSL / (OSL·t_decode(B, 2560) + B·t_prefill(2048))
-    expected = b * 1024 / (1024 * decode_step_time(m, b, 2560)[0] + b * prefill_time(m, 2048)[0])
+    # throughput = B·OSL / (OSL·t_decode(B, 2560) + T_prefill): B prompts of 2048 packed four to a step of 8192 tokens
+    full, rest = divmod(b * 2048, 8192)
+    steps = m.step_time(StepBatch.build(np.array([8192.0, rest]), np.array([8192.0, rest]) * 2049 / 2, np.array([8192.0, rest]) / 2048))
+    expected = b * 1024 / (1024 * decode_step_time(m, b, 2560)[0] + full * steps[0] + (steps[1] if rest else 0.0))
     assert out["throughput"]["output_tokens_per_s"] == pytest.approx(expected, rel=1e-12)
     dec1 = {o["op"]: o for o in out["breakdown"]["decode_batch_1"]}
     assert dec1["mlp"]["bound"] == "memory"

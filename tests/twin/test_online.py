@@ -12,6 +12,7 @@ import pytest
 from llmcap.sim import simulate, workload_from_table
 from llmcap.sim.steptime import StepTimer
 from llmcap.twin.online import Flight, OnlineCluster
+from llmcap.twin.online import UNSUPPORTED_ADMISSION
 from tests.sim._workloads import MODEL, random_config, random_trace
 
 
@@ -41,6 +42,8 @@ def test_online_cluster_gives_the_simulators_token_times(seed):
     rng = np.random.default_rng(seed)
     trace = random_trace(rng, 120)
     cfg = random_config(rng, seed)
+    if cfg.engine.admission_policy in UNSUPPORTED_ADMISSION:  # refused (the next test); the random draws stay the same
+        cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"admission_policy": "vllm"})})
     sim = simulate(trace, MODEL, cfg, np.random.default_rng(seed))
     rec = sim.records.to_pandas()
     flights = run_online(trace, cfg, seed, slots=100 if seed % 2 else 512)  # fewer slots than requests: rows are reused
@@ -55,3 +58,10 @@ def test_online_cluster_gives_the_simulators_token_times(seed):
     np.testing.assert_allclose(gaps, np.sort(np.repeat(sim.itl_values, sim.itl_weights)), rtol=0, atol=1e-12)
     if seed == 0:  # the random configs do reach the interesting paths
         assert rec.preemptions.sum() > 0 or cfg.pd is not None
+
+
+def test_the_online_twin_refuses_an_admission_policy_it_does_not_reproduce():
+    cfg = random_config(np.random.default_rng(0), 0)
+    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"admission_policy": "sglang"})})
+    with pytest.raises(ValueError, match="does not run the sglang admission policy"):
+        run_online(random_trace(np.random.default_rng(0), 5), cfg, 0, slots=8)
