@@ -52,10 +52,11 @@ def batched_prefill_time(model: RooflineModel, batch: int, isl: int, chunk: int)
     return full * float(times[0]) + (float(times[1]) if rest else 0.0)
 
 
-def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int, chunk: int) -> float:
-    """Output tokens/s at `batch` concurrent sequences of ISL/OSL (formula in the module docstring)."""
+def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int, t_prefill_batch: float) -> float:
+    """Output tokens/s at `batch` concurrent sequences of ISL/OSL, their prompts prefilled in `t_prefill_batch`
+    (`batched_prefill_time`; formula in the module docstring)."""
     t_dec = float(decode_step_time(model, batch, isl + osl / 2)[0])
-    return batch * osl / (osl * t_dec + batched_prefill_time(model, batch, isl, chunk))
+    return batch * osl / (osl * t_dec + t_prefill_batch)
 
 
 @user_errors
@@ -101,6 +102,7 @@ def perf(
     decode_rows = [
         {"batch": b, "step_time_s": float(t), "output_tokens_per_s": b / float(t)} for b, t in zip(sizes, dec)
     ]
+    t_prefill_batch = batched_prefill_time(rm, batch, isl, max_num_batched_tokens)
     pf = StepBatch.build(isl, causal_pairs(isl, 0))
     out: dict[str, Any] = {
         "model": rm.model.name,
@@ -120,8 +122,8 @@ def perf(
         "max_num_seqs": max_num_seqs,
         "throughput": {
             "batch": batch,
-            "output_tokens_per_s": steady_throughput(rm, batch, isl, osl, max_num_batched_tokens),
-            "prefill_time_batch_s": batched_prefill_time(rm, batch, isl, max_num_batched_tokens),
+            "output_tokens_per_s": steady_throughput(rm, batch, isl, osl, t_prefill_batch),
+            "prefill_time_batch_s": t_prefill_batch,
             "max_num_batched_tokens": max_num_batched_tokens,
             "formula": "B*OSL / (OSL*t_decode(B, ISL+OSL/2) + T_prefill(B x ISL in steps of max_num_batched_tokens))",
             "limited_by": "kv" if max_batch_kv < max_num_seqs else "max_num_seqs",
