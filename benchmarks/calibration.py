@@ -1,28 +1,54 @@
 """`make bench`: the roofline's shipped calibrations (llmcap.perf.calibration): for each GPU with one, the
 median error of the documented default efficiencies, of the fit, and of each group of timed operations
-predicted by a fit that left it out (leave-one-group-out cross-validation), per operation."""
+predicted by a fit that left it out (leave-one-group-out cross-validation), per operation; then, where this
+project timed a GPU itself (`measured_ops.json`), how the calibration fitted to public data predicts those
+operations it never saw."""
 
 from __future__ import annotations
 
+import numpy as np
 from rich.console import Console
+from rich.table import Table
 
 from llmcap.catalog import get_gpu
 from llmcap.commands.calibrate import cross_validation_table
 from llmcap.perf import calibration as cal
 
 
+def transfer_table(gpu_name: str, fitted: cal.RooflineFit) -> Table | None:
+    """The public fit and the defaults on this project's own timings of the same GPU (in scope), per operation."""
+    path = cal.CALIBRATION_DIR / gpu_name / "measured_ops.json"
+    if not path.is_file():
+        return None
+    gpu = get_gpu(gpu_name)
+    rows, env = cal.load_rows(path)
+    rows = rows.subset(cal.in_scope(rows, gpu))
+    base = cal.relative_errors(rows, cal.RooflineFit.from_params(cal.RooflineParams()), gpu)
+    ours = cal.relative_errors(rows, fitted, gpu)
+    t = Table(title=f"{gpu_name}: the public calibration on {len(rows)} operations this project timed itself "
+                    f"({env.get('device')}, torch {env.get('torch')}, {env.get('measured_at')}), median |predicted / measured - 1|")
+    for col in ("op", "rows", "defaults", "public calibration"):
+        t.add_column(col, justify="right" if col != "op" else "left")
+    for op in [*cal.OPS, "all"]:
+        sel = np.ones(len(rows), bool) if op == "all" else rows.op == op
+        if sel.any():
+            t.add_row(op, f"{int(sel.sum())}", f"{np.median(np.abs(base[sel])):.1%}", f"{np.median(np.abs(ours[sel])):.1%}")
+    return t
+
+
 def main() -> None:
     console = Console()
-    shipped = [c.path for c in cal.shipped_calibrations()]
+    shipped = cal.shipped_calibrations()
     if not shipped:
         print("roofline calibration: none shipped")
-    for path in shipped:
-        gpu = get_gpu(path.parent.name)
-        rows, env = cal.load_rows(path.parent / "ops.json")
-        fitted = cal.read_calibration(path).fit
+    for c in shipped:
+        gpu = get_gpu(c.gpu)
+        rows, env = cal.load_rows(c.path.parent / "ops.json")
         console.print(f"roofline calibration of {gpu.name}: {len(rows)} operations timed on {env.get('device')} "
-                      f"(torch {env.get('torch')}, CUDA {env.get('cuda')}, {env.get('measured_at')})", highlight=False)
-        console.print(cross_validation_table(cal.cross_validate(rows, gpu, fitted)))
+                      f"({env.get('source') or env.get('measured_at')})", highlight=False)
+        console.print(cross_validation_table(cal.cross_validate(rows, gpu, c.fit)))
+        if (t := transfer_table(gpu.name, c.fit)) is not None:
+            console.print(t)
 
 
 if __name__ == "__main__":

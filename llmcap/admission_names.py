@@ -3,6 +3,8 @@ that validating a params file (every stage does) knows them without importing th
 
 from __future__ import annotations
 
+from llmcap.errors import LlmcapError
+
 ADMISSION_POLICY_NAMES = ("vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict", "sglang")
 DEFAULT_ADMISSION = "vllm"
 
@@ -11,4 +13,11 @@ def known_admission(name: str) -> str:
     """`name` if it is an admission policy (a configuration's validator), else a ValueError listing them."""
     if name not in ADMISSION_POLICY_NAMES:
         raise ValueError(f"unknown admission policy {name!r}; known: {', '.join(ADMISSION_POLICY_NAMES)}")
+    return name
+
+
+def admission_option(name: str) -> str:
+    """`name` if it is an admission policy, else the command line's one-line error for `--admission-policy`."""
+    if name not in ADMISSION_POLICY_NAMES:
+        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {name!r}")
     return name

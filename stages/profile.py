@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> str:
                          "step_model.corrections": describe(out["corrections"]),
                          "roofline.calibrations": ",".join(f"{g}@{c['sha256'][:12]}" for g, c in out["roofline_calibrations"].items()) or "none"})
         mlflow.log_artifact(str(args.step_model), artifact_path="profile")
+        for c in shipped_calibrations():  # the fitted efficiencies with their sources, as every plan of these GPUs used them
+            mlflow.log_artifact(str(c.path), artifact_path=f"profile/roofline_calibration/{c.gpu}")
         if profile is not None:
             src = args.profile if out["source"] == "profile" else args.report_dir / "measured"
             for name in PROFILE_FILES:

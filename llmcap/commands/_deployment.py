@@ -23,7 +23,7 @@ from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
-from llmcap.admission_names import ADMISSION_POLICY_NAMES
+from llmcap.admission_names import admission_option
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="catalog model name or path to config.json")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")]
@@ -107,8 +107,7 @@ def check_choices(o: EngineOptions) -> None:
     """The options' one-line errors that need no catalog (checked before any file is read)."""
     if o.router not in router_names():
         raise LlmcapError(f"--router must be one of {', '.join(router_names())}, got {o.router!r}")
-    if o.admission_policy not in ADMISSION_POLICY_NAMES:
-        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {o.admission_policy!r}")
+    admission_option(o.admission_policy)
     if o.first_token_from not in ("prefill", "decode"):
         raise LlmcapError(f"--first-token-from must be prefill or decode, got {o.first_token_from!r}")
     parse_pd(o.pd)

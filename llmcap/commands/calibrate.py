@@ -56,12 +56,15 @@ def calibrate(
     for col in ("knob", "default", "fitted"):
         t.add_column(col, justify="right" if col != "knob" else "left")
     base = cal.RooflineFit.from_params(cal.RooflineParams())
-    for d in cal.MATMUL_DTYPES:
-        t.add_row(f"matmul {d} efficiency max", f"{base.matmul[d][0]:.3f}", f"{fitted.matmul[d][0]:.3f}")
-        t.add_row(f"matmul {d} half tokens", f"{base.matmul[d][1]:.1f}", f"{fitted.matmul[d][1]:.1f}")
+    for d, (mm_max, mm_half) in fitted.matmul.items():  # the dtypes it timed GEMMs of; others take bf16's curve
+        t.add_row(f"matmul {d} efficiency max", f"{base.matmul[d][0]:.3f}", f"{mm_max:.3f}")
+        t.add_row(f"matmul {d} half tokens", f"{base.matmul[d][1]:.1f}", f"{mm_half:.1f}")
     t.add_row("attention efficiency max", f"{base.attention_efficiency_max:.3f}", f"{fitted.attention_efficiency_max:.3f}")
     t.add_row("attention half tokens", f"{base.attention_half_tokens:.1f}", f"{fitted.attention_half_tokens:.1f}")
     t.add_row("HBM efficiency", f"{base.hbm_efficiency:.3f}", f"{fitted.hbm_efficiency:.3f}")
+    if fitted.comm is not None and base.comm is not None:
+        t.add_row("all-reduce link efficiency", f"{base.comm[0]:.3f}", f"{fitted.comm[0]:.3f}")
+        t.add_row("scale-up latency per step (µs)", f"{base.comm[1] * 1e6:.2f}", f"{fitted.comm[1] * 1e6:.2f}")
     console.print(t)
     console.print(cross_validation_table(cv))
     if write:
@@ -75,6 +78,6 @@ def cross_validation_table(cv: cal.CrossValidation) -> Table:
     for r in cv.rows():
         held = float(r["held_out"])
         t.add_row(str(r["op"]), f"{r['rows']}", f"{r['uncalibrated']:.1%}", f"{r['calibrated']:.1%}", "—" if np.isnan(held) else f"{held:.1%}")
-    t.caption = (f"in scope: operations that took ≥ {cal.MIN_TIME_S * 1e6:g} µs; '{cal.BELOW_SCOPE}': shorter ones, "
-                 "where launch latency the roofline does not model is a large share (not fitted)")
+    t.caption = (f"in scope: operations with ≥ {cal.MIN_WORK_S * 1e6:g} µs of work at the datasheet peaks, and all-reduces; "
+                 f"'{cal.BELOW_SCOPE}': smaller ones, where a kernel's fixed cost (not in the roofline) is a large share (not fitted)")
     return t

@@ -10,10 +10,10 @@ them (several short prompts to a step; a long one over several), not piggy-backe
 
 B counts whole lives (ISL + OSL each), which is what TensorRT-LLM's guaranteed-no-evict admission runs. When
 the KV binds, vLLM's admission (TensorRT-LLM's max-utilization, SGLang's) starts more sequences by their
-prompts and preempts them as they grow: `limited_by` and `policy_effect` say so, the figure leaves out the
-preempted sequences' recompute, and `llmcap simulate --admission-policy` counts the preemptions
-(`llmcap.sim.admission`). Both agree within 10% over dense and MoE models, TP 1–8 and 128/128 to
-20000/2000 (tests/perf/test_perf_simulate_grid.py).
+prompts and preempts them as they grow: `limited_by` and `policy_effect` say so, and the figure is then a
+ceiling (`estimate`) that leaves out the preempted sequences' recompute, which `llmcap simulate
+--admission-policy` counts (`llmcap.sim.admission`). Elsewhere the two agree within 10% over dense and MoE
+models, TP 1–8 and 128/128 to 20000/2000 (tests/perf/test_perf_simulate_grid.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
-from llmcap.admission_names import ADMISSION_POLICY_NAMES, DEFAULT_ADMISSION
+from llmcap.admission_names import DEFAULT_ADMISSION, admission_option
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
@@ -83,8 +83,7 @@ def perf(
 ) -> None:
     """Roofline prefill and decode step times, max batch by KV and max output throughput for MODEL on GPU."""
     output = output_format(output_fmt, json_out)
-    if admission_policy not in ADMISSION_POLICY_NAMES:
-        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {admission_policy!r}")
+    admission_option(admission_policy)
     rm = build_step_model(model, gpu, tp=tp, pp=pp, ep=ep, weight_quant=weight_quant, kv_dtype=kv_dtype)
     plan = plan_memory(rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs))
     context = isl + osl
@@ -127,6 +126,7 @@ def perf(
             "max_num_batched_tokens": max_num_batched_tokens,
             "formula": "B*OSL / (OSL*t_decode(B, ISL+OSL/2) + T_prefill(B x ISL in steps of max_num_batched_tokens))",
             "limited_by": "kv" if max_batch_kv < max_num_seqs else "max_num_seqs",
+            "estimate": "ceiling" if preempts(admission_policy, max_batch_kv, max_num_seqs) else "steady state",
             "admission_policy": admission_policy,
             "policy_effect": policy_effect(admission_policy, max_batch_kv, max_num_seqs),
         },
@@ -148,6 +148,11 @@ def perf(
     _print_tables(out, rm, {k: rm.breakdown(b) for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))})
 
 
+def preempts(policy: str, max_batch_kv: int, max_num_seqs: int) -> bool:
+    """Whether the policy preempts at this cell: the KV binds and admission does not reserve whole lives."""
+    return max_batch_kv < max_num_seqs and policy != "trtllm-guaranteed-no-evict"
+
+
 def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:
     """What the engine's admission policy does to the estimate at this cell."""
     if max_batch_kv >= max_num_seqs:
@@ -155,7 +160,7 @@ def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:
     if policy == "trtllm-guaranteed-no-evict":
         return f"whole lives are reserved at admission: {max_batch_kv} at a time, no preemption (the estimate's own batch)"
     return (f"the KV binds at {max_batch_kv} whole lives: {policy} admits more by their prompts and preempts (recompute) as they grow; "
-            "the estimate leaves the recompute out, `llmcap simulate --admission-policy` counts the preemptions")
+            "the figure is a ceiling that leaves the recompute out; `llmcap simulate --admission-policy` counts the preemptions and their cost")
 
 
 def _decode(batch: int, mean_ctx: float) -> StepBatch:

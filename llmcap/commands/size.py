@@ -44,7 +44,7 @@ from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
-from llmcap.admission_names import ADMISSION_POLICY_NAMES
+from llmcap.admission_names import admission_option
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
 
@@ -120,8 +120,7 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
                  workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str) -> SizeParams:  # fmt: skip
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
-    if admission_policy not in ADMISSION_POLICY_NAMES:
-        raise LlmcapError(f"--admission-policy must be one of {', '.join(ADMISSION_POLICY_NAMES)}, got {admission_policy!r}")
+    admission_option(admission_policy)
     itl = check_itl_stat(itl_stat)
     positive("--target-rps", target_rps)
     if target_rps is not None:

@@ -1,30 +1,33 @@
 """The roofline's efficiency knobs fitted per GPU to timed operations, and the cross-validation that says how far to trust them.
 
-A calibration set is a JSON file of timed operations on one GPU (benchmarks/gpu/measure_ops.py writes it;
-`environment` says where and with what): GEMMs of real models' linear layers at 1-8192 rows in bf16 and
-fp8, causal prefill attention over 256-16384 tokens, one-token decode attention over cached contexts, and
-an HBM copy. Each row carries the FLOPs and bytes the roofline counts for it, and the roofline predicts
-its time as max(FLOPs / (peak x eff), bytes / (HBM bandwidth x hbm_efficiency)) with
+A calibration set is a JSON file of timed operations on one GPU, each row with the FLOPs and bytes the
+roofline counts for it: either imported from the public per-operation timings of NVIDIA's
+aiconfigurator-core (benchmarks/gpu/import_aiconfigurator.py: vLLM's GEMM, attention and all-reduce
+kernels; every row names its source file, URL and licence) or timed by this project on a lent GPU
+(benchmarks/gpu/measure_ops.py). The roofline predicts a row's time as
+max(FLOPs / (peak x eff), bytes / (HBM bandwidth x hbm_efficiency)) with
 - GEMMs: eff = matmul_efficiency_max[dtype] x T / (T + matmul_half_tokens[dtype]), T rows;
 - prefill attention: eff = attention_efficiency_max x T / (T + attention_half_tokens);
 - decode attention: eff = attention_efficiency_max (the bytes side binds);
-- copy: the bytes side alone.
+- copy: the bytes side alone;
+and an all-reduce over n GPUs as llmcap.perf.comm's ring: 2(n-1) steps of `scale_up_latency_s` plus
+2(n-1)/n of the bytes at the link's bandwidth x comm_efficiency.
 `fit` finds the knobs by robust least squares on log time (soft-L1) over the rows in the roofline's scope:
-kernels that took at least `MIN_TIME_S`. In shorter ones a kernel's launch and latency (a few
-microseconds even inside a CUDA graph), which the roofline does not model, are a large share of its
-time, and fitting them would drag the HBM efficiency down for every large kernel; their error is
-reported apart. `cross_validate` refits with each group of in-scope rows (one model's layer at one TP,
-one prompt length, one decode batch, the copy) left out and predicts it: the error to expect on an
-operation the fit has not seen. The fitted knobs are data
-(`llmcap/catalog/data/calibration/<GPU>/roofline.yaml`, with their source file's sha256), applied by
-`calibrated_params` to every roofline of that GPU.
+operations with at least `MIN_WORK_S` of work at the datasheet peaks, and every all-reduce. Smaller
+kernels spend much of their time on a fixed cost the roofline does not model (launch, setup, tail), and
+fitting them would pass that cost off as low efficiency for every large kernel; their error is reported
+apart. `cross_validate` refits with each group of in-scope rows (one GEMM shape or model layer, one head
+layout and prompt length, one decode batch, one all-reduce width) left out and predicts it: the error to
+expect on an operation the fit has not seen. The fitted knobs are data
+(`llmcap/catalog/data/calibration/<GPU>/roofline.yaml`, with their sources and the set's sha256), applied
+by `calibrated_params` to every roofline of that GPU.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
@@ -33,17 +36,19 @@ import yaml
 from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec
+from llmcap.perf.comm import link_for, ring_allreduce_time
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 
 F64 = NDArray[np.float64]
 CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "catalog" / "data" / "calibration"
 MATMUL_DTYPES = ("bf16", "fp8")
-OPS = ("gemm", "attn_prefill", "attn_decode", "copy")
-# fitted vector: per matmul dtype (max, half), then attention (max, half), then hbm
-_LOWER = [0.02, 0.0] * len(MATMUL_DTYPES) + [0.02, 0.0, 0.05]
-_UPPER = [1.0, 8192.0] * len(MATMUL_DTYPES) + [1.0, 65536.0, 1.0]
+OPS = ("gemm", "attn_prefill", "attn_decode", "copy", "allreduce")
+# bounds of the fitted knobs: per matmul dtype (max, half); attention (max, half); hbm; comm (efficiency, latency per step)
+_MATMUL_BOUNDS = ((0.02, 1.0), (0.0, 8192.0))
+_CORE_BOUNDS = ((0.02, 1.0), (0.0, 65536.0), (0.05, 1.0))
+_COMM_BOUNDS = ((0.05, 1.0), (0.0, 50e-6))
 _ROBUST_SCALE = 0.1  # log-time residual where soft-L1 turns from quadratic to linear (~10%)
-MIN_TIME_S = 20e-6  # the roofline's scope: kernels that take at least this (a launch is a few microseconds)
+MIN_WORK_S = 50e-6  # the roofline's scope: operations whose work takes this long at the datasheet peaks
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class OpRows:
     dtype: NDArray[np.str_]
     group: NDArray[np.str_]  # what cross-validation leaves out together
     tokens: F64  # GEMM rows or prefill tokens (1 for the others)
+    ranks: F64  # GPUs of an all-reduce (1 for the others)
     flops: F64
     nbytes: F64
     time_s: F64
@@ -62,10 +68,16 @@ class OpRows:
         return int(self.time_s.size)
 
     def subset(self, keep: NDArray[np.bool_]) -> OpRows:
-        return OpRows(*(getattr(self, f)[keep] for f in ("op", "dtype", "group", "tokens", "flops", "nbytes", "time_s")))
+        return OpRows(*(getattr(self, f.name)[keep] for f in fields(self)))
+
+    def with_times(self, time_s: F64) -> OpRows:
+        return replace(self, time_s=np.asarray(time_s, dtype=np.float64))
 
 
 def _group(r: dict) -> str:
+    """A row's cross-validation group: its own `group`, or for measure_ops.py rows one layer / length / batch."""
+    if "group" in r:
+        return str(r["group"])
     if r["op"] == "gemm":
         return f"gemm {r['dtype']} {r['model']} tp{r['tp']} {r['layer']}"
     if r["op"] == "attn_prefill":
@@ -76,48 +88,71 @@ def _group(r: dict) -> str:
 
 
 def load_rows(path: Path) -> tuple[OpRows, dict]:
-    """(timed rows, the set's environment) of a measure_ops.py file; untimed rows (a refused shape) are left out."""
+    """(timed rows, the set's environment) of a calibration set; untimed rows (a refused shape) are left out."""
     doc = json.loads(Path(path).read_text())
     rows = [r for r in doc["rows"] if "time_s" in r and r["op"] in OPS and (r["op"] != "gemm" or r["dtype"] in MATMUL_DTYPES)]
     if not rows:
         raise ValueError(f"{path}: no timed rows")
     tokens = [float(r.get("m", r.get("tokens", 1))) for r in rows]
     return OpRows(np.array([r["op"] for r in rows]), np.array([r["dtype"] for r in rows]), np.array([_group(r) for r in rows]),
-                  np.array(tokens), np.array([float(r["flops"]) for r in rows]), np.array([float(r["bytes"]) for r in rows]),
-                  np.array([float(r["time_s"]) for r in rows])), doc.get("environment", {})
+                  np.array(tokens), np.array([float(r.get("ranks", 1)) for r in rows]), np.array([float(r["flops"]) for r in rows]),
+                  np.array([float(r["bytes"]) for r in rows]), np.array([float(r["time_s"]) for r in rows])), doc.get("environment", {})
 
 
 @dataclass(frozen=True)
 class RooflineFit:
-    """Fitted knobs of one GPU: per matmul dtype (efficiency max, half tokens), attention's, HBM's."""
+    """Fitted knobs of one GPU: per matmul dtype timed (efficiency max, half tokens), attention's, HBM's, and
+    where all-reduces were timed the collective's (efficiency of the link, latency per ring step)."""
 
     matmul: dict[str, tuple[float, float]]
     attention_efficiency_max: float
     attention_half_tokens: float
     hbm_efficiency: float
-
-    @classmethod
-    def from_vector(cls, x: F64) -> RooflineFit:
-        n = len(MATMUL_DTYPES)
-        return cls({d: (float(x[2 * i]), float(x[2 * i + 1])) for i, d in enumerate(MATMUL_DTYPES)},
-                   float(x[2 * n]), float(x[2 * n + 1]), float(x[2 * n + 2]))
+    comm: tuple[float, float] | None = None
 
     @classmethod
     def from_params(cls, p: RooflineParams) -> RooflineFit:
         """The uncalibrated defaults in the same shape (one matmul curve for every dtype)."""
         return cls({d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES}, p.attention_efficiency_max,
-                   attention_half(p), p.hbm_efficiency)
+                   attention_half(p), p.hbm_efficiency, (p.comm_efficiency, p.scale_up_latency_s))
 
     def vector(self) -> F64:
-        return np.array([v for d in MATMUL_DTYPES for v in self.matmul[d]]
-                        + [self.attention_efficiency_max, self.attention_half_tokens, self.hbm_efficiency])
+        return np.array([v for d in MATMUL_DTYPES if d in self.matmul for v in self.matmul[d]]
+                        + [self.attention_efficiency_max, self.attention_half_tokens, self.hbm_efficiency] + list(self.comm or ()))
 
     def params(self, compute_dtype: str, base: RooflineParams | None = None) -> RooflineParams:
         """RooflineParams for rooflines whose GEMMs run in `compute_dtype` (bf16's curve for a dtype not fitted)."""
         mm_max, mm_half = self.matmul.get(compute_dtype, self.matmul["bf16"])
-        return (base or RooflineParams()).model_copy(update={
-            "matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
-            "attention_half_tokens": self.attention_half_tokens, "hbm_efficiency": self.hbm_efficiency})
+        update = {"matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
+                  "attention_half_tokens": self.attention_half_tokens, "hbm_efficiency": self.hbm_efficiency}
+        if self.comm is not None:
+            update |= {"comm_efficiency": self.comm[0], "scale_up_latency_s": self.comm[1]}
+        return (base or RooflineParams()).model_copy(update=update)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which knobs a fit moves: the matmul dtypes it has GEMMs of, and the collective's if it has all-reduces."""
+
+    dtypes: tuple[str, ...]
+    comm: bool
+
+    @classmethod
+    def of(cls, rows: OpRows) -> _Layout:
+        return cls(tuple(d for d in MATMUL_DTYPES if ((rows.op == "gemm") & (rows.dtype == d)).any()), bool((rows.op == "allreduce").any()))
+
+    def bounds(self) -> tuple[list[float], list[float]]:
+        b = [*_MATMUL_BOUNDS * len(self.dtypes), *_CORE_BOUNDS, *(_COMM_BOUNDS if self.comm else ())]
+        return [lo for lo, _ in b], [hi for _, hi in b]
+
+    def vector(self, f: RooflineFit) -> F64:
+        return np.array([v for d in self.dtypes for v in f.matmul[d]]
+                        + [f.attention_efficiency_max, f.attention_half_tokens, f.hbm_efficiency] + list(f.comm or () if self.comm else ()))
+
+    def fit(self, x: F64) -> RooflineFit:
+        n = 2 * len(self.dtypes)
+        return RooflineFit({d: (float(x[2 * i]), float(x[2 * i + 1])) for i, d in enumerate(self.dtypes)},
+                           float(x[n]), float(x[n + 1]), float(x[n + 2]), (float(x[n + 3]), float(x[n + 4])) if self.comm else None)
 
 
 def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
@@ -128,33 +163,52 @@ def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
     for d in MATMUL_DTYPES:
         sel = (rows.op == "gemm") & (rows.dtype == d)
         if sel.any():
-            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * matmul_efficiency(rows.tokens[sel], *fit.matmul[d]))
+            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * matmul_efficiency(rows.tokens[sel], *fit.matmul.get(d, fit.matmul["bf16"])))
     bf16 = gpu.peak_flops("bf16")
     pre = rows.op == "attn_prefill"
     eff = matmul_efficiency(rows.tokens[pre], fit.attention_efficiency_max, fit.attention_half_tokens)
     compute[pre] = rows.flops[pre] / (bf16 * eff)
     dec = rows.op == "attn_decode"
     compute[dec] = rows.flops[dec] / (bf16 * fit.attention_efficiency_max)
-    return np.maximum(compute, memory)
+    time = np.maximum(compute, memory)
+    ar = rows.op == "allreduce"
+    if ar.any():
+        params = fit.params("bf16")
+        for n in np.unique(rows.ranks[ar]):
+            sel = ar & (rows.ranks == n)
+            time[sel] = ring_allreduce_time(rows.nbytes[sel], int(n), link_for(gpu, int(n), params))
+    return time
 
 
-def in_scope(rows: OpRows) -> NDArray[np.bool_]:
-    """Rows that took at least `MIN_TIME_S` (the roofline's scope: several times a kernel's launch latency)."""
-    return rows.time_s >= MIN_TIME_S
+def ideal_time(rows: OpRows, gpu: GpuSpec) -> F64:
+    """Each row's time at the datasheet peaks (every efficiency 1, no latency): the size of its work."""
+    return predict(rows, RooflineFit({d: (1.0, 0.0) for d in MATMUL_DTYPES}, 1.0, 0.0, 1.0, (1.0, 0.0)), gpu)
+
+
+def in_scope(rows: OpRows, gpu: GpuSpec) -> NDArray[np.bool_]:
+    """Rows whose work takes at least `MIN_WORK_S` at the peaks, and every all-reduce (whose latency per step
+    is a knob: small messages are what fit it). A kernel also has a fixed cost the roofline does not model
+    (launch, setup, tail: about 5-15 us in the shipped sets), which would otherwise pass for low efficiency."""
+    return (ideal_time(rows, gpu) >= MIN_WORK_S) | (rows.op == "allreduce")
 
 
 def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None) -> RooflineFit:
     """The knobs that best predict the in-scope `rows` (robust least squares on log time, bounded to physical ranges)."""
     from scipy.optimize import least_squares  # only fitting needs it; every roofline imports this module
 
-    rows = rows.subset(in_scope(rows))
+    rows = rows.subset(in_scope(rows, gpu))
     if len(rows) == 0:
-        raise ValueError(f"no timed operation took {MIN_TIME_S * 1e6:g} us or more")
-    x0 = np.clip((start or RooflineFit.from_params(RooflineParams())).vector(), np.array(_LOWER) + 1e-9, np.array(_UPPER) - 1e-9)
+        raise ValueError(f"no timed operation has {MIN_WORK_S * 1e6:g} us of work or more at the datasheet peaks")
+    layout = _Layout.of(rows)
+    lower, upper = layout.bounds()
+    defaults = RooflineFit.from_params(RooflineParams())
+    if start is not None:
+        start = replace(start, matmul=defaults.matmul | start.matmul, comm=start.comm or defaults.comm)
+    x0 = np.clip(layout.vector(start or defaults), np.array(lower) + 1e-12, np.array(upper) - 1e-12)
     log_t = np.log(rows.time_s)
-    res = least_squares(lambda x: np.log(predict(rows, RooflineFit.from_vector(x), gpu)) - log_t, x0,
-                        bounds=(_LOWER, _UPPER), loss="soft_l1", f_scale=_ROBUST_SCALE, x_scale="jac")
-    return RooflineFit.from_vector(res.x)
+    res = least_squares(lambda x: np.log(predict(rows, layout.fit(x), gpu)) - log_t, x0,
+                        bounds=(lower, upper), loss="soft_l1", f_scale=_ROBUST_SCALE, x_scale="jac")
+    return layout.fit(res.x)
 
 
 def relative_errors(rows: OpRows, fit_: RooflineFit, gpu: GpuSpec) -> F64:
@@ -185,7 +239,7 @@ BELOW_SCOPE = "below scope"
 def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None) -> CrossValidation:
     """Leave-one-group-out over the in-scope rows: each group predicted by a fit on all the others."""
     full = full or fit(rows, gpu)
-    scope = in_scope(rows)
+    scope = in_scope(rows, gpu)
     held = np.full(len(rows), np.nan)
     groups = np.unique(rows.group[scope])
     for g in groups:
@@ -215,15 +269,25 @@ def sha256(path: Path) -> str:
 
 
 def calibration_doc(gpu: GpuSpec, measurements: Path, environment: dict, fit_: RooflineFit, cv: CrossValidation) -> dict:
-    """The YAML document of a calibration: the knobs, where they come from, how well they predict."""
-    return {
+    """The YAML document of a calibration: the knobs, where they come from (each source's URL and licence), how well they predict."""
+    header = json.loads(Path(measurements).read_text())
+    source: dict = {"measurements": measurements.name, "sha256": sha256(measurements), "environment": environment,
+                    "script": header.get("script", "benchmarks/gpu/measure_ops.py"), "fitted_by": "llmcap.perf.calibration.fit"}
+    if "sources" in header:
+        source["sources"] = [{"name": k, **{f: v[f] for f in ("url", "licence", "package", "file", "sha256", "engine", "kernel")}}
+                             for k, v in header["sources"].items()]
+    doc: dict = {
         "gpu": gpu.name,
-        "source": {"measurements": measurements.name, "sha256": sha256(measurements), "environment": environment,
-                   "script": "benchmarks/gpu/measure_ops.py", "fitted_by": "llmcap.perf.calibration.fit"},
+        "source": source,
         "matmul": {d: {"efficiency_max": round(m, 6), "half_tokens": round(h, 4)} for d, (m, h) in fit_.matmul.items()},
         "attention": {"efficiency_max": round(fit_.attention_efficiency_max, 6), "half_tokens": round(fit_.attention_half_tokens, 4)},
         "hbm_efficiency": round(fit_.hbm_efficiency, 6),
-        "scope": {"min_time_s": MIN_TIME_S, "note": "operations that took less are dominated by launch latency: not fitted"},
+    }
+    if fit_.comm is not None:
+        doc["comm"] = {"efficiency": round(fit_.comm[0], 6), "scale_up_latency_s": float(f"{fit_.comm[1]:.4g}")}
+    return doc | {
+        "scope": {"min_work_s": MIN_WORK_S, "note": "operations with less work at the datasheet peaks are dominated by a kernel's "
+                  "fixed cost, which the roofline does not model: not fitted (all-reduces excepted: their latency per step is a knob)"},
         "median_abs_error": {r["op"]: {k: _rounded(v) for k, v in r.items() if k != "op"} for r in cv.rows()},
         "cross_validation_groups": cv.groups,
     }
@@ -245,8 +309,10 @@ class Calibration:
 def read_calibration(path: Path) -> Calibration:
     doc = yaml.safe_load(Path(path).read_text())
     try:
+        comm = doc.get("comm")
         f = RooflineFit({d: (float(v["efficiency_max"]), float(v["half_tokens"])) for d, v in doc["matmul"].items()},
-                        float(doc["attention"]["efficiency_max"]), float(doc["attention"]["half_tokens"]), float(doc["hbm_efficiency"]))
+                        float(doc["attention"]["efficiency_max"]), float(doc["attention"]["half_tokens"]), float(doc["hbm_efficiency"]),
+                        None if comm is None else (float(comm["efficiency"]), float(comm["scale_up_latency_s"])))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a roofline calibration ({type(e).__name__}: {e})") from e
     return Calibration(str(doc["gpu"]), f, sha256(path), Path(path))

@@ -35,7 +35,7 @@ QKV_8B, O_8B, MLP_8B, HEAD_8B = 25_165_824, 16_777_216, 176_160_768, 525_336_576
 
 
 def test_8b_decode_batch_1_flops_and_bytes():
-    m = build_step_model("Llama-3.1-8B", "h100")
+    m = build_step_model("Llama-3.1-8B", "h100", params=P)
     ops = _ops(m, StepBatch.build(decode_seqs=1, decode_context=1024))
     # matmuls: 2 FLOPs per param per row; bytes = weights (2 B/param) + rows x (in + out) x 2 B
     assert ops["qkv_proj"].flops == 32 * 2 * QKV_8B == 1_610_612_736
@@ -59,7 +59,7 @@ def test_8b_decode_batch_1_flops_and_bytes():
 
 
 def test_8b_weights_read_are_the_weights_held_minus_the_embedding_table():
-    m = build_step_model("Llama-3.1-8B", "h100")
+    m = build_step_model("Llama-3.1-8B", "h100", params=P)
     ops = _ops(m, StepBatch.build(decode_seqs=1, decode_context=0))
     act = 32 * 2 * ((4096 + 4096) + 2 * (4096 + 1024) + (4096 + 4096) + 3 * (4096 + 14336)) + 2 * (4096 + 128256)
     weights_read = sum(ops[o].bytes for o in ("qkv_proj", "o_proj", "mlp", "lm_head")) - act
@@ -70,7 +70,7 @@ def test_8b_weights_read_are_the_weights_held_minus_the_embedding_table():
 
 
 def test_8b_decode_batch_1_is_memory_bound_at_weight_bytes_over_bandwidth():
-    m = build_step_model("Llama-3.1-8B", "h100")
+    m = build_step_model("Llama-3.1-8B", "h100", params=P)
     batch = StepBatch.build(decode_seqs=1, decode_context=1024)
     ops = _ops(m, batch)
     assert {r.bound for o, r in ops.items() if o != "overhead"} == {"memory"}
@@ -88,12 +88,12 @@ def test_8b_decode_batch_1_matches_published_latency():
     # Published: Llama-3.1-8B bf16 on one H100 decodes a single stream at ~6-8 ms/token (vLLM), and
     # johnmusgrave.com measured 75 tok/s on A100-40GB with vLLM 0.23 = 77% of the bandwidth ceiling;
     # the same fraction on H100 gives 16.06 GB / (3.35 TB/s x 0.77) = 6.2 ms.
-    t = decode_step_time(build_step_model("Llama-3.1-8B", "h100"), 1, 1024)[0]
+    t = decode_step_time(build_step_model("Llama-3.1-8B", "h100", params=P), 1, 1024)[0]
     assert 6e-3 <= t <= 8e-3
 
 
 def test_8b_prefill_1024_flops_and_compute_bound():
-    m = build_step_model("Llama-3.1-8B", "h100")
+    m = build_step_model("Llama-3.1-8B", "h100", params=P)
     ops = _ops(m, StepBatch.build(prefill_tokens=1024))
     # projections: 2 x 1024 rows x params, at 0.7 x 1024 / 1056 = 0.6788 of peak
     assert ops["qkv_proj"].flops == 32 * 2 * 1024 * QKV_8B == 1_649_267_441_664
@@ -112,7 +112,7 @@ def test_8b_prefill_1024_flops_and_compute_bound():
 
 
 def test_8b_long_prefill_is_compute_bound():
-    m = build_step_model("Llama-3.1-8B", "h100")
+    m = build_step_model("Llama-3.1-8B", "h100", params=P)
     ops = _ops(m, StepBatch.build(prefill_tokens=8192))
     for op in ("qkv_proj", "o_proj", "mlp", "attn_prefill"):
         assert ops[op].bound == "compute", op
@@ -126,7 +126,7 @@ def test_8b_long_prefill_is_compute_bound():
 
 
 def test_70b_tp8_decode_batch_1_per_rank():
-    m = build_step_model("Llama-3.1-70B", "h100", tp=8)
+    m = build_step_model("Llama-3.1-70B", "h100", tp=8, params=P)
     ops = _ops(m, StepBatch.build(decode_seqs=1, decode_context=1024))
     # per rank: q 1024x8192 (64/8 heads), k and v 128x8192 (one of 8 KV heads) -> 10,485,760 params
     assert ops["qkv_proj"].flops == 80 * 2 * 10_485_760 == 1_677_721_600
@@ -153,8 +153,8 @@ def test_70b_tp8_decode_batch_1_per_rank():
 
 def test_tp_communication_only_with_tp_above_1():
     batch = StepBatch.build(decode_seqs=8, decode_context=8 * 2048)
-    one = _ops(build_step_model("Llama-3.1-8B", "h100", tp=1), batch)
-    two = _ops(build_step_model("Llama-3.1-8B", "h100", tp=2), batch)
+    one = _ops(build_step_model("Llama-3.1-8B", "h100", tp=1, params=P), batch)
+    two = _ops(build_step_model("Llama-3.1-8B", "h100", tp=2, params=P), batch)
     assert not {"tp_allreduce", "logits_gather"} & set(one)
     assert {r.bound for r in one.values()} <= {"memory", "compute", "overhead"}
     assert two["tp_allreduce"].time_s > 0 and two["logits_gather"].time_s > 0
@@ -162,12 +162,12 @@ def test_tp_communication_only_with_tp_above_1():
     assert two["tp_allreduce"].time_s == pytest.approx(65 * (2e-6 + 65_536 / NVLINK))
     # half the weights per rank: decode at this batch gets faster despite the all-reduces
     assert two["mlp"].bytes < one["mlp"].bytes
-    m1, m2 = build_step_model("Llama-3.1-8B", "h100"), build_step_model("Llama-3.1-8B", "h100", tp=2)
+    m1, m2 = build_step_model("Llama-3.1-8B", "h100", params=P), build_step_model("Llama-3.1-8B", "h100", tp=2, params=P)
     assert m2.step_time(batch)[0] < m1.step_time(batch)[0]
 
 
 def test_70b_tp8_weights_read_match_memory_plan():
-    m = build_step_model("Llama-3.1-70B", "h100", tp=8)
+    m = build_step_model("Llama-3.1-70B", "h100", tp=8, params=P)
     ops = _ops(m, StepBatch.build(decode_seqs=1, decode_context=0))
     h, q, kv, i, v = 8192, 1024, 128, 3584, 16032
     act = 80 * 2 * ((h + q) + 2 * (h + kv) + (q + h) + 3 * (h + i)) + 2 * (h + v)

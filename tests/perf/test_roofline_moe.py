@@ -45,8 +45,8 @@ def test_qwen3_moe_expected_distinct_experts():
 
 
 def test_expert_parallel_all_to_all_and_imbalance():
-    tp2 = build_step_model("Qwen3-30B-A3B", "h100", tp=2)
-    ep2 = build_step_model("Qwen3-30B-A3B", "h100", tp=2, ep=2)
+    tp2 = build_step_model("Qwen3-30B-A3B", "h100", tp=2, params=RooflineParams())
+    ep2 = build_step_model("Qwen3-30B-A3B", "h100", tp=2, ep=2, params=RooflineParams())
     b = StepBatch.build(decode_seqs=64, decode_context=64 * 1024)
     no_ep = {r.op: r for r in tp2.breakdown(b)}
     with_ep = {r.op: r for r in ep2.breakdown(b)}

@@ -84,7 +84,7 @@ def test_params_change_the_numbers():
 
 
 def test_pipeline_parallel_bubble_and_send_recv():
-    m = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2)
+    m = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2, params=RooflineParams())
     # one sequence: one micro-batch walks both stages; no bubble; one hop of hidden states + residual
     ops = {r.op: r for r in m.breakdown(StepBatch.build(decode_seqs=1, decode_context=1024))}
     assert "pp_bubble" not in ops
@@ -100,9 +100,9 @@ def test_pipeline_parallel_bubble_and_send_recv():
 
 
 def test_fp8_uses_fp8_tensor_cores_and_int4_only_saves_bytes():
-    bf16 = build_step_model("Llama-3.1-8B", "h100")
-    fp8 = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8")
-    awq = build_step_model("Llama-3.1-8B", "h100", weight_quant="int4-awq")
+    bf16 = build_step_model("Llama-3.1-8B", "h100", params=RooflineParams())  # the defaults: one curve for both dtypes
+    fp8 = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8", params=RooflineParams())
+    awq = build_step_model("Llama-3.1-8B", "h100", weight_quant="int4-awq", params=RooflineParams())
     assert (bf16.compute_dtype, fp8.compute_dtype, awq.compute_dtype) == ("bf16", "fp8", "bf16")
     pf = StepBatch.build(prefill_tokens=4096)
     dec = StepBatch.build(decode_seqs=1, decode_context=1024)

@@ -116,3 +116,16 @@ def test_no_evict_on_the_kv_bound_long_context_cell_runs_at_perfs_estimate(tmp_p
     assert "no preemption" in perfs["trtllm-guaranteed-no-evict"]["policy_effect"] and "preempts" in perfs["vllm"]["policy_effect"]
     assert abs(no_evict["throughput"]["output_tok_s"] / estimate - 1) <= 0.10, (no_evict["throughput"], estimate)
     assert vllm["throughput"]["output_tok_s"] < no_evict["throughput"]["output_tok_s"]  # here the recompute costs vLLM
+
+
+@pytest.mark.parametrize("command", [["perf", "--model", "Llama-3.1-8B", "--gpu", "h100", "--isl", "128", "--osl", "128"],
+                                     ["simulate", "--trace", "missing.parquet", "--model", "Llama-3.1-8B", "--gpu", "h100"],
+                                     ["size", "--trace", "missing.parquet", "--model", "Llama-3.1-8B", "--gpu", "h100", "--slo-ttft-p99", "500"]])
+def test_every_command_refuses_an_unknown_policy_with_the_same_line(command):
+    from typer.testing import CliRunner
+
+    from llmcap.cli import app
+
+    r = CliRunner().invoke(app, [*command, "--admission-policy", "orca"])
+    assert r.exit_code == 2
+    assert f"--admission-policy must be one of {', '.join(ADMISSION_POLICIES)}, got 'orca'" in r.output

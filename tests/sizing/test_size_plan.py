@@ -10,6 +10,7 @@ import pytest
 
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
+from llmcap.perf.calibration import shipped_calibration
 from llmcap.report.capacity import capacity_report, render_html, render_markdown
 from llmcap.sizing.executor import DaskExecutor
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
@@ -208,4 +209,5 @@ def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, tra
 def test_each_row_names_its_admission_policy_and_what_timed_its_steps(outcome):
     t = outcome.table.to_pydict()
     assert set(t["admission_policy"]) == {"vllm"}  # size.admission_policy's default
-    assert set(t["step_model"]) == {"roofline, default efficiencies"}  # no shipped calibration for the H100
+    h100 = shipped_calibration("H100-SXM-80GB")
+    assert h100 is not None and set(t["step_model"]) == {f"roofline, calibrated (H100-SXM-80GB/roofline.yaml, sha256 {h100.sha256[:12]})"}

@@ -14,6 +14,7 @@ from llmcap.config import load_params
 from llmcap.perf import Profile
 from llmcap.perf.calibrate import decode_observations, fit_step_model, prefill_observations
 from llmcap.perf.calibrate import StepObservations
+from llmcap.perf.calibration import shipped_calibrations
 from llmcap.perf.profile import points_table, steps_table
 from stages import profile as stage
 from tests.conftest import ROOT
@@ -79,6 +80,10 @@ def test_a_matching_stored_profile_is_reused(tmp_path: Path, capsys: pytest.Capt
     assert run["tags.fingerprint.engine_version"] == "0.32.0" and run["tags.fingerprint.tp"] == "2"
     artifacts = {a.path for a in mlflow.MlflowClient().list_artifacts(run["run_id"], "profile/table")}
     assert {"profile/table/fit.json", "profile/table/fingerprint.json", "profile/table/points.parquet"} <= artifacts
+    # the shipped roofline calibrations (fitted efficiencies with their sources) travel with the run
+    logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run["run_id"], "profile/roofline_calibration/H100-SXM-80GB")}
+    assert logged == {"profile/roofline_calibration/H100-SXM-80GB/roofline.yaml"}
+    assert run["tags.roofline.calibrations"].count("@") == len(shipped_calibrations()) >= 5
 
 
 def test_a_new_engine_version_marks_the_stored_profile_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
