@@ -25,6 +25,9 @@ newest running request is freed and later recomputed. A policy that reserves ahe
   running request's min(remaining output, 4096) × `new_token_ratio`. The ratio starts at 0.7 and decays
   linearly to 0.7 × 0.14 over 600 decode steps; when decodes run out of KV, requests are retracted and the
   ratio is reset to (decoded + 20 × running) / (Σ max_new_tokens + 1) over those left (at most 1).
+  A request the rule would refuse even on an empty cache (prompt + output + a page over its size) starts
+  once the replica is otherwise empty: SGLang clamps max_new_tokens on arrival so that an accepted
+  request fits an empty cache (scheduler.py, `max_req_len`), but a trace's output length is not clamped.
   Simplifications: the retracted request is the newest (SGLang picks the one with the fewest outputs,
   usually the same), and the prefix cache is the block cache, not a token radix tree.
 """
@@ -48,7 +51,8 @@ class Admission:
     tracks_progress: ClassVar[bool] = False  # asks for the running requests' remaining output (costs a pass over them)
 
     def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
-        """May a request start now? `lifetime_blocks`: its blocks at its longest, of a cache of `num_blocks`;
+        """May a request start now (asked only while other requests run or hold blocks on the replica)?
+        `lifetime_blocks`: its blocks at its longest, of a cache of `num_blocks`;
         `free_tokens`: free and evictable KV tokens; `new_tokens`: its uncached prompt + min(output left,
         CLIP_NEW_TOKENS) + one block; `running_remaining`: Σ min(output left, CLIP_NEW_TOKENS) of the running
         requests (0 unless `tracks_progress`); `step`: the replica's step clock."""

@@ -5,7 +5,8 @@ prefilled requests, then admits waiting requests FCFS — all within `max_num_ba
 `max_num_seqs`; prompts are chunked to fit the budget. KV blocks are allocated for the tokens a step
 computes (at admission and on growth); when they run out the newest running request is preempted and
 later recomputed; blocks are freed at completion (see `kvcache` for the prefix cache). The admission
-policy (`admission`: vLLM's, or TensorRT-LLM's that reserve whole lives) may hold a request back further.
+policy (`admission`: vLLM's, or TensorRT-LLM's that reserve whole lives) may hold a request back further,
+except on a replica with no other request running or held.
 
 A step with no prefill work and nothing admissible starts a run of pure-decode steps planned at once
 (`decoding`); steps reach the step log in bulk (`steplog`); the replica's fields are in `state`.
@@ -264,9 +265,12 @@ class Replica(DecodeRuns):
         policy = self.admission
         lifetime = lifetime_blocks(req.isl, req.osl, bs)
         new_tokens = n_tok - hit_tok + min(req.osl - req.generated, CLIP_NEW_TOKENS) + bs
-        remaining = self._outputs_left() if policy.tracks_progress else 0
-        if not policy.admits(lifetime, kv.num_blocks, kv.free * bs, new_tokens, remaining, self.step_clock):
-            return 0
+        # an otherwise empty replica admits whatever fits: nothing it runs could ever free more, so a policy
+        # that held the head back here would stall the queue for good (admission.py, `sglang`)
+        if self.running or self.held:
+            remaining = self._outputs_left() if policy.tracks_progress else 0
+            if not policy.admits(lifetime, kv.num_blocks, kv.free * bs, new_tokens, remaining, self.step_clock):
+                return 0
         policy.admitted(lifetime)
         for seg in hits:
             kv.acquire(seg)

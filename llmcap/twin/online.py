@@ -65,18 +65,11 @@ def _blocks(tokens: int, bs: int) -> int:
     return -(-tokens // bs)
 
 
-UNSUPPORTED_ADMISSION = ("sglang",)  # the online cluster does not reproduce its admission points yet (tests/twin/test_online.py)
-
-
 class OnlineCluster:
     def __init__(
         self, timer: StepTimer, cfg: SimConfig, rng: np.random.Generator | None, emit: Emit, *,
         slots: int = DEFAULT_SLOTS, decode_timer: StepTimer | None = None, keep_times: bool = False,
     ) -> None:  # fmt: skip
-        engines = [cfg.engine] + ([cfg.pd.decode_engine] if cfg.pd is not None and cfg.pd.decode_engine is not None else [])
-        if any(e.admission_policy in UNSUPPORTED_ADMISSION for e in engines):
-            raise ValueError(f"the online twin does not run the {', '.join(UNSUPPORTED_ADMISSION)} admission policy yet "
-                             "(its token times differ from the simulator's); use llmcap simulate for it")
         self.cfg = cfg
         self.pd = cfg.pd
         self.emit = emit

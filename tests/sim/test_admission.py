@@ -79,6 +79,19 @@ def test_sglangs_ratio_decays_over_600_steps_and_a_retraction_resets_it() -> Non
     assert not fresh.admits(0, 0, 10_000, 4_000, 20_000, 0) and fresh.admits(0, 0, 10_000, 4_000, 20_000, 600)
 
 
+def test_sglang_starts_a_request_its_rule_refuses_on_an_empty_cache_once_the_replica_is_empty() -> None:
+    # 10 blocks of 16 = 160 tokens; the second request's life is 149 tokens (10 blocks: it fits), but its prompt,
+    # output and a page are 166, over what the rule ever allows: it waits until the first is done, then runs
+    trace = table({"isl": [20, 100, 10], "osl": [30, 50, 5], "arrival_s": [0.0, 0.001, 0.002]})
+    engine = EngineConfig(num_blocks=10, block_size=16, max_num_seqs=4, max_num_batched_tokens=512, enable_prefix_caching=False,
+                          admission_policy="sglang")  # fmt: skip
+    fast, ref = (simulate(trace, MODEL, SimConfig(engine=engine, replicas=1, reference=r)) for r in (False, True))
+    assert fast.records.equals(ref.records)
+    rec = fast.records.to_pandas()
+    assert (rec.status == "ok").all()
+    assert rec.admitted_s[1] == rec.finish_s[0] and rec.admitted_s[2] >= rec.admitted_s[1]
+
+
 def test_an_unknown_policy_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown admission policy 'sglang-ish'.*vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict, sglang"):
         EngineConfig(num_blocks=10, admission_policy="sglang-ish")
