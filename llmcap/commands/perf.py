@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
-from llmcap.admission_names import DEFAULT_ADMISSION, admission_option
+from llmcap.admission_names import DEFAULT_ADMISSION, NEVER_PREEMPTS, admission_option
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
@@ -150,14 +150,14 @@ def perf(
 
 def preempts(policy: str, max_batch_kv: int, max_num_seqs: int) -> bool:
     """Whether the policy preempts at this cell: the KV binds and admission does not reserve whole lives."""
-    return max_batch_kv < max_num_seqs and policy != "trtllm-guaranteed-no-evict"
+    return max_batch_kv < max_num_seqs and policy not in NEVER_PREEMPTS
 
 
 def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:
     """What the engine's admission policy does to the estimate at this cell."""
     if max_batch_kv >= max_num_seqs:
         return f"max_num_seqs ({max_num_seqs}) binds before the KV cache: no policy preempts here"
-    if policy == "trtllm-guaranteed-no-evict":
+    if not preempts(policy, max_batch_kv, max_num_seqs):
         return f"whole lives are reserved at admission: {max_batch_kv} at a time, no preemption (the estimate's own batch)"
     return (f"the KV binds at {max_batch_kv} whole lives: {policy} admits more by their prompts and preempts (recompute) as they grow; "
             "the figure is a ceiling that leaves the recompute out; `llmcap simulate --admission-policy` counts the preemptions and their cost")

@@ -117,8 +117,8 @@ class RooflineFit:
                    attention_half(p), p.hbm_efficiency, (p.comm_efficiency, p.scale_up_latency_s))
 
     def vector(self) -> F64:
-        return np.array([v for d in MATMUL_DTYPES if d in self.matmul for v in self.matmul[d]]
-                        + [self.attention_efficiency_max, self.attention_half_tokens, self.hbm_efficiency] + list(self.comm or ()))
+        """Every knob it has, in the fit's order."""
+        return _Layout(tuple(d for d in MATMUL_DTYPES if d in self.matmul), self.comm is not None).vector(self)
 
     def params(self, compute_dtype: str, base: RooflineParams | None = None) -> RooflineParams:
         """RooflineParams for rooflines whose GEMMs run in `compute_dtype` (bf16's curve for a dtype not fitted)."""

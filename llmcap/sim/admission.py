@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from llmcap.admission_names import ADMISSION_POLICY_NAMES
+from llmcap.admission_names import ADMISSION_POLICY_NAMES, NEVER_PREEMPTS
 
 
 def lifetime_blocks(isl: int, osl: int, block_size: int) -> int:
@@ -145,3 +145,4 @@ class SglangAdmission(Admission):
 
 ADMISSION_POLICIES: dict[str, type[Admission]] = {p.name: p for p in (Admission, MaxUtilizationAdmission, NoEvictAdmission, SglangAdmission)}
 assert tuple(ADMISSION_POLICIES) == ADMISSION_POLICY_NAMES  # one class per name (llmcap.admission_names)
+assert NEVER_PREEMPTS == (NoEvictAdmission.name,)

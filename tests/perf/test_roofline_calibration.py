@@ -89,12 +89,15 @@ def test_rooflines_of_a_calibrated_gpu_use_it_and_others_keep_the_defaults():
     assert explicit.calibration is None and explicit.params == RooflineParams()
 
 
-def test_this_projects_own_h200_timings_stay_beside_the_public_set():
+def test_the_public_h200_fit_predicts_the_projects_own_h200_timings_within_15_percent():
+    # an independent source: torch's kernels timed by this project, never fitted; the public fit lands at
+    # about 11% (vLLM's fp8 path quantises activations, torch's does not), the defaults at 4%
     h200 = get_gpu("h200")
     rows, env = cal.load_rows(cal.CALIBRATION_DIR / h200.name / "measured_ops.json")
-    assert "H200" in env["device"] and {"gemm", "attn_prefill", "attn_decode", "copy"} <= set(rows.op)
-    errors = cal.relative_errors(rows.subset(cal.in_scope(rows, h200)), cal.shipped_calibration(h200.name).fit, h200)
-    assert np.isfinite(errors).all() and len(errors) > 200
+    assert "H200" in env["device"]
+    rows = rows.subset(cal.in_scope(rows, h200))
+    errors = np.abs(cal.relative_errors(rows, cal.shipped_calibration(h200.name).fit, h200))
+    assert len(rows) > 200 and np.median(errors) < 0.15 and np.median(errors[rows.op == "gemm"]) < 0.15
 
 
 def test_the_attention_ramp_has_its_own_half_point():
