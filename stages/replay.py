@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> str:
         mlflow.log_metrics({"rate_rps": s["rate_rps"], "requests_sent": s["requests_sent"], "verdict.knee_in_band": float(v["knee_in_band"])})
         mlflow.set_tags({"replay.source": s["source"], "replay.figures": "DIGITAL TWIN, not a measurement" if s["source"] == "digital-twin"
                          else "measured endpoint", "replay.valid": str(s["valid"]).lower(), "replay.verdict": v["text"],
+                         "replay.outcome": v["outcome"],
                          "validation.success": str(all(c.success for c in checks)).lower()})  # fmt: skip
         for artifact in (args.measured, args.predicted, summary_path, validation_path, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="replay")

@@ -92,11 +92,16 @@ def run(args: argparse.Namespace) -> str:
                             "candidates_simulated": s["candidates_simulated"]})  # fmt: skip
         mlflow.log_metrics({f"headroom.{pool}.{risk}": h["instances"] for pool, q in s["pool_plans"].items() for risk, h in q["headroom"].items()})
         mlflow.log_metrics({f"instances.{pool}": q["instances"] for pool, q in s["pool_plans"].items()})
-        mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]),
+        mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]), "verdict": s["verdict"],
                          "chosen.gpus": str(s["gpus"]), "step_model.source": step_times.source, "validation.success": str(check.success).lower()})  # fmt: skip
         for artifact in (args.capacity, summary_path, validation_path, args.metrics, args.plot_data, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
+    if s["verdict"] == "fails":  # the evidence is written and logged; no decision is recorded and nothing downstream runs on it
+        from llmcap.errors import LlmcapError
+
+        raise LlmcapError(f"NO PLAN PASSES every scenario within its cost limit; the closest miss is in {paths['html']}: "
+                          + next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"]))  # fmt: skip
     pools = " + ".join(f"{name} {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']})" for name, q in s["pool_plans"].items())
     return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
 

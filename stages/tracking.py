@@ -60,14 +60,16 @@ def use_experiment() -> str:
 
 
 def decision_name(summary: dict[str, Any]) -> str:
-    """A run name saying what was decided, e.g. "36 GPUs: 7xP TP4 H100 + 2xD TP4 H200" (P/D) or "8 GPUs: 4x TP2 H100"."""
+    """A run name saying what was decided, e.g. "36 GPUs: 7xP TP4 H100 + 2xD TP4 H200" (P/D) or "8 GPUs: 4x TP2 H100";
+    "NO PLAN PASSES (closest: …)" when no shape passed its scenarios."""
     role = {"prefill": "P", "decode": "D"}
     parts = []
     for pool, q in summary["pool_plans"].items():
         key = q["configuration"]  # "GPU/weights/kv-dtype/tpNppNepN/..."
         tp = re.search(r"/tp(\d+)", key)
         parts.append(f"{q['instances']}x{role.get(pool, '')} TP{tp.group(1) if tp else '?'} {key.split('/')[0].split('-')[0]}")
-    return f"{summary['gpus']} GPUs: {' + '.join(parts)}"
+    name = f"{summary['gpus']} GPUs: {' + '.join(parts)}"
+    return f"NO PLAN PASSES (closest: {name})" if summary.get("verdict") == "fails" else name
 
 
 def log_dataset(mlflow: Any, path: Path, sha256: str, name: str, context: str) -> None:

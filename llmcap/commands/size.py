@@ -103,7 +103,7 @@ def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
 SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
-              "shortlist", "excerpt", "workers", "dask_address", "admission_policy")  # fmt: skip
+              "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour")  # fmt: skip
 
 
 def _from_params(ctx: typer.Context, path: Path) -> Params:
@@ -117,7 +117,8 @@ def _from_params(ctx: typer.Context, path: Path) -> Params:
 
 def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
                  target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
-                 workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str) -> SizeParams:  # fmt: skip
+                 workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str,
+                 max_usd_per_hour: float | None = None) -> SizeParams:  # fmt: skip
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
     admission_option(admission_policy)
@@ -130,7 +131,7 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
                       attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
         search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
-        pools_split_isl=pools_split_isl, admission_policy=admission_policy,
+        pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
     )  # fmt: skip
 
 
@@ -197,6 +198,7 @@ def size(
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
     pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = None,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = True,
+    max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = None,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = 4,
     excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = 1500,
     workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = 1,
@@ -231,7 +233,7 @@ def size(
         params = pipeline.size if pools_split_isl is None else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
-                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy)  # fmt: skip
+                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour)  # fmt: skip
     grid_lists = None if candidates_file is not None else (
         _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype"), _tp_degrees(tp))  # before any file is read
     cleaned = read_trace_input(
@@ -290,22 +292,42 @@ def size(
     }
     if out is not None:
         paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+    fails = s["verdict"] == "fails"
     if output == "json":
         print_json(summary)
-        return
-    if output == "csv":
+    elif output == "csv":
         print_csv(outcome.table.to_pylist())
-        return
-    t = Table(title=f"{spec.name}: capacity for {s['target_rps']:.3g} req/s")
-    for col in ("candidate", "mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search"):
+    else:
+        _print_plan(outcome, spec.name, step_line, serve, model, over, context)
+    for path in paths.values():
+        print(f"  wrote {path}", file=sys.stderr)
+    if fails:
+        nearest = next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"])
+        print(f"error: {NO_PLAN_PASSES}; nearest: {nearest}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+NO_PLAN_PASSES = ("no plan passes every scenario within its cost limit (size.max_cost_factor / max_usd_per_hour): "
+                  "the counts shown are the closest miss, not an answer")  # fmt: skip
+
+
+def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, over: int, context: int) -> None:
+    """The console answer: the table, the chosen plan (or the closest miss) with its evidence, the serve lines."""
+    s = outcome.summary
+    t = Table(title=f"{model_name}: capacity for {s['target_rps']:.3g} req/s")
+    for col in ("candidate", "mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search", "scenarios"):
         t.add_column(col)
     for r in outcome.table.to_pylist():
         t.add_row(r["candidate"], r["mode"], r["pd_ratio"] or "–", f"{r['max_rps']:.3g}",
                   "–" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.3g}",
                   "–" if r["gpus"] is None else str(r["gpus"]), "–" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.0f}",
-                  r["search_status"])  # fmt: skip
+                  r["search_status"], r["scenarios"] or "–")  # fmt: skip
     Console().print(t)
-    print(f"chosen: {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h")
+    if s["verdict"] == "fails":
+        Console().print(f"[bold red]NO PLAN PASSES[/]: closest miss {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h "
+                        "still fails a scenario — not an answer", highlight=False)  # fmt: skip
+    else:
+        print(f"chosen: {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h")
     for name, definition in s["slo_definitions"].items():
         print(f"  SLO {name}: {definition}")
     if over:
@@ -314,6 +336,8 @@ def size(
         print(f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)")
         for risk, h in q["headroom"].items():
             print(f"    +{h['instances']} {risk} (+{h['rps']:.3g} req/s): {h['reasoning']}")
+    for f in s["finalists"] or []:
+        print(f"  settled on the whole trace: {f['line']}")
     for line in s["scenarios"] or []:
         print(f"  scenario {line}")
     for line in s["minimality"] or []:
@@ -328,5 +352,3 @@ def size(
         print(f"  serve ({c.pool}: {c.instances} × {c.gpus_per_instance} GPU): {c.shell}")
         for note in c.notes:
             print(f"    note: {note}")
-    for path in paths.values():
-        print(f"  wrote {path}", file=sys.stderr)

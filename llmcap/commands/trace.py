@@ -130,8 +130,11 @@ def synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="synthetic canonical trace (Parquet)")],
     rate: Annotated[float, typer.Option("--rate", help="target mean arrival rate (req/s)")],
     requests: Annotated[int | None, typer.Option("--requests", "-n", help="requests to draw (default: as many as the source)")] = None,
-    arrivals: Annotated[str, typer.Option("--arrivals", help="trace (keep the source clock, rescaled) | poisson | gamma")] = "trace",
+    arrivals: Annotated[str, typer.Option("--arrivals", help="trace (keep the source clock, rescaled) | poisson | gamma | mmpp (bursts)")] = "trace",
     cv: Annotated[float, typer.Option("--cv", help="gamma inter-arrival CV (burstiness; 1 = Poisson)")] = 1.0,
+    burst_factor: Annotated[float, typer.Option("--burst-factor", help="mmpp: rate in a burst ÷ rate between bursts")] = ArrivalSpec().burst_factor,
+    burst_share: Annotated[float, typer.Option("--burst-share", help="mmpp: share of time in bursts (peaks ≈ mean ÷ share)")] = ArrivalSpec().burst_share,
+    burst_s: Annotated[float, typer.Option("--burst-s", help="mmpp: mean burst length, seconds")] = ArrivalSpec().burst_s,
     diurnal_amplitude: Annotated[float, typer.Option("--diurnal-amplitude", help="0..1 sinusoidal rate swing")] = 0.0,
     diurnal_period: Annotated[float, typer.Option("--diurnal-period", help="seconds")] = 86_400.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
@@ -153,19 +156,22 @@ def synth(
         if requests not in (None, source.num_rows):
             raise LlmcapError("--arrivals trace keeps the source requests; drop --requests or pick poisson/gamma")
         table = scale_rate(source, rate)
-    elif arrivals in ("poisson", "gamma"):
+    elif arrivals in ("poisson", "gamma", "mmpp"):
         spec = validated(
             ArrivalSpec,
             process=arrivals,
             rate_rps=rate,
             cv=cv,
+            burst_factor=burst_factor,
+            burst_share=burst_share,
+            burst_s=burst_s,
             diurnal_amplitude=diurnal_amplitude,
             diurnal_period_s=diurnal_period,
             seed=seed,
         )
         table = synthesize(source, requests or source.num_rows, spec, np.random.default_rng(seed))
     else:
-        raise LlmcapError(f"--arrivals must be trace, poisson or gamma, got {arrivals!r}")
+        raise LlmcapError(f"--arrivals must be trace, poisson, gamma or mmpp, got {arrivals!r}")
     write_table(table, out)
     summary = characterise(table, CharacteriseParams(lru_cache_blocks=[]))
     brief = {"out": str(out), "rows": summary["rows"], "mean_rps": summary["mean_rps"], "corr_spearman": summary["corr_spearman"]}

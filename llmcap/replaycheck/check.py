@@ -30,13 +30,12 @@ class ReplayCheck:
     summary: dict[str, Any]
 
 
-def _by_scale(runs: list[dict[str, Any]], side: str) -> dict[float, float | None]:
-    """Each scale's attainment: the worst seed's (every excerpt must hold, as in the size stage's search)."""
-    out: dict[float, float | None] = {}
+def _by_scale(runs: list[dict[str, Any]], side: str) -> dict[float, list[tuple[int, int]]]:
+    """Each scale's runs as (met, judged) steady-window counts, one per seed (every excerpt must hold, as in the
+    size stage's search)."""
+    out: dict[float, list[tuple[int, int]]] = {}
     for r in runs:
-        a = r[side]["attainment"]
-        prev = out.get(r["scale"], 1.0)
-        out[r["scale"]] = None if a is None or prev is None else min(prev, a)
+        out.setdefault(r["scale"], []).append((r[side]["met"], r[side]["judged"]))
     return out
 
 

@@ -5,6 +5,12 @@ ITL here is each request's mean inter-token gap (TPOT), the per-request statisti
 carry; percentiles are over the ok requests of the bucket. The verdict reads the lowest and highest
 scales: the predicted max rate is confirmed when the unit holds the SLOs at the lowest scale and misses
 them at the highest, i.e. the measured knee lies within [lowest, highest] x the predicted rate.
+
+Each run's attainment is a share of its steady-window requests, so it is judged with its Wilson score
+interval at `CONFIDENCE`: the run holds when the interval's lower bound reaches the target, fails when its
+upper bound stays below it, and is inconclusive otherwise (too few requests to tell: with every request
+meeting the SLOs, a 99% target needs about 380 of them). A scale holds when every seed's run holds and
+fails when any fails; one miss among 40 requests decides nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmcap.sizing.params import SloParams
-from llmcap.sizing.slo import attainment
+from llmcap.sizing.slo import goodput
 
 PERCENTILES = (50, 90, 99)
 STATUSES = ("ok", "unfinished", "rejected")
+CONFIDENCE = 0.95
 
 
 def bucket_labels(edges: list[int]) -> list[str]:
@@ -73,29 +80,76 @@ def bucket_table(measured: pa.Table, predicted: pa.Table, isl_edges: list[int], 
 
 
 def run_summary(records: pa.Table, slo: SloParams) -> dict[str, Any]:
-    """Requests, statuses and SLO attainment (steady window) of one run's records."""
+    """Requests, statuses and SLO attainment (steady window: `judged` requests, `met` of them qualified) of one run."""
     status = records.column("status").to_pylist()
-    return {"requests": records.num_rows, "status": {s: status.count(s) for s in STATUSES},
-            "attainment": attainment(records, slo) if records.num_rows else None}  # fmt: skip
+    out: dict[str, Any] = {"requests": records.num_rows, "status": {s: status.count(s) for s in STATUSES},
+                           "attainment": None, "judged": 0, "met": 0}  # fmt: skip
+    if records.num_rows:
+        g = goodput(records, slo)
+        out |= {"attainment": g.attainment, "judged": g.requests, "met": g.qualified}
+    return out
 
 
-def verdict(attainments: dict[float, float | None], target: float, invalid: list[str] | None = None) -> dict[str, Any]:
-    """Holds at the lowest scale, fails at the highest, and the knee: the highest scale held below the first miss.
+def wilson(met: int, judged: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The Wilson score interval of the share `met / judged` ((0, 1) with nothing judged)."""
+    if judged <= 0:
+        return 0.0, 1.0
+    from scipy.stats import binomtest  # here: scipy is slow to import and only the verdict needs it
+
+    ci = binomtest(met, judged).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+Judgement = str  # "holds" | "fails" | "inconclusive"
+
+
+def judge_runs(runs: list[tuple[int, int]], target: float) -> tuple[Judgement, tuple[float, float], int]:
+    """A scale's runs, each (met, judged): fails if any run's upper bound is below `target`, holds if every run's
+    lower bound reaches it, else inconclusive; with the deciding run's bounds and its n."""
+    bounds = [(wilson(k, n), n) for k, n in runs]
+    failing = [b for b in bounds if b[0][1] < target]
+    if failing:
+        (lo, hi), n = min(failing, key=lambda b: b[0][1])
+        return "fails", (lo, hi), n
+    (lo, hi), n = min(bounds, key=lambda b: b[0][0])  # the least certain run decides
+    return ("holds" if lo >= target else "inconclusive"), (lo, hi), n
+
+
+def verdict(runs: dict[float, list[tuple[int, int]]], target: float, invalid: list[str] | None = None) -> dict[str, Any]:
+    """Holds at the lowest scale, fails at the highest, and the knee: the highest scale held below the first scale
+    not held; each scale's runs (met, judged) per seed judged with `CONFIDENCE` bounds (module docstring).
     `invalid`: runs whose sends ran late past the bound; their latencies are the client's, so nothing is confirmed."""
-    scales = sorted(attainments)
-    holds = {s: attainments[s] is not None and attainments[s] >= target for s in scales}  # type: ignore[operator]
+    scales = sorted(runs)
+    judged = {s: judge_runs(runs[s], target) for s in scales}
     knee = None
     for s in scales:
-        if not holds[s]:
+        if judged[s][0] != "holds":
             break
         knee = s
     low, high = scales[0], scales[-1]
-    confirmed = holds[low] and not holds[high] and not invalid
-    text = (f"confirmed: holds at {low:g}x, fails at {high:g}x (knee within [{low:g}, {high:g}]x the predicted rate)" if confirmed
-            else f"NOT confirmed: {'holds' if holds[low] else 'fails'} at {low:g}x, {'fails' if not holds[high] else 'still holds'} at {high:g}x")
+
+    def said(s: float) -> str:
+        j, (lo, hi), n = judged[s]
+        bound = f"{CONFIDENCE:.0%} bounds {lo:.3f}–{hi:.3f} on {n} requests"
+        return {"holds": f"holds at {s:g}x ({bound})", "fails": f"fails at {s:g}x ({bound})",
+                "inconclusive": f"inconclusive at {s:g}x ({bound}: too few to resolve {target:g})"}[j]  # fmt: skip
+
+    j_low, j_high = judged[low][0], judged[high][0]
+    if j_low == "holds" and j_high == "fails":
+        outcome = "confirmed"
+    elif j_low == "fails" or j_high == "holds":
+        outcome = "contradicted"
+    else:
+        outcome = "inconclusive"
+    head = {"confirmed": "confirmed", "contradicted": "NOT confirmed", "inconclusive": "inconclusive"}[outcome]
+    text = f"{head}: {said(low)}, {said(high)}" + (f" (knee within [{low:g}, {high:g}]x the predicted rate)" if outcome == "confirmed" else "")
     if invalid:
         text += f"; INVALID runs {', '.join(invalid)} (sends ran late past replay.max_lateness_ms: the client's latency, not the server's)"
+    confirmed = outcome == "confirmed" and not invalid
     return {
-        "holds_at_low": holds[low], "fails_at_high": not holds[high], "band": [low, high], "knee_scale": knee,
-        "knee_in_band": confirmed, "holds": {f"{s:g}x": holds[s] for s in scales}, "invalid_runs": invalid or [], "text": text,
+        "outcome": "invalid" if invalid else outcome, "holds_at_low": j_low == "holds", "fails_at_high": j_high == "fails",
+        "band": [low, high], "knee_scale": knee, "knee_in_band": confirmed, "holds": {f"{s:g}x": judged[s][0] == "holds" for s in scales},
+        "judgement": {f"{s:g}x": judged[s][0] for s in scales},
+        "bounds": {f"{s:g}x": list(judged[s][1]) for s in scales}, "confidence": CONFIDENCE,
+        "invalid_runs": invalid or [], "text": text,
     }  # fmt: skip

@@ -65,13 +65,15 @@ class CapacityReport:
     replay: str = "the chosen configuration at its max feasible rate"  # what `records` / `kv_usage` replayed
     provenance: Provenance | None = None
     count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
+    finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each (cheapest analytic plan first)
 
 
 def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ...] = (), provenance: Provenance | None = None) -> CapacityReport:
     """The report of a sizing outcome, `notes` before the sizing's own."""
     e = outcome.evidence
     return CapacityReport(outcome.table, slo, e.curves, e.chosen, e.plan, e.records, e.kv_usage, notes=notes + e.notes, analytic=e.analytic,
-                          fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, count_range=e.count_range)  # fmt: skip
+                          fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, count_range=e.count_range,
+                          finalists=e.finalists)  # fmt: skip
 
 
 def write_report(report: CapacityReport, out_dir: str | Path, stem: str = "capacity") -> dict[str, Path]:

@@ -158,13 +158,21 @@ def _how_sure(report: CapacityReport) -> list[str]:
 
 def answer(report: CapacityReport) -> Section:
     p = report.plan
-    head = (
-        f"{p.total_gpus} GPUs, ${p.usd_per_hour:,.2f}/h ({p.gpu_hours_per_day:,.0f} GPU-h/day) serve {p.target_rps:.4g} req/s "
-        f"within the SLOs: {p.base_gpus} GPUs base + {p.total_gpus - p.base_gpus} GPUs headroom."
-    )
+    failing = report.fit is not None and not report.fit.ok
+    if failing:
+        assert report.fit is not None
+        failed = report.fit.failed
+        why = f"over the cost limit ${report.fit.limit_usd_per_hour:,.2f}/h" if failed is None else f"still fails {failed.describe()}"
+        head = (f"NO PLAN PASSES: no shape passed every scenario within its cost limit. The closest, {p.total_gpus} GPUs "
+                f"(${p.usd_per_hour:,.2f}/h), {why}. Not an answer.")  # fmt: skip
+    else:
+        head = (
+            f"{p.total_gpus} GPUs, ${p.usd_per_hour:,.2f}/h ({p.gpu_hours_per_day:,.0f} GPU-h/day) serve {p.target_rps:.4g} req/s "
+            f"within the SLOs: {p.base_gpus} GPUs base + {p.total_gpus - p.base_gpus} GPUs headroom."
+        )
     sure = _how_sure(report)
     md = f"**{head}**\n\n{md_table(_ANSWER_HEAD, _answer_rows(report))}\n\n" + "\n".join(f"- {s}" for s in sure)
-    body = f'<p class="answer">{html.escape(head)}</p>{html_table(_ANSWER_HEAD, _answer_rows(report))}<ul>' + "".join(f"<li>{html.escape(s)}</li>" for s in sure) + "</ul>"
+    body = f'<p class="answer{" loud" if failing else ""}">{html.escape(head)}</p>{html_table(_ANSWER_HEAD, _answer_rows(report))}<ul>' + "".join(f"<li>{html.escape(s)}</li>" for s in sure) + "</ul>"
     return Section("The answer", md, body)
 
 
@@ -203,7 +211,8 @@ def scenarios(report: CapacityReport) -> Section:
         sc = r.scenario
         kv = "–" if r.kv_p99_share is None else f"{r.kv_p99_share:.0%}"
         rows.append([sc.name, ", ".join(f"{k} {v}" for k, v in sc.serving), f"{r.attainment:.4f}", kv, "pass" if r.passed else "FAIL", sc.reasoning])
-    lines = [f"one instance fewer — {m.note}" for m in fit.minimality] + [f"fit: {h}" for h in fit.history]
+    lines = [f"settled on the whole trace: {f}" for f in report.finalists]
+    lines += [f"one instance fewer — {m.note}" for m in fit.minimality] + [f"fit: {h}" for h in fit.history]
     a = report.analytic or report.plan
     lines.append(f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs")
     md = md_table(_SCENARIO_HEAD, rows) + "\n\n" + "\n".join(f"- {s}" for s in lines)

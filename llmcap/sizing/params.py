@@ -237,6 +237,11 @@ class SizeParams(_Strict):
     count_seeds: tuple[Annotated[int, Field(ge=0)], ...] = Field(default=(1, 2), strict=False)
     """Seeds on which the final plan's scenarios, and each pool with one instance fewer, are simulated again
     for the count's range (`llmcap.sizing.uncertainty`; the search's first seed is the point answer's). () = off."""
-    validate_max_extra: int = Field(default=3, ge=0)
-    """Scenario fit of the chosen plan: instances added (one at a time, to the pool a failing scenario points
-    at) before giving up; also the most instances one pool may shed in the minimality check."""
+    final_shortlist: int = Field(default=3, ge=1)
+    """Deployment shapes (an aggregated candidate or a P/D pairing), cheapest analytic plan first, whose counts are
+    settled by simulating the whole trace in every scenario; the cheapest that passes them all is the answer."""
+    max_cost_factor: float = Field(default=4.0, gt=1)
+    """The scenario fit grows a shape up to this many times its analytic plan's $/h; a shape still failing there
+    is a near miss (what it reached, the scenario that still fails)."""
+    max_usd_per_hour: float | None = Field(default=None, gt=0)
+    """An absolute cost limit on every plan ($/h); None = only `max_cost_factor`."""

@@ -17,10 +17,14 @@
    row's own per-instance rate G_P / G_D, beside an ample other pool; every pairing (any GPU types,
    any prefill layout) is then sized pool by pool — no fixed P:D unit.
 3. Size: each option's pools are sized from the planning rate with headroom per pool, in req/s, rounded
-   once (`llmcap.sizing.headroom`), with cost. The cheapest plan is simulated end to end on the whole
-   trace at the planning rate in every scenario (node loss, rolling upgrade; `llmcap.sizing.scenarios`),
-   instances are added per pool until all pass, and each pool is shown minimal (one fewer fails one).
-   The four-ledger floor (`llmcap.sizing.ledger`) is reported beside it.
+   once (`llmcap.sizing.headroom`), with cost: the analytic plan, which ranks the shapes.
+4. Settle: the `final_shortlist` cheapest shapes by analytic plan are each simulated end to end on the whole
+   trace at the planning rate in every scenario (node loss, rolling upgrade; `llmcap.sizing.scenarios`);
+   instances are added per pool until all pass (up to the shape's cost limit, `max_cost_factor` ×
+   its analytic $/h or `max_usd_per_hour`), and each pool is settled at its minimum (one fewer fails a
+   scenario). The cheapest shape that passes is the answer; when none passes, the closest is shown with the
+   verdict "fails" (the CLI and the stage exit non-zero). The four-ledger floor (`llmcap.sizing.ledger`) is
+   reported beside it.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ class SizingEvidence:
     ledger: Ledger
     replay: str
     count_range: tuple[str, ...]
+    finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each
 
 
 @dataclass(frozen=True)
@@ -108,14 +113,16 @@ def ledger_check(lengths: Lengths, row: SizedRow, rate_rps: float, plan: Capacit
     )  # fmt: skip
 
 
-def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow]) -> list[dict[str, Any]]:
-    out = [capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan) for r in rows if r.mode == "aggregated"]
+def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow], settled: Mapping[str, bool]) -> list[dict[str, Any]]:
+    out = [capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan, scenarios=settled.get(r.key))
+           for r in rows if r.mode == "aggregated"]  # fmt: skip
     out += [capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles]
     for r in rows:
         if r.mode == "disaggregated":
             assert r.pd_roles is not None
             pr, dr = r.pd_roles
-            out.append(pairing_row(workload_id, r.key, r.config, (pr.result, pr.rate, pr.unit.gpus), (dr.result, dr.rate, dr.unit.gpus), r.plan))
+            out.append(pairing_row(workload_id, r.key, r.config, (pr.result, pr.rate, pr.unit.gpus), (dr.result, dr.rate, dr.unit.gpus), r.plan,
+                                   settled.get(r.key)))  # fmt: skip
     return out
 
 
@@ -133,7 +140,8 @@ def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]
     }  # fmt: skip
 
 
-PHASES = ("disaggregated pools", "aggregated candidates", "choice (whole-trace confirmation)", "scenarios", "count range", "planned deployment replay")
+PHASES = ("disaggregated pools", "aggregated candidates", "choice (whole-trace confirmation)", "scenarios (settling the shortlisted shapes)", "count range",
+          "planned deployment replay")  # fmt: skip
 
 
 def size_deployments(
@@ -182,18 +190,24 @@ def size_deployments(
     assert chosen.plan is not None
     analytic = chosen.plan
     phase(3)
-    fitted, routers = sizer.fit_routed(chosen) if simulate_scenarios else (None, {})
-    if fitted is not None:
-        chosen_fit = replace(chosen, plan=fitted.plan)
-        rows = [chosen_fit if r is chosen else r for r in rows]
-        chosen = chosen_fit
+    fitted, routers, finalists, settled = None, {}, None, {}
+    if simulate_scenarios:
+        outcome = sizer.settle(rows)
+        fitted, routers, finalists = outcome.chosen.fit, outcome.routers, [f.describe() for f in outcome.finalists]
+        fits = {f.row.key: f.fit for f in outcome.finalists} | {outcome.chosen.row.key: fitted}
+        settled = {key: f.ok for key, f in fits.items()}
+        rows = [replace(r, plan=fits[r.key].plan) if r.key in fits else r for r in rows]
+        chosen = next(r for r in rows if r.key == outcome.chosen.row.key)
+        assert outcome.chosen.row.plan is not None
+        analytic = outcome.chosen.row.plan
         if not fitted.ok:
-            sizer.notes.append(f"scenario fit of {chosen.key} did not pass every scenario within +{params.validate_max_extra} instance(s); the count shown is the last tried")
+            sizer.notes.append(f"NO PLAN PASSES: none of the {len(finalists)} shape(s) settled on the whole trace passed every scenario "
+                               f"within its cost limit; the closest is shown: {outcome.chosen.line()}")  # fmt: skip
     plan = chosen.plan
     assert plan is not None
     phase(4)
     spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
-    table = capacity_table(_table_rows(workload_id, rows, sizer.roles))
+    table = capacity_table(_table_rows(workload_id, rows, sizer.roles, settled))
 
     # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
     phase(5)
@@ -204,8 +218,10 @@ def size_deployments(
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     evidence = SizingEvidence(curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes), analytic=analytic, fit=fitted,
-                              ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()))  # fmt: skip
+                              ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()),
+                              finalists=tuple(f["line"] for f in finalists or ()))  # fmt: skip
     summary: SizingSummary = {
+        "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
         "target_rps": sizer.target,
         "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
         "planning_rps": plan.planning_rps,
@@ -227,6 +243,7 @@ def size_deployments(
         "combination_rule": COMBINATION_RULE,
         "scenarios": None if fitted is None else [r.describe() for r in fitted.results],
         "scenarios_pass": None if fitted is None else fitted.ok,
+        "finalists": finalists,
         "minimality": None if fitted is None else [m.note for m in fitted.minimality],
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),

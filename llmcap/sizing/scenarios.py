@@ -10,11 +10,15 @@ its run-level targets (token-level ITL), and the
 KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
 same instances are one simulation.
 
-Fit: while a scenario fails, one instance is added to the pool it takes instances from (the traffic
-scenario: the pool its misses point at — TTFT misses the prefill pool, ITL and KV the decode pool). Then
-minimality, pool by pool: one instance fewer is tried (re-placed, scenarios redrawn); when every scenario
-still passes the pool shrinks and the check repeats; the first failing scenario is the evidence that the
-count is minimal.
+Fit: while a scenario fails, instances are added to the pool it takes instances from (the traffic
+scenario: the pool its misses point at — TTFT misses the prefill pool, ITL and KV the decode pool): one,
+then twice as many each time the same pool fails again (a plan far below its need gets there in a few
+simulations), up to a stated cost limit ($/h) and no other cap. Then minimality, pool by pool: the count is
+bisected between the highest count seen failing and the passing one, then one instance fewer is tried at
+the others' final counts; when every scenario still passes the pool shrinks and the check repeats (attainment
+is assumed monotone in the count only to skip counts: every claim of minimality is the one-fewer run
+itself). Pools are settled in turn until none moves (P/D: the counts are coupled). The first failing
+scenario at one fewer is the evidence that the count is minimal.
 
 With `Parallel`, a check simulates its next scenarios `width` at a time (a process pool or a Dask cluster):
 the same results in the same order, at most width − 1 simulations spent past a failing scenario.
@@ -22,6 +26,7 @@ the same results in the same order, at most width − 1 simulations spent past a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -151,44 +156,102 @@ class FitResult:
     ok: bool
     history: tuple[str, ...]  # what was tried, in order
     minimality: tuple[Minimality, ...]
+    limit_usd_per_hour: float = math.inf  # the cost limit the growth stopped at (when not `ok`)
+
+    @property
+    def failed(self) -> ScenarioResult | None:
+        """The first failing scenario of the final plan (None when every scenario passes)."""
+        return next((r for r in self.results if not r.passed), None)
 
 
 def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
 
-def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_extra: int, parallel: Parallel | None = None) -> FitResult:
-    """Grow the plan until every scenario passes (at most `max_extra` instances added in all), then check
-    (and, where one fewer passes, step down) each pool's count (module docstring)."""
+def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: float = math.inf, parallel: Parallel | None = None) -> FitResult:
+    """Grow the plan until every scenario passes (doubling steps per pool, no plan above `max_usd_per_hour`),
+    then settle each pool's count at its minimum (module docstring). Not `ok` when growth reached the limit or
+    the minimal passing plan still costs more than it."""
     cache: dict[tuple, EvalResult] = {}
     history: list[str] = []
+    failing: dict[str, int] = {}  # pool -> the highest count seen failing (with the other pools at or below their final counts)
+    step, last = 0, ""
     results = check(plan, run, judge, cache, parallel)
-    added = 0
-    while not all(r.passed for r in results) and added < max_extra:
+    while not all(r.passed for r in results):
         bad = next(r for r in results if not r.passed)
-        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +1 {bad.blame}")
-        plan, added = _with(plan, bad.blame, +1), added + 1
+        pool = bad.blame
+        failing[pool] = max(failing.get(pool, 0), plan.pool(pool).instances)
+        step = 2 * step if pool == last else 1
+        while step > 1 and _with(plan, pool, step).usd_per_hour > max_usd_per_hour:
+            step //= 2
+        grown = _with(plan, pool, step)
+        if grown.usd_per_hour > max_usd_per_hour:
+            history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; one more {pool} instance would cost "
+                           f"${grown.usd_per_hour:,.2f}/h, over the limit ${max_usd_per_hour:,.2f}/h: stopped")  # fmt: skip
+            return FitResult(plan, tuple(results), False, tuple(history), (), max_usd_per_hour)
+        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +{step} {pool}")
+        plan, last = grown, pool
         results = check(plan, run, judge, cache, parallel)
-    if not all(r.passed for r in results):
-        bad = next(r for r in results if not r.passed)
-        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; gave up after +{added}")
-        return FitResult(plan, tuple(results), False, tuple(history), ())
     history.append(f"{_counts_txt(plan.counts())}: every scenario passes")
-    minimal: list[Minimality] = []
-    for pool in [p.name for p in plan.pools]:
-        for _ in range(max(1, max_extra) + 1):  # bounded: a count far above the need is a sizing bug, not a loop
-            n = plan.pool(pool).instances
-            if n <= 1:
-                minimal.append(Minimality(pool, n - 1, None, f"{pool}: 1 instance, cannot go lower"))
-                break
-            fewer = _with(plan, pool, -1)
-            tried = check(fewer, run, judge, cache, parallel)
-            failed = next((r for r in tried if not r.passed), None)
-            if failed is not None:
-                minimal.append(Minimality(pool, n - 1, failed, f"{pool} at {n - 1}: {failed.describe()}"))
-                break
-            history.append(f"{_counts_txt(fewer.counts())}: every scenario still passes → {pool} −1")
-            plan, results = fewer, tried
+    minimal: dict[str, Minimality] = {}
+    settled_at: dict[str, dict[str, int]] = {}  # pool -> the counts when it was last settled
+    while any(settled_at.get(pool) != plan.counts() for pool in plan.counts()):  # P/D: until neither moves
+        for pool in [p.name for p in plan.pools]:
+            if settled_at.get(pool) != plan.counts():
+                plan, minimal[pool] = _settle(plan, pool, failing.get(pool, 0), run, judge, cache, parallel, history)
+                failing[pool] = plan.pool(pool).instances - 1
+                settled_at[pool] = plan.counts()
+    final = tuple(check(plan, run, judge, cache, parallel))
+    if plan.usd_per_hour > max_usd_per_hour:  # it started above the limit and could not shrink below it
+        history.append(f"{_counts_txt(plan.counts())}: passes every scenario only at ${plan.usd_per_hour:,.2f}/h, over the limit ${max_usd_per_hour:,.2f}/h")
+        return FitResult(plan, final, False, tuple(history), tuple(minimal.values()), max_usd_per_hour)
+    return FitResult(plan, final, True, tuple(history), tuple(minimal.values()))
+
+
+def _settle(
+    plan: CapacityPlan, pool: str, failing: int, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
+    parallel: Parallel | None, history: list[str],
+) -> tuple[CapacityPlan, Minimality]:
+    """`plan` (every scenario passing) with `pool` at the fewest instances that still pass, and the one-fewer
+    evidence: bisected between `failing` (a count seen failing; else found by galloping down) and the current
+    count, then stepped down one at a time while one fewer passes at the other pools' current counts."""
+
+    def passes(candidate: CapacityPlan) -> tuple[bool, list[ScenarioResult]]:
+        tried = check(candidate, run, judge, cache, parallel)
+        return all(r.passed for r in tried), tried
+
+    def shrink_to(n: int) -> bool:  # `pool` at n passes every scenario: keep it
+        nonlocal plan
+        ok, _ = passes(plan.with_counts({pool: n}))
+        if ok:
+            plan = plan.with_counts({pool: n})
+            history.append(f"{_counts_txt(plan.counts())}: every scenario still passes → {pool} {n}")
+        return ok
+
+    hi = plan.pool(pool).instances
+    lo = failing if 0 < failing < hi else None
+    step = 1
+    while lo is None:  # no failing count known: gallop down (1, 2, 4, ... fewer) until one fails
+        if hi - step < 1:
+            lo = 0
+        elif shrink_to(hi - step):
+            hi, step = hi - step, 2 * step
         else:
-            minimal.append(Minimality(pool, plan.pool(pool).instances - 1, None, f"{pool}: still shrinking when the step limit was reached"))
-    return FitResult(plan, tuple(check(plan, run, judge, cache, parallel)), True, tuple(history), tuple(minimal))
+            lo = hi - step
+    while hi - lo > 1:  # then bisect; the one-fewer runs below are the evidence
+        mid = (lo + hi) // 2
+        if shrink_to(mid):
+            hi = mid
+        else:
+            lo = mid
+    while True:
+        n = plan.pool(pool).instances
+        if n <= 1:
+            return plan, Minimality(pool, n - 1, None, f"{pool}: 1 instance, cannot go lower")
+        fewer = _with(plan, pool, -1)
+        ok, tried = passes(fewer)
+        if not ok:
+            failed = next(r for r in tried if not r.passed)
+            return plan, Minimality(pool, n - 1, failed, f"{pool} at {n - 1}: {failed.describe()}")
+        history.append(f"{_counts_txt(fewer.counts())}: every scenario still passes → {pool} −1")
+        plan = fewer

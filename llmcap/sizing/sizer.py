@@ -25,6 +25,7 @@ from llmcap.sizing.scenarios import FitResult, Judge, Parallel
 from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
+from llmcap.sizing.summary import FinalistSummary
 from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
 from llmcap.trace.synth import mean_rate, scale_rate
 from llmcap.sizing.units import (
@@ -289,13 +290,20 @@ class Sizer:
         make, rate = self._whole_trace(row), row.plan.planning_rps
         return Parallel(lambda many: executor.map(evaluate_at, [(make(c), rate, seed) for c in many]), width)
 
+    def cost_limit(self, row: SizedRow) -> float:
+        """The most `row`'s scenario fit may spend ($/h): `max_cost_factor` × its analytic plan, within `max_usd_per_hour`."""
+        assert row.plan is not None
+        p = self.params
+        return min(p.max_cost_factor * row.plan.usd_per_hour, math.inf if p.max_usd_per_hour is None else p.max_usd_per_hour)
+
     def fit(self, row: SizedRow) -> FitResult:
-        """The chosen plan simulated end to end in every scenario, grown until all pass, each pool shown minimal."""
+        """`row`'s plan simulated end to end in every scenario, grown until all pass (within its cost limit), each
+        pool settled at its minimum."""
         assert row.plan is not None
         run, judge = self.deployment(row)
         seed = self.params.search.seeds[0]
         self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
-        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.params.validate_max_extra, self.parallel(row, seed))
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.cost_limit(row), self.parallel(row, seed))
 
     def routers(self) -> list[str]:
         """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
@@ -304,22 +312,43 @@ class Sizer:
             return [p.router, "prefix_aware"]
         return [p.router]
 
-    def fit_routed(self, row: SizedRow) -> tuple[FitResult, dict[str, dict[str, Any]]]:
-        """`fit` under each of `routers()`; the one whose fitted plan passes and costs least is kept (ties: the
-        configured router) and from then on is the sizer's router. Also each router's outcome, for the report."""
-        base, fits = self.params, {}
-        for router in self.routers():
+    def settle(self, rows: list[SizedRow]) -> Settled:
+        """The `final_shortlist` cheapest shapes by analytic plan, each fitted on the whole trace in every scenario
+        (`fit`); the cheapest whose fit passes is chosen and fitted again under the other routers (`routers()`),
+        the router needing the cheaper passing plan kept. With none passing, the closest miss is `chosen` and
+        `ok` is False: the plan shown is not an answer."""
+        p = self.params
+        sized = sorted((r for r in rows if r.plan is not None), key=_analytic_cost)
+        shapes = sized[: p.final_shortlist]
+        self.say(f"settling the counts of {len(shapes)} shape(s) on the whole trace in every scenario")
+        finalists = [Finalist(r, self.fit(r)) for r in shapes]
+        passing = [f for f in finalists if f.fit.ok]
+        chosen = min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f))) if passing else max(finalists, key=_closeness)
+        routers: dict[str, dict[str, Any]] = {}
+        if chosen.fit.ok and len(self.routers()) > 1:
+            chosen, routers = self._routed(chosen)
+        if len(sized) > len(shapes):
+            following = sized[len(shapes)]
+            assert following.plan is not None
+            self.notes.append(f"settled on the whole trace: the {len(shapes)} cheapest analytic plans of {len(sized)} (final_shortlist); "
+                              f"the next, {following.key}, started at ${following.plan.usd_per_hour:,.2f}/h")  # fmt: skip
+        return Settled(chosen, tuple(finalists), routers)
+
+    def _routed(self, chosen: Finalist) -> tuple[Finalist, dict[str, dict[str, Any]]]:
+        """`chosen` fitted under each of `routers()` (its fit under `router` is already known); the one whose plan
+        passes and costs least is kept (ties: the configured router) and from then on is the sizer's router."""
+        base, fits = self.params, {self.params.router: chosen.fit}
+        for router in self.routers()[1:]:
             self.params = base.model_copy(update={"router": router})
-            fits[router] = self.fit(row)
+            fits[router] = self.fit(chosen.row)
         order = list(fits)
         best = min(order, key=lambda r: (not fits[r].ok, fits[r].plan.usd_per_hour, order.index(r)))
         self.params = base.model_copy(update={"router": best})
         compared = {r: {"gpus": f.plan.total_gpus, "usd_per_hour": f.plan.usd_per_hour, "scenarios_pass": f.ok} for r, f in fits.items()}
-        if len(fits) > 1:
-            tried = "; ".join(f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
-                              for r, c in compared.items())  # fmt: skip
-            self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
-        return fits[best], compared
+        tried = "; ".join(f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
+                          for r, c in compared.items())  # fmt: skip
+        self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
+        return Finalist(chosen.row, fits[best]), compared
 
     def count_range(self, row: SizedRow) -> CountRange:
         """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
@@ -333,6 +362,63 @@ class Sizer:
         if seeds:
             self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
         return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
+
+
+def _analytic_cost(row: SizedRow) -> tuple[float, float, str]:
+    assert row.plan is not None
+    return (row.plan.usd_per_hour, -row.balanced_rps_per_gpu, row.key)
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A shape settled on the whole trace: its analytic plan (`row.plan`) and its scenario fit."""
+
+    row: SizedRow
+    fit: FitResult
+
+    def describe(self) -> FinalistSummary:
+        assert self.row.plan is not None
+        plan, failed = self.fit.plan, self.fit.failed
+        binding = next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
+        return {
+            "candidate": self.row.key, "mode": self.row.mode, "analytic_gpus": self.row.plan.total_gpus,
+            "analytic_usd_per_hour": self.row.plan.usd_per_hour, "gpus": plan.total_gpus, "usd_per_hour": plan.usd_per_hour,
+            "counts": plan.counts(), "passes": self.fit.ok,
+            "binding": binding if self.fit.ok or failed is None else failed.scenario.name,
+            "failed": None if failed is None else failed.describe(),
+            "cost_limit_usd_per_hour": None if self.fit.ok else self.fit.limit_usd_per_hour,
+            "line": self.line(),
+        }  # fmt: skip
+
+    def line(self) -> str:
+        assert self.row.plan is not None
+        plan, start = self.fit.plan, f"analytic {self.row.plan.total_gpus} GPUs (${self.row.plan.usd_per_hour:,.2f}/h)"
+        if self.fit.ok:
+            binding = next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
+            why = f"one instance fewer fails '{binding}'" if binding else "every pool at 1 instance"
+            return f"{self.row.key}: {start} → {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, passes every scenario ({why})"
+        failed, limit = self.fit.failed, f"cost limit ${self.fit.limit_usd_per_hour:,.2f}/h"
+        if failed is None:
+            return f"{self.row.key}: {start} → passes every scenario only at {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, over the {limit}"
+        return f"{self.row.key}: {start} → still fails at {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h ({limit}): {failed.describe()}"
+
+
+def _closeness(f: Finalist) -> tuple[float, float]:
+    """How near a failing shape came: its failing scenario's attainment (1 for one that passes only over the cost
+    limit), then the cheaper."""
+    failed = f.fit.failed
+    return (1.0 if failed is None else failed.attainment, -f.fit.plan.usd_per_hour)
+
+
+@dataclass(frozen=True)
+class Settled:
+    chosen: Finalist
+    finalists: tuple[Finalist, ...]  # in analytic cost order
+    routers: dict[str, dict[str, Any]]  # router -> the chosen shape's fitted outcome under it (when compared)
+
+    @property
+    def ok(self) -> bool:
+        return self.chosen.fit.ok
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,25 @@ class RequestClassPools(TypedDict):
     split: NotRequired[list[PoolSizes]]
 
 
+class FinalistSummary(TypedDict):
+    """A shape whose counts were settled on the whole trace in every scenario (`size.final_shortlist`)."""
+
+    candidate: str
+    mode: str
+    analytic_gpus: int  # the per-pool plan from the searched per-instance rates, before any scenario ran
+    analytic_usd_per_hour: float
+    gpus: int  # after the scenario fit
+    usd_per_hour: float
+    counts: dict[str, int]  # instances per pool after the fit
+    passes: bool
+    binding: str | None  # passing: the scenario one instance fewer fails; failing: the scenario still failing
+    failed: str | None  # the failing scenario's line (failing shapes)
+    cost_limit_usd_per_hour: float | None  # where a failing shape's growth stopped
+    line: str
+
+
 class SizingSummary(TypedDict):
+    verdict: str  # "passes": the plan passes every scenario; "fails": no shape passed within its cost limit (not an answer)
     target_rps: float
     slo_definitions: dict[str, str]
     planning_rps: float
@@ -64,6 +82,7 @@ class SizingSummary(TypedDict):
     combination_rule: str
     scenarios: list[str] | None
     scenarios_pass: bool | None
+    finalists: list[FinalistSummary] | None  # the shapes settled on the whole trace, cheapest analytic plan first
     minimality: list[str] | None
     fit_history: list[str] | None
     count_range: dict[str, Any] | None

@@ -19,7 +19,9 @@ Columns (`CAPACITY_SCHEMA`; units in the names: _rps req/s, _ms milliseconds, _m
   visible_wait_ms_p99 (P/D handoff). Missing metrics are null.
 - goodput_rps = max_rps × attainment; goodput_per_gpu = goodput_rps / gpus_per_unit.
 - sizing for target_rps: base_instances, headroom_instances, instances, gpus, gpu_hours_per_day,
-  usd_per_hour, operational_margin (headroom ÷ base). Null when the row was not sized.
+  usd_per_hour, operational_margin (headroom ÷ base). Null when the row was not sized. scenarios: "pass" /
+  "fail" where the counts were settled by simulating the whole trace in every scenario (`size.final_shortlist`;
+  a failing row's counts are where its cost limit stopped the growth), null where they are the analytic plan.
 Rows are sorted by (workload_id, mode, goodput_per_gpu descending, candidate), so identical inputs give
 identical bytes in every format.
 """
@@ -53,7 +55,7 @@ METRIC_COLUMNS = [
 ]  # fmt: skip
 SIZING_COLUMNS = [
     ("target_rps", _F64), ("base_instances", _I64), ("headroom_instances", _I64), ("instances", _I64),
-    ("gpus", _I64), ("gpu_hours_per_day", _F64), ("usd_per_hour", _F64), ("operational_margin", _F64),
+    ("gpus", _I64), ("gpu_hours_per_day", _F64), ("usd_per_hour", _F64), ("operational_margin", _F64), ("scenarios", _STR),
 ]  # fmt: skip
 
 CAPACITY_SCHEMA = pa.schema(
@@ -104,8 +106,10 @@ def capacity_row(
     gpus_per_unit: int,
     plan: CapacityPlan | None = None,
     pd_ratio: tuple[int, int] | None = None,
+    scenarios: bool | None = None,
 ) -> dict[str, Any]:
-    """One table row from a candidate's search result (and its headroom plan, when sized)."""
+    """One table row from a candidate's search result (and its headroom plan, when sized; `scenarios`: whether
+    that plan passed its whole-trace scenarios, None where it is the analytic plan)."""
     best = result.best
     att = best.mean_attainment if best is not None else None
     row: dict[str, Any] = {"workload_id": workload_id, "candidate": candidate, "mode": mode}
@@ -136,6 +140,7 @@ def capacity_row(
             gpu_hours_per_day=plan.gpu_hours_per_day,
             usd_per_hour=plan.usd_per_hour,
             operational_margin=plan.operational_margin,
+            scenarios=None if scenarios is None else ("pass" if scenarios else "fail"),
         )
     return row
 
@@ -150,13 +155,14 @@ def pairing_row(
     prefill: tuple[SearchResult, float, int],
     decode: tuple[SearchResult, float, int],
     plan: CapacityPlan | None,
+    scenarios: bool | None = None,
 ) -> dict[str, Any]:
     """One P/D pairing's row from its two role searches — each (search, per-instance rate G, GPUs per
     instance) — and its per-pool plan (module docstring)."""
     (pre_res, g_p, prefill_gpus), (dec_res, g_d, decode_gpus) = prefill, decode
     gpus = prefill_gpus + decode_gpus
     rate = gpus / (prefill_gpus / g_p + decode_gpus / g_d) if g_p > 0 and g_d > 0 else 0.0
-    row = capacity_row(workload_id, candidate, "disaggregated", config, dec_res, gpus, plan)
+    row = capacity_row(workload_id, candidate, "disaggregated", config, dec_res, gpus, plan, scenarios=scenarios)
     pre = capacity_row(workload_id, candidate, "disaggregated", config, pre_res, gpus)
     atts = [a for a in (pre["attainment"], row["attainment"]) if a is not None]
     att = min(atts) if len(atts) == 2 else None

@@ -29,9 +29,12 @@ Percentile = Annotated[float, Field(gt=0, lt=100)]  # 0 and 100 are min and max,
 class ArrivalSpec(StrictParams):
     """An arrival process: used for length-only traces and for what-if synthesis."""
 
-    process: Literal["poisson", "gamma"] = "poisson"
+    process: Literal["poisson", "gamma", "mmpp"] = "poisson"
     rate_rps: float = Field(1.0, gt=0, description="mean arrival rate, requests per second")
     cv: float = Field(1.0, gt=0, description="inter-arrival coefficient of variation (gamma only; 1 = Poisson)")
+    burst_factor: float = Field(10_000.0, gt=1, description="mmpp: arrival rate in a burst ÷ the rate between bursts")
+    burst_share: float = Field(0.04, gt=0, lt=1, description="mmpp: long-run share of time spent in bursts")
+    burst_s: float = Field(3.0, gt=0, description="mmpp: mean burst length, seconds (exponential)")
     diurnal_amplitude: float = Field(0.0, ge=0, lt=1, description="relative sinusoidal rate swing, 0 = flat")
     diurnal_period_s: float = Field(86_400.0, gt=0)
     seed: int = Field(0, ge=0)

@@ -85,16 +85,30 @@ def test_an_aggregated_unit_and_a_missing_row(candidates) -> None:
         unit_from_plan(summary | {"chosen": "H100-SXM-80GB/nope"}, candidates, MODEL, 0.0, True)
 
 
+Z2 = 1.959963984540054**2  # z² of a two-sided 95% interval
+
+
 def test_the_verdict() -> None:
-    assert verdict({0.8: 1.0, 1.0: 0.995, 1.2: 0.9}, 0.99)["knee_in_band"] is True
-    v = verdict({0.8: 1.0, 1.0: 0.95, 1.2: 0.9}, 0.99)
-    assert v["knee_in_band"] is True and v["knee_scale"] == 0.8  # the knee lies below the predicted rate, still in band
-    held = verdict({0.8: 1.0, 1.0: 1.0, 1.2: 1.0}, 0.99)
-    assert held["knee_in_band"] is False and held["fails_at_high"] is False and "still holds at 1.2x" in held["text"]
-    failed = verdict({0.8: 0.5, 1.0: 0.4, 1.2: None}, 0.99)
-    assert failed["holds_at_low"] is False and failed["knee_scale"] is None and failed["fails_at_high"] is True
-    late = verdict({0.8: 1.0, 1.0: 0.995, 1.2: 0.9}, 0.99, invalid=["1.2x"])
-    assert late["knee_in_band"] is False and "INVALID runs 1.2x" in late["text"]
+    # every request met: the Wilson lower bound is n / (n + z²), which reaches 0.99 from n ≥ 0.99·z²/0.01 = 380.3
+    assert 380 / (380 + Z2) < 0.99 <= 381 / (381 + Z2)
+    confirmed = verdict({0.8: [(381, 381)], 1.0: [(300, 381)], 1.2: [(0, 100)]}, 0.99)
+    assert confirmed["knee_in_band"] is True and confirmed["outcome"] == "confirmed" and confirmed["knee_scale"] == 0.8
+    assert confirmed["text"].startswith("confirmed: holds at 0.8x (95% bounds 0.990–1.000 on 381 requests)")
+    short = verdict({0.8: [(380, 380)], 1.2: [(0, 100)]}, 0.99)  # one request short of resolving the target
+    assert short["outcome"] == "inconclusive" and short["judgement"] == {"0.8x": "inconclusive", "1.2x": "fails"}
+    assert short["knee_in_band"] is False and "too few to resolve 0.99" in short["text"]
+    # one miss in 40 decides nothing: 39/40 has an upper bound of 0.9956 ≥ 0.99; 30/40 (upper 0.858) fails
+    assert verdict({0.8: [(40, 40)], 1.2: [(39, 40)]}, 0.99)["judgement"]["1.2x"] == "inconclusive"
+    assert verdict({0.8: [(40, 40)], 1.2: [(30, 40)]}, 0.99)["judgement"]["1.2x"] == "fails"
+    held = verdict({0.8: [(400, 400)], 1.2: [(400, 400)]}, 0.99)
+    assert held["outcome"] == "contradicted" and held["fails_at_high"] is False and held["text"].startswith("NOT confirmed")
+    failed = verdict({0.8: [(50, 100)], 1.0: [(40, 100)], 1.2: [(0, 0)]}, 0.99)
+    assert failed["holds_at_low"] is False and failed["knee_scale"] is None and failed["outcome"] == "contradicted"
+    assert failed["judgement"]["1.2x"] == "inconclusive" and failed["bounds"]["1.2x"] == [0.0, 1.0]  # nothing judged
+    seeds = verdict({0.8: [(400, 400), (380, 380)], 1.2: [(0, 100), (0, 100)]}, 0.99)  # every seed must hold
+    assert seeds["judgement"]["0.8x"] == "inconclusive" and "on 380 requests" in seeds["text"]
+    late = verdict({0.8: [(381, 381)], 1.2: [(0, 100)]}, 0.99, invalid=["1.2x"])
+    assert late["knee_in_band"] is False and late["outcome"] == "invalid" and "INVALID runs 1.2x" in late["text"]
 
 
 def test_buckets() -> None:

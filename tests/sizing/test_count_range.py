@@ -49,7 +49,7 @@ def test_range_across_seeds_contains_the_point_answer_and_moves_by_whole_instanc
     params = HeadroomParams(node_failures=1, max_surge=1)
     plan0 = plan_headroom(RATE, [PoolInput("instances", G[0], 2, 8, 2.0)], params)
     judge = Judge(0.99, 0.9, "instances", None)
-    fitted = fit(plan0, lambda c: _run(c, 0), judge, 3)
+    fitted = fit(plan0, lambda c: _run(c, 0), judge)
     assert fitted.ok
     plan = fitted.plan
     # seed 0 needs 5 serving: the fitted plan keeps exactly 5 after its worst outage
@@ -86,8 +86,8 @@ def test_parallel_checks_give_the_same_fit_and_spend_little_past_a_failure():
         batches.append([dict(c) for c in many])
         return [_run(c, 0) for c in many]
 
-    serial = fit(plan0, run, judge, 3)
-    together = fit(plan0, lambda c: _run(c, 0), judge, 3, Parallel(run_many, 2))
+    serial = fit(plan0, run, judge)
+    together = fit(plan0, lambda c: _run(c, 0), judge, parallel=Parallel(run_many, 2))
     assert together == serial  # the same plan, scenario results, history and minimality evidence
     assert all(1 <= len(b) <= 2 for b in batches)
     ran = [c for b in batches for c in b]

@@ -19,7 +19,7 @@ MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(
     slo=SloParams(ttft_ms=3000, ttft_ms_per_1k_isl=100, itl_ms=80, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
     search=SearchParams(seeds=(0,), rel_tol=0.1, guard_points=0),
-    excerpt_requests=300, shortlist=1, max_simulated=1, pd_prefill_shortlist=0, validate_max_extra=2, count_seeds=(),
+    excerpt_requests=300, shortlist=1, max_simulated=1, pd_prefill_shortlist=0, count_seeds=(),
 )  # fmt: skip
 
 

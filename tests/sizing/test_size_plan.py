@@ -22,7 +22,7 @@ MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(
     slo=SloParams(ttft_ms=500, itl_ms=60, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
     search=SearchParams(seeds=(0, 1), rel_tol=0.1, guard_points=1),
-    excerpt_requests=300, shortlist=2, pd_prefill_shortlist=2, pd_decode_shortlist=1, validate_max_extra=2,
+    excerpt_requests=300, shortlist=2, pd_prefill_shortlist=2, pd_decode_shortlist=1,
 )
 
 
