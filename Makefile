@@ -53,9 +53,9 @@ test: setup
 	@scripts/install_chromium.sh  # the report-rendering test's browser (Debian's chromium; idempotent)
 	@scripts/install_prometheus.sh  # the PromQL gate tests' server (Debian's prometheus; idempotent)
 ifeq ($(strip $(PYTEST_ARGS)),)
-	@$(PY) -m pytest -m "live or timing"; timed=$$?; \
-	$(PY) -m pytest -m "not live and not timing" -n 2 --dist loadfile; rest=$$?; \
-	echo "make test: timed pass exit $$timed, the rest exit $$rest"; test $$timed -eq 0 -a $$rest -eq 0
+	@t0=$$(date +%s); $(PY) -m pytest -m "live or timing"; timed=$$?; t1=$$(date +%s); \
+	$(PY) -m pytest -m "not live and not timing" -n 2 --dist loadfile; rest=$$?; t2=$$(date +%s); \
+	echo "make test: timed pass exit $$timed in $$((t1 - t0)) s, the rest exit $$rest in $$((t2 - t1)) s"; test $$timed -eq 0 -a $$rest -eq 0
 else
 	$(PY) -m pytest $(PYTEST_ARGS)
 endif

@@ -25,7 +25,6 @@ from llmcap.commands._deployment import (
     EngineOptions,
     FirstTokenFromOpt,
     GpuMemUtilOpt,
-    GpuOpt,
     HostBlocksOpt,
     HostGbpsOpt,
     KvBlockSizeOpt,
@@ -35,7 +34,6 @@ from llmcap.commands._deployment import (
     MaxBatchedOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
-    ModelOpt,
     NumBlocksOpt,
     PdOpt,
     PrefixCachingOpt,
@@ -64,7 +62,7 @@ from llmcap.commands._trace_input import (
     positive,
     read_trace_input,
 )
-from llmcap.errors import LlmcapError
+from llmcap.errors import InputFileError, LlmcapError
 from llmcap.sim import SimResult
 from llmcap.sim import simulate as run_simulation
 from llmcap.sizing.measured import load_profile
@@ -76,11 +74,22 @@ from llmcap.trace.synth import spread_ties
 PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth drawing
 
 
+# deployment options a plan (--plan) sets itself
+PLAN_SETS = ("model", "gpu", "tp", "replicas", "router", "admission_policy", "pd", "first_token_from", "link_gbps", "link_latency_ms",
+             "request_rate", "rate_scale", "quant", "kv_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks",
+             "gpu_memory_utilization", "prefix_caching", "host_blocks", "host_gbps", "profile", "max_model_len", "goodput", "itl_stat")  # fmt: skip
+
+
 @user_errors
 def simulate(
+    ctx: typer.Context,
     trace: Annotated[Path, typer.Option("--trace", "-t", help="trace file: canonical Parquet or any format `llmcap trace` reads")],
-    model: ModelOpt,
-    gpu: GpuOpt,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="catalog model name or path to config.json")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")] = None,
+    plan: Annotated[Path | None, typer.Option("--plan", help="replay a sized plan instead (summary.json of `llmcap size --out` or the size "
+                                              "stage): its deployment, step times, planning rate, seed and SLO")] = None,
+    scenario: Annotated[str | None, typer.Option("--scenario", help="with --plan: serve only what one of its scenarios leaves, e.g. "
+                                                 "'node loss: prefill' (default: every planned instance)")] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
@@ -122,6 +131,18 @@ def simulate(
     json_out: JsonFlagOpt = False,
 ) -> None:
     """Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."""
+    if plan is not None:
+        given = [f"--{n.replace('_', '-')}" for n in PLAN_SETS if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"]
+        if given:
+            raise LlmcapError(f"--plan sets the deployment, rate and SLO; drop {', '.join(given)}")
+        seed_given = (src := ctx.get_parameter_source("seed")) is not None and src.name == "COMMANDLINE"
+        _simulate_plan(plan, scenario, trace, (fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates),
+                       seed if seed_given else None, output_format(output_fmt, json_out), out)  # fmt: skip
+        return
+    if scenario is not None:
+        raise LlmcapError("--scenario names one of a plan's scenarios: give --plan summary.json with it")
+    if model is None or gpu is None:
+        raise LlmcapError("give --model and --gpu (the deployment to simulate), or --plan summary.json (a sized plan)")
     opts = EngineOptions(
         tp=tp, replicas=replicas, router=router, admission_policy=admission_policy, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
         link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
@@ -208,6 +229,42 @@ def simulate(
                       f"{g['goodput_rps']:,.3g} req/s over the arrival span" + (f"; {g['token_itl']}" if g["token_itl"] else ""))  # fmt: skip
         for name, definition in g["slo_definitions"].items():
             console.print(f"  SLO {name}: {definition}")
+
+
+def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple, seed: int | None, output: str, out: Path | None) -> None:
+    """The plan's deployment (or what `scenario` leaves of it) on the whole trace at its planning rate, judged by its SLO."""
+    import json
+
+    from llmcap.sizing.planned import PlannedDeployment
+
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        record = summary["deployment"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputFileError(path, f"not a sized plan's summary.json ({type(exc).__name__}: {exc})") from None
+    planned = PlannedDeployment.from_dict(record, str(path))
+    name = scenario or "traffic"
+    counts = planned.scenario_counts(name) if scenario is not None else planned.counts
+    if out is not None:
+        check_outputs([trace], [out])
+    cleaned = read_trace_input(trace, *reading, announce=output == "table")
+    result = planned.replay(cleaned.trace, counts, seed)
+    if out is not None:
+        write_table(result.records, out)
+    verdict = planned.judge(result)
+    s = dict(result.summary) | {
+        "plan": str(path), "chosen": summary.get("chosen"), "scenario": name, "counts": counts, "planning_rps": planned.planning_rps,
+        "seed": planned.seed if seed is None else seed, "deployment": deployment_label(planned.config_at(counts)),
+        "plan_check": {"attainment": verdict.attainment, "target": verdict.target, "run_miss": verdict.run_miss, "passes": verdict.passes},
+        "input_accounting": account_json(cleaned.report),
+    }  # fmt: skip
+    if output == "json":
+        print_json(s)
+    elif output == "csv":
+        print_csv([s])
+    else:
+        Console().print(f"plan {s['chosen']}, scenario {name!r} ({', '.join(f'{k} {v}' for k, v in counts.items())}) on "
+                        f"{s['requests']:,} requests at {planned.planning_rps:.4g} req/s: {verdict.line()}", highlight=False, soft_wrap=True)  # fmt: skip
 
 
 def _goodput_slo(goodput: list[str] | None, itl_stat: str, ttft_includes_handoff: bool) -> SloParams | None:

@@ -248,6 +248,7 @@ def size_deployments(
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),
         "ledger": ledger.as_dict(),
+        "deployment": sizer.planned(chosen, plan).to_dict(),
         "candidates_feasible": len(feasible),
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
         "notes": list(sizer.notes),

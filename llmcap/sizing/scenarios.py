@@ -10,10 +10,13 @@ its run-level targets (token-level ITL), and the
 KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
 same instances are one simulation.
 
-Fit: while a scenario fails, instances are added to the pool it takes instances from (the traffic
-scenario: the pool its misses point at — TTFT misses the prefill pool, ITL and KV the decode pool): one,
-then twice as many each time the same pool fails again (a plan far below its need gets there in a few
-simulations), up to a stated cost limit ($/h) and no other cap. Then minimality, pool by pool: the count is
+Fit: while a scenario fails, instances are added to the pool it points at (the pool the scenario takes
+instances from; the traffic scenario's misses: TTFT the prefill pool, ITL and KV the decode pool): one, then
+twice as many each time the same pool is grown again (a plan far below its need gets there in a few
+simulations), and at least enough that the scenario leaves one more instance serving (a node holds several),
+up to a stated cost limit ($/h) and no other cap. With two pools (P/D) the failing scenario is also simulated
+with the other pool grown, and the growth that raises its attainment more (by `PROGRESS_STEP`) is kept: a
+node loss in the prefill pool may be the decode pool's to fix. Then minimality, pool by pool: the count is
 bisected between the highest count seen failing and the passing one, then one instance fewer is tried at
 the others' final counts; when every scenario still passes the pool shrinks and the check repeats (attainment
 is assumed monotone in the count only to skip counts: every claim of minimality is the one-fewer run
@@ -164,6 +167,40 @@ class FitResult:
         return next((r for r in self.results if not r.passed), None)
 
 
+PROGRESS_STEP = 0.01  # attainments closer than this are a tie between two growths
+
+
+def _evaluate(chosen: Sequence[Scenario], run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
+              parallel: Parallel | None) -> list[ScenarioResult]:  # fmt: skip
+    """Each scenario judged, each distinct deployment simulated once (`cache`), `parallel` when given."""
+    for sc in chosen:
+        empty = [p for p, n in sc.serving if n <= 0]
+        if empty and sc.serving not in cache:
+            cache[sc.serving] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving")
+    todo = list(dict.fromkeys(sc.serving for sc in chosen if sc.serving not in cache))
+    if parallel is not None and parallel.width > 1 and len(todo) > 1:
+        cache.update(zip(todo, parallel.run_many([dict(t) for t in todo]), strict=True))
+    for key in todo:
+        if key not in cache:
+            cache[key] = run(dict(key))
+    return [judge(sc, cache[sc.serving]) for sc in chosen]
+
+
+def _survivor_step(plan: CapacityPlan, pool: str, scenario: Scenario) -> int:
+    """The fewest instances to add to `pool` so that `scenario`, when it takes instances from that pool, leaves one
+    more serving (a node loss takes a whole node's share: 3 instances spread 2 + 1 lose 2, like 2)."""
+    if scenario.reduced != pool:
+        return 1
+    q = plan.pool(pool)
+    lost = (lambda p: p.node_loss) if scenario.name.startswith("node loss") else (lambda p: p.upgrading)
+    serving = q.instances - lost(q)
+    for d in range(1, q.instances + 2):
+        bigger = q.with_instances(q.instances + d)
+        if bigger.instances - lost(bigger) > serving:
+            return d
+    return 1
+
+
 def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
@@ -175,22 +212,32 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: 
     cache: dict[tuple, EvalResult] = {}
     history: list[str] = []
     failing: dict[str, int] = {}  # pool -> the highest count seen failing (with the other pools at or below their final counts)
-    step, last = 0, ""
+    steps: dict[str, int] = {}
+    last = ""
     results = check(plan, run, judge, cache, parallel)
     while not all(r.passed for r in results):
         bad = next(r for r in results if not r.passed)
-        pool = bad.blame
-        failing[pool] = max(failing.get(pool, 0), plan.pool(pool).instances)
-        step = 2 * step if pool == last else 1
-        while step > 1 and _with(plan, pool, step).usd_per_hour > max_usd_per_hour:
-            step //= 2
-        grown = _with(plan, pool, step)
-        if grown.usd_per_hour > max_usd_per_hour:
-            history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; one more {pool} instance would cost "
-                           f"${grown.usd_per_hour:,.2f}/h, over the limit ${max_usd_per_hour:,.2f}/h: stopped")  # fmt: skip
+        options = []  # (the failing scenario after growing this pool, pool, step, grown plan): the pool it points at first
+        for pool in dict.fromkeys([bad.blame, *(q.name for q in plan.pools)]):
+            step = max(2 * steps[pool] if pool == last else 1, _survivor_step(plan, pool, bad.scenario))
+            while step > 1 and _with(plan, pool, step).usd_per_hour > max_usd_per_hour:
+                step -= 1
+            grown = _with(plan, pool, step)
+            if grown.usd_per_hour <= max_usd_per_hour:
+                options.append((next(sc for sc in scenarios(grown) if sc.name == bad.scenario.name), pool, step, grown))
+        if not options:
+            history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; one more instance of any pool would cost more than "
+                           f"the limit ${max_usd_per_hour:,.2f}/h: stopped")  # fmt: skip
             return FitResult(plan, tuple(results), False, tuple(history), (), max_usd_per_hour)
-        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +{step} {pool}")
-        plan, last = grown, pool
+        outcomes = _evaluate([sc for sc, *_ in options], run, judge, cache, parallel)
+        # the growth that moves the failing scenario furthest (by PROGRESS_STEP; ties: the pool it points at)
+        k = max(range(len(options)), key=lambda i: (outcomes[i].passed, math.floor(outcomes[i].attainment / PROGRESS_STEP), -i))
+        _, pool, step, grown = options[k]
+        failing[pool] = max(failing.get(pool, 0), plan.pool(pool).instances)
+        compared = "" if len(options) == 1 else " (" + "; ".join(
+            f"+{o[2]} {o[1]}: {r.attainment:.4f}" for o, r in zip(options, outcomes, strict=True)) + ")"  # fmt: skip
+        history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +{step} {pool}{compared}")
+        plan, last, steps[pool] = grown, pool, step
         results = check(plan, run, judge, cache, parallel)
     history.append(f"{_counts_txt(plan.counts())}: every scenario passes")
     minimal: dict[str, Minimality] = {}

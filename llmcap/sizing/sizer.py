@@ -14,14 +14,16 @@ import pandas as pd
 import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
-from llmcap.sim import LinkConfig, PDConfig, SimResult
+from llmcap.sim import LinkConfig, PDConfig, SimConfig, SimResult
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
 from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_headroom, traffic_plan
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams
+from llmcap.sizing.planned import PlannedDeployment, step_model_record
 from llmcap.sizing.scenarios import FitResult, Judge, Parallel
+from llmcap.sizing.scenarios import scenarios as scenario_list
 from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
@@ -267,6 +269,17 @@ class Sizer:
             return lambda counts: self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)
         factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
         return lambda counts: factory(counts["prefill"], counts["decode"])
+
+    def planned(self, row: SizedRow, plan: CapacityPlan) -> PlannedDeployment:
+        """`row`'s deployment at `plan`'s counts as the record `llmcap simulate --plan` replays (`llmcap.sizing.planned`)."""
+        ev = self._whole_trace(row)(plan.counts())
+        config = SimConfig(engine=ev.engine, replicas=ev.replicas, router=ev.router, pd=ev.pd)
+        if row.decode is None:
+            steps = {"instances": step_model_record(row.unit.step_model, row.unit.row)}
+        else:
+            steps = {"prefill": step_model_record(row.unit.step_model, row.unit.row), "decode": step_model_record(row.decode.step_model, row.decode.row)}
+        named = {s.name: s.counts() for s in scenario_list(plan)}
+        return PlannedDeployment(self.model.source, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo)
 
     def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and

@@ -87,6 +87,7 @@ class SizingSummary(TypedDict):
     fit_history: list[str] | None
     count_range: dict[str, Any] | None
     ledger: dict[str, Any]
+    deployment: dict[str, Any]  # the planned deployment as `llmcap simulate --plan` replays it (`llmcap.sizing.planned`)
     candidates_feasible: int
     candidates_simulated: int
     notes: list[str]

@@ -66,7 +66,7 @@ def test_growth_stops_at_the_cost_limit_and_says_so():
     assert not fitted.ok and fitted.minimality == ()
     assert fitted.plan.usd_per_hour <= limit and fitted.plan.pool("instances").instances == 6  # 1, 2, 4, then +2 (not +4: over the limit)
     assert fitted.limit_usd_per_hour == limit and fitted.failed is not None and fitted.failed.attainment == 0.5
-    assert "over the limit $12.00/h: stopped" in fitted.history[-1]
+    assert "one more instance of any pool would cost more than the limit $12.00/h: stopped" in fitted.history[-1]
 
 
 def test_outages_are_covered_one_instance_above_the_need_per_scenario():
@@ -95,3 +95,17 @@ def test_coupled_pd_pools_settle_where_neither_moves():
     failed = {m.pool: m.failed for m in fitted.minimality}
     assert failed["prefill"] is not None and failed["prefill"].scenario.counts() == {"prefill": 4, "decode": 3}
     assert failed["decode"] is not None and failed["decode"].scenario.counts() == {"prefill": 5, "decode": 2}
+
+
+def _misleading_pd_run(counts: Mapping[str, int]) -> EvalResult:
+    """Every shortfall shows as TTFT misses (the judge blames prefill), though decode is short too."""
+    short_p, short_d = max(0, NEED_PD["prefill"] - counts["prefill"]), max(0, NEED_PD["decode"] - counts["decode"])
+    return EvalResult(1.0 - 0.05 * (short_p + short_d), {"ttft_misses": float(short_p + short_d > 0), "itl_misses": 0.0})
+
+
+def test_a_failure_that_points_at_the_wrong_pool_is_still_fixed():
+    pools = [PoolInput("prefill", 5.0, 1, 8, 2.0), PoolInput("decode", 20.0, 1, 8, 3.0)]
+    fitted = fit(plan_headroom(RATE, pools, NO_OUTAGES), _misleading_pd_run, Judge(0.99, 0.9, "decode", "prefill"), max_usd_per_hour=200.0)
+    # growing prefill alone would never pass: each step also tries the other pool and keeps the growth that moves the attainment more
+    assert fitted.ok and fitted.plan.counts() == NEED_PD
+    assert any("decode" in h.split("→")[-1] for h in fitted.history if "FAIL" in h)  # the decode pool was grown

@@ -1,0 +1,119 @@
+"""The planned deployment as data: what `summary.json` records so that the plan can be simulated again on its
+own, at its counts or in any of its scenarios, without the sizer (`llmcap simulate --plan summary.json`).
+
+The record holds the simulator config at the plan's counts (engines, router, P→D link and where TTFT ends),
+what timed each pool's steps (a roofline configuration, rebuilt the same way), the planning rate and seed
+of the sizer's whole-trace scenarios, the serving counts of every scenario and the SLO the plan was judged
+by. A plan whose steps were timed by a measured profile or corrected step times cannot be rebuilt from the
+record alone; it says so instead of substituting the roofline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from llmcap.errors import LlmcapError
+from llmcap.perf import RooflineModel, build_step_model
+from llmcap.perf.model import StepTimeModel
+from llmcap.sim import SimConfig, SimResult, simulate
+from llmcap.sizing.params import SloParams
+from llmcap.sizing.slo import attainment, token_itl_check
+from llmcap.trace.synth import scale_rate, spread_ties
+
+STEP_MODEL_FIELDS = ("gpu", "tp", "pp", "ep", "weight_quant", "kv_dtype")
+
+
+@dataclass(frozen=True)
+class PlannedDeployment:
+    model: str  # the model source the step models are built from (catalog name or config path)
+    planning_rps: float  # the rate every scenario replays the whole trace at
+    seed: int  # the seed of the sizer's whole-trace runs (tie spreading, power-of-two draws)
+    config: SimConfig  # the deployment at the plan's counts
+    step_models: Mapping[str, Mapping[str, Any]]  # pool -> roofline configuration (STEP_MODEL_FIELDS) or {"source": ...}
+    scenarios: Mapping[str, Mapping[str, int]]  # scenario name -> serving instances per pool
+    slo: SloParams
+
+    @property
+    def counts(self) -> dict[str, int]:
+        pd = self.config.pd
+        return {"instances": self.config.replicas} if pd is None else {"prefill": pd.prefill_replicas, "decode": pd.decode_replicas}
+
+    def config_at(self, counts: Mapping[str, int]) -> SimConfig:
+        """The deployment with `counts` serving instances per pool (a pool with none left cannot be simulated)."""
+        empty = [pool for pool, n in counts.items() if n < 1]
+        if empty:
+            raise LlmcapError(f"no {empty[0]} instance left serving: nothing to simulate (the scenario fails by construction)")
+        if self.config.pd is None:
+            return self.config.model_copy(update={"replicas": counts["instances"]})
+        pd = self.config.pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
+        return self.config.model_copy(update={"pd": pd})
+
+    def scenario_counts(self, name: str) -> dict[str, int]:
+        if name not in self.scenarios:
+            raise LlmcapError(f"--scenario {name!r}: the plan's scenarios are {', '.join(repr(s) for s in self.scenarios)}")
+        return dict(self.scenarios[name])
+
+    def step_times(self) -> tuple[StepTimeModel, StepTimeModel | None]:
+        """(the step model of the only or prefill pool, the decode pool's or None), rebuilt from the record."""
+        models = []
+        for pool in self.counts:
+            desc = self.step_models[pool]
+            if desc.get("source") != "roofline":
+                raise LlmcapError(f"the plan's {pool} pool was timed by {desc.get('source')!r}, which summary.json does not carry: "
+                                  "simulate that configuration with --profile instead")  # fmt: skip
+            models.append(build_step_model(self.model, str(desc["gpu"]), **{k: desc[k] for k in STEP_MODEL_FIELDS[1:]}))
+        return models[0], (models[1] if len(models) > 1 else None)
+
+    def replay(self, trace: pa.Table, counts: Mapping[str, int] | None = None, seed: int | None = None) -> SimResult:
+        """The whole `trace` at the planning rate through the deployment at `counts` (default: the plan's), as the
+        sizer's scenarios replay it: ties spread and power-of-two draws on `seed` (default: the sizer's)."""
+        seed = self.seed if seed is None else seed
+        workload = scale_rate(spread_ties(trace, np.random.default_rng(seed)), self.planning_rps)
+        step, decode = self.step_times()
+        return simulate(workload, step, self.config_at(counts or self.counts), rng=np.random.default_rng(seed), decode_model=decode)
+
+    def judge(self, result: SimResult) -> PlanCheck:
+        """The plan's SLO on one replay: steady-window attainment against the target, and the token-level ITL where set."""
+        share = attainment(result.records, self.slo)
+        token = token_itl_check(result.itl_values, result.itl_weights, self.slo)
+        missed = "" if token is None or token.ok else f"ITL token-level P{token.percentile:g} {token.observed_ms:.4g} ms > {token.target_ms:g} ms"
+        return PlanCheck(share, self.slo.attainment_target, missed, share >= self.slo.attainment_target and not missed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "planning_rps": self.planning_rps, "seed": self.seed, "counts": self.counts,
+            "sim_config": self.config.model_dump(mode="json", exclude_defaults=True), "step_models": {k: dict(v) for k, v in self.step_models.items()},
+            "scenarios": {k: dict(v) for k, v in self.scenarios.items()}, "slo": self.slo.model_dump(mode="json"),
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any], where: str = "summary.json") -> PlannedDeployment:
+        try:
+            return cls(str(record["model"]), float(record["planning_rps"]), int(record["seed"]), SimConfig.model_validate(record["sim_config"]),
+                       dict(record["step_models"]), dict(record["scenarios"]), SloParams.model_validate(record["slo"]))  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LlmcapError(f"{where}: no usable `deployment` record ({type(exc).__name__}: {exc}); size the plan again with this version") from None
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    attainment: float  # steady-window share of requests meeting every per-request target
+    target: float
+    run_miss: str  # a run-level target missed ("" when none)
+    passes: bool
+
+    def line(self) -> str:
+        why = f"; {self.run_miss}" if self.run_miss else ""
+        return f"attainment {self.attainment:.4f} vs target {self.target:g}{why} → {'pass' if self.passes else 'FAIL'}"
+
+
+def step_model_record(step: StepTimeModel, row: Mapping[str, Any]) -> dict[str, Any]:
+    """What timed a pool's steps: its roofline configuration (from the candidate `row`), or only the kind when measured or corrected."""
+    if type(step) is not RooflineModel:
+        return {"source": "measured profile or corrected step times"}
+    return {"source": "roofline"} | {k: (str(row[k]) if k in ("gpu", "weight_quant", "kv_dtype") else int(row[k])) for k in STEP_MODEL_FIELDS}
