@@ -2,9 +2,13 @@
 server (vLLM, SGLang, TensorRT-LLM serve, `llmcap twin serve`) and report what came back.
 
 Every request leaves at its scheduled time whatever the server does (`llmcap.live.replay`); errors,
-timeouts and cut streams are rows with their status and count as SLO misses. A run whose send
-lateness exceeds `--max-lateness-ms` measured the client, not the server: it is reported INVALID and
-the command exits 3.
+timeouts and cut streams are rows with their status and count as SLO misses.
+
+Exit codes (`EXIT_CODES`), the first that applies: 3 INVALID (a send later than `--max-lateness-ms`: the
+client's latency, not the server's); 4 UNREACHABLE (not one request was served: a dead server or a closed
+port); 5 FAILED (more than `--max-failed` of the requests rejected or unfinished); 6 SLO MISSED (with SLO
+targets, steady-window attainment below `--attainment`); 0 otherwise. `valid` in the summary is false for
+3, 4 and 5.
 """
 
 from __future__ import annotations
@@ -46,6 +50,27 @@ from llmcap.trace import mean_rate, write_table
 from llmcap.trace.synth import spread_ties
 
 INVALID_EXIT = 3  # the client could not keep its schedule: the latencies are not the server's
+UNREACHABLE_EXIT = 4  # not one request served
+FAILED_EXIT = 5  # more requests rejected or unfinished than allowed
+SLO_MISSED_EXIT = 6  # served, but the SLO attainment target was not met
+EXIT_CODES = {0: "ok", INVALID_EXIT: "INVALID", UNREACHABLE_EXIT: "UNREACHABLE", FAILED_EXIT: "FAILED", SLO_MISSED_EXIT: "SLO MISSED"}
+
+
+def outcome(summary: dict[str, Any], max_failed: float, attainment_target: float) -> tuple[int, str]:
+    """The exit code of a summarized run and why (module docstring: the first that applies)."""
+    st, n = summary["status"], summary["requests"]
+    failed = st["rejected"] + st["unfinished"]
+    if not summary["send_valid"]:
+        late = summary["send_lateness_ms"]
+        return INVALID_EXIT, f"sends ran up to {late['max']:.0f} ms late (> {summary['max_lateness_ms']:.0f} ms): the client's latency, not the server's"
+    if n and st["ok"] == 0:
+        return UNREACHABLE_EXIT, f"not one of {n:,} requests was served ({st['rejected']:,} rejected, {st['unfinished']:,} unfinished): is the server up?"
+    if failed > max_failed * n:
+        return FAILED_EXIT, f"{failed:,} of {n:,} requests rejected or unfinished ({failed / n:.1%} > --max-failed {max_failed:.1%})"
+    slo = summary.get("slo")
+    if slo is not None and slo["attainment"] < attainment_target:
+        return SLO_MISSED_EXIT, f"SLO attainment {slo['attainment']:.1%} < --attainment {attainment_target:.1%}"
+    return 0, "every request accounted for and served" + ("" if slo is None else f"; SLO attainment {slo['attainment']:.1%}")
 
 
 def _pct_ms(values: np.ndarray) -> dict[str, float | None]:
@@ -81,7 +106,7 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
                    "cpu_us_per_request": result.client_cpu_s / rec.num_rows * 1e6 if rec.num_rows else None},
     }
     late = float(lateness.max()) if lateness.size else 0.0
-    summary["valid"] = late <= max_lateness_s
+    summary["send_valid"] = late <= max_lateness_s
     if slo is not None:
         g = goodput(rec, slo)
         summary["slo"] = {"attainment": g.attainment, "goodput_rps": g.goodput_rps, "offered_rps": g.offered_rps,
@@ -100,6 +125,10 @@ def replay(
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
     slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
     max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = 50.0,
+    max_failed: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests that may be rejected or unfinished before the "
+                                              "run FAILED (exit 5; none served: UNREACHABLE, exit 4).")] = 0.01,
+    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="With SLO targets: below this steady-window attainment "
+                                              "the run exits 6 (SLO MISSED).")] = 0.99,
     timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
     max_drain: Annotated[float | None, typer.Option(min=0.0, help="Cut requests still streaming this many s after the last send "
                                                                   "(unfinished; default: only --timeout bounds them).")] = None,  # fmt: skip
@@ -123,7 +152,10 @@ def replay(
                                                      help=f"Environment variable holding the API key (default: {DEFAULT_API_KEY_ENV} if set).")] = None,  # fmt: skip
     json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
 ) -> None:
-    """Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."""
+    """Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment.
+
+    Exit codes: 0 ok; 3 INVALID (sends ran late: the client's latency); 4 UNREACHABLE (nothing served);
+    5 FAILED (more than --max-failed rejected or unfinished); 6 SLO MISSED (attainment below --attainment)."""
     positive("--rate-scale", rate_scale)
     positive("--request-rate", request_rate)
     positive("--max-lateness-ms", max_lateness_ms)
@@ -151,6 +183,8 @@ def replay(
                   quiet=json_out, api=api, processes=processes, max_drain=max_drain)  # fmt: skip
     summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
+    code, why = outcome(summary, max_failed, attainment)
+    summary |= {"valid": code not in (INVALID_EXIT, UNREACHABLE_EXIT, FAILED_EXIT), "exit_code": code, "outcome": EXIT_CODES[code], "outcome_reason": why}
     if out is not None:
         write_table(result.requests, out / "records.parquet")
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -158,8 +192,8 @@ def replay(
         print_json(summary)
     else:
         _print(summary)
-    if not summary["valid"]:
-        raise typer.Exit(INVALID_EXIT)
+    if code:
+        raise typer.Exit(code)
 
 
 def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
@@ -195,6 +229,5 @@ def _print(s: dict[str, Any]) -> None:
         g = s["slo"]
         console.print(f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "
                       f"misses {json.dumps(g['misses'])}", highlight=False)  # fmt: skip
-    if not s["valid"]:
-        console.print(f"[bold red]INVALID[/]: sends ran up to {late['max']:.0f} ms late (> {s['max_lateness_ms']:.0f} ms): "
-                      "the client could not keep the schedule, so these latencies are not the server's.")  # fmt: skip
+    if s["exit_code"]:
+        console.print(f"[bold red]{s['outcome']}[/] (exit {s['exit_code']}): {s['outcome_reason']}", highlight=False)

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
-from llmcap.commands.replay import INVALID_EXIT
+from llmcap.commands.replay import FAILED_EXIT, INVALID_EXIT, SLO_MISSED_EXIT, UNREACHABLE_EXIT
 from tests.twin._twin import twin_server
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
@@ -52,14 +52,43 @@ def test_every_request_is_accounted_for_and_written(trace: Path, tmp_path: Path)
     assert json.loads((out / "summary.json").read_text())["requests"] == 40
 
 
-def test_errors_are_rows_and_misses(trace: Path) -> None:
+def test_errors_are_rows_and_misses_and_fail_the_run(trace: Path) -> None:
     with twin("--error-rate", "0.5", "--seed", "1") as url:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "2000", "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == FAILED_EXIT, result.output
     s = json.loads(result.stdout)
     assert s["requests"] == 40 and sum(s["status"].values()) == 40
     assert 0 < s["status"]["rejected"] < 40
     assert s["slo"]["misses"]["status"] > 0 and s["slo"]["attainment"] < 1.0
+    assert s["valid"] is False and s["outcome"] == "FAILED" and "--max-failed 1.0%" in s["outcome_reason"]
+
+
+def test_a_closed_port_is_unreachable(trace: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on (bound, never listening: connections are refused)
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        result = runner.invoke(app, ["replay", "--endpoint", url, "--model", "m", "-t", str(trace), "--timeout", "2", "--json"])
+    assert result.exit_code == UNREACHABLE_EXIT, result.output
+    s = json.loads(result.stdout)
+    assert s["status"]["ok"] == 0 and sum(s["status"].values()) == 40 and s["valid"] is False and s["outcome"] == "UNREACHABLE"
+
+
+def test_a_twin_that_dies_mid_run_fails_it(trace: Path) -> None:
+    with twin("--crash-after", "10") as url:
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--timeout", "5", "--json"])
+    assert result.exit_code == FAILED_EXIT, result.output
+    s = json.loads(result.stdout)
+    assert sum(s["status"].values()) == 40 and 0 < s["status"]["ok"] <= 10 and s["valid"] is False  # streams open at the crash are cut
+
+
+def test_a_slow_server_misses_the_slo(trace: Path) -> None:
+    with twin("--slowdown", "5") as url:
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "1", "--json"])
+    assert result.exit_code == SLO_MISSED_EXIT, result.output
+    s = json.loads(result.stdout)
+    assert s["status"]["ok"] == 40 and s["valid"] is True and s["slo"]["attainment"] < 0.99 and s["outcome"] == "SLO MISSED"
 
 
 def test_a_run_that_misses_its_schedule_is_invalid(trace: Path) -> None:
