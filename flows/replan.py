@@ -143,7 +143,9 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         mlflow.log_metrics({f"plan.{pool}.{m}": q[m] for pool, q in k["pool_plans"].items() for m in ("instances", "gpus", "per_instance_rps")})
         mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"], "mlflow.runName": tracking.decision_name(k)})
         r = results["replay"]
-        mlflow.set_tags({"replay.source": r["source"], "replay.verdict": r["verdict"]["measured"]["text"]})
+        v = r["verdict"]["measured"]
+        mlflow.set_tags({"replay.source": r["source"], "replay.verdict": v["text"], "replay.valid": str(r["valid"]).lower(),
+                         "decision.confirmed": str(v["knee_in_band"]).lower()})  # fmt: skip
         tags, artifacts = decision.record(base)
         mlflow.set_tags(tags)
         applied = artifacts["step_model.json"].get("corrections") or []
@@ -235,11 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         changed = ", ".join(f"{c['field']} {c['a']} → {c['b']}" for c in d["changed"] if c["field"] in ("gpus", "usd_per_hour", "chosen")) or "same GPUs, configuration and cost"
         print(f"against the decision recorded at HEAD: {changed} (`llmcap diff HEAD .`; because: {'; '.join(d['explanation'][:3])})")
     r = result["replay"]
+    confirmed = "confirmed" if r["verdict"]["measured"]["knee_in_band"] else "UNCONFIRMED"
     print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")
     stored = result["stored"]
     print(f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
           "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)")
-    return 0
+    require = yaml.safe_load((ROOT / "params.yaml").read_text()).get("replay", {}).get("require", "none")
+    missing = {"valid": not r["valid"], "confirmed": confirmed != "confirmed" or not r["valid"]}.get(require, False)
+    print(f"decision: {confirmed} by the replay check (replay.require: {require})" + ("" if not missing else " — not met: exit 1"))
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":

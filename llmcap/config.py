@@ -197,6 +197,10 @@ class ReplayParams(_Strict):
     timeout_s: float = Field(120.0, gt=0, description="per-read timeout of a stream, simulated seconds (a miss, not a retry)")
     max_drain_s: float = Field(120.0, gt=0, description="requests still streaming this long after the last send are cut (unfinished)")
     vocab_size: int = Field(1000, ge=8, description="prompt token ids are drawn from [4, vocab_size)")
+    require: Literal["none", "valid", "confirmed"] = Field(
+        "none", description="what `make plan` (flows.replan) requires of this check to exit 0: none (the decision is recorded either "
+        "way, marked confirmed or not), valid (no INVALID run), confirmed (valid, and the verdict confirmed)",
+    )  # fmt: skip
 
     @field_validator("endpoint")
     @classmethod
