@@ -334,3 +334,21 @@ def calibrated_params(gpu: GpuSpec, compute_dtype: str) -> tuple[RooflineParams,
 def shipped_calibrations() -> list[Calibration]:
     """Every shipped calibration, by GPU name."""
     return [c for p in sorted(CALIBRATION_DIR.glob("*/roofline.yaml")) if (c := shipped_calibration(p.parent.name)) is not None]
+
+
+@cache
+def _median_errors(path: Path) -> dict:
+    return dict(yaml.safe_load(Path(path).read_text()).get("median_abs_error") or {})
+
+
+def held_out_error(cal: Calibration) -> float | None:
+    """The calibration's held-out median |relative error| over every in-scope operation (each group predicted by a fit
+    that left it out); None when the file records none."""
+    value = _median_errors(cal.path).get("all", {}).get("held_out")
+    return None if value is None else float(value)
+
+
+def default_efficiencies_error() -> tuple[float, str] | None:
+    """The documented default efficiencies' median |relative error| on the shipped timings: the worst GPU's, and which."""
+    found = [(float(e["uncalibrated"]), c.gpu) for c in shipped_calibrations() if (e := _median_errors(c.path).get("all", {})).get("uncalibrated") is not None]
+    return max(found) if found else None

@@ -147,6 +147,8 @@ def _how_sure(report: CapacityReport) -> list[str]:
         )
     else:
         lines.append("Scenarios were not simulated: the count is analytic.")
+    if report.count_range:
+        lines.append(f"Count range: {report.count_range[0]}.")
     if report.ledger is not None:
         lg = report.ledger
         lines.append(f"Analytic floor (100% busy, no SLO, no headroom) {lg.gpus} GPUs: the plan is {lg.ratio:.2f}× that ({'within' if lg.within else 'OUTSIDE'} the expected range).")

@@ -28,7 +28,9 @@ from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.summary import FinalistSummary
-from llmcap.sizing.uncertainty import CountRange, RunSeed, count_range, pool_spread, seed_max_rates
+from llmcap.sizing.uncertainty import CountRange, ModelErrorEnd, RunSeed, count_range, pool_spread, seed_max_rates
+from llmcap.perf.model_error import model_error
+from llmcap.perf.scaled import ScaledStepModel
 from llmcap.trace.synth import mean_rate, scale_rate
 from llmcap.sizing.units import (
     Lengths, RoleRow, SizedRow, Unit, best_per_layout, decode_bound, make_unit, rate_per_usd, search_metric, unit_evaluate,
@@ -374,7 +376,28 @@ class Sizer:
         seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
         if seeds:
             self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
-        return count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
+        seeded = count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
+        ends, note = self.model_error_ends(row)
+        return replace(seeded, model_error=ends, model_error_note=note)
+
+    def model_error_ends(self, row: SizedRow) -> tuple[tuple[ModelErrorEnd, ...], str]:
+        """`row`'s plan fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`)."""
+        assert row.plan is not None
+        units = {"instances": row.unit} if row.decode is None else {"prefill": row.unit, "decode": row.decode}
+        errors = {pool: model_error(u.step_model) for pool, u in units.items()}
+        unknown = [pool for pool, e in errors.items() if e is None]
+        if unknown:
+            return (), f"step-time model error: not measured for the {', '.join(unknown)} pool's step model; its range is seeds only"
+        ends = []
+        for end, sign in (("faster", -1.0), ("slower", 1.0)):
+            factors = {pool: 1.0 + sign * e.relative for pool, e in errors.items() if e is not None}
+            scaled = {pool: replace(u, step_model=ScaledStepModel(u.step_model, factors[pool])) for pool, u in units.items()}
+            variant = replace(row, unit=scaled["instances" if row.decode is None else "prefill"], decode=scaled.get("decode"))
+            self.say(f"fitting the plan with step times {end} by the model's own error")
+            fitted = self.fit(variant)
+            ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None},
+                                      fitted.plan.total_gpus if fitted.ok else None, fitted.plan.counts()))  # fmt: skip
+        return tuple(ends), ""
 
 
 def _analytic_cost(row: SizedRow) -> tuple[float, float, str]:

@@ -10,6 +10,9 @@ timestamps and drives the power-of-two router differently in the whole-trace sce
   each extra seed. A seed on which the plan fails a scenario needs (at least) one more instance of the pool
   the failure points at; a seed on which one fewer still passes every scenario needs (at most) one fewer.
   The range is the point answer with those steps, in GPUs: a ±1-instance resolution per pool, stated.
+- Model error: the plan is fitted again (`llmcap.sizing.scenarios.fit`) with every pool's step times × (1 − e)
+  and × (1 + e), e the pool's step-time model's own known error (`llmcap.perf.model_error`): the count if the
+  model is that much optimistic or pessimistic. The reported range spans both sources.
 """
 
 from __future__ import annotations
@@ -73,6 +76,25 @@ class SeedCheck:
 
 
 @dataclass(frozen=True)
+class ModelErrorEnd:
+    """The plan fitted again with step times scaled: what the count is if the step-time model is off by its known error."""
+
+    end: str  # "faster" (step times × (1 − e)) | "slower" (× (1 + e))
+    factors: dict[str, float]  # pool -> the factor its step times were scaled by
+    bases: dict[str, str]  # pool -> where its e comes from
+    gpus: int | None  # the fitted count; None when no count within the cost limit passed
+    counts: dict[str, int]
+
+    def line(self) -> str:
+        groups: dict[tuple[float, str], list[str]] = {}
+        for pool, f in self.factors.items():
+            groups.setdefault((f, self.bases[pool]), []).append(pool)
+        scaled = ", ".join(f"{' and '.join(pools)} ×{f:.3g} ({basis})" for (f, basis), pools in groups.items())
+        got = f"{self.gpus} GPUs ({', '.join(f'{k} {v}' for k, v in self.counts.items())})" if self.gpus is not None else "no count within the cost limit passes"
+        return f"step times {self.end} by the model's own error — {scaled}: {got}"
+
+
+@dataclass(frozen=True)
 class CountRange:
     point_gpus: int
     low_gpus: int
@@ -80,10 +102,31 @@ class CountRange:
     seeds: tuple[int, ...]  # every seed judged, the point answer's first
     checks: tuple[SeedCheck, ...]  # the extra seeds'
     spreads: tuple[PoolSpread, ...]
+    model_error: tuple[ModelErrorEnd, ...] = ()
+    model_error_note: str = ""  # why the model-error ends are missing, when they are
+
+    @property
+    def low(self) -> int:
+        """The range's low end over seeds and the model's error."""
+        return min([self.low_gpus, *(e.gpus for e in self.model_error if e.gpus is not None)])
+
+    @property
+    def high(self) -> int | None:
+        """The range's high end over seeds and the model's error (None: the slower end has no passing count)."""
+        if any(e.gpus is None for e in self.model_error):
+            return None
+        return max([self.high_gpus, *(e.gpus for e in self.model_error if e.gpus is not None)])
+
+    def headline(self) -> str:
+        high = "no passing count" if self.high is None else str(self.high)
+        what = "seeds and the step-time model's error" if self.model_error else "seeds"
+        return f"{self.point_gpus} GPUs ({self.low}–{high} over {what})"
 
     def lines(self) -> list[str]:
-        out = [f"GPU count {self.low_gpus}–{self.high_gpus} across seeds {', '.join(map(str, self.seeds))} (point answer "
-               f"{self.point_gpus}; ±1 instance per pool resolution: each seed's scenarios at the plan and one fewer per pool)"]  # fmt: skip
+        out = [f"{self.headline()}: low end assumes the fastest of them, high end the slowest"]
+        out.append(f"GPU count {self.low_gpus}–{self.high_gpus} across seeds {', '.join(map(str, self.seeds))} (point answer "
+                   f"{self.point_gpus}; ±1 instance per pool resolution: each seed's scenarios at the plan and one fewer per pool)")  # fmt: skip
+        out += [e.line() for e in self.model_error] + ([self.model_error_note] if self.model_error_note else [])
         for c in self.checks:
             plan = "passes every scenario" if c.failed is None else f"FAILS {c.failed.describe()} → +1 {c.failed.blame}"
             fewer = f"; one fewer still passes in {', '.join(c.fewer_passes)}" if c.fewer_passes else "; one fewer fails in every pool"
@@ -93,6 +136,8 @@ class CountRange:
 
     def as_dict(self) -> dict:
         return {"point_gpus": self.point_gpus, "low_gpus": self.low_gpus, "high_gpus": self.high_gpus, "seeds": list(self.seeds),
+                "low": self.low, "high": self.high, "headline": self.headline(),
+                "model_error": [{"end": e.end, "factors": e.factors, "bases": e.bases, "gpus": e.gpus, "counts": e.counts} for e in self.model_error],
                 "near_integer": {s.pool: s.near_integer for s in self.spreads},
                 "rate_by_seed": {s.pool: {str(k): v for k, v in s.rates.items()} for s in self.spreads}, "lines": self.lines()}  # fmt: skip
 

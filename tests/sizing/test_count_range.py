@@ -65,7 +65,33 @@ def test_range_across_seeds_contains_the_point_answer_and_moves_by_whole_instanc
     d = cr.as_dict()
     assert d["low_gpus"] <= d["point_gpus"] <= d["high_gpus"] and d["seeds"] == [0, 1, 2]
     assert d["near_integer"] == {"instances": True}  # 5/1.3 = 3.8 … 5/0.9 = 5.6: four, five or six instances
-    assert cr.lines()[0].startswith(f"GPU count {cr.low_gpus}–{cr.high_gpus} across seeds 0, 1, 2")
+    assert cr.lines()[0].startswith(f"{plan.total_gpus} GPUs ({plan.total_gpus - 2}–{plan.total_gpus + 2} over seeds)")
+    assert cr.lines()[1].startswith(f"GPU count {cr.low_gpus}–{cr.high_gpus} across seeds 0, 1, 2")
+
+
+def test_the_model_error_ends_widen_the_range_and_say_what_they_assume():
+    from dataclasses import replace
+
+    from llmcap.sizing.uncertainty import ModelErrorEnd
+
+    cr = replace(_range_at_seeds(), model_error=(
+        ModelErrorEnd("faster", {"instances": 0.88}, {"instances": "roofline: held-out 12%"}, 12, {"instances": 6}),
+        ModelErrorEnd("slower", {"instances": 1.12}, {"instances": "roofline: held-out 12%"}, 22, {"instances": 11}),
+    ))  # fmt: skip
+    assert (cr.point_gpus, cr.low_gpus, cr.high_gpus) == (18, 16, 20) and (cr.low, cr.high) == (12, 22)  # ends outside the seeds
+    assert cr.headline() == "18 GPUs (12–22 over seeds and the step-time model's error)"
+    assert "step times slower by the model's own error — instances ×1.12 (roofline: held-out 12%): 22 GPUs (instances 11)" in cr.lines()
+    unreachable = replace(cr, model_error=(*cr.model_error[:1], replace(cr.model_error[1], gpus=None)))
+    assert unreachable.high is None and "12–no passing count" in unreachable.headline()
+    assert cr.as_dict()["low"] == 12 and cr.as_dict()["high"] == 22
+
+
+def _range_at_seeds():
+    params = HeadroomParams(node_failures=1, max_surge=1)
+    plan0 = plan_headroom(RATE, [PoolInput("instances", G[0], 2, 8, 2.0)], params)
+    judge = Judge(0.99, 0.9, "instances", None)
+    plan = fit(plan0, lambda c: _run(c, 0), judge).plan
+    return count_range(plan, _run, judge, 0, [1, 2], [pool_spread("instances", G, RATE)])
 
 
 
