@@ -206,7 +206,7 @@ def size_deployments(
     plan = chosen.plan
     assert plan is not None
     phase(4)
-    spread = sizer.count_range(chosen) if fitted is not None and fitted.ok else None
+    spread = sizer.count_range(chosen, fitted.minimality) if fitted is not None and fitted.ok else None
     table = capacity_table(_table_rows(workload_id, rows, sizer.roles, settled))
 
     # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot

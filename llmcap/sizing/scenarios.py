@@ -205,13 +205,17 @@ def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
 
-def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: float = math.inf, parallel: Parallel | None = None) -> FitResult:
+def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: float = math.inf, parallel: Parallel | None = None,
+        known_failing: Mapping[str, int] | None = None) -> FitResult:  # fmt: skip
     """Grow the plan until every scenario passes (doubling steps per pool, no plan above `max_usd_per_hour`),
     then settle each pool's count at its minimum (module docstring). Not `ok` when growth reached the limit or
-    the minimal passing plan still costs more than it."""
+    the minimal passing plan still costs more than it. `known_failing`: counts per pool known to fail, where the
+    bisection may start."""
     cache: dict[tuple, EvalResult] = {}
     history: list[str] = []
-    failing: dict[str, int] = {}  # pool -> the highest count seen failing (with the other pools at or below their final counts)
+    # pool -> the highest count seen failing (with the other pools at or below their final counts); `known_failing`
+    # seeds it (e.g. counts that failed with faster step times), to skip ahead only: minimality is still run
+    failing: dict[str, int] = dict(known_failing or {})
     steps: dict[str, int] = {}
     last = ""
     results = check(plan, run, judge, cache, parallel)

@@ -22,7 +22,7 @@ from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.planned import PlannedDeployment, step_model_record
-from llmcap.sizing.scenarios import FitResult, Judge, Parallel
+from llmcap.sizing.scenarios import FitResult, Judge, Minimality, Parallel
 from llmcap.sizing.scenarios import scenarios as scenario_list
 from llmcap.sizing.scenarios import fit as fit_scenarios
 from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
@@ -311,14 +311,14 @@ class Sizer:
         p = self.params
         return min(p.max_cost_factor * row.plan.usd_per_hour, math.inf if p.max_usd_per_hour is None else p.max_usd_per_hour)
 
-    def fit(self, row: SizedRow) -> FitResult:
+    def fit(self, row: SizedRow, known_failing: Mapping[str, int] | None = None) -> FitResult:
         """`row`'s plan simulated end to end in every scenario, grown until all pass (within its cost limit), each
-        pool settled at its minimum."""
+        pool settled at its minimum (`known_failing`: counts known to fail, where the bisection may start)."""
         assert row.plan is not None
         run, judge = self.deployment(row)
         seed = self.params.search.seeds[0]
         self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
-        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.cost_limit(row), self.parallel(row, seed))
+        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.cost_limit(row), self.parallel(row, seed), known_failing)
 
     def routers(self) -> list[str]:
         """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
@@ -365,7 +365,7 @@ class Sizer:
         self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
         return Finalist(chosen.row, fits[best]), compared
 
-    def count_range(self, row: SizedRow) -> CountRange:
+    def count_range(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> CountRange:
         """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
         assert row.plan is not None
         if row.pd_roles is None:
@@ -377,11 +377,12 @@ class Sizer:
         if seeds:
             self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
         seeded = count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
-        ends, note = self.model_error_ends(row)
+        ends, note = self.model_error_ends(row, minimal)
         return replace(seeded, model_error=ends, model_error_note=note)
 
-    def model_error_ends(self, row: SizedRow) -> tuple[tuple[ModelErrorEnd, ...], str]:
-        """`row`'s plan fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`)."""
+    def model_error_ends(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> tuple[tuple[ModelErrorEnd, ...], str]:
+        """`row`'s plan fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`);
+        `minimal`: the plan's one-fewer evidence (a count that fails at the model's own speed fails slower too)."""
         assert row.plan is not None
         units = {"instances": row.unit} if row.decode is None else {"prefill": row.unit, "decode": row.decode}
         errors = {pool: model_error(u.step_model) for pool, u in units.items()}
@@ -394,7 +395,7 @@ class Sizer:
             scaled = {pool: replace(u, step_model=ScaledStepModel(u.step_model, factors[pool])) for pool, u in units.items()}
             variant = replace(row, unit=scaled["instances" if row.decode is None else "prefill"], decode=scaled.get("decode"))
             self.say(f"fitting the plan with step times {end} by the model's own error")
-            fitted = self.fit(variant)
+            fitted = self.fit(variant, {m.pool: m.instances for m in minimal if m.failed is not None} if sign > 0 else None)
             ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None},
                                       fitted.plan.total_gpus if fitted.ok else None, fitted.plan.counts()))  # fmt: skip
         return tuple(ends), ""
