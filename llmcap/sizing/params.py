@@ -243,5 +243,8 @@ class SizeParams(_Strict):
     max_cost_factor: float = Field(default=4.0, gt=1)
     """The scenario fit grows a shape up to this many times its analytic plan's $/h; a shape still failing there
     is a near miss (what it reached, the scenario that still fails)."""
+    model_error_range: bool = True
+    """The count's range also from the step-time model's own error: the plan fitted again with step times × (1 ∓ e)
+    (`llmcap.sizing.uncertainty`; two more scenario fits). False: the range is seeds only."""
     max_usd_per_hour: float | None = Field(default=None, gt=0)
     """An absolute cost limit on every plan ($/h); None = only `max_cost_factor`."""

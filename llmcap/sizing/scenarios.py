@@ -264,8 +264,9 @@ def _settle(
     parallel: Parallel | None, history: list[str],
 ) -> tuple[CapacityPlan, Minimality]:
     """`plan` (every scenario passing) with `pool` at the fewest instances that still pass, and the one-fewer
-    evidence: bisected between `failing` (a count seen failing; else found by galloping down) and the current
-    count, then stepped down one at a time while one fewer passes at the other pools' current counts."""
+    evidence: bisected between `failing` (a count seen failing; else found by trying one fewer, then halving: a
+    plan far above its need, e.g. from a pessimistic excerpt, is not simulated at its size count by count) and the
+    current count, then stepped down one at a time while one fewer passes at the other pools' current counts."""
 
     def passes(candidate: CapacityPlan) -> tuple[bool, list[ScenarioResult]]:
         tried = check(candidate, run, judge, cache, parallel)
@@ -281,14 +282,15 @@ def _settle(
 
     hi = plan.pool(pool).instances
     lo = failing if 0 < failing < hi else None
-    step = 1
-    while lo is None:  # no failing count known: gallop down (1, 2, 4, ... fewer) until one fails
-        if hi - step < 1:
-            lo = 0
-        elif shrink_to(hi - step):
-            hi, step = hi - step, 2 * step
-        else:
-            lo = hi - step
+    if lo is None:  # no failing count known: one fewer (the evidence a minimal count needs anyway), then halve until one fails
+        nxt = hi - 1
+        while lo is None:
+            if nxt < 1:
+                lo = 0
+            elif shrink_to(nxt):
+                hi, nxt = nxt, nxt // 2
+            else:
+                lo = nxt
     while hi - lo > 1:  # then bisect; the one-fewer runs below are the evidence
         mid = (lo + hi) // 2
         if shrink_to(mid):

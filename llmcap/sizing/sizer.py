@@ -384,6 +384,8 @@ class Sizer:
         """`row`'s plan fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`);
         `minimal`: the plan's one-fewer evidence (a count that fails at the model's own speed fails slower too)."""
         assert row.plan is not None
+        if not self.params.model_error_range:
+            return (), "step-time model error: not simulated (size.model_error_range: false); the range is seeds only"
         units = {"instances": row.unit} if row.decode is None else {"prefill": row.unit, "decode": row.decode}
         errors = {pool: model_error(u.step_model) for pool, u in units.items()}
         unknown = [pool for pool, e in errors.items() if e is None]

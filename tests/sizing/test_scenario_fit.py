@@ -52,8 +52,8 @@ def test_a_plan_far_above_its_need_shrinks_to_the_known_minimum():
     assert plan0.pool("instances").instances == 40
     fitted = fit(plan0, run, JUDGE)
     assert fitted.ok and fitted.plan.pool("instances").instances == NEED
-    # gallop down 39, 37, 33, 25 (pass), 9 (fails); bisect 17, 13 (pass), 11, 12 (fail): 9 simulations, not 28 single steps
-    assert run.runs == [40, 39, 37, 33, 25, 9, 17, 13, 11, 12]
+    # one fewer 39 and its half 19 pass, 9 fails; bisect 14 (pass), 11, 12 (fail), 13 (pass): 8 simulations, not 28 single steps
+    assert run.runs == [40, 39, 19, 9, 14, 11, 12, 13]
     assert fitted.minimality[0].instances == NEED - 1 and fitted.minimality[0].failed is not None
     assert any("instances 13" in h and "still passes" in h for h in fitted.history)
 
