@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
+from llmcap.catalog.gpus import default_catalog_dir
 from llmcap.sim import LinkConfig, PDConfig, SimConfig, SimResult
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
@@ -281,7 +283,10 @@ class Sizer:
         else:
             steps = {"prefill": step_model_record(row.unit.step_model, row.unit.row), "decode": step_model_record(row.decode.step_model, row.decode.row)}
         named = {s.name: s.counts() for s in scenario_list(plan)}
-        return PlannedDeployment(self.model.source, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo)
+        # a catalog model by its name: an absolute path would differ between checkouts (and break reproduction)
+        in_catalog = Path(self.model.source).resolve().parent.parent == (default_catalog_dir() / "models").resolve()
+        ref = self.model.name if in_catalog else self.model.source
+        return PlannedDeployment(ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo)
 
     def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and

@@ -67,6 +67,7 @@ def test_every_scenario_of_the_plan_passes_when_simulated_again_outside_the_size
     s = outcome.summary
     assert s["verdict"] == "passes" and s["scenarios_pass"], name
     planned = PlannedDeployment.from_dict(s["deployment"])
+    assert planned.model == "Llama-3.1-70B"  # the catalog's name, not this checkout's path: summary.json reproduces anywhere
     assert planned.counts == {pool: q["instances"] for pool, q in s["pool_plans"].items()}
     for scenario, counts in planned.scenarios.items():
         check = planned.judge(planned.replay(trace, counts))
