@@ -420,15 +420,21 @@ class Finalist:
     row: SizedRow
     fit: FitResult
 
+    @property
+    def binding(self) -> str | None:
+        """Passing: the scenario one instance fewer fails first; failing: the scenario it still fails."""
+        if not self.fit.ok and self.fit.failed is not None:
+            return self.fit.failed.scenario.name
+        return next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
+
     def describe(self) -> FinalistSummary:
         assert self.row.plan is not None
         plan, failed = self.fit.plan, self.fit.failed
-        binding = next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
         return {
             "candidate": self.row.key, "mode": self.row.mode, "analytic_gpus": self.row.plan.total_gpus,
             "analytic_usd_per_hour": self.row.plan.usd_per_hour, "gpus": plan.total_gpus, "usd_per_hour": plan.usd_per_hour,
             "counts": plan.counts(), "passes": self.fit.ok,
-            "binding": binding if self.fit.ok or failed is None else failed.scenario.name,
+            "binding": self.binding,
             "failed": None if failed is None else failed.describe(),
             "cost_limit_usd_per_hour": None if self.fit.ok else self.fit.limit_usd_per_hour,
             "line": self.line(),
@@ -438,8 +444,7 @@ class Finalist:
         assert self.row.plan is not None
         plan, start = self.fit.plan, f"analytic {self.row.plan.total_gpus} GPUs (${self.row.plan.usd_per_hour:,.2f}/h)"
         if self.fit.ok:
-            binding = next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
-            why = f"one instance fewer fails '{binding}'" if binding else "every pool at 1 instance"
+            why = f"one instance fewer fails '{self.binding}'" if self.binding else "every pool at 1 instance"
             return f"{self.row.key}: {start} → {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, passes every scenario ({why})"
         failed, limit = self.fit.failed, f"cost limit ${self.fit.limit_usd_per_hour:,.2f}/h"
         if failed is None:
@@ -459,10 +464,6 @@ class Settled:
     chosen: Finalist
     finalists: tuple[Finalist, ...]  # in analytic cost order
     routers: dict[str, dict[str, Any]]  # router -> the chosen shape's fitted outcome under it (when compared)
-
-    @property
-    def ok(self) -> bool:
-        return self.chosen.fit.ok
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,17 @@ def test_size_csv_is_the_capacity_table(tmp_path):
     table = pq.read_table(tmp_path / "report" / "capacity.parquet").to_pylist()
     assert [row["candidate"] for row in rows] == [t["candidate"] for t in table] and len(rows) >= 1
     assert [float(row["max_rps"]) for row in rows] == [t["max_rps"] for t in table]
+
+
+def test_a_plan_over_the_cost_limit_is_no_answer_and_exits_1(tmp_path):
+    trace = tmp_path / "azure_head.csv"
+    trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--max-usd-per-hour", "0.5", "--out", str(out), "--json"])
+    assert r.exit_code == 1, r.output
+    s = json.loads(r.stdout)
+    assert s["verdict"] == "fails" and s["scenarios_pass"] is False and s["usd_per_hour"] > 0.5  # one H100 costs more than $0.50/h
+    assert all(not f["passes"] and f["cost_limit_usd_per_hour"] == 0.5 for f in s["finalists"])
+    assert "error: no plan passes every scenario" in r.stderr and "not an answer" in r.stderr
+    assert json.loads((out / "summary.json").read_text())["verdict"] == "fails"
+    assert "NO PLAN PASSES" in (out / "capacity.md").read_text() and 'class="answer loud"' in (out / "capacity.html").read_text()
