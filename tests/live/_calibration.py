@@ -281,22 +281,27 @@ PROBE_CELLS = ((1024, 1), (1024, 4))  # two of the profile's FIT cells: a prompt
 
 @dataclass(frozen=True)
 class SpeedProbe:
-    """Two profile cells measured again (seconds): the median TTFT of a 1024-token prompt alone and the
-    engine's mean decode step with 4 such requests (its own /metrics gaps). Against the same cells of the
-    profile, they say how fast the engine runs now, on the profile's own workload."""
+    """Two profile cells measured again (seconds): the median TTFT of a 1024-token prompt alone, the
+    engine's mean decode step with 4 such requests, and the mean decode step of the prompt alone (a lone
+    sequence after idle, as most steps at a light rate are; all the engine's own /metrics gaps). Against the
+    same cells of the profile, they say how fast the engine runs now, on the profile's own workload."""
 
     ttft_s: float
     step_s: float
+    lone_step_s: float
 
     def ratio(self, ref: SpeedProbe) -> tuple[float, float]:
         return self.ttft_s / ref.ttft_s, self.step_s / ref.step_s
 
+    def lone_ratio(self, ref: SpeedProbe) -> float:
+        return self.lone_step_s / ref.lone_step_s
+
 
 def _probe_of(m: EndpointMeasurement) -> SpeedProbe:
     alone, batch = (m.cells[c] for c in PROBE_CELLS)
-    if alone.ttft_s is None or batch.itl_server_mean_s is None:
+    if alone.ttft_s is None or batch.itl_server_mean_s is None or alone.itl_server_mean_s is None:
         raise AssertionError(f"speed probe cells unmeasured: {alone}, {batch}")
-    return SpeedProbe(alone.ttft_s, batch.itl_server_mean_s)
+    return SpeedProbe(alone.ttft_s, batch.itl_server_mean_s, alone.itl_server_mean_s)
 
 
 def profile_probe(cal: Calibration) -> SpeedProbe:
@@ -315,9 +320,12 @@ def probe_factors(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[float, float]:
     return prefill, decode
 
 
-def speed_band(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[tuple[float, float], tuple[float, float]]:
+def speed_band(ref: SpeedProbe, *probes: SpeedProbe, lone: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
     """((prefill, decode) fastest, (prefill, decode) slowest) speed factors among the engine's readings
     around a run: the profile's own (1, 1) and each probe's ratio to it. The engine ran the run at a speed
-    known only to within these readings (a probe lasts a second, a replay half a minute)."""
+    known only to within these readings (a probe lasts a second, a replay half a minute). `lone`: the run's
+    decode steps are mostly a lone sequence's after idle (a light rate), so the probes' lone-sequence decode
+    readings count among the decode readings too."""
     prefill, decode = zip((1.0, 1.0), *(p.ratio(ref) for p in probes))
+    decode = decode + tuple(p.lone_ratio(ref) for p in probes) if lone else decode
     return (min(prefill), min(decode)), (max(prefill), max(decode))
