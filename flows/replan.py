@@ -242,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     stored = result["stored"]
     print(f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
           "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)")
-    require = yaml.safe_load((ROOT / "params.yaml").read_text()).get("replay", {}).get("require", "none")
+    from llmcap.config import load_params  # validated: a misspelt `replay.require` is an error, not "none"
+
+    require = load_params(ROOT / "params.yaml").replay.require
     missing = {"valid": not r["valid"], "confirmed": confirmed != "confirmed" or not r["valid"]}.get(require, False)
     print(f"decision: {confirmed} by the replay check (replay.require: {require})" + ("" if not missing else " — not met: exit 1"))
     return 1 if missing else 0

@@ -194,7 +194,7 @@ def size_deployments(
     if simulate_scenarios:
         outcome = sizer.settle(rows)
         fitted, routers, finalists = outcome.chosen.fit, outcome.routers, [f.describe() for f in outcome.finalists]
-        fits = {f.row.key: f.fit for f in outcome.finalists} | {outcome.chosen.row.key: fitted}
+        fits = {f.row.key: f.fit for f in outcome.finalists}
         settled = {key: f.ok for key, f in fits.items()}
         rows = [replace(r, plan=fits[r.key].plan) if r.key in fits else r for r in rows]
         chosen = next(r for r in rows if r.key == outcome.chosen.row.key)

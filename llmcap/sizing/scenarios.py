@@ -121,23 +121,37 @@ class Judge:
         return self.prefill_pool if kv_ok and not r.run_miss and ttft >= itl else self.kv_pool  # a run-level miss is ITL
 
 
+def _simulate(keys: Sequence[tuple], run: RunDeployment, cache: dict[tuple, EvalResult], parallel: Parallel | None) -> None:
+    """Each deployment of `keys` (serving tuples) not in `cache` into it: one with a pool left at 0 fails unsimulated,
+    the rest are simulated, `parallel.width` at a time when given."""
+    todo = []
+    for key in dict.fromkeys(keys):
+        if key in cache:
+            continue
+        empty = [p for p, n in key if n <= 0]
+        if empty:
+            cache[key] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving")
+        else:
+            todo.append(key)
+    if parallel is not None and parallel.width > 1:
+        for i in range(0, len(todo), parallel.width):
+            batch = todo[i : i + parallel.width]
+            cache.update(zip(batch, parallel.run_many([dict(k) for k in batch]), strict=True))
+    else:
+        for key in todo:
+            cache[key] = run(dict(key))
+
+
 def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult], parallel: Parallel | None = None) -> list[ScenarioResult]:
-    """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure."""
+    """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure
+    (with `parallel`, the next scenarios are simulated together with the one needed now)."""
     out = []
     order = sorted(scenarios(plan), key=lambda s: sum(n for _, n in s.serving))  # the thinnest deployment first: likeliest to fail
+    width = 1 if parallel is None else max(1, parallel.width)
     for k, sc in enumerate(order):
-        key = sc.serving
-        if key not in cache:
-            empty = [p for p, n in sc.serving if n <= 0]
-            if empty:
-                cache[key] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving")
-            elif parallel is not None and parallel.width > 1:  # this one and the next ones, together
-                ahead = list(dict.fromkeys(s.serving for s in order[k:] if s.serving not in cache and all(n > 0 for _, n in s.serving)))
-                ahead = ahead[: parallel.width]
-                cache.update(zip(ahead, parallel.run_many([dict(a) for a in ahead]), strict=True))
-            else:
-                cache[key] = run(dict(sc.serving))
-        res = judge(sc, cache[key])
+        if sc.serving not in cache:  # this one and (with `parallel`) the next ones not yet simulated
+            _simulate(list(dict.fromkeys(s.serving for s in order[k:] if s.serving not in cache))[:width], run, cache, parallel)
+        res = judge(sc, cache[sc.serving])
         out.append(res)
         if not res.passed:
             break
@@ -173,16 +187,7 @@ PROGRESS_STEP = 0.01  # attainments closer than this are a tie between two growt
 def _evaluate(chosen: Sequence[Scenario], run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
               parallel: Parallel | None) -> list[ScenarioResult]:  # fmt: skip
     """Each scenario judged, each distinct deployment simulated once (`cache`), `parallel` when given."""
-    for sc in chosen:
-        empty = [p for p, n in sc.serving if n <= 0]
-        if empty and sc.serving not in cache:
-            cache[sc.serving] = EvalResult(0.0, overload=f"no {empty[0]} instance left serving")
-    todo = list(dict.fromkeys(sc.serving for sc in chosen if sc.serving not in cache))
-    if parallel is not None and parallel.width > 1 and len(todo) > 1:
-        cache.update(zip(todo, parallel.run_many([dict(t) for t in todo]), strict=True))
-    for key in todo:
-        if key not in cache:
-            cache[key] = run(dict(key))
+    _simulate([sc.serving for sc in chosen], run, cache, parallel)
     return [judge(sc, cache[sc.serving]) for sc in chosen]
 
 

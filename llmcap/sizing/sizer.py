@@ -347,6 +347,7 @@ class Sizer:
         routers: dict[str, dict[str, Any]] = {}
         if chosen.fit.ok and len(self.routers()) > 1:
             chosen, routers = self._routed(chosen)
+            finalists = [chosen if f.row.key == chosen.row.key else f for f in finalists]  # its fit under the router kept
         if len(sized) > len(shapes):
             following = sized[len(shapes)]
             assert following.plan is not None
