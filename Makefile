@@ -5,8 +5,16 @@ VENV := $(ROOT)/.venv
 PY := $(VENV)/bin/python
 WORK := $(ROOT)/.work
 
-# uv: use the one on PATH, else bootstrap it with pip into .tools/ (no manual installs).
+# uv: $UV when given (a path or a command name), else the one on PATH, else bootstrap it with pip into
+# .tools/ (no manual installs). With uv and the locked packages already present nothing needs the network;
+# UV_OFFLINE=1 makes sure of it.
+ifneq ($(origin UV),undefined)
+UV_GIVEN := $(UV)
+override UV := $(shell command -v $(UV_GIVEN) 2>/dev/null)
+$(if $(UV),,$(error UV=$(UV_GIVEN) is not an executable uv))
+else
 UV := $(shell command -v uv 2>/dev/null || echo $(ROOT)/.tools/bin/uv)
+endif
 export UV
 
 # Measured gotchas of the stack (docs/stack-notes.md): everything writable lives in .work/. The list is

@@ -39,6 +39,7 @@ from prefect.input import RunInput  # noqa: E402
 from prefect.states import Running  # noqa: E402
 from pydantic import Field  # noqa: E402
 
+from llmcap import exit_codes  # noqa: E402
 from llmcap.rollout.driver import AdminWeights, RolloutPlan, run_rollout  # noqa: E402
 from llmcap.rollout.gates import Tolerances  # noqa: E402
 from llmcap.rollout.observe import ScrapeSource  # noqa: E402
@@ -165,10 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     import asyncio
 
-    doc = asyncio.run(rollout(a.gateway, a.candidate_metrics, str(Path(a.predictions).resolve()), a.steps, a.hold_s, a.interval_s,
-                              a.approve_before, a.approval_timeout_s, a.ttft_target_ms, a.tolerances, a.prometheus, a.gateway_job,
-                              a.engine_job, str(Path(a.out).resolve()) if a.out else None, str(a.project.resolve())))  # fmt: skip
-    return 0 if doc["status"] == "completed" else 1
+    import httpx
+
+    try:
+        doc = asyncio.run(rollout(a.gateway, a.candidate_metrics, str(Path(a.predictions).resolve()), a.steps, a.hold_s, a.interval_s,
+                                  a.approve_before, a.approval_timeout_s, a.ttft_target_ms, a.tolerances, a.prometheus, a.gateway_job,
+                                  a.engine_job, str(Path(a.out).resolve()) if a.out else None, str(a.project.resolve())))  # fmt: skip
+    except httpx.TransportError as exc:  # the gateway's admin API or a metrics endpoint does not answer
+        where = getattr(getattr(exc, "request", None), "url", "an endpoint")
+        print(f"error: {where}: no answer ({type(exc).__name__}: {exc or 'no response'}): is it up?", file=sys.stderr)
+        return exit_codes.UNREACHABLE
+    return int(doc["exit_code"])
 
 
 if __name__ == "__main__":

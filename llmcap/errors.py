@@ -11,6 +11,14 @@ from pathlib import Path
 class LlmcapError(Exception):
     """An error the user can fix (bad input, bad params). Printed as one line, exit code 2."""
 
+    exit_code = 2  # llmcap.exit_codes.USAGE
+
+
+class UnreachableError(LlmcapError):
+    """The endpoint does not answer at all (refused, timed out, no route): exit code 4, UNREACHABLE."""
+
+    exit_code = 4  # llmcap.exit_codes.UNREACHABLE
+
 
 class InputFileError(LlmcapError):
     """A file that cannot be used at all. Names the file and, where known, the line and field."""

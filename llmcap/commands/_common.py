@@ -36,7 +36,8 @@ def configure_logging(level: str) -> None:
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Turn `LlmcapError` into `error: <message>` on stderr and exit code 2 — never a traceback."""
+    """Turn `LlmcapError` into `error: <message>` on stderr and its exit code (2; 4 for an unreachable
+    endpoint) — never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,7 +45,7 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except LlmcapError as exc:
             print(f"error: {redact_text(str(exc))}", file=sys.stderr)  # a message quoting a URL never shows its password
-            raise typer.Exit(2) from None
+            raise typer.Exit(exc.exit_code) from None
 
     return wrapper
 

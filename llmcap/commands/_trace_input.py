@@ -85,8 +85,15 @@ def read_input(file: Path, trace: TraceParams, clean: CleanParams, *, announce: 
         result = ingest(file, trace, clean)
     if announce:
         err_console.print(account_line(result.report), highlight=False, markup=False, soft_wrap=True)
+    warn(file, result.report)
     result.require_rows()
     return result
+
+
+def warn(file: Path, report: CleanReport) -> None:
+    """The input's warnings on stderr, also under --json (whose output carries them too): never silent."""
+    for warning in report.warnings:
+        err_console.print(f"warning: {file}: {warning}", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def read_trace_input(
@@ -115,7 +122,7 @@ def account_line(r: CleanReport) -> str:
 
 def account_json(r: CleanReport) -> dict[str, Any]:
     keys = ("source_file", "source_format", "rows_in", "rows_kept", "rows_quarantined", "by_reason", "duplicates",
-            "generated_arrivals", "arrival_process", "arrival_column", "arrival_unit", "block_size")  # fmt: skip
+            "generated_arrivals", "arrival_process", "arrival_column", "arrival_unit", "block_size", "warnings")  # fmt: skip
     return {k: getattr(r, k) for k in keys}
 
 

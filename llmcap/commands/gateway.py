@@ -1,6 +1,7 @@
 """`llmcap gateway --baseline URL [--candidate URL --weight W] [--shadow NAME=URL,SHARE] ...`: serve the
 traffic gateway (see `llmcap.gateway`). Prints one line with its URL and serves until SIGINT/SIGTERM;
-then, with `--record`, the rows are also written as Parquet next to the JSON lines.
+then, with `--record`, the rows are also written as Parquet next to the JSON lines, and the exit code
+says how the requests fared (`llmcap.exit_codes`).
 
     curl -s localhost:8100/admin/weights -d '{"candidate": 0.25}'   # move a quarter of traffic (loopback only)
 """
@@ -9,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import typer
 
+from llmcap import exit_codes
 from llmcap.commands._common import user_errors
 from llmcap.errors import LlmcapError
 from llmcap.gateway import Gateway, GatewayConfig, ShadowTarget
@@ -47,8 +51,13 @@ def gateway(
     record: Annotated[Path | None, typer.Option(help="append one JSON line per finished request here (and write .parquet at exit)")] = None,
     host: Annotated[str, typer.Option(help="address to bind (the admin API answers loopback clients only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")] = 8100,
+    max_failed: Annotated[float, typer.Option("--max-failed", min=0.0, max=1.0, help="share of requests that may go unserved before the exit says FAILED (5)")] = 0.01,
 ) -> None:
-    """Split traffic between a baseline and a candidate by weight, mirror a share to shadows, record every request."""
+    """Split traffic between a baseline and a candidate by weight, mirror a share to shadows, record every request.
+
+    On SIGINT/SIGTERM it stops and exits by how the requests it took fared: 0 every one served (or
+    abandoned by its client); 4 UNREACHABLE (requests came, none was served); 5 FAILED (more than
+    --max-failed unserved). Shadow copies do not count: their answers are discarded."""
     try:
         config = GatewayConfig(baseline=baseline, candidate=candidate, candidate_weight=weight,
                                shadows=tuple(parse_shadow(s, shadow_max_in_flight) for s in shadow or ()),
@@ -57,8 +66,21 @@ def gateway(
         raise LlmcapError(str(exc)) from None
     gw = Gateway(config, record=record)
     asyncio.run(_serve(gw, host, port))
+    table = gw.table()
     if record is not None:
-        pq.write_table(gw.table(), record.with_suffix(".parquet"))
+        pq.write_table(table, record.with_suffix(".parquet"))
+    code, why = served_outcome(table, max_failed)
+    print(f"llmcap gateway: {exit_codes.NAMES[code]}: {why}", file=sys.stderr if code else sys.stdout, flush=True)
+    if code:
+        raise typer.Exit(code)
+
+
+def served_outcome(table: pa.Table, max_failed: float) -> tuple[int, str]:
+    """How the requests the gateway took fared, as an exit code (llmcap.exit_codes) and why. A request
+    its client abandoned is not the deployment's failure; every other request that was not served is."""
+    outcome = table.column("outcome").to_pylist()
+    taken = len(outcome) - outcome.count("client_gone")
+    return exit_codes.served(taken, outcome.count("ok"), max_failed)
 
 
 async def _serve(gw: Gateway, host: str, port: int) -> None:

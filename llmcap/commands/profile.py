@@ -9,9 +9,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from llmcap.commands._common import print_json, user_errors
+from llmcap import exit_codes
+from llmcap.commands._common import err_console, print_json, user_errors
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
-from llmcap.errors import LlmcapError
+from llmcap.errors import LlmcapError, UnreachableError
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -22,6 +23,10 @@ def _ints(text: str, what: str) -> list[int]:
     if not values or min(values) < 1:
         raise LlmcapError(f"--{what} needs positive integers, got {text!r}")
     return values
+
+
+#: httpx errors that mean nothing answered (refused, no route, no connection in time).
+CONNECT_ERRORS = ("ConnectError", "ConnectTimeout")
 
 
 @user_errors
@@ -42,13 +47,17 @@ def profile(
     weight_quant: Annotated[str | None, typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it).")] = None,
     kv_dtype: Annotated[str | None, typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything).")] = None,
     out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
+    max_failed: Annotated[float, typer.Option("--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5).")] = 0.0,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", metavar="NAME",
         help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
              f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).")] = None,
 ) -> None:
-    """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT."""
+    """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT.
+
+    Exit codes: 0 ok; 2 unusable options; 4 UNREACHABLE (no answer at all); 5 FAILED (more than --max-failed
+    of the runs failed: the profile is written from the rest, or not at all when every run failed)."""
     from llmcap.commands._endpoint import first_served_model
     from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
@@ -58,10 +67,15 @@ def profile(
     model = model or first_served_model(base, shown, api_key)
     spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
                             vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
-    m = measure_endpoint(base, model, spec, progress=True, api_key=api_key)
+    m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
     if len(m.failed_runs) == len(m.runs):
-        first = next((r for run in m.runs for r in run.results if r.error), None)
-        raise LlmcapError(f"every request to {shown} failed: {first.error if first else 'no tokens came back'}")
+        errors = [r.error for run in m.runs for r in run.results if r.error]
+        why = f"every request to {shown} failed: {errors[0] if errors else 'no tokens came back'}"
+        if errors and all(e.startswith(CONNECT_ERRORS) for e in errors):
+            raise UnreachableError(why)
+        err_console.print(f"error: {why}", style="red", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(exit_codes.FAILED)
+    code, why = exit_codes.served(len(m.runs), len(m.runs) - len(m.failed_runs), max_failed, what="runs")
     stated = {"quantization": weight_quant} | ({"kv_dtype": kv_dtype} if kv_dtype is not None else {})
     fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp, **stated)
     try:
@@ -75,9 +89,12 @@ def profile(
         "endpoint": shown, "model": model, "engine_version": m.version, "out": str(out),
         "fingerprint_hash": prof.fingerprint_hash, "wall_s": round(m.wall_s, 2), "failed_runs": len(m.failed_runs),
         "fit": fit.to_dict(), "points": prof.points.to_pylist(),
+        "valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why,
     }
     if json_out:
         print_json(summary)
+        if code:
+            raise typer.Exit(code)
         return
     console = Console()
     table = Table(title=f"{model} @ {shown} (engine {m.version}) — medians over {repeats} runs")
@@ -91,3 +108,6 @@ def profile(
     console.print("fit (NNLS): " + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
                   + f"; median |rel err| {fit.median_abs_rel_error:.1%}")
     console.print(f"profile written to {out} (fingerprint {prof.fingerprint_hash[:12]})")
+    if code:
+        console.print(f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed", highlight=False)
+        raise typer.Exit(code)

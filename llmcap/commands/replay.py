@@ -4,7 +4,7 @@ server (vLLM, SGLang, TensorRT-LLM serve, `llmcap twin serve`) and report what c
 Every request leaves at its scheduled time whatever the server does (`llmcap.live.replay`); errors,
 timeouts and cut streams are rows with their status and count as SLO misses.
 
-Exit codes (`EXIT_CODES`), the first that applies: 3 INVALID (a send later than `--max-lateness-ms`: the
+Exit codes (`llmcap.exit_codes`), the first that applies: 3 INVALID (a send later than `--max-lateness-ms`: the
 client's latency, not the server's); 4 UNREACHABLE (not one request was served: a dead server or a closed
 port); 5 FAILED (more than `--max-failed` of the requests rejected or unfinished); 6 SLO MISSED (with SLO
 targets, steady-window attainment below `--attainment`); 0 otherwise. `valid` in the summary is false for
@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from llmcap import exit_codes
 from llmcap.commands._common import dumps, err_console, print_json, user_errors
 from llmcap.commands._endpoint import first_served_model
 from llmcap.commands._trace_input import (
@@ -49,28 +50,19 @@ from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table
 from llmcap.trace.synth import spread_ties
 
-INVALID_EXIT = 3  # the client could not keep its schedule: the latencies are not the server's
-UNREACHABLE_EXIT = 4  # not one request served
-FAILED_EXIT = 5  # more requests rejected or unfinished than allowed
-SLO_MISSED_EXIT = 6  # served, but the SLO attainment target was not met
-EXIT_CODES = {0: "ok", INVALID_EXIT: "INVALID", UNREACHABLE_EXIT: "UNREACHABLE", FAILED_EXIT: "FAILED", SLO_MISSED_EXIT: "SLO MISSED"}
-
-
 def outcome(summary: dict[str, Any], max_failed: float, attainment_target: float) -> tuple[int, str]:
     """The exit code of a summarized run and why (module docstring: the first that applies)."""
     st, n = summary["status"], summary["requests"]
-    failed = st["rejected"] + st["unfinished"]
     if not summary["send_valid"]:
         late = summary["send_lateness_ms"]
-        return INVALID_EXIT, f"sends ran up to {late['max']:.0f} ms late (> {summary['max_lateness_ms']:.0f} ms): the client's latency, not the server's"
-    if n and st["ok"] == 0:
-        return UNREACHABLE_EXIT, f"not one of {n:,} requests was served ({st['rejected']:,} rejected, {st['unfinished']:,} unfinished): is the server up?"
-    if failed > max_failed * n:
-        return FAILED_EXIT, f"{failed:,} of {n:,} requests rejected or unfinished ({failed / n:.1%} > --max-failed {max_failed:.1%})"
+        return exit_codes.INVALID, f"sends ran up to {late['max']:.0f} ms late (> {summary['max_lateness_ms']:.0f} ms): the client's latency, not the server's"
+    code, why = exit_codes.served(n, st["ok"], max_failed)
+    if code:
+        return code, f"{why} ({st['rejected']:,} rejected, {st['unfinished']:,} unfinished)"
     slo = summary.get("slo")
     if slo is not None and slo["attainment"] < attainment_target:
-        return SLO_MISSED_EXIT, f"SLO attainment {slo['attainment']:.1%} < --attainment {attainment_target:.1%}"
-    return 0, "every request accounted for and served" + ("" if slo is None else f"; SLO attainment {slo['attainment']:.1%}")
+        return exit_codes.SLO_MISSED, f"SLO attainment {slo['attainment']:.1%} < --attainment {attainment_target:.1%}"
+    return 0, why + ("" if slo is None else f"; SLO attainment {slo['attainment']:.1%}")
 
 
 def _pct_ms(values: np.ndarray) -> dict[str, float | None]:
@@ -184,7 +176,7 @@ def replay(
     summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
     code, why = outcome(summary, max_failed, attainment)
-    summary |= {"valid": code not in (INVALID_EXIT, UNREACHABLE_EXIT, FAILED_EXIT), "exit_code": code, "outcome": EXIT_CODES[code], "outcome_reason": why}
+    summary |= {"valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why}
     if out is not None:
         write_table(result.requests, out / "records.parquet")
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -8,6 +8,7 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from llmcap.commands._common import err_console, print_json, user_errors
@@ -30,6 +31,7 @@ from llmcap.commands._trace_input import (
     read_trace_input,
     trace_params,
     validated,
+    warn,
 )
 from llmcap.config import ArrivalSpec, CharacteriseParams, CleanParams, ExcludeRule
 from llmcap.errors import LlmcapError
@@ -110,6 +112,7 @@ def clean(
     check_outputs([file], [out, quarantine])
     with err_console.status(f"reading {file.name} …"):
         result = ingest(file, trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate), params)
+    warn(file, result.report)
     write_table(result.trace, out)
     write_table(result.quarantine, quarantine)
     report = result.report.as_dict() | {"out": str(out), "quarantine": str(quarantine)}
@@ -185,8 +188,8 @@ def _print_summary(file: Path, s: dict, account: str) -> None:
     console = Console()
     console.print(account, highlight=False, markup=False, soft_wrap=True)
     console.print(
-        f"[bold]{file.name}[/] ({s['format']}): {s['rows']:,} requests over {s['duration_s']:,.1f} s, "
-        f"mean {s['mean_rps'] or 0:.3f} req/s"
+        f"[bold]{escape(file.name)}[/] ({s['format']}): {s['rows']:,} requests over {s['duration_s']:,.1f} s, "
+        + (f"mean {s['mean_rps']:.3f} req/s" if s["mean_rps"] else "mean rate undefined (every request at one instant)")
     )
     lengths = Table(title="Lengths (tokens)")
     lengths.add_column("")
@@ -217,7 +220,17 @@ def _print_summary(file: Path, s: dict, account: str) -> None:
             f"{p['requests_reusing_ge1_block']:.2%}, ≥2 blocks {p['requests_reusing_ge2_blocks']:.1%}; LRU: {lru}"
         )
     for label, shares in s["mix"].items():
-        console.print(f"{label} mix: " + ", ".join(f"{k} {v:.1%}" for k, v in list(shares.items())[:8]))
+        shown = ", ".join(f"{_clip(k)} {v:.1%}" for k, v in list(shares.items())[:8])
+        console.print(f"{label} mix: {shown}", highlight=False, markup=False, soft_wrap=True)
+
+
+#: Label values longer than this are cut in the console (the JSON keeps them whole): a free-text field
+#: can be megabytes, and laying out such a line costs time quadratic in its length.
+LABEL_CHARS = 48
+
+
+def _clip(value: str) -> str:
+    return value if len(value) <= LABEL_CHARS else f"{value[: LABEL_CHARS - 1]}…"
 
 
 def _num(value: float | None) -> str:

@@ -122,14 +122,15 @@ def serve(
         long_prompt_slowdown=long_prompt_slowdown, long_prompt_tokens=long_prompt_tokens,
         engine_version=engine_version,
     )  # fmt: skip
-    crashed = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
-    if crashed:
-        print(f"llmcap twin: simulated crash after {crash_after} requests (--crash-after)", file=sys.stderr)
+    served_before_crash = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
+    if served_before_crash is not None:
+        print(f"llmcap twin: simulated crash at completion request {served_before_crash} (injected fault)", file=sys.stderr)
         raise typer.Exit(CRASH_EXIT)
 
 
-async def _serve(spec: TwinSpec, host: str, port: int, what: str) -> bool:
-    """Serve until a signal (False) or a simulated crash (True)."""
+async def _serve(spec: TwinSpec, host: str, port: int, what: str) -> int | None:
+    """Serve until a signal (None) or a simulated crash (the completion request that crashed it, counted
+    from 1; the fault is set by --crash-after or later through the faults endpoint)."""
     twin = Twin(spec)
     try:
         url = await twin.start(host, port)
@@ -140,6 +141,6 @@ async def _serve(spec: TwinSpec, host: str, port: int, what: str) -> bool:
         loop.add_signal_handler(sig, twin.ended.set)
     print(f"llmcap twin (simulated, not a measurement): {what} at {url}", flush=True)
     await twin.ended.wait()
-    crashed = twin.crashed
+    crashed_at = twin.faults.requests if twin.crashed else None
     await twin.stop()
-    return crashed
+    return crashed_at

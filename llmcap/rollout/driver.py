@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from llmcap import exit_codes
 from llmcap.rollout.gates import GateResult, Prediction, Tolerances, evaluate
 from llmcap.rollout.observe import MetricsSource
 
@@ -82,6 +83,11 @@ class StepRecord:
     evaluations: list[Evaluation] = field(default_factory=list)
 
 
+#: A rollout's exit code by its end: only one that put all traffic on the candidate exits 0.
+EXIT_CODES = {"completed": exit_codes.OK, "rolled_back": exit_codes.ROLLED_BACK, "rejected": exit_codes.REJECTED,
+              "timed_out": exit_codes.TIMED_OUT}  # fmt: skip
+
+
 @dataclass
 class RolloutOutcome:
     status: str  # completed | rolled_back | rejected | timed_out
@@ -90,8 +96,12 @@ class RolloutOutcome:
     breaches: list[GateResult] = field(default_factory=list)
     rolled_back_s: float | None = None  # when the weight went back to 0 (unix s)
 
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
     def to_json(self) -> dict[str, Any]:
-        doc = asdict(self)
+        doc = asdict(self) | {"exit_code": self.exit_code, "outcome": exit_codes.NAMES[self.exit_code]}
         for step, rec in zip(doc["steps"], self.steps):
             for ev, e in zip(step["evaluations"], rec.evaluations):
                 ev["verdicts"] = [g.describe() for g in e.gates]

@@ -93,10 +93,11 @@ class GateResult:
     def describe(self) -> str:
         if not self.judged:
             return f"{self.gate}: not judged (too little evidence)"
-        verdict = "pass" if self.passed else f"BREACH by {self.excess:.4g}"
         bound = ">=" if self.gate == "attainment" else "<="
         pred = "" if self.predicted is None else f", predicted {self.predicted:.4g}"
-        return f"{self.gate}: observed {self.observed:.4g} {bound} {self.limit:.4g}{pred}: {verdict}"
+        if self.passed:
+            return f"{self.gate}: observed {self.observed:.4g} within the limit {bound} {self.limit:.4g}{pred}: pass"
+        return f"{self.gate}: observed {self.observed:.4g} breaks the limit {bound} {self.limit:.4g}{pred}: BREACH by {self.excess:.4g}"
 
 
 def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s: float) -> list[GateResult]:

@@ -42,3 +42,11 @@ class LineIndex:
     def text(self, line: int) -> str:
         starts, ends = self._bounds
         return bytes(self._data[starts[line - 1] : ends[line - 1]]).decode("utf-8", errors="replace")
+
+    def first_open_quote_line(self) -> int | None:
+        """The first line with an odd number of double quotes (a quoted field left open at its end), or None."""
+        starts, ends = self._bounds
+        quotes = np.flatnonzero(self._data == ord('"'))
+        per_line = np.bincount(np.searchsorted(starts, quotes, side="right") - 1, minlength=starts.size)
+        odd = np.flatnonzero(per_line % 2)
+        return int(odd[0]) + 1 if odd.size else None

@@ -64,6 +64,7 @@ class CleanReport:
     arrival_unit: str | None  # s | ms | us | ns | datetime
     arrival_process: str | None  # generated arrivals: how they were drawn
     duplicates: str  # the duplicate policy applied (CleanParams.duplicates)
+    warnings: tuple[str, ...] = ()  # kept-but-suspicious input, said once each (a clock that changes units, reused ids)
     accounting_ok: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +149,7 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         arrival_unit=raw.arrival_unit,
         arrival_process=raw.arrival_process,
         duplicates=params.duplicates,
+        warnings=tuple(w for w in (_clock_jump(raw, kept_rows), _reused_ids(raw, kept_rows)) if w),
     )
     if not report.accounting_ok:  # an internal bug, never a user error: fail loudly
         raise AssertionError(f"row accounting broken: {n} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined")
@@ -160,6 +162,54 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
     log.info("%s: %d rows in, %d kept, %d quarantined%s", report.source_file, report.rows_in, report.rows_kept, report.rows_quarantined,
              f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "")
     return CleanResult(trace=trace, quarantine=quarantine, report=report)
+
+
+#: Typical inter-arrival gaps that differ this many decades between the start and the end of a file
+#: (about 1000×: seconds against milliseconds) point at a clock that changes units part-way.
+CLOCK_JUMP_DECADES = 2.5
+MIN_GAPS_EACH_SIDE = 10
+
+
+def _clock_jump(raw: RawTrace, kept: np.ndarray) -> str | None:
+    """A warning when the typical gap (geometric mean) before some line and after it differ ~1000×.
+    Prefix and suffix means of log-gaps come from cumulative sums, so every split is judged in one pass."""
+    if raw.generated_arrivals:
+        return None
+    gaps = np.diff(raw.arrival_s[kept])
+    positive = np.flatnonzero(gaps > 0)
+    side = max(MIN_GAPS_EACH_SIDE, positive.size // 20)
+    if positive.size < 2 * side:
+        return None
+    logs = np.log10(gaps[positive])
+    total = np.cumsum(logs)
+    k = np.arange(side, positive.size - side + 1)  # split after the first k positive gaps
+    before = total[k - 1] / k
+    after = (total[-1] - total[k - 1]) / (positive.size - k)
+    best = int(np.argmax(np.abs(after - before)))
+    if abs(after[best] - before[best]) < CLOCK_JUMP_DECADES:
+        return None
+    line = int(raw.line[kept[positive[k[best]] + 1]])
+    return (
+        f"typical gap between arrivals changes {10 ** abs(after[best] - before[best]):,.0f}x at line {line} "
+        f"({10 ** before[best]:.3g} s before, {10 ** after[best]:.3g} s after): does the clock switch units part-way? "
+        "The plan's rate follows the clock as read"
+    )
+
+
+def _reused_ids(raw: RawTrace, kept: np.ndarray) -> str | None:
+    """A warning when kept rows share a request id: not exact copies (those are duplicates), so kept."""
+    if "request_id" not in raw.labels or kept.size < 2:
+        return None
+    ids = pd.Series(raw.labels["request_id"].take(pa.array(kept)).to_numpy(zero_copy_only=False))
+    reused = ids.notna() & ids.duplicated(keep="first")
+    if not reused.any():
+        return None
+    first = ids[reused].iloc[0]
+    lines = raw.line[kept[(ids == first).to_numpy()]][:3].tolist()
+    return (
+        f"{int(reused.sum()):,} kept rows reuse an earlier row's request_id with different fields (e.g. {first!r} at lines "
+        f"{', '.join(map(str, lines))}); each is kept as its own request"
+    )
 
 
 def _exclude_matches(raw: RawTrace, field: str, pattern: str) -> np.ndarray | None:

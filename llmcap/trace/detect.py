@@ -10,6 +10,7 @@ from pathlib import Path
 
 from llmcap.errors import InputFileError
 from llmcap.trace._lines import UTF8_BOM
+from llmcap.trace.source import require_file
 
 SNIFF_BYTES = 64 * 1024
 PARQUET_MAGIC = b"PAR1"
@@ -29,10 +30,7 @@ class Sniff:
 
 def sniff(path: Path) -> Sniff:
     """Look at the start of `path`; raise one clear error when it cannot be a trace at all."""
-    if not path.exists():
-        raise InputFileError(path, "file not found")
-    if path.is_dir():
-        raise InputFileError(path, "is a directory, expected a trace file")
+    require_file(path)
     with path.open("rb") as fh:
         head = fh.read(SNIFF_BYTES)
     if head.startswith(PARQUET_MAGIC):
@@ -42,6 +40,8 @@ def sniff(path: Path) -> Sniff:
             return Sniff("parquet", tuple(pq.read_schema(path).names), False)
         except Exception as exc:  # pyarrow raises several types for broken footers
             raise InputFileError(path, f"unreadable Parquet file ({exc})") from None
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputFileError(path, "UTF-16 text; llmcap reads UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)", line=1)
     bom = head.startswith(UTF8_BOM)
     body = head[3:] if bom else head
     if not body.strip():

@@ -135,8 +135,10 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         if clock is not None:
             source_cols["arrival"] = clock
 
+    _require_unique_columns(path, found, source_cols)
     reader = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json_document, "parquet": _read_parquet}[preset.container]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
+    _require_scalar_types(path, table, source_cols)
     if table.num_rows == 0 and not parse_errors:
         raise InputFileError(path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1)
 
@@ -206,6 +208,37 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         arrival_process=_describe(params.arrivals) if generated and canonical is None else None,
         line_index=line_index,
     )
+
+
+def _require_unique_columns(path: Path, found: Sniff, source_cols: dict[str, str]) -> None:
+    """A mapped column whose name appears twice in the header is ambiguous: which one is meant is not guessed."""
+    for canon, name in source_cols.items():
+        where = [i + 1 for i, f in enumerate(found.fields) if f == name]
+        if len(where) > 1:
+            raise InputFileError(
+                path, f"the header names '{name}' {len(where)} times (columns {', '.join(map(str, where))}), so which one is "
+                f"'{canon}' is ambiguous: rename or drop one", line=1 if found.container != "parquet" else None, field=name,
+            )  # fmt: skip
+
+
+#: Canonical columns read as numbers (the arrival clock may also be a date-time).
+NUMERIC = ("arrival", "isl", "osl", "deadline_s")
+
+
+def _require_scalar_types(path: Path, table: pa.Table, source_cols: dict[str, str]) -> None:
+    """Typed containers (Parquet, JSON) can hold anything in a column; a column of lists, structs or
+    booleans where a number or a label belongs is unusable as a whole, and said so (True is not 1 token)."""
+    for canon, name in source_cols.items():
+        if canon == "hash_ids" or name not in table.column_names:
+            continue
+        typ = table.column(name).type
+        text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ) or pa.types.is_null(typ)
+        number = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
+        clock = canon == "arrival" and (pa.types.is_timestamp(typ) or pa.types.is_date(typ))
+        if text or number or clock or (canon not in NUMERIC and pa.types.is_boolean(typ)):
+            continue
+        wanted = "a number per request" if canon in NUMERIC else "a text label per request"
+        raise InputFileError(path, f"column holds {typ} values, expected {wanted} for '{canon}'", field=name)
 
 
 def _describe(spec: ArrivalSpec) -> str:
@@ -300,7 +333,7 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
             convert_options=pacsv.ConvertOptions(
                 include_columns=[as_written[c] for c in wanted],
-                column_types={as_written[c]: pa.string() for c in wanted},
+                column_types={as_written[c]: pa.binary() for c in wanted},  # text checked per column below, so a bad byte is one row's fault
                 strings_can_be_null=True,
             ),
         )
@@ -323,8 +356,45 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
         errors[i] = f"malformed record: expected {expected} columns, got {actual}"
         raw[i] = text
     if table.num_rows + len(errors) != n:
-        raise InputFileError(path, f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines (quoted newlines are not supported)")
+        line = index.first_open_quote_line()
+        raise InputFileError(
+            path, "a quoted field runs onto the next line (quoted newlines are not supported: one record per line)"
+            if line is not None else f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines", line=line,
+        )  # fmt: skip
+    table = _utf8_columns(table, errors, raw, index, record_lines)
     return table, errors, raw, index, record_lines.astype(np.int64)
+
+
+def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], index: LineIndex, record_lines: np.ndarray) -> pa.Table:
+    """The CSV's binary columns as text. A record with bytes that are not UTF-8 is quarantined (malformed,
+    named by column) rather than failing the file; only such a column is looked at value by value."""
+    parsed = np.setdiff1d(np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors)))  # record index per table row
+    bad_rows: dict[int, str] = {}
+    columns = {}
+    for name in table.column_names:
+        try:
+            columns[name] = pc.cast(table.column(name), pa.string())
+            continue
+        except pa.ArrowInvalid:
+            pass
+        values = []
+        for row, value in enumerate(table.column(name).to_pylist()):
+            try:
+                values.append(None if value is None else value.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                values.append(None)
+                bad_rows.setdefault(row, f"malformed record: not UTF-8 text in column '{name}' (byte 0x{value[exc.start]:02x})")
+        columns[name] = pa.chunked_array([pa.array(values, pa.string())])
+    table = pa.table(columns)
+    if not bad_rows:
+        return table
+    for row, why in bad_rows.items():
+        record = int(parsed[row])
+        errors[record] = why
+        raw[record] = index.text(int(record_lines[record]))
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[list(bad_rows)] = False
+    return table.filter(pa.array(keep))
 
 
 def _read_jsonl(path: Path, found: Sniff, cols: dict[str, str]):

@@ -6,9 +6,11 @@ to a temporary file that lives as long as the read; a regular file is read in pl
 from __future__ import annotations
 
 import bz2
+import errno
 import gzip
 import io
 import lzma
+import os
 import shutil
 import stat
 import tempfile
@@ -36,13 +38,27 @@ DECOMPRESSORS: dict[str, Callable[[Path], io.BufferedIOBase]] = {
 }
 
 
-@contextmanager
-def local_file(path: Path) -> Iterator[Path]:
-    """A regular, uncompressed file holding `path`'s trace: `path` itself, or a temporary copy."""
+def require_file(path: Path) -> None:
+    """A path that can be opened as a trace, or one error saying why not (a symlink loop is not a missing file)."""
     if not path.exists():
+        if path.is_symlink():
+            try:
+                path.resolve(strict=True)
+            except RuntimeError:  # Python < 3.13 reports a loop as RuntimeError
+                raise InputFileError(path, "symbolic link loop (the link points back to itself)") from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise InputFileError(path, "symbolic link loop (the link points back to itself)") from None
+            raise InputFileError(path, f"broken symbolic link (to {os.readlink(path)}, which does not exist)")
         raise InputFileError(path, "file not found")
     if path.is_dir():
         raise InputFileError(path, "is a directory, expected a trace file")
+
+
+@contextmanager
+def local_file(path: Path) -> Iterator[Path]:
+    """A regular, uncompressed file holding `path`'s trace: `path` itself, or a temporary copy."""
+    require_file(path)
     opener = DECOMPRESSORS.get(path.suffix.lower())
     regular = stat.S_ISREG(path.stat().st_mode)
     if opener is None and regular:

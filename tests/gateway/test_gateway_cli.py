@@ -12,6 +12,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from llmcap import exit_codes
 from llmcap.commands.gateway import parse_shadow
 from llmcap.errors import LlmcapError
 from llmcap.live.client import stream_completion, token_prompt
@@ -55,6 +56,34 @@ def test_the_gateway_process_serves_and_records(tmp_path):
     table = pq.read_table(record.with_suffix(".parquet")).to_pydict()
     assert table["side"] == ["baseline", "candidate"] and table["status"] == ["ok", "ok"]
     assert len(record.read_text().splitlines()) == 2
+
+
+def test_a_gateway_whose_deployment_serves_nothing_exits_unreachable(tmp_path):
+    import asyncio
+    import socket
+
+    record = tmp_path / "rows.jsonl"
+    with socket.socket() as closed:  # bound, never listening: every forward is refused
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        proc = subprocess.Popen([sys.executable, "-m", "llmcap", "gateway", "--baseline", dead, "--port", "0", "--record", str(record)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], 60)
+            url = proc.stdout.readline().strip().rsplit(" ", 1)[-1] if ready else ""
+
+            async def traffic():
+                async with httpx.AsyncClient() as c:
+                    return [await stream_completion(c, url, "m", token_prompt(40, 1000, k), 5, timeout_s=20) for k in range(3)]
+
+            sent = asyncio.run(traffic())
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+    assert [r.status for r in sent] == ["rejected"] * 3
+    assert proc.returncode == exit_codes.UNREACHABLE, err
+    assert "UNREACHABLE: not one of 3 requests was served" in err
+    assert pq.read_table(record.with_suffix(".parquet")).column("outcome").to_pylist() == ["rejected"] * 3
 
 
 def test_shadow_options_parse_or_say_what_is_wrong():

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pytest
 
 from flows import server
+from llmcap import exit_codes
 from llmcap.live.replay import replay_async
 from llmcap.rollout.predict import predict_share, predictions_doc
 from tests.conftest import ROOT
@@ -198,7 +199,7 @@ def test_a_rejected_or_timed_out_approval_rolls_back_for_good(prefect: dict, tmp
         weight = httpx.get(f"{gw}/admin/weights").json()["candidate"]
         replayed = traffic.wait()
     assert outcome["status"] == ("rejected" if how == "reject" else "timed_out"), outcome["reason"]
-    assert flow.returncode == 1 and weight == 0.0
+    assert flow.returncode == (exit_codes.REJECTED if how == "reject" else exit_codes.TIMED_OUT) and weight == 0.0
     assert again.returncode == 2 and "cannot be resumed" in again.stderr
     (entry,) = [a for a in audit(prefect) if a["flow_run_id"] == run]
     assert entry["decision"] == ("rejected" if how == "reject" else "timed out")
@@ -218,6 +219,7 @@ def test_a_killed_candidate_rolls_back_and_loses_no_request(prefect: dict, tmp_p
         outcome = finish(flow, out)
         replayed = traffic.wait()
     assert outcome["status"] == "rolled_back" and "error_rate" in outcome["reason"], outcome["reason"]
+    assert flow.returncode == exit_codes.ROLLED_BACK and outcome["outcome"] == "ROLLED BACK"
     got = rows(record)
     assert sorted(r["request_id"] for r in got) == sorted(replayed["request_id"])
     by_id = dict(zip(replayed["request_id"], replayed["status"]))
@@ -245,3 +247,17 @@ def test_the_shadow_flow_reports_and_tracks_its_verdicts(prefect: dict, tmp_path
     mlflow.set_tracking_uri(prefect["env"]["MLFLOW_TRACKING_URI"])
     (run,) = mlflow.search_runs(experiment_names=["shadow"], output_format="list")
     assert run.data.tags["shadow.production_unharmed"] == "True" and run.data.metrics["production_with_ok"] == 80
+
+
+def test_a_rollout_whose_gateway_does_not_answer_is_unreachable(prefect: dict, tmp_path: Path) -> None:
+    import socket
+
+    out = tmp_path / "dead"
+    with socket.socket() as closed:  # bound, never listening: the gateway's metrics and admin API refuse
+        closed.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        flow = start_flow(prefect, dead, dead, out, "")
+        flow.wait(300)
+    log = (out.parent / f"{out.name}.log").read_text()
+    assert flow.returncode == exit_codes.UNREACHABLE, log[-3000:]
+    assert f"error: {dead}" in log and "no answer (ConnectError" in log and not (out / "outcome.json").exists()

@@ -62,6 +62,7 @@ class Case:
     field_name: str | None = None  # ... and this field
     check: Callable[[dict], None] | None = None  # extra checks on the inspect JSON
     by_reason: dict[str, int] = field(default_factory=dict)
+    warns: tuple[str, ...] = ()  # fragments of the one warning a kept-but-suspicious input must get (JSON and stderr)
 
 
 def _dst(s: dict) -> None:
@@ -69,9 +70,9 @@ def _dst(s: dict) -> None:
     assert s["duration_s"] == pytest.approx(90.0)
 
 
-def _rate(expected: float) -> Callable[[dict], None]:
+def _rate(expected: float | None) -> Callable[[dict], None]:
     def check(s: dict) -> None:
-        assert s["mean_rps"] == pytest.approx(expected, rel=1e-9)
+        assert s["mean_rps"] == (None if expected is None else pytest.approx(expected, rel=1e-9))
 
     return check
 
@@ -104,6 +105,26 @@ def _unhashed_parquet_without_block_size(tmp: Path) -> bytes:
     return parquet_bytes(table, tmp)
 
 
+def _typed_parquet(**overrides: pa.Array) -> Callable[[Path], bytes]:
+    """A three-row Parquet trace with the given columns replaced (a typed container can hold anything)."""
+
+    def build(tmp: Path) -> bytes:
+        columns = {"arrival_s": pa.array([0.0, 1.0, 2.0]), "isl": pa.array([10, 20, 30]), "osl": pa.array([4, 5, 6])}
+        return parquet_bytes(pa.table(columns | overrides), tmp)
+
+    return build
+
+
+def _past_sniff(rows: int, bad_row: int, bad: bytes) -> bytes:
+    """A CSV longer than the 64 KiB format sniff, with record `bad_row` (0-based; line bad_row + 2) replaced."""
+    lines = [f"{k},10,5,t".encode() for k in range(rows)]
+    lines[bad_row] = bad
+    return b"arrival_s,isl,osl,tenant\n" + b"\n".join(lines) + b"\n"
+
+
+#: Seconds for 30 rows, then the same clock in milliseconds: the rate read would be ~1000x too low.
+UNIT_SWITCH = [f"{k * 0.5:g},100,10" for k in range(30)] + [f"{15_000 + k * 500},100,10" for k in range(30)]
+
 PLAIN_ROWS = ["0,100,10", "1.5,120,12", "3,90,9", "4.5,300,30", "6,100,10"]
 
 CASES: list[Case] = [
@@ -123,7 +144,7 @@ CASES: list[Case] = [
     Case("templates_whole_seconds", _templates(), "templates.csv", ok=(600, 600, 0), check=_rate(600 / 59)),
     Case("burstgpt_templates", _burstgpt(), "burst.csv", ok=(3_000, 3_000, 0)),
     Case("request_id_duplicates", csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "b,1,10,5", "a,0,10,5", "a,2,10,5"]),
-         "ids.csv", ok=(4, 3, 1), by_reason={"duplicate": 1}),  # fmt: skip
+         "ids.csv", ok=(4, 3, 1), by_reason={"duplicate": 1}, warns=("'a' at lines 2, 5", "kept as its own request")),  # fmt: skip
     Case("generated_arrivals_asked", csv("isl,osl", ["100,10", "200,20", "300,30"]), "lengths.csv", ok=(3, 3, 0),
          args=("--generate-arrivals",)),  # fmt: skip
     Case("constant_lengths", csv("arrival_s,isl,osl", ["0,100,10", "1,100,10", "2,100,10", "3,100,10"]), "const.csv", ok=(4, 4, 0)),
@@ -150,7 +171,32 @@ CASES: list[Case] = [
     Case("binary", b"\x00\x01\x02garbage", "garbage.bin", error=("binary",)),
     Case("corrupt_gzip", b"\x1f\x8b\x08\x00not really gzip", "broken.csv.gz", error=("cannot read compressed input",)),
     Case("missing_required", b"TIMESTAMP,ContextTokens\r\n2023-11-16 18:15:46.68,374\r\n", "nogen.csv", error=("GeneratedTokens",), line=1),
-    Case("quoted_newline", b'arrival_s,isl,osl,tenant\n0,10,5,"a\nb"\n1,10,5,x\n', "quoted.csv", error=("quoted newlines",)),
+    Case("quoted_newline", b'arrival_s,isl,osl,tenant\n0,10,5,"a\nb"\n1,10,5,x\n', "quoted.csv", error=("quoted newlines",), line=2),
+    # ---- round 3: nested and odd types, duplicate names, units that change, ids reused, zero spans, encodings
+    Case("list_lengths_parquet", _typed_parquet(osl=pa.array([[1, 2], [3], [4]])), "list.parquet",
+         error=("list<", "a number per request"), field_name="osl"),  # fmt: skip
+    Case("struct_lengths_parquet", _typed_parquet(isl=pa.array([{"a": 1}, {"a": 2}, {"a": 3}])), "struct.parquet",
+         error=("struct<", "a number per request"), field_name="isl"),  # fmt: skip
+    Case("bool_lengths_parquet", _typed_parquet(isl=pa.array([True, False, True])), "bool.parquet",
+         error=("bool values",), field_name="isl"),  # fmt: skip
+    Case("list_label_parquet", _typed_parquet(tenant=pa.array([["a"], ["b"], ["c"]])), "label.parquet",
+         error=("a text label",), field_name="tenant"),  # fmt: skip
+    Case("nested_value_jsonl", b'{"arrival_s": 0, "isl": 10, "osl": 5}\n{"arrival_s": 1, "isl": 10, "osl": [1, 2]}\n'
+         b'{"arrival_s": 2, "isl": 10, "osl": 6}\n', "nested.jsonl", ok=(3, 2, 1), by_reason={"osl_missing": 1}),  # fmt: skip
+    Case("duplicate_column", csv("arrival_s,isl,isl,osl", ["0,10,20,5", "1,10,20,5"]), "dup.csv",
+         error=("2 times (columns 2, 3)", "ambiguous"), line=1, field_name="isl"),  # fmt: skip
+    Case("duplicate_unused_column", csv("arrival_s,isl,osl,note,note", ["0,10,5,a,b", "1,10,5,c,d"]), "dupnote.csv", ok=(2, 2, 0)),
+    Case("clock_switches_units", csv("arrival_s,isl,osl", UNIT_SWITCH), "switch.csv", ok=(60, 60, 0),
+         warns=("changes 1,", "at line 32", "switch units part-way")),  # fmt: skip
+    Case("request_id_reused", csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "a,1,20,6", "b,2,10,5"]), "reused.csv",
+         ok=(3, 3, 0), warns=("1 kept rows reuse an earlier row's request_id", "'a' at lines 2, 3")),  # fmt: skip
+    Case("one_row", csv("arrival_s,isl,osl", ["0,10,5"]), "one.csv", ok=(1, 1, 0), check=_rate(None)),
+    Case("one_instant", csv("arrival_s,isl,osl", ["5,10,5", "5,11,5", "5,12,5"]), "instant.csv", ok=(3, 3, 0), check=_rate(None)),
+    Case("utf16", "arrival_s,isl,osl\n0,10,5\n".encode("utf-16"), "utf16.csv", error=("UTF-16", "iconv"), line=1),
+    Case("bad_byte_past_sniff", _past_sniff(8_000, 6_000, b"6000,1\xff0,5,t"), "latebyte.csv", ok=(8_000, 7_999, 1),
+         by_reason={"malformed_record": 1}),  # fmt: skip
+    Case("quoted_newline_past_sniff", _past_sniff(8_000, 6_000, b'6000,10,5,"a\nb"'), "latequote.csv",
+         error=("quoted field runs onto the next line",), line=6_002),  # fmt: skip
 ]
 
 
@@ -181,9 +227,11 @@ def test_input_is_handled_or_named(case: Case, cmd: str, tmp_path: Path) -> None
     result = runner.invoke(app, _command(cmd, path, tmp_path, case.args))
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if case.ok is not None and cmd == "size" and case.ok[1] < MIN_REQUESTS:
-        assert result.exit_code == 2 and result.stderr.strip() == (
+        *warnings, last = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and last == (
             f"error: {path}: {case.ok[1]} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)"
         ), result.output
+        assert len(warnings) == len(case.warns[:1]) and all(w.startswith(f"warning: {path}: ") for w in warnings), warnings
         return
     if case.ok is not None:
         assert result.exit_code == 0, result.output
@@ -191,6 +239,10 @@ def test_input_is_handled_or_named(case: Case, cmd: str, tmp_path: Path) -> None
         assert (acc["rows_in"], acc["rows_kept"], acc["rows_quarantined"]) == case.ok
         assert acc["rows_in"] == acc["rows_kept"] + acc["rows_quarantined"]
         assert acc["by_reason"] == case.by_reason
+        assert len(acc["warnings"]) == (1 if case.warns else 0), acc["warnings"]
+        for fragment in case.warns:
+            assert fragment in acc["warnings"][0], (fragment, acc["warnings"][0])
+            assert f"warning: {path}: " in result.stderr  # said where people look, not only in the JSON
         if cmd == "inspect" and case.check is not None:
             case.check(json.loads(result.stdout))
         return
@@ -362,3 +414,41 @@ def test_requests_longer_than_max_model_len_are_rejected_and_counted(tmp_path: P
     # by default the limit is the model's own (131,072 for Llama-3.1): nothing here exceeds it
     s = _summary(["simulate", "-t", str(path), *MODEL, "-g", "h100", "--json"])
     assert (s["max_model_len"], s["rejected"]) == (131_072, 0)
+
+
+# ---------------------------------------------------------------- files that are not plain files, fields that are huge
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_links_that_lead_nowhere_say_so(cmd: str, tmp_path: Path) -> None:
+    loop, broken = tmp_path / "loop.csv", tmp_path / "broken.csv"
+    loop.symlink_to(loop)
+    broken.symlink_to(tmp_path / "gone.csv")
+    _one_line_error(_command(cmd, loop, tmp_path, ()), f"{loop}: symbolic link loop")
+    _one_line_error(_command(cmd, broken, tmp_path, ()), f"{broken}: broken symbolic link (to {tmp_path / 'gone.csv'}")
+
+
+def test_a_fifo_with_a_writer_is_read_like_a_file(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(csv("arrival_s,isl,osl", PLAIN_ROWS),))
+    writer.start()
+    out = _summary(["trace", "inspect", str(fifo), "--json"])
+    writer.join(10)
+    assert out["accounting"]["rows_kept"] == 5 and out["duration_s"] == 6.0
+
+
+@pytest.mark.timeout(60)  # the table layout was quadratic in a label's length: 1 MB took minutes
+def test_a_megabyte_label_is_clipped_in_the_table_and_whole_in_the_json(tmp_path: Path) -> None:
+    path = tmp_path / "long.csv"
+    huge = "x" * (1 << 20)
+    path.write_bytes(csv("arrival_s,isl,osl,tenant", [f"0,10,5,{huge}", "1,10,5,[bold]red"]))
+    table = runner.invoke(app, ["trace", "inspect", str(path)])
+    assert table.exit_code == 0, table.output
+    mix = next(line for line in table.stdout.splitlines() if line.startswith("tenant mix: "))
+    shares = sorted(mix.removeprefix("tenant mix: ").split(", "))
+    assert shares == ["[bold]red 50.0%", f"{'x' * 47}… 50.0%"]  # markup in a value is shown, not applied
+    assert set(_summary(["trace", "inspect", str(path), "--json"])["mix"]["tenant"]) == {huge, "[bold]red"}

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
-from llmcap.commands.replay import FAILED_EXIT, INVALID_EXIT, SLO_MISSED_EXIT, UNREACHABLE_EXIT
+from llmcap import exit_codes
 from tests.twin._twin import twin_server
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
@@ -55,7 +55,7 @@ def test_every_request_is_accounted_for_and_written(trace: Path, tmp_path: Path)
 def test_errors_are_rows_and_misses_and_fail_the_run(trace: Path) -> None:
     with twin("--error-rate", "0.5", "--seed", "1") as url:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "2000", "--json"])
-    assert result.exit_code == FAILED_EXIT, result.output
+    assert result.exit_code == exit_codes.FAILED, result.output
     s = json.loads(result.stdout)
     assert s["requests"] == 40 and sum(s["status"].values()) == 40
     assert 0 < s["status"]["rejected"] < 40
@@ -70,7 +70,7 @@ def test_a_closed_port_is_unreachable(trace: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         result = runner.invoke(app, ["replay", "--endpoint", url, "--model", "m", "-t", str(trace), "--timeout", "2", "--json"])
-    assert result.exit_code == UNREACHABLE_EXIT, result.output
+    assert result.exit_code == exit_codes.UNREACHABLE, result.output
     s = json.loads(result.stdout)
     assert s["status"]["ok"] == 0 and sum(s["status"].values()) == 40 and s["valid"] is False and s["outcome"] == "UNREACHABLE"
 
@@ -78,7 +78,7 @@ def test_a_closed_port_is_unreachable(trace: Path) -> None:
 def test_a_twin_that_dies_mid_run_fails_it(trace: Path) -> None:
     with twin("--crash-after", "10") as url:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--timeout", "5", "--json"])
-    assert result.exit_code == FAILED_EXIT, result.output
+    assert result.exit_code == exit_codes.FAILED, result.output
     s = json.loads(result.stdout)
     assert sum(s["status"].values()) == 40 and 0 < s["status"]["ok"] <= 10 and s["valid"] is False  # streams open at the crash are cut
 
@@ -86,7 +86,7 @@ def test_a_twin_that_dies_mid_run_fails_it(trace: Path) -> None:
 def test_a_slow_server_misses_the_slo(trace: Path) -> None:
     with twin("--slowdown", "5") as url:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "1", "--json"])
-    assert result.exit_code == SLO_MISSED_EXIT, result.output
+    assert result.exit_code == exit_codes.SLO_MISSED, result.output
     s = json.loads(result.stdout)
     assert s["status"]["ok"] == 40 and s["valid"] is True and s["slo"]["attainment"] < 0.99 and s["outcome"] == "SLO MISSED"
 
@@ -94,5 +94,16 @@ def test_a_slow_server_misses_the_slo(trace: Path) -> None:
 def test_a_run_that_misses_its_schedule_is_invalid(trace: Path) -> None:
     with twin() as url:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-lateness-ms", "1e-6", "--json"])
-    assert result.exit_code == INVALID_EXIT, result.output
+    assert result.exit_code == exit_codes.INVALID, result.output
     assert json.loads(result.stdout)["valid"] is False
+
+
+def test_a_closed_port_without_a_model_name_is_unreachable_too(trace: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # the first request (GET /v1/models, to learn the model) is refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--json"])
+    assert result.exit_code == exit_codes.UNREACHABLE, result.output
+    assert result.stderr.startswith(f"error: {url}: no answer (ConnectError") and "is the server up?" in result.stderr, result.stderr
