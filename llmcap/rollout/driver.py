@@ -46,6 +46,22 @@ class RolloutPlan:
             raise ValueError(f"approvals before weights that are not steps: {sorted(stray)}")
 
 
+class Clock(Protocol):
+    """Where the loop reads the time and waits: the wall clock, or a virtual one in tests."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 class WeightControl(Protocol):
     async def set(self, weight: float) -> None: ...
 
@@ -110,7 +126,7 @@ class RolloutOutcome:
 
 async def run_rollout(plan: RolloutPlan, control: WeightControl, source: MetricsSource, predictions: Mapping[float, Prediction],
                       tolerances: Tolerances = Tolerances(), approve: Approve | None = None,
-                      on_event: Callable[[str], None] | None = None) -> RolloutOutcome:  # fmt: skip
+                      on_event: Callable[[str], None] | None = None, clock: Clock = WallClock()) -> RolloutOutcome:  # fmt: skip
     missing = [w for w in plan.steps if w not in predictions]
     if missing:
         raise ValueError(f"no prediction for the step weights {missing}")
@@ -120,7 +136,7 @@ async def run_rollout(plan: RolloutPlan, control: WeightControl, source: Metrics
     async def roll_back(status: str, reason: str, breaches: list[GateResult] | None = None) -> RolloutOutcome:
         await control.set(0.0)
         say(f"rolled back: {reason}")
-        return RolloutOutcome(status, reason, steps, breaches or [], time.time())
+        return RolloutOutcome(status, reason, steps, breaches or [], clock.now())
 
     for w in plan.steps:
         approval = None
@@ -132,14 +148,14 @@ async def run_rollout(plan: RolloutPlan, control: WeightControl, source: Metrics
                 return await roll_back(status, f"{status.replace('_', ' ')} before {w:.0%} by {approval.get('by') or 'nobody'}: "
                                                f"{approval.get('reason') or 'no reason given'}")  # fmt: skip
         await source.sample()  # the window's opening sample: counters are read from here
-        rec = StepRecord(w, time.time(), approval=approval)
+        rec = StepRecord(w, clock.now(), approval=approval)
         await control.set(w)
         steps.append(rec)
         say(f"step {w:.0%}: holding {plan.hold_s:g} s, judging every {plan.interval_s:g} s")
         while True:
-            await asyncio.sleep(max(0.0, min(plan.interval_s, rec.started_s + plan.hold_s - time.time())))
+            await clock.sleep(max(0.0, min(plan.interval_s, rec.started_s + plan.hold_s - clock.now())))
             await source.sample()
-            now = time.time()
+            now = clock.now()
             obs = await source.observe(rec.started_s, now)
             ev = Evaluation(now, (rec.started_s, now), obs.requests, evaluate(obs, predictions[w], tolerances, plan.ttft_target_s))
             rec.evaluations.append(ev)
@@ -148,7 +164,7 @@ async def run_rollout(plan: RolloutPlan, control: WeightControl, source: Metrics
                 return await roll_back("rolled_back", f"at {w:.0%}: " + "; ".join(g.describe() for g in ev.breaches), ev.breaches)
             if now - rec.started_s >= plan.hold_s:
                 break
-        rec.ended_s = time.time()
+        rec.ended_s = clock.now()
         say(f"step {w:.0%} held: " + "; ".join(g.describe() for g in rec.evaluations[-1].gates if g.judged))
     return RolloutOutcome("completed", f"{plan.steps[-1]:.0%} of traffic on the candidate", steps)
 

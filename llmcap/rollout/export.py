@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import yaml
 
 from llmcap.rollout.driver import RolloutPlan
-from llmcap.rollout.gates import Prediction, Tolerances
+from llmcap.rollout.gates import Prediction, Tolerances, limits
 from llmcap.rollout.promql import queries
 
 ROLLOUTS_API = "argoproj.io/v1alpha1"
@@ -44,25 +44,14 @@ def _pct(w: float) -> int:
     return int(round(w * 100))
 
 
-def _limits(pred: Prediction, tol: Tolerances, ttft_target_s: float) -> dict[str, tuple[str, float]]:
-    """Gate -> (comparison, limit), as `llmcap.rollout.gates.evaluate` sets them."""
-    ttft, itl, att = pred.ttft.quantile(0.99) or 0.0, pred.itl.quantile(0.99) or 0.0, pred.ttft.fraction_at_most(ttft_target_s)
-    return {
-        "ttft_p99": ("<=", ttft * (1 + tol.ttft_p99_rel) + tol.ttft_p99_abs_s),
-        "itl_p99": ("<=", itl * (1 + tol.itl_p99_rel) + tol.itl_p99_abs_s),
-        "attainment": (">=", (att if att is not None else 1.0) - tol.attainment_drop),
-        "kv_usage": ("<=", pred.kv_usage_max + tol.kv_usage_abs),
-        "waiting": ("<=", pred.waiting_max + tol.waiting_abs),
-        "preemptions": ("<=", pred.preemptions_per_request + tol.preemptions_per_request),
-    }
-
-
 def analysis_template(names: ClusterNames, weight: float, pred: Prediction, tol: Tolerances, ttft_target_s: float,
                       interval_s: float, hold_s: float) -> dict:  # fmt: skip
     window = f"{max(1, int(round(hold_s)))}s"
     qs = queries(f'job="{names.service("canary")}"', window, ttft_target_s)
     metrics = []
-    for gate, (op, limit) in _limits(pred, tol, ttft_target_s).items():
+    for gate, (op, limit) in limits(pred, tol, ttft_target_s).items():
+        if gate not in qs:
+            continue  # errors are the gateway's to count: no engine metric to export a query for
         metrics.append({
             "name": gate.replace("_", "-"),
             "interval": f"{max(1, int(round(interval_s)))}s",

@@ -100,28 +100,40 @@ class GateResult:
         return f"{self.gate}: observed {self.observed:.4g} breaks the limit {bound} {self.limit:.4g}{pred}: BREACH by {self.excess:.4g}"
 
 
+def limits(pred: Prediction, tol: Tolerances, ttft_target_s: float) -> dict[str, tuple[str, float]]:
+    """Gate -> (comparison, limit) for a step predicted as `pred`: the one definition the local gates
+    (`evaluate`) and the exported AnalysisTemplates (`llmcap.rollout.export`) both use."""
+    ttft, itl, att = pred.ttft.quantile(0.99), pred.itl.quantile(0.99), pred.ttft.fraction_at_most(ttft_target_s)
+    return {
+        "error_rate": ("<=", tol.max_error_rate),
+        "ttft_p99": ("<=", (ttft or 0.0) * (1 + tol.ttft_p99_rel) + tol.ttft_p99_abs_s),
+        "itl_p99": ("<=", (itl or 0.0) * (1 + tol.itl_p99_rel) + tol.itl_p99_abs_s),
+        "attainment": (">=", (att if att is not None else 1.0) - tol.attainment_drop),
+        "kv_usage": ("<=", pred.kv_usage_max + tol.kv_usage_abs),
+        "waiting": ("<=", pred.waiting_max + tol.waiting_abs),
+        "preemptions": ("<=", pred.preemptions_per_request + tol.preemptions_per_request),
+    }
+
+
 def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s: float) -> list[GateResult]:
-    out = []
+    """Every gate's verdict on one window: judged only with enough requests (errors: `min_requests_errors`;
+    the rest: `min_requests`) and an observation and prediction to compare."""
+    limit = limits(pred, tol, ttft_target_s)
     enough = obs.requests >= tol.min_requests
-
-    def upper(gate: str, observed: float | None, predicted: float | None, limit: float, judged: bool) -> None:
-        ok = judged and observed is not None
-        out.append(GateResult(gate, observed, limit, not judged or observed is None or observed <= limit, ok, predicted))
-
-    err = obs.error_rate
-    upper("error_rate", err, 0.0, tol.max_error_rate, obs.requests >= tol.min_requests_errors)
-    for gate, seen, want, rel, abs_s in (("ttft_p99", obs.ttft, pred.ttft, tol.ttft_p99_rel, tol.ttft_p99_abs_s),
-                                         ("itl_p99", obs.itl, pred.itl, tol.itl_p99_rel, tol.itl_p99_abs_s)):  # fmt: skip
-        p = want.quantile(0.99)
-        o = None if seen is None else seen.quantile(0.99)
-        upper(gate, o, p, (p or 0.0) * (1 + rel) + abs_s, enough and p is not None)
-    p_att = pred.ttft.fraction_at_most(ttft_target_s)
-    o_att = None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s)
-    judged = enough and o_att is not None and p_att is not None
-    limit = (p_att or 0.0) - tol.attainment_drop
-    out.append(GateResult("attainment", o_att, limit, not judged or o_att is None or o_att >= limit, judged, p_att))
-    upper("kv_usage", obs.kv_usage_max, pred.kv_usage_max, pred.kv_usage_max + tol.kv_usage_abs, enough)
-    upper("waiting", obs.waiting_max, pred.waiting_max, pred.waiting_max + tol.waiting_abs, enough)
     rate = None if obs.preemptions is None or obs.requests <= 0 else obs.preemptions / obs.requests
-    upper("preemptions", rate, pred.preemptions_per_request, pred.preemptions_per_request + tol.preemptions_per_request, enough)
+    seen: dict[str, tuple[float | None, float | None, bool]] = {  # gate -> (observed, predicted, enough evidence)
+        "error_rate": (obs.error_rate, 0.0, obs.requests >= tol.min_requests_errors),
+        "ttft_p99": (None if obs.ttft is None else obs.ttft.quantile(0.99), pred.ttft.quantile(0.99), enough),
+        "itl_p99": (None if obs.itl is None else obs.itl.quantile(0.99), pred.itl.quantile(0.99), enough),
+        "attainment": (None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s), pred.ttft.fraction_at_most(ttft_target_s), enough),
+        "kv_usage": (obs.kv_usage_max, pred.kv_usage_max, enough),
+        "waiting": (obs.waiting_max, pred.waiting_max, enough),
+        "preemptions": (rate, pred.preemptions_per_request, enough),
+    }
+    out = []
+    for gate, (observed, predicted, evidence) in seen.items():
+        op, bound = limit[gate]
+        judged = evidence and observed is not None and predicted is not None
+        held = observed is None or (observed >= bound if op == ">=" else observed <= bound)
+        out.append(GateResult(gate, observed, bound, not judged or held, judged, predicted))
     return out

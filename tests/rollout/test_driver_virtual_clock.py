@@ -1,0 +1,117 @@
+"""The rollout loop (llmcap.rollout.driver.run_rollout) on a virtual clock, with a fake metrics source and a
+fake weight control: when it judges, when it rolls back, and what each approval answer does. No Prefect,
+no servers, no waiting: an hour of rollout runs in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+
+from llmcap import exit_codes
+from llmcap.rollout.driver import RolloutPlan, run_rollout
+from llmcap.rollout.gates import Prediction, Tolerances
+from llmcap.rollout.histogram import Buckets
+from llmcap.rollout.observe import Observation
+
+STEPS = (0.05, 0.25, 1.0)
+HOLD, INTERVAL = 60.0, 5.0
+
+
+def _ttft(p99_s: float) -> Buckets:
+    return Buckets(np.array([p99_s, 2 * p99_s + 1, np.inf]), np.array([990.0, 1000.0, 1000.0]))  # PromQL p99 exactly p99_s
+
+
+PRED = Prediction(0.0, 1000, _ttft(0.2), _ttft(0.02), 0.3, 2.0, 0.0)
+PREDICTIONS = dict.fromkeys(STEPS, PRED)
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.t = 1_000.0
+
+    def now(self) -> float:
+        return self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        await asyncio.sleep(0)
+
+
+class Weights:
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock, self.log = clock, []
+
+    async def set(self, weight: float) -> None:
+        self.log.append((self.clock.now(), weight))
+
+
+class Source:
+    """As predicted until `breach_at` (virtual seconds); from then on TTFT p99 is 0.4 s (limit 0.35 s; still under the 0.5 s SLO)."""
+
+    def __init__(self, clock: VirtualClock, breach_at: float = float("inf")) -> None:
+        self.clock, self.breach_at, self.observed = clock, breach_at, []
+
+    async def sample(self) -> None:
+        return None
+
+    async def observe(self, start_s: float, end_s: float) -> Observation:
+        self.observed.append(end_s)
+        ttft = _ttft(0.4 if end_s >= self.breach_at else 0.2)
+        return Observation(start_s, end_s, 1000, 0, ttft, _ttft(0.02), 0.3, 2.0, 0.0)
+
+
+def rollout(breach_at: float = float("inf"), approve_before: tuple[float, ...] = (), answer: str | None = None):
+    clock = VirtualClock()
+    weights, source = Weights(clock), Source(clock, clock.t + breach_at)
+    asked: list[float] = []
+
+    async def approve(weight: float, evidence: dict[str, Any]) -> dict[str, Any]:
+        asked.append(weight)
+        await clock.sleep(30.0)  # a person takes half a minute
+        return {"decision": answer, "by": "carol" if answer != "timeout" else None, "reason": "test"}
+
+    plan = RolloutPlan(STEPS, HOLD, INTERVAL, approve_before, 0.5)
+    outcome = asyncio.run(run_rollout(plan, weights, source, PREDICTIONS, Tolerances(), approve, clock=clock))
+    start = 1_000.0
+    return outcome, [(t - start, w) for t, w in weights.log], [t - start for t in source.observed], asked
+
+
+def test_as_predicted_it_holds_each_step_for_its_hold_judging_every_interval() -> None:
+    outcome, weights, observed, _ = rollout()
+    assert outcome.status == "completed" and outcome.exit_code == exit_codes.OK
+    assert weights == [(0.0, 0.05), (60.0, 0.25), (120.0, 1.0)]
+    assert observed == pytest.approx([5.0 * k for k in range(1, 37)])  # every 5 s, 12 judgements per step
+    assert [len(s.evaluations) for s in outcome.steps] == [12, 12, 12]
+
+
+@pytest.mark.parametrize("breach_at", [7.0, 10.0, 71.0, 179.0])
+def test_a_breach_rolls_back_within_one_interval(breach_at: float) -> None:
+    outcome, weights, observed, _ = rollout(breach_at=breach_at)
+    assert outcome.status == "rolled_back" and outcome.exit_code == exit_codes.ROLLED_BACK
+    rolled_back_at, last = weights[-1]
+    assert last == 0.0 and breach_at <= rolled_back_at <= breach_at + INTERVAL
+    assert observed[-1] == rolled_back_at  # the breaching judgement is the last one, acted on at once
+    assert "ttft_p99" in outcome.reason and [b.gate for b in outcome.breaches] == ["ttft_p99"]
+    assert max(w for _, w in weights) == STEPS[int(breach_at // HOLD)]  # never went past the step it breached in
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "code"),
+    [("reject", "rejected", exit_codes.REJECTED), ("timeout", "timed_out", exit_codes.TIMED_OUT)],
+)
+def test_a_refused_or_unanswered_approval_rolls_back_and_goes_no_further(answer: str, status: str, code: int) -> None:
+    outcome, weights, _, asked = rollout(approve_before=(0.25,), answer=answer)
+    assert asked == [0.25]
+    assert outcome.status == status and outcome.exit_code == code
+    assert weights == [(0.0, 0.05), (90.0, 0.0)]  # 60 s at 5%, 30 s waiting for a person, then back to 0: 25% never set
+    assert len(outcome.steps) == 1
+
+
+def test_an_approval_lets_the_step_proceed_after_the_wait() -> None:
+    outcome, weights, _, asked = rollout(approve_before=(0.25, 1.0), answer="approve")
+    assert outcome.status == "completed" and asked == [0.25, 1.0]
+    assert weights == [(0.0, 0.05), (90.0, 0.25), (180.0, 1.0)]
+    assert outcome.steps[1].approval == {"decision": "approve", "by": "carol", "reason": "test"}

@@ -1,0 +1,115 @@
+"""Every rollout gate at its limit, with the limit worked out by hand: just inside passes, just outside
+breaches, and only that gate. The exported AnalysisTemplates carry the same hand-computed numbers.
+
+Defaults (`Tolerances()`): TTFT p99 ≤ predicted × 1.5 + 0.05 s; ITL p99 ≤ predicted × 1.5 + 0.02 s;
+attainment ≥ predicted − 0.05; error rate ≤ 0.02; KV usage ≤ predicted + 0.2; waiting ≤ predicted + 8;
+preemptions per request ≤ predicted + 0.05.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from llmcap.rollout.driver import RolloutPlan
+from llmcap.rollout.export import ClusterNames, cluster_objects
+from llmcap.rollout.gates import Prediction, Tolerances, evaluate
+from llmcap.rollout.histogram import Buckets
+from llmcap.rollout.observe import Observation
+
+TARGET_S = 0.5  # the TTFT SLO the attainment gate counts against
+N = 1000  # requests in the window
+
+
+def p99_at(x: float) -> Buckets:
+    """A histogram whose PromQL p99 is exactly `x`: 99% of N at or below the bound x (rank 0.99 N lands on it).
+    Every observation is at or below 2x + 1 s, above the attainment target only where x is."""
+    return Buckets(np.array([x, 2 * x + 1, np.inf]), np.array([0.99 * N, N, N]))
+
+
+def attained(share: float) -> Buckets:
+    """A TTFT histogram with exactly `share` of N at or below the target (a bucket bound) and p99 at 0.1 s when share ≥ 0.99."""
+    return Buckets(np.array([0.1, TARGET_S, 10.0, np.inf]), np.array([min(share, 0.99) * N, share * N, N, N]))
+
+
+PREDICTED = Prediction(share=0.25, requests=N, ttft=p99_at(0.2), itl=p99_at(0.02), kv_usage_max=0.3, waiting_max=2.0,
+                       preemptions_per_request=0.0)  # fmt: skip
+# predicted attainment: p99_at(0.2) has 99% at or below 0.2 s and the rest in (0.2, 1.4]: at 0.5 s, 0.99 + 0.01 x 0.3/1.2
+PREDICTED_ATTAINMENT = 0.99 + 0.01 * (0.5 - 0.2) / (1.4 - 0.2)
+
+LIMITS = {  # by hand from the defaults above
+    "error_rate": 0.02,
+    "ttft_p99": 0.2 * 1.5 + 0.05,  # 0.35 s
+    "itl_p99": 0.02 * 1.5 + 0.02,  # 0.05 s
+    "attainment": PREDICTED_ATTAINMENT - 0.05,  # 0.9425
+    "kv_usage": 0.3 + 0.2,
+    "waiting": 2.0 + 8.0,
+    "preemptions": 0.0 + 0.05,
+}
+
+
+def observed(**changes) -> Observation:
+    """As predicted, with `changes` (errors and preemptions as counts of N)."""
+    base = {"errors": 0.0, "ttft": p99_at(0.2), "itl": p99_at(0.02), "kv": 0.3, "waiting": 2.0, "preemptions": 0.0} | changes
+    return Observation(0.0, 10.0, N, base["errors"], base["ttft"], base["itl"], base["kv"], base["waiting"], base["preemptions"])
+
+
+def verdicts(obs: Observation) -> dict:
+    return {g.gate: g for g in evaluate(obs, PREDICTED, Tolerances(), TARGET_S)}
+
+
+EPS = 1e-3
+CASES = {  # gate -> (observation just inside its limit, just outside)
+    "error_rate": (observed(errors=20), observed(errors=21)),  # 20/1000 = 0.02 holds; 0.021 does not
+    "ttft_p99": (observed(ttft=p99_at(0.35 - EPS)), observed(ttft=p99_at(0.35 + EPS))),
+    "itl_p99": (observed(itl=p99_at(0.05 - EPS)), observed(itl=p99_at(0.05 + EPS))),
+    "kv_usage": (observed(kv=0.5), observed(kv=0.5 + EPS)),
+    "waiting": (observed(waiting=10.0), observed(waiting=10.0 + EPS)),
+    "preemptions": (observed(preemptions=50), observed(preemptions=51)),  # 0.05 and 0.051 per request
+}
+
+
+def test_the_limits_are_the_hand_computed_ones() -> None:
+    v = verdicts(observed())
+    assert {g: r.limit for g, r in v.items()} == pytest.approx(LIMITS, abs=1e-12)
+    assert all(r.passed and r.judged for r in v.values())
+
+
+@pytest.mark.parametrize("gate", sorted(CASES))
+def test_just_inside_passes_just_outside_breaches_only_that_gate(gate: str) -> None:
+    inside, outside = (verdicts(o) for o in CASES[gate])
+    assert all(r.passed and r.judged for r in inside.values()), [r.describe() for r in inside.values()]
+    breached = {g for g, r in outside.items() if not r.passed}
+    assert breached == {gate}, [r.describe() for r in outside.values()]
+    r = outside[gate]
+    assert r.excess == pytest.approx(r.observed - LIMITS[gate]) and r.excess > 0
+    assert f"breaks the limit <= {LIMITS[gate]:.4g}" in r.describe() and "BREACH by" in r.describe()
+    assert "within the limit" in inside[gate].describe()
+
+
+def test_attainment_at_its_limit() -> None:
+    # attainment 0.943 ≥ 0.9425 holds and 0.942 does not; either way TTFT p99 is above the target, so the TTFT gate
+    # is given room here (abs 10 s) to judge attainment alone
+    tol = Tolerances(ttft_p99_abs_s=10.0)
+    inside = {g.gate: g for g in evaluate(observed(ttft=attained(0.943)), PREDICTED, tol, TARGET_S)}
+    outside = {g.gate: g for g in evaluate(observed(ttft=attained(0.942)), PREDICTED, tol, TARGET_S)}
+    assert inside["attainment"].observed == pytest.approx(0.943) and inside["attainment"].passed
+    assert {g for g, r in inside.items() if not r.passed} == set()
+    assert {g for g, r in outside.items() if not r.passed} == {"attainment"}
+    assert outside["attainment"].excess == pytest.approx(LIMITS["attainment"] - 0.942)
+    assert "breaks the limit >= 0.9425" in outside["attainment"].describe()
+
+
+def test_the_exported_analysis_templates_carry_the_hand_limits() -> None:
+    plan = RolloutPlan((0.25,), 60.0, 10.0, (), TARGET_S)
+    docs = cluster_objects(ClusterNames(app="a", namespace="n", gateway="g", port=8000, prometheus="http://p:9090", image="i"),
+                           plan, {0.25: PREDICTED}, Tolerances(), 2)  # fmt: skip
+    (template,) = [d for objects in docs.values() for d in objects if d["kind"] == "AnalysisTemplate"]
+    exported = {}
+    for m in template["spec"]["metrics"]:
+        op, limit = re.search(r"result\[0\] ([<>]=) ([0-9.e+-]+)$", m["successCondition"]).groups()
+        exported[m["name"].replace("-", "_")] = (op, float(limit))
+    hand = {g: (">=" if g == "attainment" else "<=", float(f"{v:.6g}")) for g, v in LIMITS.items() if g != "error_rate"}
+    assert exported == hand
