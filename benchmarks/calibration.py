@@ -15,8 +15,9 @@ from llmcap.commands.calibrate import cross_validation_table
 from llmcap.perf import calibration as cal
 
 
-def transfer_table(gpu_name: str, fitted: cal.RooflineFit) -> Table | None:
-    """The public fit and the defaults on this project's own timings of the same GPU (in scope), per operation."""
+def transfer_table(gpu_name: str, c: cal.Calibration) -> Table | None:
+    """The public fit, the defaults and what is applied (the fit where it holds on them) on this project's own
+    timings of the same GPU (in scope), per operation."""
     path = cal.CALIBRATION_DIR / gpu_name / "measured_ops.json"
     if not path.is_file():
         return None
@@ -24,15 +25,17 @@ def transfer_table(gpu_name: str, fitted: cal.RooflineFit) -> Table | None:
     rows, env = cal.load_rows(path)
     rows = rows.subset(cal.in_scope(rows, gpu))
     base = cal.relative_errors(rows, cal.RooflineFit.from_params(cal.RooflineParams()), gpu)
-    ours = cal.relative_errors(rows, fitted, gpu)
+    ours = cal.relative_errors(rows, c.fitted or c.fit, gpu)
+    applied = cal.relative_errors(rows, c.fit, gpu)
     t = Table(title=f"{gpu_name}: the public calibration on {len(rows)} operations this project timed itself "
                     f"({env.get('device')}, torch {env.get('torch')}, {env.get('measured_at')}), median |predicted / measured - 1|")
-    for col in ("op", "rows", "defaults", "public calibration"):
+    t.caption = f"not applied (the defaults predict these better): {', '.join(c.not_applied) or 'none'}"
+    for col in ("op", "rows", "defaults", "public calibration", "applied"):
         t.add_column(col, justify="right" if col != "op" else "left")
     for op in [*cal.OPS, "all"]:
         sel = np.ones(len(rows), bool) if op == "all" else rows.op == op
         if sel.any():
-            t.add_row(op, f"{int(sel.sum())}", f"{np.median(np.abs(base[sel])):.1%}", f"{np.median(np.abs(ours[sel])):.1%}")
+            t.add_row(op, f"{int(sel.sum())}", *(f"{np.median(np.abs(e[sel])):.1%}" for e in (base, ours, applied)))
     return t
 
 
@@ -46,8 +49,8 @@ def main() -> None:
         rows, env = cal.load_rows(c.path.parent / "ops.json")
         console.print(f"roofline calibration of {gpu.name}: {len(rows)} operations timed on {env.get('device')} "
                       f"({env.get('source') or env.get('measured_at')})", highlight=False)
-        console.print(cross_validation_table(cal.cross_validate(rows, gpu, c.fit)))
-        if (t := transfer_table(gpu.name, c.fit)) is not None:
+        console.print(cross_validation_table(cal.cross_validate(rows, gpu, c.fitted or c.fit)))
+        if (t := transfer_table(gpu.name, c)) is not None:
             console.print(t)
 
 

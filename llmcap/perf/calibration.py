@@ -20,13 +20,15 @@ apart. `cross_validate` refits with each group of in-scope rows (one GEMM shape 
 layout and prompt length, one decode batch, one all-reduce width) left out and predicts it: the error to
 expect on an operation the fit has not seen. The fitted knobs are data
 (`llmcap/catalog/data/calibration/<GPU>/roofline.yaml`, with their sources and the set's sha256), applied
-by `calibrated_params` to every roofline of that GPU.
+by `calibrated_params` to every roofline of that GPU — except a knob group that predicts the GPU's
+independent timings (`measured_ops.json`, never fitted) worse than the defaults do: there the defaults stay.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
@@ -35,7 +37,7 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
-from llmcap.catalog.gpus import GpuSpec
+from llmcap.catalog.gpus import GpuSpec, get_gpu
 from llmcap.perf.comm import link_for, ring_allreduce_time
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 
@@ -293,17 +295,82 @@ def calibration_doc(gpu: GpuSpec, measurements: Path, environment: dict, fit_: R
     }
 
 
+#: A fit's knob groups and the operations that judge each on independent timings.
+KNOB_GROUPS: dict[str, Callable[[OpRows], NDArray[np.bool_]]] = {
+    "gemm:bf16": lambda r: (r.op == "gemm") & (r.dtype == "bf16"),
+    "gemm:fp8": lambda r: (r.op == "gemm") & (r.dtype == "fp8"),
+    "attention": lambda r: r.op == "attn_prefill",
+    "hbm": lambda r: (r.op == "attn_decode") | (r.op == "copy"),  # decode attention and copies are bound by HBM bytes
+    "comm": lambda r: r.op == "allreduce",
+}
+INDEPENDENT_FILE = "measured_ops.json"  # timings of the GPU from another source than the fitted set, never fitted
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    """One knob group judged on independent timings: median |relative error| of the fit and of the defaults."""
+
+    group: str
+    rows: int
+    calibrated: float
+    uncalibrated: float
+
+    @property
+    def applied(self) -> bool:
+        """Where the fit predicts the independent timings no worse than the defaults, it is used."""
+        return self.calibrated <= self.uncalibrated
+
+
+def independent_check(fit_: RooflineFit, rows: OpRows, gpu: GpuSpec) -> tuple[GroupCheck, ...]:
+    """Each knob group with in-scope independent rows, judged on them (the fit against the documented defaults)."""
+    rows = rows.subset(in_scope(rows, gpu))
+    fitted = np.abs(relative_errors(rows, fit_, gpu))
+    defaults = np.abs(relative_errors(rows, RooflineFit.from_params(RooflineParams()), gpu))
+    return tuple(GroupCheck(g, int(sel.sum()), float(np.median(fitted[sel])), float(np.median(defaults[sel])))
+                 for g, judged in KNOB_GROUPS.items() if (sel := judged(rows)).any())  # fmt: skip
+
+
+def with_defaults(fit_: RooflineFit, groups: Iterable[str]) -> RooflineFit:
+    """`fit_` with the named knob groups back at the documented defaults."""
+    d = RooflineFit.from_params(RooflineParams())
+    out = fit_
+    for g in groups:
+        if g.startswith("gemm:"):
+            dtype = g.removeprefix("gemm:")
+            out = replace(out, matmul=out.matmul | {dtype: d.matmul[dtype]})
+        elif g == "attention":
+            out = replace(out, attention_efficiency_max=d.attention_efficiency_max, attention_half_tokens=d.attention_half_tokens)
+        elif g == "hbm":
+            out = replace(out, hbm_efficiency=d.hbm_efficiency)
+        elif g == "comm":
+            out = replace(out, comm=d.comm)
+    return out
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """One GPU's shipped calibration: the fit and its identity (the YAML's sha256)."""
+    """One GPU's shipped calibration: the knobs applied, the fit they come from, and its identity (the YAML's
+    sha256). Where the GPU also has independent timings, a knob group the fit predicts them worse than the
+    defaults is not applied: `fit` keeps the defaults there, `fitted` is the YAML's, `checks` say why."""
 
     gpu: str
     fit: RooflineFit
     sha256: str
     path: Path
+    fitted: RooflineFit | None = None  # None: the same as `fit`
+    checks: tuple[GroupCheck, ...] = ()
+
+    @property
+    def not_applied(self) -> tuple[str, ...]:
+        return tuple(c.group for c in self.checks if not c.applied)
 
     def describe(self) -> dict[str, str]:
-        return {"gpu": self.gpu, "file": f"{self.path.parent.name}/{self.path.name}", "sha256": self.sha256}
+        out = {"gpu": self.gpu, "file": f"{self.path.parent.name}/{self.path.name}", "sha256": self.sha256}
+        if self.checks:
+            independent = self.path.parent / INDEPENDENT_FILE
+            out |= {"independent": f"{self.path.parent.name}/{INDEPENDENT_FILE}", "independent_sha256": sha256(independent),
+                    "not_applied": ", ".join(self.not_applied) or "none"}  # fmt: skip
+        return out
 
 
 def read_calibration(path: Path) -> Calibration:
@@ -320,9 +387,17 @@ def read_calibration(path: Path) -> Calibration:
 
 @cache
 def shipped_calibration(gpu_name: str) -> Calibration | None:
-    """The calibration shipped for catalog GPU `gpu_name`, if any."""
+    """The calibration shipped for catalog GPU `gpu_name`, if any, judged on its independent timings where it has them."""
     path = CALIBRATION_DIR / gpu_name / "roofline.yaml"
-    return read_calibration(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    cal = read_calibration(path)
+    independent = path.parent / INDEPENDENT_FILE
+    if not independent.is_file():
+        return cal
+    checks = independent_check(cal.fit, load_rows(independent)[0], get_gpu(gpu_name))
+    applied = with_defaults(cal.fit, (c.group for c in checks if not c.applied))
+    return replace(cal, fit=applied, fitted=cal.fit, checks=checks)
 
 
 def calibrated_params(gpu: GpuSpec, compute_dtype: str) -> tuple[RooflineParams, Calibration | None]:

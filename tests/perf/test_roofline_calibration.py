@@ -47,7 +47,7 @@ def test_each_shipped_calibration_is_the_fit_of_its_public_operations(calibratio
         assert src["url"].startswith("https://") and src["licence"] == "Apache-2.0" and len(src["sha256"]) == 64
     rows = cal.load_rows(folder / "ops.json")[0]
     assert len(rows) == len(ops["rows"])
-    shipped, refit = calibration.fit.vector(), cal.fit(rows, gpu).vector()
+    shipped, refit = (calibration.fitted or calibration.fit).vector(), cal.fit(rows, gpu).vector()
     np.testing.assert_allclose(shipped[:-1], refit[:-1], rtol=1e-3, atol=1e-4)  # the YAML keeps 4 decimals of half tokens
     np.testing.assert_allclose(shipped[-1], refit[-1], rtol=1e-3)  # scale-up latency (s), 4 significant digits
 
@@ -89,15 +89,38 @@ def test_rooflines_of_a_calibrated_gpu_use_it_and_others_keep_the_defaults():
     assert explicit.calibration is None and explicit.params == RooflineParams()
 
 
-def test_the_public_h200_fit_predicts_the_projects_own_h200_timings_within_15_percent():
-    # an independent source: torch's kernels timed by this project, never fitted; the public fit lands at
-    # about 11% (vLLM's fp8 path quantises activations, torch's does not), the defaults at 4%
-    h200 = get_gpu("h200")
-    rows, env = cal.load_rows(cal.CALIBRATION_DIR / h200.name / "measured_ops.json")
-    assert "H200" in env["device"]
-    rows = rows.subset(cal.in_scope(rows, h200))
-    errors = np.abs(cal.relative_errors(rows, cal.shipped_calibration(h200.name).fit, h200))
-    assert len(rows) > 200 and np.median(errors) < 0.15 and np.median(errors[rows.op == "gemm"]) < 0.15
+def _errors_by_group(rows: cal.OpRows, fit: cal.RooflineFit, gpu) -> dict[str, float]:
+    errors = np.abs(cal.relative_errors(rows, fit, gpu))
+    return {g: float(np.median(errors[sel])) for g, judged in cal.KNOB_GROUPS.items() if (sel := judged(rows)).any()}
+
+
+@pytest.mark.parametrize("calibration", [c for c in cal.shipped_calibrations() if c.checks], ids=lambda c: c.gpu)
+def test_on_independent_timings_no_op_class_is_predicted_worse_than_by_the_defaults(calibration):
+    # an independent source: operations this project timed itself, never fitted. Where the public fit predicts
+    # them worse than the defaults, its knobs for that class are not applied
+    gpu = get_gpu(calibration.gpu)
+    rows = cal.load_rows(calibration.path.parent / cal.INDEPENDENT_FILE)[0]
+    rows = rows.subset(cal.in_scope(rows, gpu))
+    assert len(rows) > 200
+    defaults = _errors_by_group(rows, cal.RooflineFit.from_params(RooflineParams()), gpu)
+    applied = _errors_by_group(rows, calibration.fit, gpu)
+    fitted = _errors_by_group(rows, calibration.fitted, gpu)
+    for group in defaults:
+        assert applied[group] <= defaults[group] + 1e-12, (group, applied[group], defaults[group])
+        assert (group in calibration.not_applied) is (fitted[group] > defaults[group]), group
+    assert calibration.not_applied == ("gemm:bf16", "gemm:fp8", "hbm")  # as the calibration README says (H200)
+    step = build_step_model("Llama-3.1-8B", gpu.name, weight_quant="fp8")
+    assert step.params.matmul_efficiency_max == RooflineParams().matmul_efficiency_max  # the defaults, for fp8 GEMMs too
+    assert step.params.attention_half_tokens == calibration.fitted.attention_half_tokens  # the public fit, where it holds
+
+
+def test_knob_groups_go_back_to_the_defaults_one_by_one():
+    fit = cal.RooflineFit({"bf16": (0.9, 5.0), "fp8": (0.8, 6.0)}, 0.5, 100.0, 0.6, (0.4, 1e-6))
+    d = cal.RooflineFit.from_params(RooflineParams())
+    assert cal.with_defaults(fit, ["gemm:fp8"]) == cal.RooflineFit({"bf16": (0.9, 5.0), "fp8": d.matmul["fp8"]}, 0.5, 100.0, 0.6, (0.4, 1e-6))
+    assert cal.with_defaults(fit, ["hbm", "comm"]) == cal.RooflineFit(fit.matmul, 0.5, 100.0, d.hbm_efficiency, d.comm)
+    assert cal.with_defaults(fit, ["attention"]) == cal.RooflineFit(fit.matmul, d.attention_efficiency_max, d.attention_half_tokens, 0.6, (0.4, 1e-6))
+    assert cal.with_defaults(fit, [*cal.KNOB_GROUPS]) == d
 
 
 def test_the_attention_ramp_has_its_own_half_point():
