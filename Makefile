@@ -28,7 +28,7 @@ export GIT_COMMITTER_EMAIL ?= llmcap@localhost
 export PYTHONHASHSEED := 0
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: plan test bench setup clean-work server server-stop serve
+.PHONY: plan test bench mutants setup clean-work server server-stop serve
 
 setup: $(VENV)/.synced $(VENV)/.native
 	@$(PY) -m compileall -q -j 0 llmcap stages flows > /dev/null  # bytecode of our own sources too (written even where PYTHONDONTWRITEBYTECODE is set)
@@ -80,6 +80,11 @@ serve: setup
 
 bench: setup
 	$(PY) -m benchmarks
+
+# Mutation testing of the decision code by its fast tests ([tool.mutmut] in pyproject.toml; not part of
+# make test): mutmut remembers finished mutants in mutants/, so a re-run only checks what changed.
+mutants: setup
+	$(PY) -m mutmut run --max-children 2; $(PY) scripts/mutants_report.py
 
 clean-work:
 	rm -rf $(WORK)

@@ -5,6 +5,7 @@ no servers, no waiting: an hour of rollout runs in milliseconds."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import numpy as np
@@ -63,13 +64,18 @@ class Source:
         return Observation(start_s, end_s, 1000, 0, ttft, _ttft(0.02), 0.3, 2.0, 0.0)
 
 
+EVIDENCE: list[dict[str, Any]] = []  # what each approval was shown, in order
+
+
 def rollout(breach_at: float = float("inf"), approve_before: tuple[float, ...] = (), answer: str | None = None):
     clock = VirtualClock()
     weights, source = Weights(clock), Source(clock, clock.t + breach_at)
     asked: list[float] = []
+    EVIDENCE.clear()
 
     async def approve(weight: float, evidence: dict[str, Any]) -> dict[str, Any]:
         asked.append(weight)
+        EVIDENCE.append(evidence)
         await clock.sleep(30.0)  # a person takes half a minute
         return {"decision": answer, "by": "carol" if answer != "timeout" else None, "reason": "test"}
 
@@ -115,3 +121,40 @@ def test_an_approval_lets_the_step_proceed_after_the_wait() -> None:
     assert outcome.status == "completed" and asked == [0.25, 1.0]
     assert weights == [(0.0, 0.05), (90.0, 0.25), (180.0, 1.0)]
     assert outcome.steps[1].approval == {"decision": "approve", "by": "carol", "reason": "test"}
+
+
+def test_an_approver_sees_the_last_steps_final_verdicts() -> None:
+    rollout(approve_before=(0.05, 0.25), answer="approve")
+    first, second = EVIDENCE
+    assert first == {"previous_step": None}  # nothing judged before the first step
+    assert second["previous_step"] == 0.05 and second["requests"] == 1000 and second["window_s"] == (1_030.0, 1_090.0)  # after 30 s waiting for the first approval
+    assert len(second["gates"]) == 7 and all(g.endswith(": pass") for g in second["gates"])
+
+
+def test_the_outcome_document() -> None:
+    outcome, _, _, _ = rollout(breach_at=12.0)
+    doc = outcome.to_json()
+    assert (doc["status"], doc["exit_code"], doc["outcome"]) == ("rolled_back", exit_codes.ROLLED_BACK, "ROLLED BACK")
+    assert doc["rolled_back_s"] == 1_015.0 and len(doc["steps"]) == 1 and doc["breaches"][0]["gate"] == "ttft_p99"
+    verdicts = [ev["verdicts"] for ev in doc["steps"][0]["evaluations"]]
+    assert len(verdicts) == 3 and all(len(v) == 7 for v in verdicts)  # judged at 5, 10 and 15 s
+    assert "ttft_p99: observed 0.4 breaks the limit <= 0.35" in verdicts[-1][1] and verdicts[0][1].endswith(": pass")
+
+
+@pytest.mark.parametrize(
+    ("steps", "hold", "interval", "approve", "message"),
+    [
+        ((), 60.0, 5.0, (), "increasing traffic shares"),
+        ((0.5, 0.25), 60.0, 5.0, (), "increasing traffic shares"),
+        ((0.25, 0.25), 60.0, 5.0, (), "increasing traffic shares"),
+        ((0.0, 1.0), 60.0, 5.0, (), "increasing traffic shares"),
+        ((0.5, 1.5), 60.0, 5.0, (), "increasing traffic shares"),
+        ((0.5, 1.0), 60.0, 61.0, (), "0 < interval_s <= hold_s"),
+        ((0.5, 1.0), 60.0, 0.0, (), "0 < interval_s <= hold_s"),
+        ((0.5, 1.0), 60.0, 5.0, (0.75,), "approvals before weights that are not steps: [0.75]"),
+    ],
+)
+def test_a_plan_that_cannot_be_run_is_refused(steps, hold, interval, approve, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RolloutPlan(steps, hold, interval, approve, 0.5)
+    RolloutPlan((0.5, 1.0), 60.0, 60.0, (1.0,), 0.5)  # the edges that are fine: interval = hold, approval before a step

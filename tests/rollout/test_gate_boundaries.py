@@ -113,3 +113,26 @@ def test_the_exported_analysis_templates_carry_the_hand_limits() -> None:
         exported[m["name"].replace("-", "_")] = (op, float(limit))
     hand = {g: (">=" if g == "attainment" else "<=", float(f"{v:.6g}")) for g, v in LIMITS.items() if g != "error_rate"}
     assert exported == hand
+
+
+def test_a_prediction_round_trips_through_its_json() -> None:
+    doc = PREDICTED.to_json()
+    assert doc == {"share": 0.25, "requests": N, "kv_usage_max": 0.3, "waiting_max": 2.0, "preemptions_per_request": 0.0,
+                   "ttft": {"le": [0.2, 1.4], "count": [990.0, 1000.0, 1000.0]},  # the last count is the +Inf bucket's: the total
+                   "itl": {"le": [0.02, 1.04], "count": [990.0, 1000.0, 1000.0]}}  # fmt: skip
+    back = Prediction.from_json(doc)
+    assert (back.share, back.requests, back.kv_usage_max, back.waiting_max, back.preemptions_per_request) == (0.25, N, 0.3, 2.0, 0.0)
+    for got, want in ((back.ttft, PREDICTED.ttft), (back.itl, PREDICTED.itl)):
+        assert got.bounds.tolist() == want.bounds.tolist() and got.counts.tolist() == want.counts.tolist()
+    assert {g.gate: g.limit for g in evaluate(observed(), back, Tolerances(), TARGET_S)} == pytest.approx(LIMITS, abs=1e-12)
+
+
+def test_a_prediction_from_simulated_values() -> None:
+    # 100 requests: TTFT 0.1 s for 98 and 3 s for 2; ITL gaps 0.01 s (weight 9) and 0.2 s (weight 1)
+    ttft = np.array([0.1] * 98 + [3.0] * 2)
+    p = Prediction.from_values(0.5, ttft, np.array([0.01, 0.2]), np.array([9.0, 1.0]), 0.4, 3.0, preemptions=5)
+    assert (p.share, p.requests, p.kv_usage_max, p.waiting_max, p.preemptions_per_request) == (0.5, 100, 0.4, 3.0, 0.05)
+    assert p.ttft.total == 100 and p.ttft.fraction_at_most(TARGET_S) == pytest.approx(0.98)
+    assert p.itl.total == pytest.approx(10.0) and p.itl.fraction_at_most(0.01) == pytest.approx(0.9)
+    empty = Prediction.from_values(0.5, np.array([]), np.array([]), np.array([]), 0.0, 0.0, preemptions=0)
+    assert empty.requests == 0 and empty.preemptions_per_request == 0.0

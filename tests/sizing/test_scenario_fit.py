@@ -109,3 +109,49 @@ def test_a_failure_that_points_at_the_wrong_pool_is_still_fixed():
     # growing prefill alone would never pass: each step also tries the other pool and keeps the growth that moves the attainment more
     assert fitted.ok and fitted.plan.counts() == NEED_PD
     assert any("decode" in h.split("→")[-1] for h in fitted.history if "FAIL" in h)  # the decode pool was grown
+
+
+class NeedOf(Counted):
+    def __init__(self, need: int) -> None:
+        super().__init__()
+        self.need = need
+
+    def __call__(self, counts: Mapping[str, int]) -> EvalResult:
+        self.runs.append(counts["instances"])
+        return EvalResult(1.0 if counts["instances"] >= self.need else 0.5)
+
+
+def test_one_instance_that_passes_cannot_go_lower():
+    run = NeedOf(1)
+    fitted = fit(_plan(g=RATE), run, JUDGE)  # the excerpt's G carries the whole rate: 1 instance, and it passes
+    assert fitted.ok and fitted.plan.pool("instances").instances == 1 and run.runs == [1]
+    (m,) = fitted.minimality
+    assert (m.pool, m.instances, m.failed, m.note) == ("instances", 0, None, "instances: 1 instance, cannot go lower")
+    assert fitted.history == ("instances 1: every scenario passes",)
+
+
+def test_a_plan_one_above_its_need_steps_down_once_and_shows_the_failure():
+    run = NeedOf(2)
+    fitted = fit(_plan(g=RATE / 3), run, JUDGE)  # 3 instances planned, 2 needed
+    assert fitted.ok and fitted.plan.pool("instances").instances == 2
+    assert run.runs == [3, 2, 1]  # one fewer passes; the next one fewer fails: the evidence
+    (m,) = fitted.minimality
+    assert (m.pool, m.instances) == ("instances", 1) and m.failed is not None and m.failed.attainment == 0.5
+    assert m.note == f"instances at 1: {m.failed.describe()}"
+    assert fitted.history == ("instances 3: every scenario passes", "instances 2: every scenario still passes → instances 2")
+
+
+def test_growth_from_one_below_bisects_nothing_it_already_knows():
+    run = NeedOf(2)
+    fitted = fit(_plan(g=RATE), run, JUDGE)  # 1 instance planned, 2 needed
+    assert fitted.ok and fitted.plan.pool("instances").instances == 2
+    assert run.runs == [1, 2]  # 1 failed already: it is the evidence, not simulated again
+    assert fitted.minimality[0].instances == 1 and fitted.minimality[0].failed.attainment == 0.5
+    assert fitted.history == ("instances 1: traffic [instances 1]: attainment 0.5000 → FAIL → +1 instances", "instances 2: every scenario passes")
+
+
+def test_a_cost_limit_equal_to_the_plans_cost_still_allows_it():
+    run = Counted()
+    limit = NEED * 2.0  # 13 one-GPU instances at $2/h: exactly the limit
+    fitted = fit(_plan(g=5.0), run, JUDGE, max_usd_per_hour=limit)
+    assert fitted.ok and fitted.plan.pool("instances").instances == NEED and fitted.plan.usd_per_hour == limit
