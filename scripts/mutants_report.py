@@ -2,7 +2,7 @@
 and every mutant that was not killed, grouped by function, each with why it survives:
 
 - "text only": the mutant changes nothing but the words of a message or a reason (a string literal's
-  content); the decision it explains is the same;
+  content, not a dict key or subscript: those are names other code reads); the decision it explains is the same;
 - "no fast test": no test of the selection reaches the function (a test still to write, or code that only
   the slow or live tests drive);
 - "survived": a fast test reaches the function and passes with the mutant in it (a test still to write,
@@ -33,14 +33,17 @@ def _without_strings(line: str) -> str:
         tokens = list(tokenize.generate_tokens(io.StringIO(line.strip() + "\n").readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return re.sub(r"(['\"]).*?\1", '""', line)
-    return " ".join(_blank(t) for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE))
+    tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE)]
+    return " ".join(_blank(t, tokens[i - 1].string if i else "", tokens[i + 1].string if i + 1 < len(tokens) else "")
+                    for i, t in enumerate(tokens))  # fmt: skip
 
 
-def _blank(token: tokenize.TokenInfo) -> str:
-    """A string token as its f-string expressions only (they are code, not words); any other token as written."""
+def _blank(token: tokenize.TokenInfo, before: str, after: str) -> str:
+    """A string token as its f-string expressions only (they are code, not words); a dict key or a subscript
+    (`"rows": ...`, `x["rows"]`: a name other code reads) and any other token as written."""
     if token.type == getattr(tokenize, "FSTRING_MIDDLE", None):
         return '""'
-    if token.type != tokenize.STRING:
+    if token.type != tokenize.STRING or after == ":" or before == "[":
         return token.string
     prefix = re.match(r"[A-Za-z]*", token.string).group(0).lower()
     return '""' + ("".join(re.findall(r"\{[^{}]*\}", token.string)) if "f" in prefix else "")

@@ -68,3 +68,22 @@ def test_a_bucket_deviates_only_beyond_tolerance_with_its_interval_clear_of_the_
     out = decided(bucket("a", e, low, high), *_others())
     assert (out["a"][0] == "split") is deviates, out["a"]
     assert all(out[n][0] == "within_tolerance" for n in "bcd")
+
+
+def test_the_reconciliation_document() -> None:
+    # what `reconcile.json` and the MLflow run carry: every key other code and people read
+    a, others = bucket("a", 0.20, 0.10, 0.30), _others()
+    rec = decide([a, *others], Accounting(measured=10, predicted=11, paired_ok=9, only_measured=1, only_predicted=2,
+                                          not_ok={"measured:unfinished": 1}), PARAMS, [])  # fmt: skip
+    doc = rec.to_dict()
+    assert list(doc) == ["accounting", "deciding_percentile", "tolerance", "stale_fields", "drifts", "corrections", "buckets"]
+    assert doc["accounting"] == {"measured": 10, "predicted": 11, "paired_ok": 9, "only_measured": 1, "only_predicted": 2,
+                                 "not_ok": {"measured:unfinished": 1}}  # fmt: skip
+    assert (doc["deciding_percentile"], doc["tolerance"], doc["stale_fields"], doc["drifts"], doc["corrections"]) == (50.0, TOL, [], [], [])
+    first = doc["buckets"][0]
+    assert list(first) == ["bucket", "requests", "decision", "ratios", "biased", "reasoning", "errors"]
+    assert (first["bucket"], first["requests"], first["decision"], first["biased"]) == ({"isl": "a"}, 100, "split", ["ttft"])
+    assert first["ratios"] == pytest.approx({"ttft": 1 / 1.2, "itl": 1.0})
+    est = first["errors"]["ttft"]["p50"]
+    assert (est["e"], est["ci"], est["measured_s"], est["predicted_s"]) == (0.20, [0.10, 0.30], 1.0, 1.2)
+    assert "e_TTFT p50 +20.0% [+10.0%, +30.0%]" in first["reasoning"] and "deviate from the other buckets'" in first["reasoning"]
