@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from llmcap import exit_codes
 from llmcap.credentials import (
     api_key_from_env,
     redact_headers,
@@ -102,11 +103,11 @@ def test_cli_never_prints_the_password_of_an_unreachable_endpoint() -> None:
     measures = _cli("--endpoint", endpoint, "--model", "m", "--isl", "16", "--concurrency", "1", "--osl", "4",
                     "--repeats", "1")
     for result in (asks_models, measures):
-        assert result.returncode == 2, result.stderr
+        assert result.returncode == exit_codes.UNREACHABLE, result.stderr  # nothing listens there
         assert PASSWORD not in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
     # the endpoint is still named, with its password masked
-    assert "error: http://user:***@127.0.0.1:" in asks_models.stderr and "lists no model" in asks_models.stderr
+    assert "error: http://user:***@127.0.0.1:" in asks_models.stderr and "no answer (ConnectError" in asks_models.stderr
     assert "every request to http://user:***@127.0.0.1:" in measures.stderr
 
 
@@ -138,7 +139,8 @@ def test_cli_sends_the_api_key_from_the_named_variable_as_a_bearer_token(tmp_pat
     assert f"Bearer {API_KEY}" in server.authorizations
     assert API_KEY not in ok.stdout + ok.stderr + _files_text(tmp_path / "prof")
     # no key: the server refuses (401), and the CLI says so in one line
-    assert without.returncode == 2 and "lists no model" in without.stderr and "Traceback" not in without.stderr
+    assert without.returncode == 2 and "answered HTTP 401: the endpoint wants credentials" in without.stderr
+    assert len(without.stderr.strip().splitlines()) == 1 and "Traceback" not in without.stderr
 
 
 def test_cli_refuses_a_named_variable_that_is_unset() -> None:

@@ -6,6 +6,7 @@ import asyncio
 
 import httpx
 
+from llmcap.credentials import DEFAULT_API_KEY_ENV
 from llmcap.errors import LlmcapError, UnreachableError
 from llmcap.live.client import endpoint_client
 
@@ -25,6 +26,9 @@ def first_served_model(base_url: str, shown_url: str, api_key: str | None) -> st
             doc = r.json() if r.status_code == 200 else None
         except ValueError:
             doc = None
+        if r.status_code in (401, 403):
+            raise LlmcapError(f"{shown_url}/v1/models answered HTTP {r.status_code}: the endpoint wants credentials "
+                              f"(an API key in ${DEFAULT_API_KEY_ENV} or --api-key-env, or user:password in the URL)")  # fmt: skip
         if doc is None:
             raise LlmcapError(f"{shown_url}/v1/models answered HTTP {r.status_code} without a model list; pass --model")
         return list(doc.get("data") or []) if isinstance(doc, dict) else []

@@ -7,6 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from llmcap import exit_codes
 from llmcap.cli import app
 from llmcap.perf import read_profile
 from tests.conftest import TRACES
@@ -48,5 +49,5 @@ def test_profile_command_writes_a_profile_and_prints_json(vllm_engine, tmp_path)
 
 def test_profile_command_reports_an_unreachable_endpoint_in_one_line():
     result = CliRunner().invoke(app, ["profile", "--endpoint", "http://127.0.0.1:9", "--osl", "4"])
-    assert result.exit_code == 2
-    assert "error:" in result.output and "/v1/models lists no model" in result.output
+    assert result.exit_code == exit_codes.UNREACHABLE
+    assert result.output.startswith("error: http://127.0.0.1:9: no answer (ConnectError") and len(result.output.strip().splitlines()) == 1
