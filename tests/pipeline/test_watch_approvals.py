@@ -52,11 +52,25 @@ def twin(port: int, version: str) -> Iterator[str]:
         yield url
 
 
+class _Retrying(httpx.Client):
+    """Retries a busy server's 429/502/503 with backoff, as Prefect's own client does (a loaded machine's
+    Prefect server answers 503 while its database is busy)."""
+
+    def send(self, request: httpx.Request, **kwargs) -> httpx.Response:  # type: ignore[override]
+        for attempt in range(6):
+            response = super().send(request, **kwargs)
+            if response.status_code not in (429, 502, 503) or attempt == 5:
+                return response
+            response.close()
+            time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+
 class Api:
     """The few Prefect REST calls the test makes (plain HTTP: the test process keeps its own Prefect settings)."""
 
     def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=30.0)
+        self.http = _Retrying(base_url=url, timeout=30.0)
 
     def deployment(self, name: str) -> dict:
         return self.http.get(f"/deployments/name/{name}").raise_for_status().json()
