@@ -29,9 +29,6 @@ NAMES: dict[int, str] = {
 #: Codes after which the run's numbers do not describe the server's service (`valid: false` in JSON).
 NOT_VALID = frozenset({INVALID, UNREACHABLE, FAILED})
 
-HELP = ("Exit codes: 0 ok; 2 unusable input; 3 INVALID (the client sent late); 4 UNREACHABLE (nothing served); "
-        "5 FAILED (over --max-failed rejected or unfinished); 6 SLO MISSED; 7 ROLLED BACK; 8 REJECTED; 9 TIMED OUT.")  # fmt: skip
-
 
 def served(requests: int, ok: int, max_failed: float, what: str = "requests") -> tuple[int, str]:
     """UNREACHABLE, FAILED or OK for `requests` of which `ok` were served, `max_failed` the share allowed to fail."""
