@@ -1,23 +1,32 @@
 """User-facing errors: one clear line, naming the file, line and field where known.
 
-The CLI turns any `LlmcapError` into that single line on stderr and exit code 2 (no traceback).
+The CLI turns any `LlmcapError` into that single line on stderr and its exit code (`llmcap.exit_codes`: 2 unless
+the error says otherwise; no traceback).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from llmcap import exit_codes
+
 
 class LlmcapError(Exception):
     """An error the user can fix (bad input, bad params). Printed as one line, exit code 2."""
 
-    exit_code = 2  # llmcap.exit_codes.USAGE
+    exit_code = exit_codes.USAGE
 
 
 class UnreachableError(LlmcapError):
     """The endpoint does not answer at all (refused, timed out, no route): exit code 4, UNREACHABLE."""
 
-    exit_code = 4  # llmcap.exit_codes.UNREACHABLE
+    exit_code = exit_codes.UNREACHABLE
+
+
+class FailedError(LlmcapError):
+    """The endpoint answered, but every request failed: exit code 5, FAILED."""
+
+    exit_code = exit_codes.FAILED
 
 
 class InputFileError(LlmcapError):

@@ -36,8 +36,7 @@ def configure_logging(level: str) -> None:
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Turn `LlmcapError` into `error: <message>` on stderr and its exit code (2; 4 for an unreachable
-    endpoint) — never a traceback."""
+    """Turn `LlmcapError` into `error: <message>` on stderr and its exit code (`LlmcapError.exit_code`) — never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from llmcap import exit_codes
-from llmcap.commands._common import err_console, print_json, user_errors
+from llmcap.commands._common import print_json, user_errors
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
-from llmcap.errors import LlmcapError, UnreachableError
+from llmcap.errors import FailedError, LlmcapError, UnreachableError
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -71,10 +71,7 @@ def profile(
     if len(m.failed_runs) == len(m.runs):
         errors = [r.error for run in m.runs for r in run.results if r.error]
         why = f"every request to {shown} failed: {errors[0] if errors else 'no tokens came back'}"
-        if errors and all(e.startswith(CONNECT_ERRORS) for e in errors):
-            raise UnreachableError(why)
-        err_console.print(f"error: {why}", style="red", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(exit_codes.FAILED)
+        raise (UnreachableError if errors and all(e.startswith(CONNECT_ERRORS) for e in errors) else FailedError)(why)
     code, why = exit_codes.served(len(m.runs), len(m.runs) - len(m.failed_runs), max_failed, what="runs")
     stated = {"quantization": weight_quant} | ({"kv_dtype": kv_dtype} if kv_dtype is not None else {})
     fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp, **stated)

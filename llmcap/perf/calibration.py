@@ -359,6 +359,7 @@ class Calibration:
     path: Path
     fitted: RooflineFit | None = None  # None: the same as `fit`
     checks: tuple[GroupCheck, ...] = ()
+    independent_sha256: str | None = None  # of the independent timings `checks` were judged on
 
     @property
     def not_applied(self) -> tuple[str, ...]:
@@ -366,9 +367,8 @@ class Calibration:
 
     def describe(self) -> dict[str, str]:
         out = {"gpu": self.gpu, "file": f"{self.path.parent.name}/{self.path.name}", "sha256": self.sha256}
-        if self.checks:
-            independent = self.path.parent / INDEPENDENT_FILE
-            out |= {"independent": f"{self.path.parent.name}/{INDEPENDENT_FILE}", "independent_sha256": sha256(independent),
+        if self.independent_sha256 is not None:
+            out |= {"independent": f"{self.path.parent.name}/{INDEPENDENT_FILE}", "independent_sha256": self.independent_sha256,
                     "not_applied": ", ".join(self.not_applied) or "none"}  # fmt: skip
         return out
 
@@ -397,7 +397,7 @@ def shipped_calibration(gpu_name: str) -> Calibration | None:
         return cal
     checks = independent_check(cal.fit, load_rows(independent)[0], get_gpu(gpu_name))
     applied = with_defaults(cal.fit, (c.group for c in checks if not c.applied))
-    return replace(cal, fit=applied, fitted=cal.fit, checks=checks)
+    return replace(cal, fit=applied, fitted=cal.fit, checks=checks, independent_sha256=sha256(independent))
 
 
 def calibrated_params(gpu: GpuSpec, compute_dtype: str) -> tuple[RooflineParams, Calibration | None]:

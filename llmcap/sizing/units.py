@@ -206,7 +206,10 @@ def step_model_source(step: StepTimeModel) -> str:
     if not isinstance(step, RooflineModel):
         return "measured profile"
     cal = step.calibration
-    return "roofline, default efficiencies" if cal is None else f"roofline, calibrated ({cal.describe()['file']}, sha256 {cal.sha256[:12]})"
+    if cal is None:
+        return "roofline, default efficiencies"
+    kept = f"; defaults for {', '.join(cal.not_applied)}" if cal.not_applied else ""  # where independent timings refute the fit
+    return f"roofline, calibrated ({cal.describe()['file']}, sha256 {cal.sha256[:12]}{kept})"
 
 
 @dataclass(frozen=True)

@@ -368,7 +368,6 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
 def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], index: LineIndex, record_lines: np.ndarray) -> pa.Table:
     """The CSV's binary columns as text. A record with bytes that are not UTF-8 is quarantined (malformed,
     named by column) rather than failing the file; only such a column is looked at value by value."""
-    parsed = np.setdiff1d(np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors)))  # record index per table row
     bad_rows: dict[int, str] = {}
     columns = {}
     for name in table.column_names:
@@ -388,6 +387,7 @@ def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], 
     table = pa.table(columns)
     if not bad_rows:
         return table
+    parsed = np.setdiff1d(np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors)))  # record index per table row
     for row, why in bad_rows.items():
         record = int(parsed[row])
         errors[record] = why

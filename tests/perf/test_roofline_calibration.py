@@ -112,6 +112,13 @@ def test_on_independent_timings_no_op_class_is_predicted_worse_than_by_the_defau
     step = build_step_model("Llama-3.1-8B", gpu.name, weight_quant="fp8")
     assert step.params.matmul_efficiency_max == RooflineParams().matmul_efficiency_max  # the defaults, for fp8 GEMMs too
     assert step.params.attention_half_tokens == calibration.fitted.attention_half_tokens  # the public fit, where it holds
+    # the capacity table and step_model.json say which groups kept the defaults, and on which timings
+    from llmcap.sizing.units import step_model_source
+
+    assert step_model_source(step).endswith("; defaults for gemm:bf16, gemm:fp8, hbm)")
+    described = calibration.describe()
+    assert described["not_applied"] == "gemm:bf16, gemm:fp8, hbm"
+    assert described["independent_sha256"] == cal.sha256(calibration.path.parent / cal.INDEPENDENT_FILE)
 
 
 def test_knob_groups_go_back_to_the_defaults_one_by_one():
