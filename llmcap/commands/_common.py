@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any
@@ -17,6 +18,18 @@ from llmcap.errors import LlmcapError
 from llmcap.jsonsafe import nan_to_null
 
 err_console = Console(stderr=True)
+
+#: Columns of stdout when it is no terminal: wide enough that no table cell (a candidate name) is cut to `…`.
+PIPED_WIDTH = 1000
+
+
+def out_console() -> Console:
+    """A console for stdout: a terminal's own width, or (piped, redirected) `PIPED_WIDTH`, since a file or a
+    grep has no width and rich's default of 80 columns would cut names short. COLUMNS, when set, still wins."""
+    console = Console()
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(width=PIPED_WIDTH)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

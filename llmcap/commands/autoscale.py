@@ -13,11 +13,10 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import (
     EngineOptions,
     GpuMemUtilOpt,
@@ -141,7 +140,7 @@ def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
     for r in rows:
         t.add_row(r["plan"], f"{r['gpu_hours']:,.1f}", f"{r['attainment']:.4f}", f"{r['worst_window_attainment']:.4f}", str(r["peak_replicas"]),
                   str(r["scale_ups"]), "yes" if r["keeps_target"] else "NO")  # fmt: skip
-    console = Console()
+    console = out_console()
     console.print(t)
     targets = ", ".join(f"{k} {v:.3g}" for t in w.reactive_targets.values() for k, v in t.items())
     counts = ", ".join(f"{role} {n}" for role, n in w.static_counts.items())

@@ -12,11 +12,10 @@ from typing import Annotated
 import numpy as np
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog import get_gpu
-from llmcap.commands._common import JsonFlagOpt, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, out_console, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.perf import calibration as cal
 
@@ -51,7 +50,7 @@ def calibrate(
     if json_out:
         print_json(doc)
         return
-    console = Console()
+    console = out_console()
     t = Table(title=f"{g.name}: roofline efficiencies fitted to {len(rows)} timed operations ({device or 'device not recorded'})")
     for col in ("knob", "default", "fitted"):
         t.add_column(col, justify="right" if col != "knob" else "left")

@@ -5,14 +5,36 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.catalog.gpus import GIB
 from llmcap.catalog.quant import kv_dtype_bytes
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.errors import LlmcapError
+from llmcap.memory import MemoryParams, MemoryPlan, Parallelism, plan_memory
+
+
+def _amount(n_bytes: float) -> str:
+    """GiB, or MiB under a tenth of one (a KV block is a few MiB: 0.00 GiB would say nothing)."""
+    return f"{n_bytes / GIB:.2f} GiB" if n_bytes >= GIB / 10 else f"{n_bytes / 2**20:.2f} MiB"
+
+
+def does_not_fit(plan: MemoryPlan) -> str:
+    """The one-line error of a rank with no room for one KV block: how many GiB it lacks, and for what."""
+    b, p = plan.breakdown, plan.params
+    usable = b.hbm_bytes - b.total("reserved")
+    block = plan.block_size * plan.kv_bytes_per_token_per_rank
+    what = (f"{plan.model.name} on {plan.gpu.name} ({plan.parallelism.label()}, {plan.weight_format.name} weights, {plan.kv_dtype} KV) "
+            "does not fit")  # fmt: skip
+    if b.kv_budget_bytes <= 0:
+        why = (f"needs {-b.kv_budget_bytes / GIB:.2f} GiB more than the {usable / GIB:.2f} GiB usable per rank (HBM x {p.gpu_memory_utilization:g}) "
+               f"for weights ({b.weights_bytes / GIB:.2f} GiB) + activations and runtime ({b.runtime_bytes / GIB:.2f} GiB) "
+               f"+ safety margin ({b.total('margin') / GIB:.2f} GiB), before any KV cache")  # fmt: skip
+    else:
+        why = (f"needs {_amount(block - b.kv_budget_bytes)} more: weights and runtime leave {_amount(b.kv_budget_bytes)} per rank, "
+               f"less than one {plan.block_size}-token KV block ({_amount(block)})")  # fmt: skip
+    return f"{what}: {why}; try a larger --tp or --pp, a smaller --weight-quant, or a GPU with more memory"
 
 
 @user_errors
@@ -52,6 +74,8 @@ def memory(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     plan = plan_memory(spec, g, Parallelism(tp=tp, pp=pp, ep=ep, dp=dp), quant, kv_dtype, block_size, params)
+    if not plan.fits:  # a negative KV budget is no plan: say so and exit 2, whatever the output format
+        raise LlmcapError(does_not_fit(plan))
     p = spec.params
     out = {
         "model": spec.name,
@@ -83,7 +107,7 @@ def memory(
     if output == "csv":
         print_csv([{k: v for k, v in out.items() if k not in ("params_by_component", "breakdown")}])
         return
-    console = Console()
+    console = out_console()
     head = Table(title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV")
     head.add_column("quantity")
     head.add_column("value", justify="right")

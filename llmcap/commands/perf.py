@@ -22,12 +22,11 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
 from llmcap.admission_names import DEFAULT_ADMISSION, NEVER_PREEMPTS, admission_option
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
 from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
@@ -172,7 +171,7 @@ def _ms(t: float) -> str:
 
 
 def _print_tables(out: dict, rm: RooflineModel, ops: dict[str, list[OpCost]]) -> None:
-    console = Console()
+    console = out_console()
     tput = out["throughput"]
     head = Table(
         title=f"{out['model']} on {out['gpu']} — {rm.parallelism.label()}, {out['weight_quant']} weights "

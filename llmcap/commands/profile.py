@@ -6,11 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from llmcap import exit_codes
-from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._common import out_console, print_json, user_errors
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import FailedError, LlmcapError, UnreachableError
 
@@ -93,7 +92,7 @@ def profile(
         if code:
             raise typer.Exit(code)
         return
-    console = Console()
+    console = out_console()
     table = Table(title=f"{model} @ {shown} (engine {m.version}) — medians over {repeats} runs")
     for col in ("ISL", "conc", "TTFT ms", "mean ITL ms", "ITL p99 ms", "runs"):
         table.add_column(col, justify="right")

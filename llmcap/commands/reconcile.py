@@ -9,10 +9,9 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 
-from llmcap.commands._common import print_json, user_errors
+from llmcap.commands._common import out_console, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.reconcile.diagnose import diagnose
 from llmcap.reconcile.metric_schema import schema_for
@@ -72,7 +71,7 @@ def reconcile(
 
 
 def _show(rec, diagnosis, params: ReconcileParams) -> None:
-    console = Console()
+    console = out_console()
     head, rows = bucket_rows(rec, params.percentiles[:2])
     table = Table(title=f"e = predicted / measured - 1 (p{rec.percentile:g} decides, tolerance {rec.tolerance:.0%}, 95% bootstrap CI)")
     for h in head:

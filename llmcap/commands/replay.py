@@ -20,12 +20,11 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from llmcap import exit_codes
-from llmcap.commands._common import dumps, err_console, print_json, user_errors
+from llmcap.commands._common import dumps, err_console, out_console, print_json, user_errors
 from llmcap.commands._endpoint import first_served_model
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
@@ -204,7 +203,7 @@ def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int,
 
 
 def _print(s: dict[str, Any]) -> None:
-    console = Console()
+    console = out_console()
     t = Table(title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s (open loop)")
     for c in ("metric", "p50", "p90", "p99"):
         t.add_column(c, justify="right")

@@ -14,12 +14,11 @@ from typing import Annotated
 import numpy as np
 import pyarrow as pa
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
     EngineOptions,
@@ -163,6 +162,9 @@ def simulate(
     measured = load_profile(profile) if profile is not None else None
     if measured is not None:
         measured.check_matches({"gpu": g.name, "tp": tp, "pp": 1, "ep": 1, "weight_quant": quant, "kv_dtype": kv_dtype})
+    # the deployment (a model that does not fit its GPU included) fails before the trace is read
+    cfg = sim_config(spec, g, opts, reference=reference, resolution=resolution, max_time=max_time)
+    engine = cfg.engine
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
@@ -175,8 +177,6 @@ def simulate(
     elif rate_scale != 1.0:
         plausible_rate(f"--rate-scale {rate_scale:g} x the trace's {mean_rate(table):.3g} req/s", mean_rate(table) * rate_scale)
         table = scale_rate(table, mean_rate(table) * rate_scale)
-    cfg = sim_config(spec, g, opts, reference=reference, resolution=resolution, max_time=max_time)
-    engine = cfg.engine
     step = measured.fit.model if measured is not None else step_model(model, gpu, tp, quant, kv_dtype)
     rng = np.random.default_rng(seed)
     if output != "table" or table.num_rows < PROGRESS_MIN_REQUESTS:
@@ -212,7 +212,7 @@ def simulate(
     t.add_column("p99", justify="right")
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         t.add_row(key, *(f"{v:,.1f}" if v is not None else "-" for v in s[key].values()))
-    console = Console()
+    console = out_console()
     console.print(t)
     console.print(f"step times: {s['profile']['describe'] if measured is not None else 'the roofline for ' + g.name}")
     thr = s["throughput"]
@@ -263,8 +263,8 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
     elif output == "csv":
         print_csv([s])
     else:
-        Console().print(f"plan {s['chosen']}, scenario {name!r} ({', '.join(f'{k} {v}' for k, v in counts.items())}) on "
-                        f"{s['requests']:,} requests at {planned.planning_rps:.4g} req/s: {verdict.line()}", highlight=False, soft_wrap=True)  # fmt: skip
+        out_console().print(f"plan {s['chosen']}, scenario {name!r} ({', '.join(f'{k} {v}' for k, v in counts.items())}) on "
+                            f"{s['requests']:,} requests at {planned.planning_rps:.4g} req/s: {verdict.line()}", highlight=False, soft_wrap=True)  # fmt: skip
 
 
 def _goodput_slo(goodput: list[str] | None, itl_stat: str, ttft_includes_handoff: bool) -> SloParams | None:

@@ -8,8 +8,9 @@ rate with headroom by risk, and writes the capacity table, Markdown/HTML report 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import pandas as pd
@@ -19,8 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_candidates, workload_context_lengths
-from llmcap.catalog import load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, output_format, print_csv, print_json, user_errors
+from llmcap.catalog import get_gpu, load_model
+from llmcap.catalog.quant import kv_dtype_bytes, weight_format
+from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
 from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._trace_input import (
@@ -44,6 +46,9 @@ from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
+from llmcap.sizing.plan import no_feasible_candidate
+from llmcap.sizing.search import SearchResult
+from llmcap.sizing.units import candidate_key
 from llmcap.admission_names import admission_option
 from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
@@ -86,6 +91,20 @@ def _tp_degrees(values: list[str]) -> list[int]:
     if not all(v.isdigit() and int(v) >= 1 for v in items):
         raise LlmcapError(f"--tp {','.join(values)!r}: TP degrees are positive integers")
     return [int(v) for v in items]
+
+
+def _catalog_grid(gpu: list[str], weight_quant: list[str], kv_dtype: list[str], tp: list[str]) -> tuple[list[str], list[str], list[str], list[int]]:
+    """The --gpu/--weight-quant/--kv-dtype/--tp lists, each name checked against the catalog before any file is read
+    (a typo fails in a second, not after the trace)."""
+    gpus, quants, kv_dtypes = _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype")
+    tps = _tp_degrees(tp)
+    for name in gpus:
+        get_gpu(name)
+    for q in quants:
+        weight_format(q)
+    for k in kv_dtypes:
+        kv_dtype_bytes(k)
+    return gpus, quants, kv_dtypes, tps
 
 
 def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, step_model: Path | None) -> dict:
@@ -168,10 +187,27 @@ def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> No
             ms = lambda v: "–" if v is None else f"{v:,.1f}"  # noqa: E731
             t.add_row(m.candidate, "idle (unsimulated)" if m.binding == "idle" else f"{m.rate_rps:.4g}", f"{m.attainment:.1%} (target {m.attainment_target:.1%})", m.binding,
                       ms(m.ttft_p99_ms), ms(m.itl_p99_ms))
-        Console().print(t)
+        out_console().print(t)
         for m in none.near_misses[:3]:
             print(f"  {m.line()}")
     print(f"error: {report['error']}", file=sys.stderr)
+
+
+def _ruled_out_report(candidates: pd.DataFrame, output: str) -> None:
+    """Step 2 ruled out every candidate: each one with its reasons, on stdout (the error line follows on stderr)."""
+    rows = [{"candidate": candidate_key(r), "mode": r["mode"], "role": r["role"], "reason_codes": r["reason_codes"], "reasons": r["reasons"]}
+            for _, r in candidates.iterrows()]  # fmt: skip
+    if output == "json":
+        print_json({"feasible": False, "error": no_feasible_candidate(candidates), "ruled_out": rows})
+    elif output == "csv":
+        print_csv(rows)
+    else:
+        t = Table(title=f"every candidate was ruled out before simulation ({len(rows)}): why")
+        for col in ("candidate", "mode", "role", "reasons"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            t.add_row(r["candidate"], r["mode"], r["role"], r["reasons"])
+        out_console().print(t)
 
 
 @user_errors
@@ -234,15 +270,14 @@ def size(
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour)  # fmt: skip
-    grid_lists = None if candidates_file is not None else (
-        _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype"), _tp_degrees(tp))  # before any file is read
+    grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
+    spec = load_model(model)  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
-    spec = load_model(model)
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
@@ -259,6 +294,9 @@ def size(
         )  # fmt: skip
         candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
         gpu_memory_utilization = grid.memory.gpu_memory_utilization
+    if not candidates["feasible"].any():
+        _ruled_out_report(candidates, output)
+        raise LlmcapError(no_feasible_candidate(candidates))
     if step_model is not None:
         step_times = StepTimes.read(step_model)
     else:
@@ -296,7 +334,7 @@ def size(
     if output == "json":
         print_json(summary)
     elif output == "csv":
-        print_csv(outcome.table.to_pylist())
+        print_csv(chosen_rows(outcome.table.to_pylist(), s["chosen"], s["mode"]))
     else:
         _print_plan(outcome, spec.name, step_line, serve, model, over, context)
     for path in paths.values():
@@ -307,6 +345,29 @@ def size(
         raise typer.Exit(1)
 
 
+def chosen_rows(rows: list[dict[str, Any]], chosen: str, mode: str) -> list[dict[str, Any]]:
+    """The capacity table's rows with `chosen` first: true on the plan's row alone (a role row may share its key)."""
+    return [{"chosen": r["candidate"] == chosen and r["mode"] == mode} | r for r in rows]
+
+
+#: Why a row carries no rate, by search status (`llmcap.sizing.search`).
+_NO_RATE = {"below_floor": "stopped", "infeasible": "no rate meets the SLOs", "max_evaluations": "no feasible rate found"}
+
+
+def max_rps_cell(row: Mapping[str, Any], curves: Mapping[str, SearchResult]) -> str:
+    """The max RPS/unit cell: the rate, or `—` and why there is none (a 0 would read as a measured rate)."""
+    if row["max_rps"] > 0:
+        return f"{row['max_rps']:.3g}"
+    status = row["search_status"]
+    why = _NO_RATE.get(status, f"no rate ({status.replace('_', ' ')})")
+    curve = curves.get(row["candidate"] if row["mode"] == "aggregated" else f"{row['mode']}: {row['candidate']}")
+    if status == "below_floor" and curve is not None and curve.upper_rate is not None:
+        why += f": fails at {curve.upper_rate:.3g} req/s, needed to beat the best"
+    elif status == "below_floor":
+        why += ": cannot beat the best"
+    return f"— {why}"
+
+
 NO_PLAN_PASSES = ("no plan passes every scenario within its cost limit (size.max_cost_factor / max_usd_per_hour): "
                   "the counts shown are the closest miss, not an answer")  # fmt: skip
 
@@ -315,17 +376,18 @@ def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, ov
     """The console answer: the table, the chosen plan (or the closest miss) with its evidence, the serve lines."""
     s = outcome.summary
     t = Table(title=f"{model_name}: capacity for {s['target_rps']:.3g} req/s")
-    for col in ("candidate", "mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search", "scenarios"):
+    t.add_column("candidate", overflow="fold")  # a narrow terminal folds the name; it never cuts it to `…`
+    for col in ("mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search", "scenarios"):
         t.add_column(col)
     for r in outcome.table.to_pylist():
-        t.add_row(r["candidate"], r["mode"], r["pd_ratio"] or "–", f"{r['max_rps']:.3g}",
+        t.add_row(r["candidate"], r["mode"], r["pd_ratio"] or "–", max_rps_cell(r, outcome.report.curves),
                   "–" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.3g}",
                   "–" if r["gpus"] is None else str(r["gpus"]), "–" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.0f}",
                   r["search_status"], r["scenarios"] or "–")  # fmt: skip
-    Console().print(t)
+    out_console().print(t)
     if s["verdict"] == "fails":
-        Console().print(f"[bold red]NO PLAN PASSES[/]: closest miss {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h "
-                        "still fails a scenario — not an answer", highlight=False)  # fmt: skip
+        out_console().print(f"[bold red]NO PLAN PASSES[/]: closest miss {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h "
+                            "still fails a scenario — not an answer", highlight=False)  # fmt: skip
     else:
         print(f"chosen: {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h")
     for name, definition in s["slo_definitions"].items():

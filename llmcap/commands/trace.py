@@ -7,11 +7,10 @@ from typing import Annotated
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from llmcap.commands._common import err_console, print_json, user_errors
+from llmcap.commands._common import err_console, out_console, print_json, user_errors
 from llmcap.commands._trace_input import (
     DEFAULT_MAX_CONTEXT,
     ArrivalRateOpt,
@@ -120,9 +119,9 @@ def clean(
         print_json(report)
     else:
         r = result.report
-        Console().print(f"{account_line(r)} → {out} / {quarantine}", highlight=False, markup=False, soft_wrap=True)
+        out_console().print(f"{account_line(r)} → {out} / {quarantine}", highlight=False, markup=False, soft_wrap=True)
         for reason, count in r.by_reason.items():
-            Console().print(f"  {reason:<22} {count:>8,}")
+            out_console().print(f"  {reason:<22} {count:>8,}")
     result.require_rows()
 
 
@@ -181,11 +180,11 @@ def synth(
     if json_out:
         print_json(brief)
     else:
-        Console().print(f"wrote {brief['rows']:,} requests at {brief['mean_rps']:.3f} req/s → {out}")
+        out_console().print(f"wrote {brief['rows']:,} requests at {brief['mean_rps']:.3f} req/s → {out}")
 
 
 def _print_summary(file: Path, s: dict, account: str) -> None:
-    console = Console()
+    console = out_console()
     console.print(account, highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"[bold]{escape(file.name)}[/] ({s['format']}): {s['rows']:,} requests over {s['duration_s']:,.1f} s, "

@@ -140,6 +140,25 @@ def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]
     }  # fmt: skip
 
 
+SHOWN_REASONS = 4  # distinct reasons named in the one-line error; the CLI lists every candidate's beside it
+
+
+def no_feasible_candidate(candidates: pd.DataFrame) -> str:
+    """The one-line error when step 2 ruled out every candidate: each distinct reason (of `reasons`, "; "-joined
+    per row) with how many candidates it ruled out, commonest first — never a pointer to reasons not shown."""
+    if candidates.empty:
+        return "no feasible candidate to size: the candidates table has no rows"
+    counts: dict[str, int] = {}
+    for text in candidates["reasons"].fillna(""):
+        for reason in dict.fromkeys(r.strip() for r in str(text).split("; ") if r.strip()):
+            counts[reason] = counts.get(reason, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    n = len(candidates)
+    shown = "; ".join(f"{reason} ({k} of {n})" for reason, k in ranked[:SHOWN_REASONS])
+    more = f"; and {len(ranked) - SHOWN_REASONS} more reason(s)" if len(ranked) > SHOWN_REASONS else ""
+    return f"no feasible candidate to size: step 2 ruled out all {n} candidates: {shown or 'no reason recorded'}{more}"
+
+
 PHASES = ("disaggregated pools", "aggregated candidates", "choice (whole-trace confirmation)", "scenarios (settling the shortlisted shapes)", "count range",
           "planned deployment replay")  # fmt: skip
 
@@ -162,7 +181,7 @@ def size_deployments(
     `on_phase(done, total, name)`: before each of `PHASES` and once at the end, for a progress bar)."""
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
-        raise LlmcapError("no feasible candidate to size: every candidate was ruled out in step 2 (see its reasons)")
+        raise LlmcapError(no_feasible_candidate(candidates))
 
     began = [time.perf_counter()]
 

@@ -124,3 +124,24 @@ def test_out_of_range_option_is_a_usage_error():
     r = _run("--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "0")
     assert r.exit_code == 2 and "Invalid value for '--tp'" in r.output
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_a_model_that_does_not_fit_exits_2_with_the_missing_gib(fmt):
+    # 70B in bf16 on one H100: 131.42 GiB of weights alone; no negative "KV cache" row in a table that exits 0
+    line = _one_error_line(_run("--model", "Llama-3.1-70B", "--gpu", "h100", "--tp", "1", "--output-format", fmt))
+    assert "Llama-3.1-70B on H100-SXM-80GB (TP1 PP1 EP1 DP1, bf16 weights, bf16 KV) does not fit" in line
+    assert "needs 63.29 GiB more than the 71.68 GiB usable per rank" in line and "weights (131.42 GiB)" in line
+    assert "-63.29" not in line
+
+
+
+def test_a_budget_under_one_kv_block_does_not_fit_either():
+    # 70B in fp8 on one H100 leaves 0.46 GiB of KV at 0.9; lower the utilisation until half a block is left
+    args = ["--model", "Llama-3.1-70B", "--gpu", "h100", "--weight-quant", "fp8"]
+    fits = json.loads(_run(*args, "--json").stdout)
+    block = 16 * fits["kv_bytes_per_token_per_rank"]
+    hbm = fits["breakdown"][0]["bytes"]
+    util = 0.9 - (fits["kv_budget_bytes_per_rank"] - block / 2) / hbm
+    line = _one_error_line(_run(*args, "--gpu-memory-utilization", repr(util)))
+    assert f"does not fit: needs {block / 2 / MIB:.2f} MiB more" in line and f"less than one 16-token KV block ({block / MIB:.2f} MiB)" in line

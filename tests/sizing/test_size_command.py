@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from llmcap.cli import app
@@ -65,16 +66,23 @@ def test_size_csv_is_the_capacity_table(tmp_path):
     import csv
     import io
 
-    import pyarrow.parquet as pq
-
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
     r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--out", str(tmp_path / "report"), "--output-format", "csv"])
     assert r.exit_code == 0, r.output
-    rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    table = pq.read_table(tmp_path / "report" / "capacity.parquet").to_pylist()
-    assert [row["candidate"] for row in rows] == [t["candidate"] for t in table] and len(rows) >= 1
+    reader = csv.DictReader(io.StringIO(r.stdout))
+    rows = list(reader)
+    parquet = pq.read_table(tmp_path / "report" / "capacity.parquet")
+    table = parquet.to_pylist()
+    # `chosen` first, then the capacity table's own columns in their order
+    assert reader.fieldnames == ["chosen", *parquet.column_names]
+    assert [row["candidate"] for row in rows] == [t["candidate"] for t in table] and len(rows) >= 2
     assert [float(row["max_rps"]) for row in rows] == [t["max_rps"] for t in table]
+    # exactly one row is chosen, and it is the plan's configuration (not always the first row: the table is in goodput order)
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert {row["chosen"] for row in rows} == {"True", "False"}
+    (chosen,) = [row for row in rows if row["chosen"] == "True"]
+    assert (chosen["candidate"], chosen["mode"]) == (summary["chosen"], summary["mode"])
 
 
 def test_a_plan_over_the_cost_limit_is_no_answer_and_exits_1(tmp_path):
@@ -89,3 +97,78 @@ def test_a_plan_over_the_cost_limit_is_no_answer_and_exits_1(tmp_path):
     assert "error: no plan passes every scenario" in r.stderr and "not an answer" in r.stderr
     assert json.loads((out / "summary.json").read_text())["verdict"] == "fails"
     assert "NO PLAN PASSES" in (out / "capacity.md").read_text() and 'class="answer loud"' in (out / "capacity.html").read_text()
+
+
+def _azure_head(tmp_path):
+    trace = tmp_path / "azure_head.csv"
+    trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
+    return trace
+
+
+def test_piped_table_shows_every_name_whole_and_no_zero_rate(tmp_path, monkeypatch):
+    # CliRunner's stdout is no terminal, as `llmcap size ... | less` or `> plan.txt`: rich would lay it out in 80 columns
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = tmp_path / "report"
+    r = runner.invoke(app, ["size", "--trace", str(_azure_head(tmp_path)), *ARGS, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    chosen = json.loads((out / "summary.json").read_text())["chosen"]
+    assert chosen.startswith("H100-SXM-80GB/fp8/kv-") and chosen.endswith("/blk16")
+    assert "…" not in r.stdout and f"chosen: {chosen} (aggregated)" in r.stdout
+    table = pq.read_table(out / "capacity.parquet").to_pylist()
+    lines = {t["candidate"]: [ln for ln in r.stdout.splitlines() if f"│ {t['candidate']} " in ln] for t in table}
+    assert all(len(found) == 1 for found in lines.values()), lines  # each name whole, on one line
+    stopped = [t for t in table if t["max_rps"] == 0]
+    assert stopped and len(stopped) < len(table)  # this run stops some candidates below the best: the case to show
+    for t in table:
+        cells = [c.strip() for c in lines[t["candidate"]][0].split("│")]
+        rate = cells[4]  # │ candidate │ mode │ P:D │ max RPS/unit │ ...
+        if t["max_rps"] == 0:
+            assert rate.startswith("— stopped: fails at ") and rate.endswith(" req/s, needed to beat the best"), rate
+        else:
+            assert rate == f"{t['max_rps']:.3g}"
+
+
+def test_a_zero_rate_cell_says_why_for_every_status():
+    from llmcap.commands.size import max_rps_cell
+
+    def row(status):
+        return {"candidate": "c", "mode": "aggregated", "max_rps": 0.0, "search_status": status}
+
+    assert max_rps_cell({**row("converged"), "max_rps": 12.34}, {}) == "12.3"
+    assert max_rps_cell(row("below_floor"), {}) == "— stopped: cannot beat the best"
+    assert max_rps_cell(row("infeasible"), {}) == "— no rate meets the SLOs"
+    assert max_rps_cell(row("max_evaluations"), {}) == "— no feasible rate found"
+    assert max_rps_cell(row("at_max_rate"), {}) == "— no rate (at max rate)"
+
+
+def test_every_ruled_out_candidate_shows_its_reasons(tmp_path):
+    # TP 3 divides none of Llama-3.1-8B's heads: step 2 rules out every candidate before any simulation
+    trace = _azure_head(tmp_path)
+    args = ["size", "--trace", str(trace), *ARGS]
+    args[args.index("--tp") + 1] = "3"
+    j = runner.invoke(app, [*args, "--json"])
+    assert j.exit_code == 2, j.output
+    doc = json.loads(j.stdout)
+    n = len(doc["ruled_out"])
+    assert doc["feasible"] is False and n == 8  # 2 KV dtypes x 4 chunk sizes, aggregated only (--no-pd)
+    assert all("32 attention heads are not divisible by TP=3" in c["reasons"] and "/tp3pp1ep1/" in c["candidate"] for c in doc["ruled_out"])
+    (line,) = j.stderr.strip().splitlines()
+    assert line == f"error: {doc['error']}" and "see its reasons" not in line
+    assert f"step 2 ruled out all {n} candidates: 32 attention heads are not divisible by TP=3 ({n} of {n})" in line
+    # the table names each candidate with its reasons, the error line follows on stderr
+    t = runner.invoke(app, args)
+    assert t.exit_code == 2 and t.stderr.strip().splitlines()[-1] == line
+    for c in doc["ruled_out"]:
+        (shown,) = [ln for ln in t.stdout.splitlines() if f"│ {c['candidate']} " in ln]
+        assert "32 attention heads are not divisible by TP=3" in shown and "MLP width 14336 is not divisible by TP=3" in shown
+
+
+def test_the_ruled_out_line_counts_each_reason_once_per_candidate_and_says_how_many_it_leaves_out():
+    import pandas as pd
+
+    from llmcap.sizing.plan import no_feasible_candidate
+
+    reasons = ["a; b", "a; a", "c", "d", "e", "f"]  # `a` twice in one row still rules out one candidate
+    line = no_feasible_candidate(pd.DataFrame({"feasible": [False] * 6, "reasons": reasons}))
+    assert line == "no feasible candidate to size: step 2 ruled out all 6 candidates: a (2 of 6); b (1 of 6); c (1 of 6); d (1 of 6); and 2 more reason(s)"
+    assert no_feasible_candidate(pd.DataFrame({"feasible": [], "reasons": []})) == "no feasible candidate to size: the candidates table has no rows"
