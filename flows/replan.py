@@ -15,6 +15,8 @@ import argparse
 import json
 import os
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -28,7 +30,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from ops import decision, registry, store  # noqa: E402
-from stages import tracking  # noqa: E402
+from stages import timing, tracking  # noqa: E402
 
 OUTPUTS = {
     "canonical trace": "data/interim/trace.parquet",
@@ -90,6 +92,35 @@ def reproduce_stage(root: str, stage: str, force: bool) -> bool:
         return bool(repo.reproduce(stage, single_item=True, force=force, run_cache=False))
 
 
+def stage_times(walls: dict[str, float], phases: dict[str, dict[str, float | None]]) -> dict[str, dict[str, float | None]]:
+    """Each stage's wall time in the flow (`total`) and where it went: DVC's own checks and bookkeeping (`dvc`:
+    the total less the stage process's time), the process's start, its work, MLflow and GX (stages.timing). A
+    stage DVC found up to date has only `total` and `dvc`."""
+    out: dict[str, dict[str, float | None]] = {}
+    for stage, wall in walls.items():
+        ph = phases.get(stage)
+        if ph is None:
+            out[stage] = {"total": wall, "dvc": wall}
+            continue
+        inside = sum(v for v in ph.values() if v is not None)
+        out[stage] = {"total": wall, "dvc": max(0.0, wall - inside), **{k: ph.get(k) for k in timing.PHASES}}
+    return out
+
+
+def times_table(stage_times: dict[str, dict[str, float | None]], total_s: float) -> str:
+    """The console table of `stage_times` and the flow's total, in seconds."""
+    cols = ("total", "dvc", *timing.PHASES)
+    heads = ("total", "DVC", "start", "work", "MLflow", "GX")
+    lines = [f"time per stage (s)  {''.join(f'{h:>8}' for h in heads)}"]
+    for stage, row in stage_times.items():
+        cells = "".join(f"{'—' if row.get(c) is None else format(row[c], '.1f'):>8}" for c in cols)
+        lines.append(f"  {stage:<17} {cells}")
+    in_stages = sum(row["total"] or 0.0 for row in stage_times.values())
+    lines.append(f"  the flow: {total_s:.1f} s, of which {total_s - in_stages:.1f} s outside the stages (Prefect's start, "
+                 "recording the decision, the DVC push)")  # fmt: skip
+    return "\n".join(lines)
+
+
 @task(name="collect-results")
 def collect(root: str) -> dict:
     base = Path(root)
@@ -126,11 +157,22 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in tracking.flatten_params(params).items()})
         stages = stage_order(root)
         os.environ[tracking.PARENT_ENV] = run.info.run_id
-        try:  # one task per stage, in order: the flow run's page shows which stage runs, was skipped or failed
-            ran = [stage for stage in stages if reproduce_stage(root, stage, force)]
-        finally:
-            os.environ.pop(tracking.PARENT_ENV, None)
+        ran, walls = [], {}
+        with tempfile.TemporaryDirectory() as tmp:
+            phases_file = os.environ[timing.STAGE_TIMES_ENV] = str(Path(tmp) / "stages.jsonl")
+            try:  # one task per stage, in order: the flow run's page shows which stage runs, was skipped or failed
+                for stage in stages:
+                    began = time.perf_counter()
+                    if reproduce_stage(root, stage, force):
+                        ran.append(stage)
+                    walls[stage] = time.perf_counter() - began
+            finally:
+                os.environ.pop(tracking.PARENT_ENV, None)
+                os.environ.pop(timing.STAGE_TIMES_ENV, None)
+            phases = timing.read(Path(phases_file))
         results = collect(root)
+        results["stage_times"] = stage_times(walls, phases)
+        mlflow.log_metrics({f"time.{stage}.{k}_s": v for stage, row in results["stage_times"].items() for k, v in row.items() if v is not None})
         skipped = [s for s in stages if s not in ran]
         mlflow.set_tags({"dvc.stages_ran": ",".join(ran) or "none", "dvc.stages_skipped": ",".join(skipped) or "none"})
         mlflow.log_artifact(str(base / "dvc.lock"))
@@ -213,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flows.replan", description="Run the llmcap planning loop.")
     ap.add_argument("--force", action="store_true", help="re-run every stage")
     args = ap.parse_args(argv)
+    began = time.perf_counter()
     result = replan(force=args.force)
+    total_s = time.perf_counter() - began
     print()
     print(f"stages run: {', '.join(result['ran']) or 'none (all up to date)'}")
     for name, rel in OUTPUTS.items():
@@ -236,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if d is not None:
         changed = ", ".join(f"{c['field']} {c['a']} → {c['b']}" for c in d["changed"] if c["field"] in ("gpus", "usd_per_hour", "chosen")) or "same GPUs, configuration and cost"
         print(f"against the decision recorded at HEAD: {changed} (`llmcap diff HEAD .`; because: {'; '.join(d['explanation'][:3])})")
+    print(times_table(result["stage_times"], total_s))
     r = result["replay"]
     confirmed = "confirmed" if r["verdict"]["measured"]["knee_in_band"] else "UNCONFIRMED"
     print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")

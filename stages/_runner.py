@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from stages import timing
 from stages.env import apply_defaults
 
 Argument = tuple[str, dict]
@@ -31,6 +33,7 @@ def stage_main(
     for flag, options in arguments:
         ap.add_argument(flag, **options)
     args = ap.parse_args(argv)
+    startup_s = timing.process_age_s()
     apply_defaults()
     # the library's log (phases, accounting) in the stage's output, as DVC shows it; LLMCAP_LOG_LEVEL overrides
     import logging
@@ -43,11 +46,13 @@ def stage_main(
     from llmcap.credentials import redact_text
     from llmcap.errors import LlmcapError  # after the defaults: stages import lazily on purpose
 
+    began = time.perf_counter()
     try:
         message = run(args)
     except LlmcapError as exc:
         print(f"error: {redact_text(str(exc))}", file=sys.stderr)  # a message quoting a URL never shows its password
         return 2
+    timing.record(name, startup_s, time.perf_counter() - began)
     print(f"[{name}] {message}")
     return 0
 

@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from stages import timing
+
 EXPERIMENT = "llmcap"
 PARENT_ENV = "LLMCAP_MLFLOW_PARENT_RUN_ID"
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
@@ -164,7 +166,8 @@ def flatten(prefix: str, obj: Any) -> dict[str, float]:
 
 @contextlib.contextmanager
 def stage_run(root: Path, stage: str, params: dict, inputs: dict[str, Path]) -> Iterator[Any]:
-    """An MLflow run for one stage execution, tagged with provenance; yields the mlflow module."""
+    """An MLflow run for one stage execution, tagged with provenance; yields the mlflow module (opening and closing it: MLflow time)."""
+    began = timing.now()
     import mlflow
 
     use_experiment()
@@ -179,8 +182,11 @@ def stage_run(root: Path, stage: str, params: dict, inputs: dict[str, Path]) -> 
     parent = os.environ.get(PARENT_ENV)
     with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent), tags=tags) as run:
         mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in flatten_params(params).items()})
+        timing.add_since("mlflow", began)
         yield mlflow
         print(f"[{stage}] MLflow run {run.info.run_id} ({os.environ.get('MLFLOW_TRACKING_URI', 'default store')})")
+        began = timing.now()
+    timing.add_since("mlflow", began)  # the run's end
 
 
 def flatten_params(obj: Any, prefix: str = "") -> dict[str, Any]:

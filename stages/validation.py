@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from llmcap.errors import LlmcapError
+from stages import timing
 
 
 class ValidationFailed(LlmcapError):
@@ -117,7 +118,16 @@ def _condition_text(cond: dict) -> str:
 
 
 def validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
-    """Run the expectations `build(gxe)` returns on `frame` in an ephemeral GX context."""
+    """Run the expectations `build(gxe)` returns on `frame` in an ephemeral GX context (its time, the import
+    included, is the stage's validation time: stages.timing)."""
+    began = timing.now()
+    try:
+        return _validate(frame, suite_name, build)
+    finally:
+        timing.add_since("validation", began)
+
+
+def _validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
     gx, gxe, progress = _gx()
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = progress(globally=False)

@@ -33,6 +33,25 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return make_project(tmp_path_factory.mktemp("clone") / "llmcap")
 
 
+def _run_until_killed(cmd: list[str], root: Path, env: dict, marker: str, gone: Path | None = None, timeout_s: float = 300) -> str:
+    """Start `cmd`, read its output until `marker` appears (and then, given `gone`, wait until that file is
+    removed), then SIGKILL its whole process group; the output read."""
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    log = ""
+    deadline = time.monotonic() + timeout_s
+    while marker not in log and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        log += line
+    while gone is not None and gone.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    return log
+
+
 def _output_hashes(root: Path) -> dict[str, str]:
     """Every output file's hash, except those dvc.yaml marks measured (wall-clock timing: not byte-identical)."""
     _, measured = out_flags(yaml.safe_load((root / "dvc.yaml").read_text()))
@@ -74,37 +93,37 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     again = sh([sys.executable, "-m", "dvc", "repro"], root, env)
     assert _ran(again.stdout + again.stderr) == []
 
-    # 3. Kill a run with work to do (a characterise param changed) once its first stage runs, and re-run: it
-    #    resumes there, clean is not re-run. Then the param back, and the stages it drives recomputed (no run
-    #    cache): byte-identical to the first run's outputs (determinism), the measured ones aside.
+    # 3. Kill a stage mid-run (forced, its inputs unchanged) and re-run as `make plan` runs DVC: the killed stage's
+    #    outputs for these inputs are in DVC's cache (dvc.lock names them), so they are checked out, not recomputed,
+    #    and every output is the first run's (that recomputing gives the same bytes: step 4).
+    workload = root / "data/processed/workload.json"
+    log = _run_until_killed([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "--no-run-cache", "characterise"],
+                            root, env, "Running stage 'characterise'", gone=workload)  # DVC removed its outputs: the stage is at work
+    assert "Running stage 'characterise'" in log and not workload.exists(), log[-3000:]
+    resumed = sh([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env)
+    assert _ran(resumed.stdout + resumed.stderr) == [], resumed.stdout + resumed.stderr
+    assert "Stage 'characterise' is cached - skipping run, checking out outputs" in resumed.stdout + resumed.stderr
+    assert _output_hashes(root) == hashes
+
+    # 4. Kill a run with work to do (a characterise param changed) once its first stage runs, and re-run: it
+    #    resumes there, clean is not re-run, and the stages consuming its output follow. Then the param back, and
+    #    the stages it drives recomputed (no run cache): byte-identical to the first run's outputs (determinism).
     original = (root / "params.yaml").read_text()
     params = yaml.safe_load(original)
     params["characterise"]["lru_cache_blocks"] = [1024]
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    proc = subprocess.Popen([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    log = ""
-    deadline = time.monotonic() + 300
-    while "Running stage 'characterise'" not in log and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        log += line
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
+    log = _run_until_killed([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env, "Running stage 'characterise'")
     assert "Running stage 'characterise'" in log and "Running stage 'clean'" not in log, log[-3000:]
-    # resumed as `make plan` runs DVC (no run cache: the stage must run again, not be restored from an older run)
     resumed = sh([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env)
     ran = _ran(resumed.stdout + resumed.stderr)
-    assert ran[0] == "characterise" and "clean" not in ran, ran
+    assert ran[:2] == ["characterise", "enumerate"] and "clean" not in ran, ran  # enumerate reads the workload summary
     assert '"1024"' in (root / "data/processed/workload.json").read_text()
     (root / "params.yaml").write_text(original)
     back = sh([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env)
     assert _ran(back.stdout + back.stderr)[0] == "characterise"
     assert _output_hashes(root) == hashes
 
-    # 4. A changed param re-runs its stage (and what consumes its outputs: nothing, for the last stage), not the stages upstream.
+    # 5. A changed param re-runs its stage (and what consumes its outputs: nothing, for the last stage), not the stages upstream.
     params = yaml.safe_load(original)
     params["reconcile"]["tolerance"] = 0.2
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
