@@ -28,7 +28,7 @@ export GIT_COMMITTER_EMAIL ?= llmcap@localhost
 export PYTHONHASHSEED := 0
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: plan test bench mutants setup clean-work server server-stop serve
+.PHONY: plan test bench mutants setup dist clean-work server server-stop serve
 
 setup: $(VENV)/.synced $(VENV)/.native
 	@$(PY) -m compileall -q -j 0 llmcap stages flows > /dev/null  # bytecode of our own sources too (written even where PYTHONDONTWRITEBYTECODE is set)
@@ -80,6 +80,11 @@ serve: setup
 
 bench: setup
 	$(PY) -m benchmarks
+
+# Wheels in dist/ (ops/dist.py): the pure-Python one, and one with the compiled core for this CPython on
+# manylinux x86_64 (hatch_build.py packs it; auditwheel tags it). pip picks the compiled one where it fits.
+dist: setup
+	$(PY) -m ops.dist dist
 
 # Mutation testing of the decision code by its fast tests ([tool.mutmut] in pyproject.toml; not part of
 # make test): mutmut remembers finished mutants in mutants/, so a re-run only checks what changed.

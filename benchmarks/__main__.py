@@ -1,6 +1,7 @@
 """`make bench`: ingestion throughput per format and characterisation time; then the command line's
 start and whole-process simulate (`benchmarks.cli`), the simulator (`benchmarks.sim`), the sizing search (`benchmarks.size`), the load generator (`benchmarks.loadgen`), the roofline's
-calibrations, cross-validated (`benchmarks.calibration`), and `make plan`'s flow per stage, fresh and up to date (`benchmarks.plan`).
+calibrations, cross-validated (`benchmarks.calibration`), the installed wheels against the checkout (`benchmarks.wheel`) and `make plan`'s flow per
+stage, fresh and up to date (`benchmarks.plan`).
 
 Inputs are generated once (seeded) under .work/bench/ at sizes big enough to time the bulk paths:
 each row count is printed with the figures. Each figure is the best of 3 runs (`benchmarks._timing.best_of`).
@@ -92,13 +93,14 @@ def main() -> None:
     t, _ = best_of(lambda: characterise(table, CharacteriseParams(lru_cache_blocks=[])))
     t_lru, _ = best_of(lambda: characterise(table, CharacteriseParams()))
     print(f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes")
-    from benchmarks import calibration, cli, loadgen, plan, sim, size
+    from benchmarks import calibration, cli, loadgen, plan, sim, size, wheel
 
     cli.main()
     sim.main()
     size.main()
     loadgen.main()
     calibration.main()
+    wheel.main()
     plan.main()
 
 

@@ -92,14 +92,17 @@ app = typer.Typer(
 )
 
 
+DISTRIBUTION = "llmcap-planner"  # the name on PyPI (`llmcap` there is another program); the import package is llmcap
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
-            print(f"llmcap {version('llmcap')}")
+            print(f"{DISTRIBUTION} {version(DISTRIBUTION)}")
         except PackageNotFoundError:  # run from a checkout that was never installed
-            print("llmcap (not installed)")
+            print(f"{DISTRIBUTION} (not installed)")
         raise typer.Exit()
 
 

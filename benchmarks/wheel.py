@@ -1,0 +1,61 @@
+"""The installed wheels against the checkout, whole process as a user runs them: `simulate` of the Mooncake
+conversation trace (median of 3) and `size` of it with the pipeline's SLOs, fp8 (once), from the
+compiled wheel (`make dist`) and the pure-Python one, each in a clean venv, beside the checkout's `llmcap`.
+Target: the compiled wheel within 1.5x of the checkout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ops.dist import build_wheel, install
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / ".work" / "bench" / "wheel"
+TRACE = ROOT / "data/raw/mooncake/conversation_trace.jsonl"
+SIMULATE = ["simulate", "--trace", str(TRACE), "--model", "Llama-3.1-70B", "--gpu", "h200", "--tp", "4", "--json"]
+SIZE = ["size", "--trace", str(TRACE), "--model", "Llama-3.1-70B", "--gpu", "h100,h200", "--weight-quant", "fp8", "--kv-dtype", "fp8",
+        "--slo-ttft-p99", "2000", "--slo-ttft-per-1k-isl", "200", "--slo-itl-p99", "100", "--json"]  # the pipeline's SLOs; fmt: skip
+
+
+def _wall(cli: list[str], args: list[str], runs: int) -> tuple[float, str]:
+    walls, out = [], ""
+    for _ in range(runs):
+        began = time.perf_counter()
+        out = subprocess.run([*cli, *args], cwd=OUT, check=True, capture_output=True, text=True).stdout
+        walls.append(time.perf_counter() - began)
+    return statistics.median(walls), out
+
+
+def _answer(size_json: str) -> tuple:
+    s = json.loads(size_json)
+    return s["chosen"], s["gpus"], s["usd_per_hour"]
+
+
+def main() -> None:
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    clis = {"checkout": [sys.executable, "-m", "llmcap"]}
+    for name, compiled in (("compiled wheel", True), ("pure wheel", False)):
+        venv = install(build_wheel(OUT / "dist", compiled), OUT / name.replace(" ", "-"), locked=True)  # the checkout's versions
+        clis[name] = [str(venv / "llmcap-planner")]
+    sims = {name: _wall(cli, SIMULATE, 3) for name, cli in clis.items()}
+    sizes = {name: _wall(cli, SIZE, 1) for name, cli in clis.items() if name != "pure wheel"}  # the pure one: minutes
+    base_sim, base_size = sims["checkout"][0], sizes["checkout"][0]
+    print("installed wheels (whole process):")
+    for name in clis:
+        line = f"  {name:<15} simulate Mooncake {sims[name][0]:6.2f} s ({sims[name][0] / base_sim:.2f}x the checkout)"
+        if name in sizes:
+            line += f"; size {sizes[name][0]:6.1f} s ({sizes[name][0] / base_size:.2f}x), same answer: {_answer(sizes[name][1]) == _answer(sizes['checkout'][1])}"
+        print(line)
+    print("  target: the compiled wheel within 1.5x of the checkout")
+    shutil.rmtree(OUT, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
