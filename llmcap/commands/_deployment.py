@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 import llmcap.perf as perf
 from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
@@ -22,6 +22,7 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
+from llmcap.routing import FIRST_TOKEN_FROM
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
 from llmcap.admission_names import admission_option
 
@@ -35,7 +36,8 @@ ReplicasOpt = Annotated[int, typer.Option(min=1, help="aggregated replicas (igno
 RouterOpt = Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")]
 AdmissionOpt = Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang")]
 PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D prefill and decode replicas")]
-FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: first token visible from 'prefill' or 'decode'")]
+FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: where TTFT ends: 'decode' = the first token the user sees, after the "
+                                                     "KV handoff (as `size` judges it), or 'prefill' = when the prefill instance computes it")]
 LinkGbpsOpt = Annotated[float, typer.Option(min=0.001, help="P/D: KV link bandwidth per prefill replica, GB/s")]
 LinkLatencyOpt = Annotated[float, typer.Option(min=0.0, help="P/D: link latency, ms")]
 QuantOpt = Annotated[str, typer.Option("--weight-quant", "--quant", help="weight format (bf16, fp8, ...)")]
@@ -59,28 +61,35 @@ DecodeMaxBatchedOpt = Annotated[int | None, typer.Option(min=1, help="P/D: the d
 DecodeNumBlocksOpt = Annotated[int | None, typer.Option(min=1, help="P/D: KV blocks per decode replica (default: its memory plan)")]
 
 
+def model_default(model: type[BaseModel], name: str) -> Any:
+    """A simulator or memory model's default of `name`: the command line's defaults are those, never copies."""
+    return model.model_fields[name].get_default(call_default_factory=True)
+
+
 @dataclass(frozen=True)
 class EngineOptions:
-    """The engine and pool options of a deployment, as the command line gives them."""
+    """The engine and pool options of a deployment, as the command line gives them. Each default is the
+    simulator's own (`llmcap.sim.config`, `llmcap.memory`), in the command line's units; the commands'
+    options default to these (`ENGINE`), and tests/test_cli_defaults.py keeps every one equal."""
 
     tp: int = 1
-    replicas: int = 1
-    router: str = "least_outstanding_tokens"
-    admission_policy: str = "vllm"
+    replicas: int = model_default(SimConfig, "replicas")
+    router: str = model_default(SimConfig, "router")
+    admission_policy: str = model_default(EngineConfig, "admission_policy")
     pd: str | None = None
-    first_token_from: str = "prefill"
-    link_gbps: float = 50.0
-    link_latency_ms: float = 0.0
+    first_token_from: str = model_default(PDConfig, "first_token_from")  # after the P→D handoff (llmcap.routing)
+    link_gbps: float = model_default(LinkConfig, "bandwidth_bytes_s") / 1e9
+    link_latency_ms: float = model_default(LinkConfig, "latency_s") * 1e3
     quant: str = "bf16"
     kv_dtype: str = "bf16"
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_size: int = 16
+    max_num_seqs: int = model_default(EngineConfig, "max_num_seqs")
+    max_num_batched_tokens: int = model_default(EngineConfig, "max_num_batched_tokens")
+    block_size: int = model_default(EngineConfig, "block_size")
     num_blocks: int | None = None
-    gpu_memory_utilization: float = 0.90
-    prefix_caching: bool = True
-    host_blocks: int = 0
-    host_gbps: float = 25.0
+    gpu_memory_utilization: float = model_default(MemoryParams, "gpu_memory_utilization")
+    prefix_caching: bool = model_default(EngineConfig, "enable_prefix_caching")
+    host_blocks: int = model_default(EngineConfig, "host_blocks")
+    host_gbps: float = model_default(EngineConfig, "host_bandwidth_bytes_s") / 1e9
     max_model_len: int | None = None
     decode_gpu: str | None = None
     decode_tp: int | None = None
@@ -92,6 +101,9 @@ class EngineOptions:
     def decode_differs(self) -> bool:
         return any(v is not None for v in (self.decode_gpu, self.decode_tp, self.decode_max_num_seqs,
                                             self.decode_max_num_batched_tokens, self.decode_num_blocks))  # fmt: skip
+
+
+ENGINE = EngineOptions()  # the commands' option defaults (`tp: TpOpt = ENGINE.tp`)
 
 
 def parse_pd(spec: str | None) -> tuple[int, int] | None:
@@ -108,8 +120,8 @@ def check_choices(o: EngineOptions) -> None:
     if o.router not in router_names():
         raise LlmcapError(f"--router must be one of {', '.join(router_names())}, got {o.router!r}")
     admission_option(o.admission_policy)
-    if o.first_token_from not in ("prefill", "decode"):
-        raise LlmcapError(f"--first-token-from must be prefill or decode, got {o.first_token_from!r}")
+    if o.first_token_from not in FIRST_TOKEN_FROM:
+        raise LlmcapError(f"--first-token-from must be {' or '.join(FIRST_TOKEN_FROM)}, got {o.first_token_from!r}")
     parse_pd(o.pd)
 
 

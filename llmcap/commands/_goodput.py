@@ -1,4 +1,5 @@
-"""SLO options shared by `llmcap size` and `llmcap simulate`: vLLM's `--goodput KEY:MS` convention.
+"""SLO options shared by `llmcap size`, `simulate`, `replay` and `autoscale`: vLLM's `--goodput KEY:MS` convention, and
+their defaults, which are `SloParams`' own (`SLO`).
 
 `vllm bench serve --goodput ttft:MS tpot:MS e2el:MS` counts a request as good when it meets every target
 given: TTFT, TPOT (the request's mean gap after the first token) and end-to-end latency, in ms. The same
@@ -13,10 +14,24 @@ from typing import Annotated, TypedDict, get_args
 import typer
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.params import ItlStat
+from llmcap.sizing.params import ItlStat, SizeParams, SloParams
 
 GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}  # vLLM name -> SloParams field
 ITL_STATS: tuple[str, ...] = get_args(ItlStat)
+SLO = SloParams()  # the SLO options' defaults: one definition for every command (tests/test_cli_defaults.py)
+SIZE = SizeParams()  # size's own knobs (search, window, shortlists) where the command line does not set them
+
+
+class SteadyWindow(TypedDict):
+    """SloParams' window fields: the shares of a run's arrivals left out at its start and at its end."""
+
+    warmup_frac: float
+    drain_frac: float
+
+
+def steady_window() -> SteadyWindow:
+    """The warm-up and drain shares `size` judges a run by (SizeParams' SLO); `replay` judges its runs the same way."""
+    return SteadyWindow(warmup_frac=SIZE.slo.warmup_frac, drain_frac=SIZE.slo.drain_frac)
 
 
 class SloTargets(TypedDict):

@@ -18,6 +18,7 @@ from rich.table import Table
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import (
+    ENGINE,
     EngineOptions,
     GpuMemUtilOpt,
     GpuOpt,
@@ -31,14 +32,17 @@ from llmcap.commands._deployment import (
     sim_config,
     step_model,
 )
+from llmcap.commands._goodput import SLO
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError
 from llmcap.sim import AutoscaleConfig
 from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
-from llmcap.sizing.params import SearchParams, SloParams
+from llmcap.sizing.params import AutoscaleParams, SearchParams, SloParams
 from llmcap.sizing.search import search_max_rate
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.trace import mean_rate
+
+DAY = AutoscaleParams()  # the autoscale stage's knobs: this what-if's defaults where they are the same knob
 
 
 def _fractions(text: str) -> tuple[float, ...]:
@@ -55,27 +59,27 @@ def autoscale(
     gpu: GpuOpt,
     slo_ttft_p99: Annotated[float, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms)")],
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="ITL target (ms), per-request P99")] = None,
-    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="share of requests that must meet every SLO")] = 0.99,
-    tp: TpOpt = 1,
-    quant: QuantOpt = "bf16",
-    kv_dtype: KvDtypeOpt = "bf16",
-    max_num_seqs: MaxNumSeqsOpt = 256,
-    max_num_batched_tokens: MaxBatchedOpt = 8192,
-    block_size: KvBlockSizeOpt = 16,
-    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
+    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="share of requests that must meet every SLO")] = SLO.attainment_target,
+    tp: TpOpt = ENGINE.tp,
+    quant: QuantOpt = ENGINE.quant,
+    kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
+    max_num_seqs: MaxNumSeqsOpt = ENGINE.max_num_seqs,
+    max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
+    block_size: KvBlockSizeOpt = ENGINE.block_size,
+    gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
     instance_rps: Annotated[float | None, typer.Option("--instance-rps", help="one replica's max feasible rate G (default: searched on the trace)")] = None,
     mean_rps: Annotated[float | None, typer.Option("--mean-rps", help="the day's mean rate, req/s (default: the trace's)")] = None,
-    amplitude: Annotated[float, typer.Option(min=0.0, max=0.99, help="diurnal swing: rate = mean × (1 + A sin 2πt/period)")] = 0.6,
+    amplitude: Annotated[float, typer.Option(min=0.0, max=0.99, help="diurnal swing: rate = mean × (1 + A sin 2πt/period)")] = DAY.amplitude,
     period: Annotated[float, typer.Option("--period", min=1.0, help="diurnal period, s")] = 86_400.0,
     duration: Annotated[float, typer.Option("--duration", min=1.0, help="simulated span, s")] = 86_400.0,
-    t_ready: Annotated[float, typer.Option("--t-ready", min=0.0, help="scale-up decision to routable, s")] = 600.0,
-    interval: Annotated[float, typer.Option("--interval", min=0.1, help="autoscaler period, s")] = 15.0,
-    min_residency: Annotated[float, typer.Option("--min-residency", min=0.0, help="a replica serves at least this long, s")] = 600.0,
-    scale_down_window: Annotated[float, typer.Option("--scale-down-window", min=0.0, help="HPA stabilization window, s")] = 300.0,
-    waiting_target: Annotated[float, typer.Option("--waiting-target", min=0.01, help="waiting requests per replica that trigger a scale-up")] = 2.0,
+    t_ready: Annotated[float, typer.Option("--t-ready", min=0.0, help="scale-up decision to routable, s")] = DAY.t_ready_s,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, help="autoscaler period, s")] = DAY.interval_s,
+    min_residency: Annotated[float, typer.Option("--min-residency", min=0.0, help="a replica serves at least this long, s")] = DAY.min_residency_s,
+    scale_down_window: Annotated[float, typer.Option("--scale-down-window", min=0.0, help="HPA stabilization window, s")] = DAY.scale_down_window_s,
+    waiting_target: Annotated[float, typer.Option("--waiting-target", min=0.01, help="waiting requests per replica that trigger a scale-up")] = DAY.waiting_per_replica,
     kv_usage_target: Annotated[float | None, typer.Option("--kv-usage-target", min=0.01, max=1.0, help="KV usage target (default: one replica's at --utilization × G)")] = None,
-    utilization: Annotated[float, typer.Option(min=0.05, max=1.0, help="operating point that sets the default KV usage target")] = 0.8,
-    forecast_error: Annotated[float, typer.Option("--forecast-error", min=0.0, help="the floor's forecast margin (0.1 = 10% above the curve)")] = 0.1,
+    utilization: Annotated[float, typer.Option(min=0.05, max=1.0, help="operating point that sets the default KV usage target")] = DAY.utilization,
+    forecast_error: Annotated[float, typer.Option("--forecast-error", min=0.0, help="the floor's forecast margin (0.1 = 10% above the curve)")] = DAY.forecast_error,
     floor_fractions: Annotated[str, typer.Option("--floor-fractions", help="floors tried, as fractions of the full forecast floor")] = "0,0.5,0.75,1",
     seed: Annotated[int, typer.Option(help="seed of the day's synthesis")] = 0,
     output_fmt: OutputFormatOpt = "table",

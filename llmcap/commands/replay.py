@@ -26,6 +26,7 @@ from rich.table import Table
 from llmcap import exit_codes
 from llmcap.commands._common import dumps, err_console, out_console, print_json, user_errors
 from llmcap.commands._endpoint import first_served_model
+from llmcap.commands._goodput import SLO, steady_window
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -40,6 +41,7 @@ from llmcap.commands._trace_input import (
     read_trace_input,
     validated,
 )
+from llmcap.config import ReplayParams
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
 from llmcap.live.prompts import APIS
@@ -48,6 +50,9 @@ from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table
 from llmcap.trace.synth import spread_ties
+
+REPLAY = ReplayParams()  # the replay stage's knobs: this command's defaults where they are the same knob
+
 
 def outcome(summary: dict[str, Any], max_failed: float, attainment_target: float) -> tuple[int, str]:
     """The exit code of a summarized run and why (module docstring: the first that applies)."""
@@ -115,15 +120,15 @@ def replay(
     max_requests: Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
     slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
-    max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = 50.0,
+    max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = REPLAY.max_lateness_ms,
     max_failed: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests that may be rejected or unfinished before the "
                                               "run FAILED (exit 5; none served: UNREACHABLE, exit 4).")] = 0.01,
     attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="With SLO targets: below this steady-window attainment "
-                                              "the run exits 6 (SLO MISSED).")] = 0.99,
+                                              "the run exits 6 (SLO MISSED).")] = SLO.attainment_target,
     timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
     max_drain: Annotated[float | None, typer.Option(min=0.0, help="Cut requests still streaming this many s after the last send "
                                                                   "(unfinished; default: only --timeout bounds them).")] = None,  # fmt: skip
-    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
+    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = REPLAY.vocab_size,
     block_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per prefix hash block: equal hashes become equal token blocks "
                                                                   "(default: the trace's block size).")] = None,  # fmt: skip
     seed: Annotated[int, typer.Option(help="Seed of the prompts' token ids.")] = 0,
@@ -168,7 +173,7 @@ def replay(
     plausible_rate("the replay's mean rate", mean_rate(table) * scale)
     slo = None
     if slo_ttft_ms is not None or slo_itl_ms is not None:
-        slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, warmup_frac=0.1, drain_frac=0.1)
+        slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, **steady_window())
     model = model or first_served_model(base, shown, api_key)
     result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key,
                   quiet=json_out, api=api, processes=processes, max_drain=max_drain)  # fmt: skip

@@ -26,6 +26,7 @@ import typer
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import err_console, user_errors
 from llmcap.commands._deployment import (
+    ENGINE,
     EngineOptions,
     GpuMemUtilOpt,
     GpuOpt,
@@ -88,13 +89,13 @@ def predict(
     model: ModelOpt,
     gpu: GpuOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="the predictions file to write (JSON)")],
-    tp: TpOpt = 1,
-    quant: QuantOpt = "bf16",
-    kv_dtype: KvDtypeOpt = "bf16",
-    max_num_seqs: MaxNumSeqsOpt = 256,
-    max_num_batched_tokens: MaxBatchedOpt = 8192,
-    block_size: KvBlockSizeOpt = 16,
-    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
+    tp: TpOpt = ENGINE.tp,
+    quant: QuantOpt = ENGINE.quant,
+    kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
+    max_num_seqs: MaxNumSeqsOpt = ENGINE.max_num_seqs,
+    max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
+    block_size: KvBlockSizeOpt = ENGINE.block_size,
+    gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="the whole traffic's rate, req/s (default: the trace's)")] = None,
     steps: StepsOpt = DEFAULT_STEPS,
     profile: ProfileOpt = None,

@@ -19,9 +19,11 @@ from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
-from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
+from llmcap.commands._goodput import SLO, GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
+    ENGINE,
     EngineOptions,
+    model_default,
     FirstTokenFromOpt,
     GpuMemUtilOpt,
     HostBlocksOpt,
@@ -62,7 +64,8 @@ from llmcap.commands._trace_input import (
     read_trace_input,
 )
 from llmcap.errors import InputFileError, LlmcapError
-from llmcap.sim import SimResult
+from llmcap.routing import includes_handoff
+from llmcap.sim import SimConfig, SimResult
 from llmcap.sim import simulate as run_simulation
 from llmcap.sizing.measured import load_profile
 from llmcap.sizing.params import SloParams
@@ -97,35 +100,35 @@ def simulate(
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
     max_model_len: MaxModelLenOpt = None,
-    tp: TpOpt = 1,
-    replicas: ReplicasOpt = 1,
-    router: RouterOpt = "least_outstanding_tokens",
-    admission_policy: AdmissionOpt = "vllm",
+    tp: TpOpt = ENGINE.tp,
+    replicas: ReplicasOpt = ENGINE.replicas,
+    router: RouterOpt = ENGINE.router,
+    admission_policy: AdmissionOpt = ENGINE.admission_policy,
     pd: PdOpt = None,
-    first_token_from: FirstTokenFromOpt = "prefill",
-    link_gbps: LinkGbpsOpt = 50.0,
-    link_latency_ms: LinkLatencyOpt = 0.0,
+    first_token_from: FirstTokenFromOpt = ENGINE.first_token_from,
+    link_gbps: LinkGbpsOpt = ENGINE.link_gbps,
+    link_latency_ms: LinkLatencyOpt = ENGINE.link_latency_ms,
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="simulate at this mean rate, req/s (the trace's burst shape kept)")] = None,
     rate_scale: Annotated[float, typer.Option(help="or: multiply the trace's mean arrival rate by this (gaps shrink by it)")] = 1.0,
-    quant: QuantOpt = "bf16",
-    kv_dtype: KvDtypeOpt = "bf16",
-    max_num_seqs: MaxNumSeqsOpt = 256,
-    max_num_batched_tokens: MaxBatchedOpt = 8192,
-    block_size: KvBlockSizeOpt = 16,
+    quant: QuantOpt = ENGINE.quant,
+    kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
+    max_num_seqs: MaxNumSeqsOpt = ENGINE.max_num_seqs,
+    max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
+    block_size: KvBlockSizeOpt = ENGINE.block_size,
     num_blocks: NumBlocksOpt = None,
-    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
-    prefix_caching: PrefixCachingOpt = True,
-    host_blocks: HostBlocksOpt = 0,
-    host_gbps: HostGbpsOpt = 25.0,
+    gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
+    prefix_caching: PrefixCachingOpt = ENGINE.prefix_caching,
+    host_blocks: HostBlocksOpt = ENGINE.host_blocks,
+    host_gbps: HostGbpsOpt = ENGINE.host_gbps,
     profile: ProfileOpt = None,
     seed: Annotated[int, typer.Option(help="seed of the power-of-two router")] = 0,
-    resolution: Annotated[float, typer.Option(min=1e-6, help="time-series resolution, s")] = 1.0,
+    resolution: Annotated[float, typer.Option(min=1e-6, help="time-series resolution, s")] = model_default(SimConfig, "timeseries_resolution_s"),
     max_time: Annotated[float | None, typer.Option(min=0.0, help="stop the simulated clock here, s")] = None,
-    reference: Annotated[bool, typer.Option("--reference", help="step-by-step reference mode (slow)")] = False,
+    reference: Annotated[bool, typer.Option("--reference", help="step-by-step reference mode (slow)")] = model_default(SimConfig, "reference"),
     out: Annotated[Path | None, typer.Option("--out", help="write per-request records (Parquet)")] = None,
     timeseries_out: Annotated[Path | None, typer.Option("--timeseries-out", help="write per-replica time series (Parquet)")] = None,
     goodput: GoodputOpt = None,
-    itl_stat: ItlStatOpt = "p99",
+    itl_stat: ItlStatOpt = SLO.itl_stat,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -151,7 +154,7 @@ def simulate(
     )  # fmt: skip
     check_choices(opts)
     output = output_format(output_fmt, json_out)
-    slo = _goodput_slo(goodput, itl_stat, first_token_from == "decode")
+    slo = _goodput_slo(goodput, itl_stat, includes_handoff(first_token_from))
     positive("--rate-scale", rate_scale)
     positive("--request-rate", request_rate)
     if request_rate is not None and rate_scale != 1.0:

@@ -24,7 +24,7 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
-from llmcap.commands._goodput import GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
+from llmcap.commands._goodput import SIZE, SLO, GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput, steady_window
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -50,7 +50,7 @@ from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.units import candidate_key
 from llmcap.admission_names import admission_option
-from llmcap.sizing.params import ComputeParams, SearchParams, SizeParams, SloParams
+from llmcap.sizing.params import ComputeParams, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
 
 
@@ -147,9 +147,9 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
         plausible_rate("--target-rps", target_rps)
     return SizeParams(
         slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
-                      attainment_target=attainment, warmup_frac=0.1, drain_frac=0.1),
-        search=SearchParams(seeds=(0, 1), rel_tol=0.05), target_rps=target_rps, shortlist=shortlist,
-        pd_prefill_shortlist=2 if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
+                      attainment_target=attainment, **steady_window()),
+        search=SIZE.search, target_rps=target_rps, shortlist=shortlist,
+        pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
         pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
     )  # fmt: skip
 
@@ -218,27 +218,27 @@ def size(
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
-    itl_stat: ItlStatOpt = "p99",
-    ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = True,
-    target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = None,
-    ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = 0.0,
-    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = 0.99,
+    itl_stat: ItlStatOpt = SLO.itl_stat,
+    ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = SLO.ttft_includes_handoff,
+    target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = SIZE.target_rps,
+    ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = SLO.ttft_ms_per_1k_isl,
+    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = SLO.attainment_target,
     gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPUs to consider: a comma list or the option repeated.")] = ["H100-SXM-80GB,H200-SXM-141GB"],  # noqa: B006
     weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
-    tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = ["1,2,4,8"],  # noqa: B006
+    tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = [",".join(map(str, ParallelGrid().tp))],  # noqa: B006
     kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
-    admission_policy: AdmissionOpt = "vllm",
+    admission_policy: AdmissionOpt = SIZE.admission_policy,
     step_model: Annotated[Path | None, typer.Option(help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile.")] = None,
     params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
-    pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = None,
-    pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = True,
-    max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = None,
-    shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = 4,
-    excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = 1500,
-    workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = 1,
-    dask_address: Annotated[str | None, typer.Option(help="Run the search on this Dask scheduler instead.")] = None,
+    pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = SIZE.pools_split_isl,
+    pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = SIZE.pd_prefill_shortlist > 0,
+    max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = SIZE.max_usd_per_hour,
+    shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = SIZE.shortlist,
+    excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = SIZE.excerpt_requests,
+    workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = SIZE.compute.workers,
+    dask_address: Annotated[str | None, typer.Option(help="Run the search on this Dask scheduler instead.")] = SIZE.compute.dask_address,
     max_model_len: Annotated[
         int | None, typer.Option(min=1, help="Longest prompt + output a deployment accepts (default: the trace's longest, "
                                  "within the model's max_position_embeddings); longer requests are rejected: SLO misses.")

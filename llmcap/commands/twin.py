@@ -15,6 +15,7 @@ import typer
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import user_errors
 from llmcap.commands._deployment import (
+    ENGINE,
     DecodeGpuOpt,
     DecodeMaxBatchedOpt,
     DecodeMaxNumSeqsOpt,
@@ -48,7 +49,7 @@ from llmcap.commands._deployment import (
     step_model,
 )
 from llmcap.errors import LlmcapError
-from llmcap.twin import TWIN_VERSION, Twin, TwinSpec
+from llmcap.twin import Twin, TwinSpec
 
 CRASH_EXIT = 3
 
@@ -60,23 +61,23 @@ app = typer.Typer(help="The digital twin: the simulator behind an OpenAI-compati
 def serve(
     model: ModelOpt,
     gpu: GpuOpt,
-    tp: TpOpt = 1,
-    replicas: ReplicasOpt = 1,
+    tp: TpOpt = ENGINE.tp,
+    replicas: ReplicasOpt = ENGINE.replicas,
     pd: PdOpt = None,
-    router: RouterOpt = "least_outstanding_tokens",
-    first_token_from: FirstTokenFromOpt = "prefill",
-    link_gbps: LinkGbpsOpt = 50.0,
-    link_latency_ms: LinkLatencyOpt = 0.0,
-    quant: QuantOpt = "bf16",
-    kv_dtype: KvDtypeOpt = "bf16",
-    max_num_seqs: MaxNumSeqsOpt = 256,
-    max_num_batched_tokens: MaxBatchedOpt = 8192,
-    block_size: KvBlockSizeOpt = 16,
+    router: RouterOpt = ENGINE.router,
+    first_token_from: FirstTokenFromOpt = ENGINE.first_token_from,
+    link_gbps: LinkGbpsOpt = ENGINE.link_gbps,
+    link_latency_ms: LinkLatencyOpt = ENGINE.link_latency_ms,
+    quant: QuantOpt = ENGINE.quant,
+    kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
+    max_num_seqs: MaxNumSeqsOpt = ENGINE.max_num_seqs,
+    max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
+    block_size: KvBlockSizeOpt = ENGINE.block_size,
     num_blocks: NumBlocksOpt = None,
-    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
-    prefix_caching: PrefixCachingOpt = True,
-    host_blocks: HostBlocksOpt = 0,
-    host_gbps: HostGbpsOpt = 25.0,
+    gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
+    prefix_caching: PrefixCachingOpt = ENGINE.prefix_caching,
+    host_blocks: HostBlocksOpt = ENGINE.host_blocks,
+    host_gbps: HostGbpsOpt = ENGINE.host_gbps,
     max_model_len: MaxModelLenOpt = None,
     decode_gpu: DecodeGpuOpt = None,
     decode_tp: DecodeTpOpt = None,
@@ -86,17 +87,17 @@ def serve(
     host: Annotated[str, typer.Option(help="address to bind (fault knobs answer loopback clients only)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")] = 8000,
     served_model_name: Annotated[str | None, typer.Option(help="model id clients send (default: the catalog name)")] = None,
-    dilation: Annotated[float, typer.Option(min=1e-6, help="wall seconds per simulated second (10: ten times slower than real time)")] = 1.0,
-    slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: every engine step takes this many times its simulated time")] = 1.0,
-    error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fault: share of completion requests answered HTTP 500 (seeded)")] = 0.0,
-    crash_after: Annotated[int | None, typer.Option(min=0, help="fault: the request after this many kills the twin (streams cut, exit 3)")] = None,
-    stall_s: Annotated[float, typer.Option(min=0.0, help="fault: the engine produces nothing for this many simulated seconds ...")] = 0.0,
-    stall_at: Annotated[float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")] = 0.0,
-    long_prompt_slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: steps whose prefill reaches past --long-prompt-tokens take this many times their simulated time")] = 1.0,
-    long_prompt_tokens: Annotated[int, typer.Option(min=1, help="... the context length from which --long-prompt-slowdown applies")] = 8192,
-    seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = 0,
-    max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = 1 << 16,
-    engine_version: Annotated[str, typer.Option(help="the version GET /version reports (another value stands for an engine upgrade)")] = TWIN_VERSION,
+    dilation: Annotated[float, typer.Option(min=1e-6, help="wall seconds per simulated second (10: ten times slower than real time)")] = TwinSpec.dilation,
+    slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: every engine step takes this many times its simulated time")] = TwinSpec.slowdown,
+    error_rate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fault: share of completion requests answered HTTP 500 (seeded)")] = TwinSpec.error_rate,
+    crash_after: Annotated[int | None, typer.Option(min=0, help="fault: the request after this many kills the twin (streams cut, exit 3)")] = TwinSpec.crash_after,
+    stall_s: Annotated[float, typer.Option(min=0.0, help="fault: the engine produces nothing for this many simulated seconds ...")] = TwinSpec.stall_s,
+    stall_at: Annotated[float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")] = TwinSpec.stall_at,
+    long_prompt_slowdown: Annotated[float, typer.Option(min=1e-6, help="fault: steps whose prefill reaches past --long-prompt-tokens take this many times their simulated time")] = TwinSpec.long_prompt_slowdown,
+    long_prompt_tokens: Annotated[int, typer.Option(min=1, help="... the context length from which --long-prompt-slowdown applies")] = TwinSpec.long_prompt_tokens,
+    seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = TwinSpec.seed,
+    max_in_flight: Annotated[int, typer.Option(min=1, help="requests in flight at once; more are answered 503")] = TwinSpec.slots,
+    engine_version: Annotated[str, typer.Option(help="the version GET /version reports (another value stands for an engine upgrade)")] = TwinSpec.engine_version,
 ) -> None:
     """Serve MODEL on GPU (TP, replicas or P/D pools) as a simulated OpenAI-compatible endpoint."""
     opts = EngineOptions(

@@ -20,6 +20,7 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._deployment import EngineOptions, decode_step_model, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
+from llmcap.routing import first_token_from
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
 from llmcap.sizing.units import candidate_key, candidate_row
@@ -115,7 +116,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
         max_model_len=int(prefill["max_context_len"]),
         # the size stage's link: the prefill instance's NICs, its latency
         link_gbps=gpu.nic_bytes_s * int(prefill["gpus_per_instance"]) / 1e9, link_latency_ms=pd_link_latency_s * 1e3,
-        first_token_from="decode" if ttft_includes_handoff else "prefill",
+        first_token_from=first_token_from(ttft_includes_handoff),
         decode_gpu=str(decode["gpu"]), decode_tp=d["tp"], decode_max_num_seqs=d["max_num_seqs"],
         decode_max_num_batched_tokens=d["max_num_batched_tokens"], decode_num_blocks=d["num_blocks"],
     )  # fmt: skip

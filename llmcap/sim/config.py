@@ -7,11 +7,11 @@ Defaults follow vLLM v1 where it has one (max_num_seqs 256, max_num_batched_toke
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from llmcap.routing import DEFAULT_ROUTER, known_router
+from llmcap.routing import DEFAULT_FIRST_TOKEN_FROM, DEFAULT_ROUTER, FirstTokenFrom, known_router
 from llmcap.admission_names import known_admission
 
 
@@ -62,7 +62,7 @@ class PDConfig(_Frozen):
     prefill_replicas: int = Field(gt=0)
     decode_replicas: int = Field(gt=0)
     link: LinkConfig = LinkConfig()
-    first_token_from: Literal["prefill", "decode"] = "prefill"
+    first_token_from: FirstTokenFrom = DEFAULT_FIRST_TOKEN_FROM  # where TTFT ends (llmcap.routing: after the KV handoff)
     decode_engine: EngineConfig | None = None  # None: the same engine config as the prefill pool
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
+from llmcap.routing import first_token_from
 from llmcap.sim import AutoscaleConfig, LinkConfig, PDConfig
 from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
 from llmcap.sizing.measured import MeasuredModels
@@ -36,8 +37,7 @@ def plan_whatif(trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, siz
     if "decode" in units:
         prefill, decode = units["prefill"], units["decode"]
         link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=size.pd_link_latency_s)
-        first_token = "decode" if size.slo.ttft_includes_handoff else "prefill"
-        pd_cfg = PDConfig(prefill_replicas=1, decode_replicas=1, link=link, first_token_from=first_token, decode_engine=decode.engine)
+        pd_cfg = PDConfig(prefill_replicas=1, decode_replicas=1, link=link, first_token_from=first_token_from(size.slo.ttft_includes_handoff), decode_engine=decode.engine)
         decode_model = decode.step_model
     scaler = AutoscaleConfig(
         t_ready_s=params.t_ready_s, interval_s=params.interval_s, min_residency_s=params.min_residency_s,

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from llmcap.routing import DEFAULT_ROUTER, known_router
+from llmcap.routing import DEFAULT_ROUTER, TTFT_INCLUDES_HANDOFF, known_router
 from llmcap.admission_names import DEFAULT_ADMISSION, known_admission
 
 
@@ -48,7 +48,7 @@ class SloParams(_Strict):
     itl_stat: ItlStat = "p99"
     """Which ITL definition must meet `itl_ms` (`ItlStat`): a per-request statistic of the request's own gaps
     (p50 | p99 | max = worst gap | mean = TPOT), or a token-level percentile across the run (token_p99, ...)."""
-    ttft_includes_handoff: bool = True
+    ttft_includes_handoff: bool = TTFT_INCLUDES_HANDOFF
     """Disaggregated plans: TTFT ends when the decode instance emits the first token after the P→D KV handoff
     (the first token the user sees); false: when the prefill instance computes it (the handoff then shows
     as the request's first inter-token gap)."""

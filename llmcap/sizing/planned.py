@@ -20,6 +20,7 @@ import pyarrow as pa
 from llmcap.errors import LlmcapError
 from llmcap.perf import RooflineModel, build_step_model
 from llmcap.perf.model import StepTimeModel
+from llmcap.routing import first_token_from
 from llmcap.sim import SimConfig, SimResult, simulate
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import attainment, token_itl_check
@@ -85,19 +86,33 @@ class PlannedDeployment:
         return PlanCheck(share, self.slo.attainment_target, missed, share >= self.slo.attainment_target and not missed)
 
     def to_dict(self) -> dict[str, Any]:
+        config = self.config.model_dump(mode="json", exclude_defaults=True)
+        if self.config.pd is not None:  # where TTFT ends is always written: the record must not change meaning with a default
+            lean, pd = config["pd"], self.config.pd.model_dump(mode="json")
+            config["pd"] = {k: lean.get(k, v) for k, v in pd.items() if k in lean or k == "first_token_from"}  # in field order
         return {
             "model": self.model, "planning_rps": self.planning_rps, "seed": self.seed, "counts": self.counts,
-            "sim_config": self.config.model_dump(mode="json", exclude_defaults=True), "step_models": {k: dict(v) for k, v in self.step_models.items()},
+            "sim_config": config, "step_models": {k: dict(v) for k, v in self.step_models.items()},
             "scenarios": {k: dict(v) for k, v in self.scenarios.items()}, "slo": self.slo.model_dump(mode="json"),
         }  # fmt: skip
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any], where: str = "summary.json") -> PlannedDeployment:
         try:
-            return cls(str(record["model"]), float(record["planning_rps"]), int(record["seed"]), SimConfig.model_validate(record["sim_config"]),
-                       dict(record["step_models"]), dict(record["scenarios"]), SloParams.model_validate(record["slo"]))  # fmt: skip
+            slo = SloParams.model_validate(record["slo"])
+            return cls(str(record["model"]), float(record["planning_rps"]), int(record["seed"]), _sim_config(record["sim_config"], slo),
+                       dict(record["step_models"]), dict(record["scenarios"]), slo)  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise LlmcapError(f"{where}: no usable `deployment` record ({type(exc).__name__}: {exc}); size the plan again with this version") from None
+
+
+def _sim_config(record: Mapping[str, Any], slo: SloParams) -> SimConfig:
+    """The recorded deployment. A P/D record that leaves out where TTFT ends (written when that was the default)
+    ends it where its SLO says: the sizer set the two together (`PdFactory`)."""
+    pd = record.get("pd")
+    if isinstance(pd, Mapping) and "first_token_from" not in pd:
+        record = {**record, "pd": {**pd, "first_token_from": first_token_from(slo.ttft_includes_handoff)}}
+    return SimConfig.model_validate(record)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
 from llmcap.catalog.gpus import default_catalog_dir
+from llmcap.routing import first_token_from
 from llmcap.sim import LinkConfig, PDConfig, SimConfig, SimResult
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
@@ -479,7 +480,6 @@ class PdFactory:
     whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
-        first_token = "decode" if self.params.slo.ttft_includes_handoff else "prefill"
-        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token, decode_engine=self.decode.engine)
+        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token_from(self.params.slo.ttft_includes_handoff), decode_engine=self.decode.engine)
         ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
         return ev.whole_trace() if self.whole_trace else ev

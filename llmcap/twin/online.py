@@ -24,6 +24,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from llmcap.routing import includes_handoff
 from llmcap.sim.config import EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
@@ -76,7 +77,7 @@ class OnlineCluster:
         self.keep_times = keep_times
         self.rec = rec = Recorder(slots)
         self.free_slots: deque[int] = deque(range(slots))
-        at_handoff = self.pd is not None and self.pd.first_token_from == "decode"
+        at_handoff = self.pd is not None and includes_handoff(self.pd.first_token_from)
 
         def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
             return Replica(j, ec, tm, rec, role=role, reference=True, resolution_s=SAMPLE_EVERY_S,

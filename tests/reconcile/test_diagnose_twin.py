@@ -100,7 +100,10 @@ def test_prefix_caching_off_drops_the_hit_rate_against_a_healthy_baseline() -> N
 
 
 def test_a_throttled_pd_link_is_transfer_contention() -> None:
-    baseline = twin_series(EngineOptions(pd="1:1"), n=40, isl=2000, osl=30)
-    d = diagnose(twin_series(EngineOptions(pd="1:1", link_gbps=2.0), n=40, isl=2000, osl=30), PARAMS, baseline=baseline)
+    # the first token from the prefill instance: the handoff is then each request's first gap, which the ITL histogram
+    # (what the reading compares) shows; by default it ends TTFT instead, the first token the user sees
+    pd = {"pd": "1:1", "first_token_from": "prefill"}
+    baseline = twin_series(EngineOptions(**pd), n=40, isl=2000, osl=30)
+    d = diagnose(twin_series(EngineOptions(**pd, link_gbps=2.0), n=40, isl=2000, osl=30), PARAMS, baseline=baseline)
     assert d.schema == "llmcap-twin" and dominant(d) == {"transfer_contention"}
     assert diagnose(baseline, PARAMS).findings == []
