@@ -18,13 +18,13 @@ import pyarrow as pa
 from llmcap.catalog import ModelSpec
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
-from llmcap.report.capacity import CapacityReport, Provenance, capacity_report
+from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity_report
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.plan import class_pools, size_deployments
 from llmcap.sizing.pools import PoolComparison
-from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools
+from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools, SizingSummary
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def plan_capacity(
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
                "roofline_calibrations": calibrations}  # fmt: skip
     summary = cast(CapacitySummary, fields)
-    report = capacity_report(out, params.slo, notes=notes, provenance=provenance)
+    report = capacity_report(out, params.slo, notes=notes, provenance=provenance, sources=report_sources(step_times, summary, calibrations))
     return CapacityDecision(out.table, report, summary)
 
 
@@ -105,6 +105,47 @@ def _pools_summary(compared: PoolComparison) -> RequestClassPools:
         return [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools]
 
     return {"cheaper": compared.cheaper, "saving_usd_per_hour": compared.saving_usd_per_hour, "shared": sizes(compared.shared), "split": sizes(compared.split)}
+
+
+def report_sources(step_times: StepTimes, summary: SizingSummary, calibrations: Mapping[str, Mapping[str, str]]) -> Sources:
+    """What timed the plan's steps and priced its GPUs, for the report's header and its warnings: the one place
+    they are decided, so `llmcap size --out` and the size stage warn alike. `calibrations`: by GPU, as
+    `roofline_calibrations` gives them (summary.json's `roofline_calibrations`)."""
+    from llmcap.catalog import get_gpu
+
+    configs = [q["configuration"] for q in summary["pool_plans"].values()]  # "GPU/weights/kv-dtype/tpNppNepN/..."
+    gpus = {g.name: g for g in (get_gpu(key.split("/")[0]) for key in configs)}
+    source, detail = _step_source(step_times, configs)
+    return Sources(
+        step_model=source, step_model_detail=detail,
+        prices=tuple((g.name, g.usd_per_gpu_hour, g.sources.get("cost", "catalog")) for _, g in sorted(gpus.items())),
+        calibrations=tuple((gpu, c["file"], c["sha256"], _kept_defaults(c)) for gpu, c in sorted(calibrations.items()) if gpu in gpus),
+        uncalibrated=tuple(sorted(set(gpus) - set(calibrations))),
+    )  # fmt: skip
+
+
+def _kept_defaults(calibration: Mapping[str, str]) -> str:
+    """The knob groups a calibration leaves at the defaults (they predicted the GPU's independent timings worse); "" if none."""
+    kept = calibration.get("not_applied", "none")
+    return "" if kept == "none" else kept
+
+
+def _step_source(step_times: StepTimes, configs: list[str]) -> tuple[str, str]:
+    """(source, detail) of the plan's step times: measured only where the profile covers every pool's configuration."""
+    from llmcap.sizing.measured import fingerprint_key
+
+    info, source = step_times.info, step_times.source
+    if not info:  # `llmcap size` without --profile / --step-model
+        return source, "no measured profile given"
+    if not source.startswith("profile"):
+        stored = info.get("stored_profile")
+        why = "none stored" if info.get("stored_fingerprint_hash") is None else f"stale: {', '.join(info.get('stale_fields') or [])}"
+        return source, f"no matching measured profile ({f'{stored}: ' if stored else ''}{why})"
+    key = fingerprint_key(info.get("fingerprint") or {})
+    profiled = "an unmatched configuration" if key is None else f"{key[0]}/{key[4]}/kv-{key[5]}/tp{key[1]}pp{key[2]}ep{key[3]}"
+    if key is not None and all(c.startswith(profiled + "/") for c in configs):
+        return source, f"profiled {profiled}"
+    return f"roofline for the chosen configuration (profile stage: {source})", f"the profile covers {profiled} only"
 
 
 def roofline_calibrations(gpus: set[str]) -> dict[str, dict[str, str]]:

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> str:
     with make_executor(size.compute) as executor:
         out = plan_capacity(trace, candidates, model, size, step_times, executor, workload_id=params.trace.file, progress=say)
     write_parquet(out.table, args.capacity)
-    report = dataclasses.replace(out.report, provenance=_provenance(args, params, step_times, out.summary))
+    report = dataclasses.replace(out.report, provenance=_provenance(args, params))
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
     summary_path.write_text(json.dumps(out.summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
@@ -125,31 +125,16 @@ def write_dvc_metrics(summary, table, metrics_path, plot_path) -> None:
             w.writerow([f"{r['mode']}: {r['candidate']}", repr(r["max_rps"]), "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]), r["gpus"] or ""])
 
 
-def _provenance(args: argparse.Namespace, params, step_times, summary):
-    """The report header's inputs: model, trace and its hash, the code's commit, step-time and price sources."""
-    from llmcap.catalog import get_gpu
+def _provenance(args: argparse.Namespace, params):
+    """The report header's inputs: model, trace and its hash, the sizing code's commit (what timed the steps
+    and priced the GPUs is the report's own `sources`, decided in llmcap.planning for the CLI alike)."""
     from llmcap.report.capacity import Provenance
     from stages import tracking
 
-    configs = [q["configuration"] for q in summary["pool_plans"].values()]  # "GPU/weights/kv-dtype/tpNppNepN/..."
-    gpus = {g.name: g for g in (get_gpu(key.split("/")[0]) for key in configs)}
     commit = tracking.code_commit(ROOT, "size")
-    step_info = step_times.info
-    source, fp = step_times.source, step_info.get("fingerprint") or {}
-    profiled = f"{fp.get('device_sku')}/{fp.get('quantization')}/kv-{fp.get('kv_dtype')}/tp{fp.get('tp')}pp{fp.get('pp')}ep{fp.get('ep')}/"
-    if not source.startswith("profile"):
-        stored = step_info.get("stored_profile")
-        why = "none stored" if step_info.get("stored_fingerprint_hash") is None else f"stale: {', '.join(step_info.get('stale_fields') or [])}"
-        detail = f"no matching measured profile ({stored}: {why})"
-    elif all(key.startswith(profiled) for key in configs):
-        detail = f"profiled {profiled.rstrip('/')}"
-    else:  # a profile exists, but for another configuration: the chosen one runs on the roofline
-        source, detail = f"roofline for the chosen configuration (profile stage: {source})", f"the profile covers {profiled.rstrip('/')} only"
     return Provenance(
         model=params.enumerate.model, trace=params.trace.file, trace_sha256=tracking.file_sha256(args.trace),
         commit=None if commit is None else commit[0], commit_date=None if commit is None else commit[1],
-        step_model=source, step_model_detail=detail,
-        prices=tuple((g.name, g.usd_per_gpu_hour, g.sources.get("cost", "catalog")) for _, g in sorted(gpus.items())),
     )
 
 

@@ -1,5 +1,5 @@
 """The capacity report: what it shows (`CapacityReport`, assembled from a sizing outcome by
-`capacity_report`), where the plan comes from (`Provenance`), and its parquet / Markdown / HTML writers.
+`capacity_report`), where the plan comes from (`Provenance`, `Sources`), and its parquet / Markdown / HTML writers.
 The table itself is `llmcap.sizing.table`."""
 
 from __future__ import annotations
@@ -24,16 +24,28 @@ from llmcap.sizing.table import write_parquet
 @dataclass(frozen=True)
 class Provenance:
     """Where the plan comes from, for the report's header. `commit` / `commit_date` are the last commit that
-    changed the sizing code (not the wall clock: the same commit, params and data give the same bytes)."""
+    changed the sizing code (not the wall clock: the same commit, params and data give the same bytes).
+    What timed the steps and priced the GPUs is `CapacityReport.sources` (the same for `llmcap size` and
+    the size stage)."""
 
     model: str
     trace: str  # the trace as named in params (trace.file)
     trace_sha256: str  # of the canonical trace the sizing read
     commit: str | None = None
     commit_date: str | None = None
-    step_model: str = "roofline"  # the profile stage's source: "profile…" (measured) or "roofline-fallback"
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What timed the steps and priced the GPUs of the plan: the header's two warnings (roofline step times,
+    assumed prices) come from here, built once by `llmcap.planning.report_sources` for every caller."""
+
+    step_model: str = "roofline"  # the step times' source: "profile…" (measured) or "roofline…"
     step_model_detail: str = ""
     prices: tuple[tuple[str, float, str], ...] = ()  # (GPU, $/GPU-h, source) of the GPUs in the plan
+    # (GPU, file, sha256, knob groups kept at the defaults or "") of the plan GPUs' shipped roofline calibrations
+    calibrations: tuple[tuple[str, str, str, str], ...] = ()
+    uncalibrated: tuple[str, ...] = ()  # plan GPUs timed on the documented default efficiencies
 
     @property
     def roofline(self) -> bool:
@@ -64,15 +76,17 @@ class CapacityReport:
     ledger: Ledger | None = None  # the four-ledger floor beside the simulated count
     replay: str = "the chosen configuration at its max feasible rate"  # what `records` / `kv_usage` replayed
     provenance: Provenance | None = None
+    sources: Sources | None = None  # what timed the steps and priced the GPUs (None: not stated, no warnings to give)
     count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
     finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each (cheapest analytic plan first)
 
 
-def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ...] = (), provenance: Provenance | None = None) -> CapacityReport:
+def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ...] = (), provenance: Provenance | None = None,
+                    sources: Sources | None = None) -> CapacityReport:
     """The report of a sizing outcome, `notes` before the sizing's own."""
     e = outcome.evidence
     return CapacityReport(outcome.table, slo, e.curves, e.chosen, e.plan, e.records, e.kv_usage, notes=notes + e.notes, analytic=e.analytic,
-                          fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, count_range=e.count_range,
+                          fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, sources=sources, count_range=e.count_range,
                           finalists=e.finalists)  # fmt: skip
 
 

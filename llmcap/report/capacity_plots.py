@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import matplotlib
 
@@ -16,12 +17,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from numpy.typing import ArrayLike  # noqa: E402
+from numpy.typing import ArrayLike, NDArray  # noqa: E402
 
 from llmcap.sizing.headroom import CapacityPlan  # noqa: E402
 from llmcap.sizing.params import SloParams  # noqa: E402
 from llmcap.sizing.search import SearchResult  # noqa: E402
-from llmcap.sizing.slo import itl_column  # noqa: E402
+from llmcap.sizing.slo import bounds, itl_column, itl_name  # noqa: E402
 
 _PNG_META = {"Software": None}
 _DPI = 100
@@ -89,26 +90,64 @@ def plot_goodput_per_gpu(table: pa.Table) -> bytes:
     return _png(fig)
 
 
+@dataclass(frozen=True)
+class LatencyPanel:
+    """One CDF panel: each request's value, divided by its own target where one bounds it (`own_target`: 1 is
+    the target of every request) or in ms where none does."""
+
+    label: str  # the x axis
+    values: NDArray[np.float64]  # sorted, finished requests only
+    own_target: bool
+
+
+def _target_words(col: str, slo: SloParams, bound: float | NDArray[np.float64]) -> str:
+    if col == "ttft_s" and slo.ttft_ms is not None and slo.ttft_ms_per_1k_isl > 0:
+        return f"{slo.ttft_ms:g} ms + {slo.ttft_ms_per_1k_isl:g} ms per 1,000 prompt tokens"
+    return f"{float(np.max(bound)) * 1e3:g} ms"
+
+
+def itl_shown(slo: SloParams) -> tuple[str, str]:
+    """(records column, name) of the ITL the CDFs show: the SLO's per-request statistic, else the per-request p99 gap."""
+    col = itl_column(slo.itl_stat)
+    return (col, itl_name(slo.itl_stat)) if col is not None else ("itl_p99_s", itl_name("p99"))
+
+
+def latency_panels(records: pa.Table, slo: SloParams) -> list[LatencyPanel]:
+    """TTFT and ITL (the SLO's per-request statistic) of each request against the target the sizing judged it
+    by (`llmcap.sizing.slo.bounds`: TTFT's grows with the prompt when `ttft_ms_per_1k_isl` is set), so a
+    request left of 1 met its own target whatever its length. A token-level ITL target bounds no request:
+    the per-request p99 gap is shown in ms, unmarked."""
+    own = bounds(records, slo)
+    out = []
+    for col, name in (("ttft_s", "TTFT"), itl_shown(slo)):
+        v = records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
+        bound = own.get(col)
+        if bound is None:
+            x, label = v * 1e3, f"{name} (ms)"
+        else:
+            x, label = v / bound, f"{name} ÷ the request's own target\n(target {_target_words(col, slo, bound)}; 1 = at the target)"
+        out.append(LatencyPanel(label, np.sort(x[~np.isnan(x)]), bound is not None))
+    return out
+
+
 def plot_latency_cdfs(records: pa.Table | None, slo: SloParams) -> bytes:
-    """CDFs of per-request TTFT and ITL (the SLO's per-request statistic) at the chosen point, targets marked."""
+    """CDFs of per-request TTFT and ITL at the chosen point, each against its own target (`latency_panels`)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    itl_col = itl_column(slo.itl_stat)  # a token-level target bounds no request: show the per-request P99, unmarked
-    itl = (itl_col, f"ITL ({slo.itl_stat} per request)", slo.itl_ms) if itl_col else ("itl_p99_s", "ITL (p99 per request)", None)
-    cols = [("ttft_s", "TTFT", slo.ttft_ms), itl]
-    for ax, (col, label, target) in zip(axes, cols, strict=True):
-        v = None if records is None else records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
-        v = None if v is None else np.sort(v[~np.isnan(v)]) * 1e3
-        if v is None or v.size == 0:
-            _empty(ax, f"{label} values")
+    panels = latency_panels(records, slo) if records is not None else []
+    for k, ax in enumerate(axes):
+        p = panels[k] if k < len(panels) else None
+        if p is None or p.values.size == 0:
+            _empty(ax, "latency values")
             continue
+        v = p.values
         ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{v.size:,} requests")
-        if target is not None:
-            ax.axvline(target, color="r", ls="--", lw=0.8, label=f"target {target:g} ms")
+        if p.own_target:
+            ax.axvline(1.0, color="r", ls="--", lw=0.8, label=f"own target: {np.mean(v <= 1.0):.1%} within")
         if v[0] > 0 and v[-1] / v[0] > 30:  # spans decades
             ax.set_xscale("log")
         ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
-        ax.set_xlabel(f"{label} (ms)")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)
+        ax.set_xlabel(p.label)
         ax.set_ylabel("fraction of requests ≤ x")
         ax.grid(alpha=0.3)
     fig.suptitle("Latency CDFs of the chosen deployment")

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 from llmcap.report import capacity_plots as plots
 from llmcap.report import replay as replay_check
 from llmcap.sizing.headroom import COMBINATION_RULE
-from llmcap.sizing.slo import definitions
+from llmcap.sizing.slo import definitions, itl_name
 from llmcap.sizing.table import pool_configurations
 
 if TYPE_CHECKING:
-    from llmcap.report.capacity import CapacityReport
+    from llmcap.report.capacity import CapacityReport, Sources
+    from llmcap.sizing.scenarios import FitResult
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def figure(png: bytes, alt: str, panels: int = 1) -> str:
 def slo_line(report: CapacityReport) -> str:
     """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
     disaggregated = any(q.name == "prefill" for q in report.plan.pools)
-    names = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
+    names = {"ttft": "TTFT", "itl": itl_name(report.slo.itl_stat), "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
     return "; ".join(f"{names[k]} {v}" for k, v in definitions(report.slo, disaggregated).items())
 
 
@@ -105,15 +106,32 @@ def _header_items(report: CapacityReport) -> list[tuple[str, str, bool]]:
     if p is not None:
         code = "not a git checkout" if p.commit is None else f"commit {p.commit[:12]} of {p.commit_date} (the last change to the sizing code)"
         items.append(("Code", code, False))
-        if p.roofline:
-            step = f"ROOFLINE, NOT MEASURED ({p.step_model}): step times are a datasheet model, uncalibrated for this engine — the GPU counts carry that model's error"
-        else:
-            step = f"measured engine profile ({p.step_model})"
-        items.append(("Step times", step + (f"; {p.step_model_detail}" if p.step_model_detail else ""), p.roofline))
-        prices = ", ".join(f"{gpu} ${usd:g}/GPU-h ({src})" for gpu, usd, src in p.prices) or "none"
-        loud = p.assumed_prices
-        items.append(("Prices", ("ASSUMED list prices, not your contract: " if loud else "") + prices, loud))
+    if report.sources is not None:
+        items += source_items(report.sources)
     return items
+
+
+def _efficiencies(s: Sources) -> str:
+    """The roofline's efficiencies per plan GPU: the shipped calibration's (named) or the documented defaults."""
+    fitted = [f"{gpu} ({file}, sha256 {sha[:12]}{f'; defaults kept for {kept}' if kept else ''})" for gpu, file, sha, kept in s.calibrations]
+    parts = [f"efficiencies fitted to timed operations for {', '.join(fitted)}"] if fitted else []
+    if s.uncalibrated:
+        parts.append(f"documented default efficiencies, uncalibrated, for {', '.join(s.uncalibrated)}")
+    return "; ".join(parts) or "documented default efficiencies"
+
+
+def source_items(s: Sources) -> list[tuple[str, str, bool]]:
+    """The header's step-time and price rows, loud where the plan rests on a model or an assumption: the one
+    place these warnings are worded, whichever command wrote the report."""
+    if s.roofline:
+        step = f"ROOFLINE, NOT MEASURED on this engine ({s.step_model}): a datasheet model with {_efficiencies(s)} — the GPU counts carry that model's error"
+    else:
+        step = f"measured engine profile ({s.step_model})"
+    prices = ", ".join(f"{gpu} ${usd:g}/GPU-h ({src})" for gpu, usd, src in s.prices) or "none"
+    return [
+        ("Step times", step + (f"; {s.step_model_detail}" if s.step_model_detail else ""), s.roofline),
+        ("Prices", ("ASSUMED list prices, not your contract: " if s.assumed_prices else "") + prices, s.assumed_prices),
+    ]
 
 
 def header(report: CapacityReport) -> Section:
@@ -123,7 +141,8 @@ def header(report: CapacityReport) -> Section:
     return Section("What was planned", md, f"<dl>{rows}</dl>")
 
 
-_ANSWER_HEAD = ["pool", "configuration", "instances", "base", "headroom", "GPUs", "$/h"]
+# base: the bare count at the planning rate; the answer is the total (base + headroom), in instances, GPUs and $/h
+_ANSWER_HEAD = ["pool", "configuration", "instances (total)", "base instances", "headroom instances", "GPUs (total)", "$/h (total)"]
 
 
 def _answer_rows(report: CapacityReport) -> list[list[str]]:
@@ -139,7 +158,7 @@ def _answer_rows(report: CapacityReport) -> list[list[str]]:
 def _how_sure(report: CapacityReport) -> list[str]:
     lines = []
     if report.fit is not None:
-        verdict = "every scenario passes" if report.fit.ok else "NOT every scenario passes"
+        verdict = _scenarios_verdict(report.fit)
         failing = sum(m.failed is not None for m in report.fit.minimality)
         lines.append(
             f"Simulated on the whole trace: {verdict} ({len(report.fit.results)} scenarios); one instance fewer fails in "
@@ -152,10 +171,18 @@ def _how_sure(report: CapacityReport) -> list[str]:
     if report.ledger is not None:
         lg = report.ledger
         lines.append(f"Analytic floor (100% busy, no SLO, no headroom) {lg.gpus} GPUs: the plan is {lg.ratio:.2f}× that ({'within' if lg.within else 'OUTSIDE'} the expected range).")
-    p = report.provenance
-    if p is not None and p.roofline:
-        lines.append("Step times are the roofline, not a measured profile: treat the count as an estimate until profiled.")
+    if report.sources is not None and report.sources.roofline:
+        lines.append("Step times are the roofline, not a measured profile of this engine: treat the count as an estimate until profiled.")
     return lines
+
+
+def _scenarios_verdict(fit: FitResult) -> str:
+    """Whether the plan's scenarios pass: a plan stopped by the cost limit may pass every one, only too dear."""
+    if fit.ok:
+        return "every scenario passes"
+    if fit.failed is None:
+        return f"every scenario passes, but only over the cost limit ${fit.limit_usd_per_hour:,.2f}/h"
+    return "NOT every scenario passes"
 
 
 def answer(report: CapacityReport) -> Section:
@@ -213,12 +240,21 @@ def scenarios(report: CapacityReport) -> Section:
         sc = r.scenario
         kv = "–" if r.kv_p99_share is None else f"{r.kv_p99_share:.0%}"
         rows.append([sc.name, ", ".join(f"{k} {v}" for k, v in sc.serving), f"{r.attainment:.4f}", kv, "pass" if r.passed else "FAIL", sc.reasoning])
-    lines = [f"settled on the whole trace: {f}" for f in report.finalists]
+    lines = [f"settled on the whole trace, {_finalist_role(report, f)}: {f}" for f in report.finalists]
     lines += [f"one instance fewer — {m.note}" for m in fit.minimality] + [f"fit: {h}" for h in fit.history]
     a = report.analytic or report.plan
-    lines.append(f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs")
+    lines.append(f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs ({_answer_role(report)})")
     md = md_table(_SCENARIO_HEAD, rows) + "\n\n" + "\n".join(f"- {s}" for s in lines)
     return Section("Scenarios and minimality", md, html_table(_SCENARIO_HEAD, rows) + _paragraphs(lines))
+
+
+def _finalist_role(report: CapacityReport, line: str) -> str:
+    """Whether a settled shape's counts are the answer's (its line starts with its key) or another shape's."""
+    return _answer_role(report) if line.startswith(f"{report.chosen}: ") else "not chosen"
+
+
+def _answer_role(report: CapacityReport) -> str:
+    return "the closest miss, not an answer" if report.fit is not None and not report.fit.ok else "the answer"
 
 
 _HEADROOM_HEAD = ["pool", "risk", "req/s", "instances", "reasoning"]
@@ -253,7 +289,9 @@ def latency(report: CapacityReport) -> Section:
     title = "Latency of the chosen deployment"
     if report.records is None or report.records.num_rows == 0:
         return Section(title, "Not simulated.", "<p>Not simulated.</p>")
-    what = f"Per-request TTFT and ITL CDFs replaying {report.replay}; dashed: the SLO target."
+    what = (f"CDFs of each request's TTFT and {plots.itl_shown(report.slo)[1]} replaying {report.replay}, each divided by the request's own target "
+            "(TTFT's grows with the prompt when the SLO says so), so 1 (dashed) is every request's target; a statistic "
+            "no per-request target bounds is in ms, unmarked.")  # fmt: skip
     return Section(title, what, _paragraphs([what]) + figure(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs", panels=2))
 
 
@@ -268,7 +306,7 @@ def kv_usage(report: CapacityReport) -> Section:
 _SHOWN = [
     ("candidate", "candidate (mode)"), ("pd_ratio", "P:D"), ("gpus_per_unit", "GPUs/unit"),
     ("max_rps", "max RPS"), ("attainment", "attain."), ("goodput_per_gpu", "goodput/GPU"), ("binding_slo", "binding SLO"),
-    ("ttft_p90_ms", "TTFT p90"), ("ttft_p99_ms", "TTFT p99"), ("itl_p90_ms", "ITL p90"), ("itl_p99_ms", "ITL p99"),
+    ("ttft_p90_ms", "TTFT p90"), ("ttft_p99_ms", "TTFT p99"), ("itl_p90_ms", itl_name("token_p90")), ("itl_p99_ms", itl_name("token_p99")),
     ("e2e_p99_ms", "E2E p99"),
     ("tokens_per_s", "tok/s"), ("mean_waiting", "waiting"), ("kv_usage_p99", "KV p99"), ("preemptions", "preempt."),
     ("network_payload_mb", "KV MB/req"), ("visible_wait_ms_p99", "handoff p99 ms"),

@@ -8,6 +8,8 @@ import html
 from pathlib import Path
 from typing import Any
 
+from llmcap.sizing.slo import itl_name
+
 # The capacity report is written by the size stage, before the replay runs: it points here.
 CAPACITY_SECTION_TITLE = "Replay check (step 5)"
 CAPACITY_SECTION_TEXT = ("The chosen unit is replayed at 0.8x / 1.0x / 1.2x (params replay.rate_scales) of its predicted max "
@@ -38,9 +40,14 @@ def _run_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+# The bucket table's "itl" figures are each request's mean gap (llmcap.replaycheck.compare): TPOT, named as
+# every report names it (llmcap.sizing.slo.itl_name), not the capacity report's ITL statistic.
+TPOT = itl_name("mean")
+
+
 def _bucket_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     head = ["run", "ISL", "OSL", "n meas/pred"]
-    for metric in ("TTFT", "ITL"):
+    for metric in ("TTFT", "TPOT"):
         head += [f"{metric} p{q} meas/pred ms" for q in (50, 90, 99)]
     rows = []
     for b in s["buckets"]:
@@ -62,7 +69,7 @@ def _lines(s: dict[str, Any]) -> list[str]:
         lines.append(f"The twin ran time-dilated ({s['dilation']:g} wall s per simulated s); measured times are in simulated seconds.")
     if not s["valid"]:
         lines.append("INVALID: some sends ran later than replay.max_lateness_ms; those latencies measure the client, not the server.")
-    lines.append(f"ITL: {s['itl_definition']}.")
+    lines.append(f"{TPOT} in the per-bucket table, across requests: {s['itl_definition']}.")
     return lines
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from llmcap.errors import LlmcapError
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.search import RatePoint, SearchResult
+from llmcap.sizing.slo import itl_name
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def _mean(point: RatePoint, key: str) -> float | None:
 
 def _targets(slo: SloParams) -> tuple[str, str]:
     ttft = "none" if slo.ttft_ms is None else f"{slo.ttft_ms:,.0f} ms" + (f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else "")
-    itl = "none" if slo.itl_ms is None else f"{slo.itl_ms:,.0f} ms ({slo.itl_stat})"
+    itl = "none" if slo.itl_ms is None else f"{slo.itl_ms:,.0f} ms for {itl_name(slo.itl_stat)}"
     return ttft, itl
 
 
@@ -70,7 +71,7 @@ def near_miss(candidate: str, result: SearchResult, slo: SloParams) -> NearMiss 
     overload = next((r.overload for r in best.results if r.overload), "")
     run_miss = next((r.run_miss for r in best.results if r.run_miss), "")
     ttft_target, itl_target = _targets(slo)
-    shown = f"TTFT p99 {'–' if ttft_p99 is None else f'{ttft_p99:,.0f} ms'} (target {ttft_target}), ITL p99 {'–' if itl_p99 is None else f'{itl_p99:,.1f} ms'} (target {itl_target})"
+    shown = f"TTFT p99 {'–' if ttft_p99 is None else f'{ttft_p99:,.0f} ms'} (target {ttft_target}), {itl_name('token_p99')} {'–' if itl_p99 is None else f'{itl_p99:,.1f} ms'} (target {itl_target})"
     if overload:
         binding, reason = "overload", f"the queue kept growing ({overload}); {shown}"
     elif run_miss:

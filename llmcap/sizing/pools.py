@@ -42,11 +42,12 @@ class PoolComparison:
         return abs(self.shared_usd_per_hour - self.split_usd_per_hour)
 
     def summary(self) -> str:
+        """Which is cheaper, every count labelled base: none includes headroom, so none is a plan's total."""
         other = "shared" if self.cheaper == "split" else "split"
         return (
-            f"{self.cheaper} pools are cheaper: ${self.saving_usd_per_hour:,.2f}/h less than {other} "
-            f"(shared {sum(p.gpus for p in self.shared)} GPUs ${self.shared_usd_per_hour:,.2f}/h, "
-            f"split {sum(p.gpus for p in self.split)} GPUs ${self.split_usd_per_hour:,.2f}/h)"
+            f"compared on base counts (before headroom), {self.cheaper} pools are cheaper: ${self.saving_usd_per_hour:,.2f}/h base less "
+            f"than {other} (shared: {sum(p.gpus for p in self.shared)} base GPUs, ${self.shared_usd_per_hour:,.2f}/h base; "
+            f"split: {sum(p.gpus for p in self.split)} base GPUs, ${self.split_usd_per_hour:,.2f}/h base)"
         )
 
 

@@ -66,6 +66,16 @@ def itl_column(stat: ItlStat) -> str | None:
     return "tpot_s" if stat == "mean" else f"itl_{stat}_s"
 
 
+_ITL_NAMES = {"p50": "ITL (per-request median gap)", "p99": "ITL (per-request p99 gap)", "max": "ITL (per-request worst gap)",
+              "mean": "TPOT (per-request mean gap)"}  # fmt: skip
+
+
+def itl_name(stat: ItlStat) -> str:
+    """The ITL statistic in the words every report uses for it, so "ITL" never names two statistics."""
+    q = token_percentile(stat)
+    return f"ITL (token-level p{q:g} of all gaps)" if q is not None else _ITL_NAMES[stat]
+
+
 def token_percentile(stat: ItlStat) -> float | None:
     """The percentile of a token-level ITL statistic (token_p99 → 99.0); None for per-request ones."""
     return float(stat.removeprefix("token_p")) if stat.startswith("token_") else None

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from capacity_fixture import CANDIDATES, SLO, report, searches, table_from
 
-from llmcap.report.capacity import Provenance, render_html, render_markdown, write_report
+from llmcap.report.capacity import Provenance, Sources, render_html, render_markdown, write_report
 from llmcap.report.capacity_sections import SECTIONS
 from llmcap.sizing.table import CAPACITY_SCHEMA, binding_slo, capacity_row, capacity_table
 from llmcap.sizing.placement import place
@@ -96,23 +96,33 @@ def test_markdown_lists_rows_and_headroom(chosen_records):
 
 PROVENANCE = Provenance(
     model="Llama-3.1-70B", trace="data/raw/trace.jsonl", trace_sha256="ab" * 32, commit="0123456789abcdef" * 2 + "01234567",
-    commit_date="2026-01-02T03:04:05+00:00", step_model="roofline-fallback", prices=(("H100-SXM-80GB", 2.5, "assumption"),),
+    commit_date="2026-01-02T03:04:05+00:00",
 )
+SOURCES = Sources(step_model="roofline-fallback", prices=(("H100-SXM-80GB", 2.5, "assumption"),),
+                  calibrations=(("H100-SXM-80GB", "H100-SXM-80GB/roofline.yaml", "cd" * 32, ""),))  # fmt: skip
 
 
 def test_header_names_the_inputs_and_is_loud_about_assumptions(chosen_records):
     from dataclasses import replace
 
-    rep = replace(report(chosen_records), provenance=PROVENANCE)
+    rep = replace(report(chosen_records), provenance=PROVENANCE, sources=SOURCES)
     page, md = render_html(rep).replace("<wbr>", ""), render_markdown(rep)
     assert md.startswith("# Test plan: Llama-3.1-70B on data/raw/trace.jsonl\n")
     for text in ("Llama-3.1-70B", "abababababababab", "0123456789ab", "2026-01-02T03:04:05+00:00", "attainment = qualified"):
         assert text in page and text in md, text
-    assert page.count("<dd class=loud>") == 2 and "ROOFLINE, NOT MEASURED" in page and "ASSUMED list prices" in page
+    assert page.count("<dd class=loud>") == 2 and "ROOFLINE, NOT MEASURED on this engine" in page and "ASSUMED list prices" in page
+    # the roofline names the calibration it used, and is called uncalibrated only where it is
+    assert "efficiencies fitted to timed operations for H100-SXM-80GB (H100-SXM-80GB/roofline.yaml, sha256 cdcdcdcdcdcd)" in md
+    assert "uncalibrated" not in md
+    bare = render_markdown(replace(rep, sources=replace(SOURCES, calibrations=(), uncalibrated=("H100-SXM-80GB",))))
+    assert "documented default efficiencies, uncalibrated, for H100-SXM-80GB" in bare
     # the answer comes before any evidence
     assert page.index('id="provenance"') < page.index('id="answer"') < page.index('id="ledger"') < page.index('id="capacity-table"')
-    measured = replace(PROVENANCE, step_model="profile", prices=(("H100-SXM-80GB", 2.0, "our contract"),))
-    assert "<dd class=loud>" not in render_html(replace(rep, provenance=measured))
+    measured = replace(SOURCES, step_model="profile", prices=(("H100-SXM-80GB", 2.0, "our contract"),))
+    assert "<dd class=loud>" not in render_html(replace(rep, sources=measured))
+    # the warnings come from the sources alone: a report without a provenance header still gives them
+    alone = render_markdown(replace(rep, provenance=None))
+    assert "- **Step times:** ⚠ ROOFLINE, NOT MEASURED" in alone and "- **Prices:** ⚠ ASSUMED list prices" in alone
 
 
 def test_pruned_candidates_are_collapsed_at_the_end_and_the_chosen_row_leads(chosen_records):

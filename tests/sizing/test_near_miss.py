@@ -37,7 +37,7 @@ def test_the_closest_rate_and_the_target_with_more_misses():
     # 0.92 mean attainment at both 1.0 and 0.5 req/s: the lower rate is not closer, the tie goes to the lower rate
     assert (m.rate_rps, m.attainment, m.binding) == (0.5, pytest.approx(0.92), "itl")
     assert (m.ttft_p99_ms, m.itl_p99_ms) == (600.0, 65.0)
-    assert "ITL binds (1 TTFT vs 30 ITL/TPOT misses" in m.reason and "target 50 ms (p99)" in m.reason
+    assert "ITL binds (1 TTFT vs 30 ITL/TPOT misses" in m.reason and "ITL (token-level p99 of all gaps) 65.0 ms (target 50 ms for ITL (per-request p99 gap))" in m.reason
     overloaded = near_miss("x", _result(_point(2.0, [0.8], ttft_p99_ms=1.0, overload="served/offered 0.7")), SLO)
     assert overloaded is not None and overloaded.binding == "overload" and "served/offered 0.7" in overloaded.reason
     assert near_miss("nothing", _result(RatePoint(1.0, False, (), (), "initial")), SLO) is None

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 from capacity_fixture import report
 
-from llmcap.report.capacity import Provenance, render_html
+from llmcap.report.capacity import Provenance, Sources, render_html
 from llmcap.report.capacity_sections import SECTIONS
 from llmcap.sizing.ledger import Ledger
 from tests.conftest import ROOT
@@ -92,10 +92,11 @@ def _long_named(rep):
         table = table.set_column(table.schema.get_field_index(col), col, pa.array(values, table.schema.field(col).type))
     pruned = tuple(f"not simulated H200-SXM-141GB/bf16/kv-bf16/tp{t}pp1ep1/seqs256/mbt2048/blk16 (bound 0.5 req/s per GPU): max_simulated 8 reached" for t in (2, 4, 8))
     ledger = Ledger(20.0, 4.4, 0.8, 0.9, 0.0, False, rep.plan.total_gpus, 1, rep.plan.pools[0].pool.gpus_per_instance)
-    prov = Provenance("Llama-3.1-70B", "data/raw/azure2023/AzureLLMInferenceTrace_conv.csv", "5f" * 32, "9" * 40, "2026-11-30T12:00:00+00:00",
-                      "roofline-fallback", "no matching measured profile (data/profiles/target: none stored)", (("H100-SXM-80GB", 2.5, "assumption"),))  # fmt: skip
+    prov = Provenance("Llama-3.1-70B", "data/raw/azure2023/AzureLLMInferenceTrace_conv.csv", "5f" * 32, "9" * 40, "2026-11-30T12:00:00+00:00")
+    sources = Sources("roofline-fallback", "no matching measured profile (data/profiles/target: none stored)", (("H100-SXM-80GB", 2.5, "assumption"),),
+                      (("H100-SXM-80GB", "H100-SXM-80GB/roofline.yaml", "50" * 32, ""),))  # fmt: skip
     return replace(rep, table=table, curves={names[k]: v for k, v in rep.curves.items()}, chosen=names[rep.chosen],
-                   notes=("step times: roofline per candidate", *pruned), ledger=ledger, provenance=prov)  # fmt: skip
+                   notes=("step times: roofline per candidate", *pruned), ledger=ledger, provenance=prov, sources=sources)  # fmt: skip
 
 
 @pytest.fixture

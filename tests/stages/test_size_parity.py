@@ -1,6 +1,7 @@
 """`llmcap size` and the pipeline's size stage, given the same trace, candidates, params.yaml and
 step_model.json, decide the same: the same capacity table, the same summary (request-class pools and step-time
-sources included) and the same notes; the stage adds only its provenance header."""
+sources included), the same notes and the same step-time and price warnings; the stage adds only its
+provenance header (model, trace, code)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ def test_the_command_and_the_stage_decide_the_same(tmp_path: Path) -> None:
     assert {k: by_cli[k] for k in by_stage} == by_stage  # the command adds its own fields (serve commands, input accounting)
     notes = lambda d: (d / "capacity.md").read_text().split("## Notes", 1)[1]  # noqa: E731
     assert "request-class pools" in notes(tmp_path / "stage") and notes(tmp_path / "cli") == notes(tmp_path / "stage")
+    # the same loud warnings (roofline step times, assumed prices) whichever wrote the report
+    warnings = lambda d: [ln for ln in (d / "capacity.md").read_text().splitlines() if ln.startswith(("- **Step times:**", "- **Prices:**"))]  # noqa: E731
+    assert warnings(tmp_path / "cli") == warnings(tmp_path / "stage") and len(warnings(tmp_path / "stage")) == 2
+    assert all("⚠" in ln for ln in warnings(tmp_path / "stage")) and "ROOFLINE, NOT MEASURED" in warnings(tmp_path / "cli")[0]
 
 
 def test_params_and_the_options_it_replaces_are_not_given_together(tmp_path: Path) -> None:
