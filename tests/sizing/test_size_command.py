@@ -141,8 +141,9 @@ def test_a_zero_rate_cell_says_why_for_every_status():
     assert max_rps_cell(row("at_max_rate"), {}) == "— no rate (at max rate)"
 
 
-def test_every_ruled_out_candidate_shows_its_reasons(tmp_path):
+def test_every_ruled_out_candidate_shows_its_reasons(tmp_path, monkeypatch):
     # TP 3 divides none of Llama-3.1-8B's heads: step 2 rules out every candidate before any simulation
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped: full names and reasons on one line each (a set COLUMNS wins)
     trace = _azure_head(tmp_path)
     args = ["size", "--trace", str(trace), *ARGS]
     args[args.index("--tp") + 1] = "3"
