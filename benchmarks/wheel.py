@@ -1,5 +1,5 @@
 """The installed wheels against the checkout, whole process as a user runs them: `simulate` of the Mooncake
-conversation trace (median of 3) and `size` of it with the pipeline's SLOs, fp8 (once), from the
+conversation trace and `size` of it with the pipeline's SLOs, fp8 (each the median of 3, interleaved), from the
 compiled wheel (`make dist`) and the pure-Python one, each in a clean venv, beside the checkout's `llmcap`.
 Target: the compiled wheel within 1.5x of the checkout."""
 
@@ -23,13 +23,16 @@ SIZE = ["size", "--trace", str(TRACE), "--model", "Llama-3.1-70B", "--gpu", "h10
         "--slo-ttft-p99", "2000", "--slo-ttft-per-1k-isl", "200", "--slo-itl-p99", "100", "--json"]  # the pipeline's SLOs; fmt: skip
 
 
-def _wall(cli: list[str], args: list[str], runs: int) -> tuple[float, str]:
-    walls, out = [], ""
+def _walls(clis: dict[str, list[str]], args: list[str], runs: int) -> dict[str, tuple[float, str]]:
+    """Median wall time and last stdout of each CLI, runs interleaved (a machine's load drifts over minutes)."""
+    walls: dict[str, list[float]] = {name: [] for name in clis}
+    outs: dict[str, str] = {}
     for _ in range(runs):
-        began = time.perf_counter()
-        out = subprocess.run([*cli, *args], cwd=OUT, check=True, capture_output=True, text=True).stdout
-        walls.append(time.perf_counter() - began)
-    return statistics.median(walls), out
+        for name, cli in clis.items():
+            began = time.perf_counter()
+            outs[name] = subprocess.run([*cli, *args], cwd=OUT, check=True, capture_output=True, text=True).stdout
+            walls[name].append(time.perf_counter() - began)
+    return {name: (statistics.median(w), outs[name]) for name, w in walls.items()}
 
 
 def _answer(size_json: str) -> tuple:
@@ -44,8 +47,8 @@ def main() -> None:
     for name, compiled in (("compiled wheel", True), ("pure wheel", False)):
         venv = install(build_wheel(OUT / "dist", compiled), OUT / name.replace(" ", "-"), locked=True)  # the checkout's versions
         clis[name] = [str(venv / "llmcap-planner")]
-    sims = {name: _wall(cli, SIMULATE, 3) for name, cli in clis.items()}
-    sizes = {name: _wall(cli, SIZE, 1) for name, cli in clis.items() if name != "pure wheel"}  # the pure one: minutes
+    sims = _walls(clis, SIMULATE, 3)
+    sizes = _walls({k: v for k, v in clis.items() if k != "pure wheel"}, SIZE, 3)  # the pure one would take minutes
     base_sim, base_size = sims["checkout"][0], sizes["checkout"][0]
     print("installed wheels (whole process):")
     for name in clis:

@@ -57,7 +57,9 @@ def install(wheel: Path, venv: Path, locked: bool = False) -> Path:
         pins = venv / "locked.txt"
         _run([uv(), "export", "--frozen", "--no-hashes", "--no-dev", "--no-emit-project", "--project", str(ROOT), "-o", str(pins)], env)
         constraints = ["--constraint", str(pins)]
-    _run([uv(), "pip", "install", "--python", str(venv / "bin" / "python"), *constraints, str(wheel)], env)
+    # bytecode compiled at install, as pip does by default (uv does not; where PYTHONDONTWRITEBYTECODE is set,
+    # every run would otherwise compile every module again)
+    _run([uv(), "pip", "install", "--compile-bytecode", "--python", str(venv / "bin" / "python"), *constraints, str(wheel)], env)
     return venv / "bin"
 
 
