@@ -3,25 +3,40 @@ and the flow's table splits each stage's wall time into DVC's share and the stag
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import logging
 from pathlib import Path
 
 import pytest
 
 from flows.replan import stage_times, times_table
 from stages import timing
-from tests.conftest import ROOT
 
 
-def test_a_stage_run_records_its_phases_only_when_asked(tmp_path: Path) -> None:
+def test_the_stage_runner_records_a_finished_stage_and_not_a_failed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llmcap.errors import LlmcapError
+    from stages import _runner
+
     out = tmp_path / "stages.jsonl"
-    cmd = [sys.executable, "-m", "stages.enumerate", "--help"]  # argparse exits before the body: nothing to record
-    env = {**os.environ, timing.STAGE_TIMES_ENV: str(out)}
-    assert subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True).returncode == 0
-    assert not out.exists()
-    age = timing.process_age_s()
+    monkeypatch.setenv(timing.STAGE_TIMES_ENV, str(out))
+    monkeypatch.setattr(timing, "_spent", {"mlflow": 0.0, "validation": 0.0})
+    library = logging.getLogger("llmcap")  # stage_main adds its stage's handler: this test process keeps its own
+    monkeypatch.setattr(library, "handlers", list(library.handlers))
+    monkeypatch.setattr(library, "level", library.level)
+    monkeypatch.setattr(_runner, "apply_defaults", lambda: None)  # the tools' homes: this process has its own (conftest)
+
+    def work(_: object) -> str:
+        timing.add_since("validation", timing.now())
+        return "done"
+
+    def broken(_: object) -> str:
+        raise LlmcapError("bad input")
+
+    assert _runner.stage_main("toy", None, [], work, argv=[]) == 0
+    assert _runner.stage_main("broken", None, [], broken, argv=[]) == 2
+    rows = timing.read(out)
+    assert set(rows) == {"toy"}  # a failed stage is not timed as if it had run
+    assert set(rows["toy"]) == set(timing.PHASES) and rows["toy"]["work"] >= 0
+    age = rows["toy"]["startup"]
     assert age is not None and 0 < age < 24 * 3600  # this test process started a while ago, not before boot
 
 
