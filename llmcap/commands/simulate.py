@@ -64,6 +64,7 @@ from llmcap.commands._trace_input import (
     read_trace_input,
 )
 from llmcap.errors import InputFileError, LlmcapError
+from llmcap.exit_codes import SLO_MISSED
 from llmcap.routing import includes_handoff
 from llmcap.sim import SimConfig, SimResult
 from llmcap.sim import simulate as run_simulation
@@ -89,7 +90,7 @@ def simulate(
     model: Annotated[str | None, typer.Option("--model", "-m", help="catalog model name or path to config.json")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", "-g", help="GPU name or alias (e.g. h100)")] = None,
     plan: Annotated[Path | None, typer.Option("--plan", help="replay a sized plan instead (summary.json of `llmcap size --out` or the size "
-                                              "stage): its deployment, step times, planning rate, seed and SLO")] = None,
+                                              "stage): its deployment, step times, planning rate, seed and SLO; exit 6 (SLO MISSED) when it misses")] = None,
     scenario: Annotated[str | None, typer.Option("--scenario", help="with --plan: serve only what one of its scenarios leaves, e.g. "
                                                  "'node loss: prefill' (default: every planned instance)")] = None,
     fmt: FormatOpt = "auto",
@@ -268,6 +269,8 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
     else:
         out_console().print(f"plan {s['chosen']}, scenario {name!r} ({', '.join(f'{k} {v}' for k, v in counts.items())}) on "
                             f"{s['requests']:,} requests at {planned.planning_rps:.4g} req/s: {verdict.line()}", highlight=False, soft_wrap=True)  # fmt: skip
+    if not verdict.passes:  # a check of the plan: a miss is the exit code every command gives it
+        raise typer.Exit(SLO_MISSED)
 
 
 def _goodput_slo(goodput: list[str] | None, itl_stat: str, ttft_includes_handoff: bool) -> SloParams | None:

@@ -48,6 +48,7 @@ from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key
 from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
+from llmcap.sizing.slo import itl_name
 from llmcap.sizing.units import candidate_key
 from llmcap.admission_names import admission_option
 from llmcap.sizing.params import ComputeParams, SizeParams, SloParams
@@ -181,7 +182,8 @@ def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> No
         print_csv(rows)
     else:
         t = Table(title="no candidate meets the SLOs: the nearest misses (closest first)")
-        for col in ("candidate", "rate req/s", "met every SLO", "binds", "TTFT p99 ms", "ITL p99 ms"):
+        itl = itl_name("token_p99").replace("ITL (", "ITL ms (")  # the statistic the report's near-miss table names
+        for col in ("candidate", "rate req/s", "met every SLO", "binds", "TTFT p99 ms", itl):
             t.add_column(col, overflow="fold")
         for m in none.near_misses:
             ms = lambda v: "–" if v is None else f"{v:,.1f}"  # noqa: E731

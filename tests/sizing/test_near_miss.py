@@ -54,7 +54,8 @@ def test_near_misses_sort_closest_first_and_carry_the_idle_ones():
     assert str(err).startswith(NoFeasiblePlan.headline) and "nearest: close: at 2 req/s 97.0%" in str(err)
 
 
-def test_size_with_unreachable_slos_reports_the_near_misses_and_exits_1(tmp_path):
+def test_size_with_unreachable_slos_reports_the_near_misses_and_exits_1(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)  # piped: the table's full width, headers unwrapped
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:301]) + "\n")
     args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--tp", "2", "--weight-quant", "fp8",
@@ -72,3 +73,4 @@ def test_size_with_unreachable_slos_reports_the_near_misses_and_exits_1(tmp_path
     assert json.loads((tmp_path / "out" / "near_misses.json").read_text()) == report
     table = CliRunner().invoke(app, args)
     assert table.exit_code == 1 and "the nearest misses" in table.stdout and "\nerror: no candidate meets the SLOs" in table.stderr
+    assert "ITL ms (token-level p99 of all gaps)" in table.stdout, "the ITL column names its statistic, as the report does"
