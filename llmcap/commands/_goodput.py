@@ -14,7 +14,7 @@ from typing import Annotated, TypedDict, get_args
 import typer
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.params import ItlStat, SizeParams, SloParams
+from llmcap.sizing.params import DistMetric, DistributionTarget, ItlStat, SizeParams, SloParams
 
 GOODPUT_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "e2el": "e2e_ms", "itl": "itl_ms"}  # vLLM name -> SloParams field
 ITL_STATS: tuple[str, ...] = get_args(ItlStat)
@@ -84,3 +84,30 @@ def check_itl_stat(stat: str) -> ItlStat:
     if stat not in ITL_STATS:
         raise LlmcapError(f"--itl-stat {stat!r}: expected one of {', '.join(ITL_STATS)}")
     return stat  # type: ignore[return-value]
+
+
+SloPercentileOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--slo-percentile",
+        help="a target on a run's distribution, METRIC:PNN:MS with METRIC ttft | tpot | e2e | queue | itl_p50 | itl_p99 | itl_max, "
+        "e.g. ttft:p90:1000 beside --slo-ttft-p99 2000; repeatable; a run that misses one fails whatever its attainment",
+    ),
+]
+
+
+def parse_percentiles(values: list[str] | None) -> tuple[DistributionTarget, ...]:
+    """`["ttft:p90:1000"]` -> (DistributionTarget(metric="ttft", percentile=90, target_ms=1000),)."""
+    out: list[DistributionTarget] = []
+    for text in values or []:
+        metric, _, rest = text.partition(":")
+        pct, _, ms = rest.partition(":")
+        try:
+            target = DistributionTarget(metric=metric, percentile=float(pct.removeprefix("p")), target_ms=float(ms))  # type: ignore[arg-type]
+        except ValueError as exc:  # pydantic's ValidationError and float()'s
+            raise LlmcapError(f"--slo-percentile {text!r}: expected METRIC:PNN:MS, e.g. ttft:p90:1000 "
+                              f"(METRIC one of {', '.join(get_args(DistMetric))}, 0 < NN ≤ 100, MS > 0)") from exc  # fmt: skip
+        if any((t.metric, t.percentile) == (target.metric, target.percentile) for t in out):
+            raise LlmcapError(f"--slo-percentile: {metric} P{target.percentile:g} is given twice")
+        out.append(target)
+    return tuple(out)

@@ -24,7 +24,18 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
-from llmcap.commands._goodput import SIZE, SLO, GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput, steady_window
+from llmcap.commands._goodput import (
+    SIZE,
+    SLO,
+    GoodputOpt,
+    ItlStatOpt,
+    SloPercentileOpt,
+    SloTargets,
+    check_itl_stat,
+    parse_goodput,
+    parse_percentiles,
+    steady_window,
+)
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -51,7 +62,7 @@ from llmcap.sizing.search import SearchResult
 from llmcap.sizing.slo import itl_name
 from llmcap.sizing.units import candidate_key
 from llmcap.admission_names import admission_option
-from llmcap.sizing.params import ComputeParams, SizeParams, SloParams
+from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
 
 
@@ -122,7 +133,7 @@ def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, 
 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
-SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
+SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
               "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour")  # fmt: skip
 
 
@@ -138,7 +149,7 @@ def _from_params(ctx: typer.Context, path: Path) -> Params:
 def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
                  target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
                  workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str,
-                 max_usd_per_hour: float | None = None) -> SizeParams:  # fmt: skip
+                 max_usd_per_hour: float | None = None, distribution: tuple[DistributionTarget, ...] = ()) -> SizeParams:  # fmt: skip
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
     admission_option(admission_policy)
@@ -148,7 +159,7 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
         plausible_rate("--target-rps", target_rps)
     return SizeParams(
         slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
-                      attainment_target=attainment, **steady_window()),
+                      attainment_target=attainment, distribution=distribution, **steady_window()),
         search=SIZE.search, target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
         pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
@@ -220,6 +231,7 @@ def size(
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
+    slo_percentile: SloPercentileOpt = None,
     itl_stat: ItlStatOpt = SLO.itl_stat,
     ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = SLO.ttft_includes_handoff,
     target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = SIZE.target_rps,
@@ -271,7 +283,8 @@ def size(
         params = pipeline.size if pools_split_isl is None else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
-                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour)  # fmt: skip
+                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
+                              parse_percentiles(slo_percentile))  # fmt: skip
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     spec = load_model(model)  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(

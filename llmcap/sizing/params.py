@@ -28,7 +28,8 @@ class _Strict(BaseModel):
 
 
 class DistributionTarget(_Strict):
-    """A distribution-level check across requests, e.g. P99 of TTFT ≤ 2000 ms (reported, not per request)."""
+    """A target on the distribution across a run's requests, e.g. P90 of TTFT ≤ 1000 ms beside a per-request P99 target:
+    judged per run, like the token-level ITL; a run that misses it is infeasible whatever its attainment."""
 
     metric: DistMetric
     percentile: float = Field(gt=0, le=100)
@@ -61,7 +62,7 @@ class SloParams(_Strict):
     attainment_target: float = Field(default=0.99, gt=0, le=1)
     """Share of (steady-window) requests that must qualify for a rate to count as feasible."""
     distribution: tuple[DistributionTarget, ...] = Field(default=(), strict=False)
-    """Distribution-level checks across requests, reported beside attainment."""
+    """Distribution-level targets across the steady window's requests (`DistributionTarget`), each judged per run."""
     warmup_s: float = Field(default=0.0, ge=0)
     """Arrivals in the first `warmup_s` of the arrival span are not measured (cold caches, empty queues)."""
     drain_s: float = Field(default=0.0, ge=0)

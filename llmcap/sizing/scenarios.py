@@ -117,8 +117,11 @@ class Judge:
     def _blame(self, r: EvalResult, kv_ok: bool) -> str:
         if self.prefill_pool is None:
             return self.kv_pool
+        if r.run_miss:  # run-level targets missed: prefill's when every one is TTFT or queue time (`DistributionCheck.miss_line`)
+            prefill_side = all(part.startswith(("TTFT ", "queue time ")) for part in r.run_miss.split("; "))
+            return self.prefill_pool if kv_ok and prefill_side else self.kv_pool
         ttft, itl = r.metrics.get("ttft_misses", 0.0), r.metrics.get("itl_misses", 0.0)
-        return self.prefill_pool if kv_ok and not r.run_miss and ttft >= itl else self.kv_pool  # a run-level miss is ITL
+        return self.prefill_pool if kv_ok and ttft >= itl else self.kv_pool
 
 
 def _simulate(keys: Sequence[tuple], run: RunDeployment, cache: dict[tuple, EvalResult], parallel: Parallel | None) -> None:

@@ -36,7 +36,7 @@ from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.routing import DEFAULT_ROUTER
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
-from llmcap.sizing.slo import attainment, misses, token_itl_check, window_for
+from llmcap.sizing.slo import attainment, misses, run_checks, run_miss, window_for
 from llmcap.sizing.stability import stability
 from llmcap.trace.synth import scale_rate, spread_ties
 
@@ -177,13 +177,9 @@ class SimEvaluate:
         metrics = run_metrics(result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None)
         stab = stability(rec, window_for(rec, self.slo), self._trend_scale_s(rec), self.steady)
         metrics |= {"replayed_requests": float(rec.num_rows), "served_ratio": stab.served_ratio}
-        token = token_itl_check(result.itl_values, result.itl_weights, self.slo)
-        run_miss = ""
-        if token is not None:
-            metrics[f"{token.metric}_ms"] = token.observed_ms
-            if not token.ok:
-                run_miss = f"ITL token-level P{token.percentile:g} {token.observed_ms:.4g} ms > {token.target_ms:g} ms"
-        return EvalResult(att, metrics, overload=stab.reason, run_miss=run_miss)
+        checks = run_checks(rec, result.itl_values, result.itl_weights, self.slo)
+        metrics |= {f"{c.metric}_ms": c.observed_ms for c in checks if c.metric.startswith("itl_token_")}
+        return EvalResult(att, metrics, overload=stab.reason, run_miss=run_miss(checks))
 
     def _trend_scale_s(self, records: pa.Table) -> float:
         """What a TTFT rise is compared with: the TTFT target, else the E2E target, else the run's median E2E."""

@@ -231,6 +231,14 @@ class DistributionCheck:
     ok: bool
     requests: int  # values the percentile was taken over
 
+    def miss_line(self) -> str:
+        name = "ITL token-level" if self.metric.startswith("itl_token_") else _DIST_NAMES.get(self.metric, self.metric)
+        return f"{name} P{self.percentile:g} {self.observed_ms:.4g} ms > {self.target_ms:g} ms"
+
+
+_DIST_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "queue": "queue time", "itl_p50": "per-request ITL p50",
+               "itl_p99": "per-request ITL p99", "itl_max": "per-request worst gap"}  # fmt: skip
+
 
 def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None = None) -> list[DistributionCheck]:
     """Each `slo.distribution` target against the percentile across requests in the window."""
@@ -242,7 +250,7 @@ def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None
         v = np.where(ok, _col(records, col), np.inf)[m]
         v = v[~np.isnan(v)]  # one-token requests have no ITL/TPOT
         obs = percentile_with_inf(v, t.percentile) / _MS
-        out.append(DistributionCheck(t.metric, t.percentile, t.target_ms, obs, bool(obs <= t.target_ms), int(v.size)))
+        out.append(DistributionCheck(t.metric, t.percentile, t.target_ms, obs, not obs > t.target_ms, int(v.size)))  # no values: nothing to miss
     return out
 
 
@@ -283,5 +291,21 @@ def definitions(slo: SloParams, disaggregated: bool) -> dict[str, str]:
         out["e2el"] = f"≤ {slo.e2e_ms:g} ms, per request, arrival → last token"
     if slo.max_queue_ms is not None:
         out["queue"] = f"≤ {slo.max_queue_ms:g} ms, per request, arrival → first scheduled"
+    for t in slo.distribution:
+        out[f"{t.metric}_p{t.percentile:g}"] = (f"≤ {t.target_ms:g} ms: P{t.percentile:g} of {_DIST_NAMES[t.metric]} across the steady "
+                                                "window's requests, per run (a run that misses it fails whatever its attainment)")  # fmt: skip
     out["attainment"] = f"≥ {slo.attainment_target:g}: the share of the steady window's requests meeting every per-request target"
     return out
+
+
+def run_checks(records: pa.Table, itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams) -> list[DistributionCheck]:
+    """Every target judged on the run as a whole rather than per request: the token-level ITL (over all its
+    gaps) and each `distribution` target (across the steady window's requests). A run meets its SLO only
+    if its attainment does and every one of these passes."""
+    token = token_itl_check(itl_values, itl_weights, slo)
+    return ([token] if token is not None else []) + distribution_checks(records, slo)
+
+
+def run_miss(checks: list[DistributionCheck]) -> str:
+    """What the run missed of its run-level targets, "" when nothing."""
+    return "; ".join(c.miss_line() for c in checks if not c.ok)
