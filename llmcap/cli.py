@@ -41,6 +41,7 @@ COMMANDS: dict[str, Entry] = {
     "replay": Entry("replay", "replay", "Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment."),
     "reconcile": Entry("reconcile", "reconcile", "Reconcile predicted with measured request records: e_TTFT / e_ITL per bucket and what to do about them."),
     "autoscale": Entry("autoscale", "autoscale", "What-if: a diurnal day on a static pool vs autoscaled pools (simulated): GPU-hours, attainment, the floor that keeps it."),
+    "pools": Entry("pools", "pools", "The P/D starting count by hand: N_P = ⌈λ·H_P/G_P⌉, N_D = ⌈λ·H_D/G_D⌉, GPUs = N_P·g_P + N_D·g_D."),
     "size": Entry("size", "size", "Size a deployment for a trace under its SLOs (TTFT, ITL, TPOT, E2E): candidates, simulated max rates, GPU count, cost."),
 }
 
