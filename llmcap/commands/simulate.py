@@ -255,7 +255,7 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
     result = planned.replay(cleaned.trace, counts, seed)
     if out is not None:
         write_table(result.records, out)
-    verdict = planned.judge(result)
+    verdict = planned.judge(result, cleaned.trace)
     s = dict(result.summary) | {
         "plan": str(path), "chosen": summary.get("chosen"), "scenario": name, "counts": counts, "planning_rps": planned.planning_rps,
         "seed": planned.seed if seed is None else seed, "deployment": deployment_label(planned.config_at(counts)),

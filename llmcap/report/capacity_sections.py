@@ -85,7 +85,7 @@ def slo_line(report: CapacityReport) -> str:
     """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
     disaggregated = any(q.name == "prefill" for q in report.plan.pools)
     names = {"ttft": "TTFT", "itl": itl_name(report.slo.itl_stat), "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
-    return "; ".join(f"{names[k]} {v}" for k, v in definitions(report.slo, disaggregated).items())
+    return "; ".join(f"{names.get(k, k)} {v}" for k, v in definitions(report.slo, disaggregated).items())  # a distribution target by its key
 
 
 SLO_DEFINITION = (

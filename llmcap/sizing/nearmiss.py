@@ -77,9 +77,13 @@ def near_miss(candidate: str, result: SearchResult, slo: SloParams) -> NearMiss 
     elif run_miss:
         binding, reason = "run", f"{run_miss}; {shown}"
     else:
-        ttft_misses, itl_misses = _mean(best, "ttft_misses") or 0.0, _mean(best, "itl_misses") or 0.0
-        binding = "ttft" if ttft_misses >= itl_misses else "itl"
-        reason = f"{binding.upper()} binds ({ttft_misses:,.0f} TTFT vs {itl_misses:,.0f} ITL/TPOT misses in the steady window); {shown}"
+        counts = {"ttft": _mean(best, "ttft_misses") or 0.0, "itl": _mean(best, "itl_misses") or 0.0}
+        deadline = _mean(best, "deadline_misses")  # only where the trace carries deadlines
+        if deadline is not None:
+            counts["deadline"] = deadline
+        binding = max(counts, key=lambda k: (counts[k], k == "ttft"))  # a tie goes to TTFT
+        tally = " vs ".join(f"{v:,.0f} {name}" for name, v in zip(("TTFT", "ITL/TPOT", "deadline"), counts.values(), strict=False))
+        reason = f"{binding.upper()} binds ({tally} misses in the steady window); {shown}"
     return NearMiss(candidate, best.rate, attainment, result.attainment_target, binding, reason, ttft_p99, itl_p99)
 
 

@@ -51,7 +51,7 @@ from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.sizer import Sizer
-from llmcap.sizing.slo import definitions
+from llmcap.sizing.slo import deadlines, definitions
 from llmcap.sizing.summary import PoolPlanSummary, SizingSummary
 from llmcap.sizing.table import capacity_row, capacity_table, pairing_row, pool_configurations
 from llmcap.sizing.units import Lengths, RoleRow, SizedRow
@@ -242,7 +242,7 @@ def size_deployments(
     summary: SizingSummary = {
         "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
         "target_rps": sizer.target,
-        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated"),
+        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated", deadlines(trace)),
         "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,

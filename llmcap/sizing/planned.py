@@ -23,7 +23,7 @@ from llmcap.perf.model import StepTimeModel
 from llmcap.routing import first_token_from
 from llmcap.sim import SimConfig, SimResult, simulate
 from llmcap.sizing.params import SloParams
-from llmcap.sizing.slo import attainment, run_checks, run_miss
+from llmcap.sizing.slo import attainment, run_checks, run_miss, with_deadlines
 from llmcap.trace.synth import scale_rate, spread_ties
 
 STEP_MODEL_FIELDS = ("gpu", "tp", "pp", "ep", "weight_quant", "kv_dtype")
@@ -78,10 +78,12 @@ class PlannedDeployment:
         step, decode = self.step_times()
         return simulate(workload, step, self.config_at(counts or self.counts), rng=np.random.default_rng(seed), decode_model=decode)
 
-    def judge(self, result: SimResult) -> PlanCheck:
-        """The plan's SLO on one replay: steady-window attainment against the target, and every run-level target."""
-        share = attainment(result.records, self.slo)
-        missed = run_miss(run_checks(result.records, result.itl_values, result.itl_weights, self.slo))
+    def judge(self, result: SimResult, trace: pa.Table | None = None) -> PlanCheck:
+        """The plan's SLO on one replay of `trace`: steady-window attainment against the target (each request's own
+        deadline from the trace included), and every run-level target."""
+        records = result.records if trace is None else with_deadlines(result.records, trace)
+        share = attainment(records, self.slo)
+        missed = run_miss(run_checks(records, result.itl_values, result.itl_weights, self.slo))
         return PlanCheck(share, self.slo.attainment_target, missed, share >= self.slo.attainment_target and not missed)
 
     def to_dict(self) -> dict[str, Any]:

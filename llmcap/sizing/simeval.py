@@ -36,7 +36,7 @@ from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.routing import DEFAULT_ROUTER
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
-from llmcap.sizing.slo import attainment, misses, run_checks, run_miss, window_for
+from llmcap.sizing.slo import attainment, misses, run_checks, run_miss, window_for, with_deadlines
 from llmcap.sizing.stability import stability
 from llmcap.trace.synth import scale_rate, spread_ties
 
@@ -172,11 +172,13 @@ class SimEvaluate:
         return verdict
 
     def _judge(self, result: SimResult) -> EvalResult:
-        rec = result.records
+        rec = with_deadlines(result.records, self.trace)
         att = attainment(rec, self.slo)
         metrics = run_metrics(result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None)
         stab = stability(rec, window_for(rec, self.slo), self._trend_scale_s(rec), self.steady)
         metrics |= {"replayed_requests": float(rec.num_rows), "served_ratio": stab.served_ratio}
+        if "deadline_s" in rec.column_names:  # the trace's own deadlines: how many the steady window missed (near misses name them)
+            metrics["deadline_misses"] = float((misses(rec, self.slo)["deadline_s"] & _steady(rec, self.slo)).sum())
         checks = run_checks(rec, result.itl_values, result.itl_weights, self.slo)
         metrics |= {f"{c.metric}_ms": c.observed_ms for c in checks if c.metric.startswith("itl_token_")}
         return EvalResult(att, metrics, overload=stab.reason, run_miss=run_miss(checks))

@@ -100,7 +100,8 @@ def bounds(records: pa.Table, slo: SloParams) -> dict[str, float | NDArray[np.fl
 
 
 def misses(records: pa.Table, slo: SloParams) -> dict[str, NDArray[np.bool_]]:
-    """Per target column, which requests miss it ("status" = not ok). One request may miss several."""
+    """Per target column, which requests miss it ("status" = not ok). One request may miss several. Records
+    carrying the trace's `deadline_s` (`with_deadlines`) also miss where E2E exceeds their own deadline."""
     ok = _ok(records)
     out: dict[str, NDArray[np.bool_]] = {"status": ~ok}
     for col, bound in bounds(records, slo).items():
@@ -108,7 +109,27 @@ def misses(records: pa.Table, slo: SloParams) -> dict[str, NDArray[np.bool_]]:
         null = np.isnan(v)
         passed = (v <= bound) | (null & (col in _NULL_PASSES))
         out[col] = ok & ~passed  # a non-ok request is already counted under "status"
+    if "deadline_s" in records.column_names:
+        deadline = _col(records, "deadline_s")
+        out["deadline_s"] = ok & ~np.isnan(deadline) & ~(_col(records, "e2e_s") <= deadline)  # a request without one has none to miss
     return out
+
+
+def deadlines(trace: pa.Table) -> int:
+    """How many of the trace's requests carry their own end-to-end deadline (`deadline_s`)."""
+    return trace.num_rows - trace.column("deadline_s").null_count if "deadline_s" in trace.column_names else 0
+
+
+def with_deadlines(records: pa.Table, trace: pa.Table) -> pa.Table:
+    """`records` with each request's `deadline_s` from `trace` (matched by request_id), so `misses` judges it; unchanged
+    when no request of the trace has a deadline."""
+    if not deadlines(trace):
+        return records
+    ids = trace.column("request_id").to_numpy()
+    order = np.argsort(ids, kind="stable")
+    at = np.searchsorted(ids[order], records.column("request_id").to_numpy())
+    deadline = trace.column("deadline_s").to_numpy(zero_copy_only=False).astype(np.float64)[order][at]
+    return records.append_column("deadline_s", pa.array(deadline, pa.float64(), from_pandas=True))
 
 
 def qualifies(records: pa.Table, slo: SloParams) -> NDArray[np.bool_]:
@@ -266,8 +287,9 @@ def token_itl_check(itl_values: NDArray[np.float64], itl_weights: NDArray[np.int
     return DistributionCheck(f"itl_token_p{q:g}", q, slo.itl_ms, observed, not observed > slo.itl_ms, tokens)
 
 
-def definitions(slo: SloParams, disaggregated: bool) -> dict[str, str]:
-    """Each target that is set, in words: which definition the plan was judged by (report and summary.json)."""
+def definitions(slo: SloParams, disaggregated: bool, with_deadline: int = 0) -> dict[str, str]:
+    """Each target that is set, in words: which definition the plan was judged by (report and summary.json);
+    `with_deadline`: how many of the trace's requests carry their own deadline."""
     out: dict[str, str] = {}
     if slo.ttft_ms is not None:
         per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1,000 prompt tokens" if slo.ttft_ms_per_1k_isl > 0 else ""
@@ -291,6 +313,8 @@ def definitions(slo: SloParams, disaggregated: bool) -> dict[str, str]:
         out["e2el"] = f"≤ {slo.e2e_ms:g} ms, per request, arrival → last token"
     if slo.max_queue_ms is not None:
         out["queue"] = f"≤ {slo.max_queue_ms:g} ms, per request, arrival → first scheduled"
+    if with_deadline:
+        out["deadline"] = f"≤ the request's own deadline_s from the trace, per request, arrival → last token ({with_deadline:,} requests carry one)"
     for t in slo.distribution:
         out[f"{t.metric}_p{t.percentile:g}"] = (f"≤ {t.target_ms:g} ms: P{t.percentile:g} of {_DIST_NAMES[t.metric]} across the steady "
                                                 "window's requests, per run (a run that misses it fails whatever its attainment)")  # fmt: skip

@@ -4,7 +4,8 @@ field give opposite verdicts on the same run. A field added without a case here 
 
 The verdict is the sizer's: steady-window attainment reaches the target and no run-level target (token-level
 ITL, each `distribution` target) is missed (`llmcap.sizing.slo.run_checks`). `ttft_includes_handoff` decides
-where the simulator ends TTFT, so its case runs a two-request P/D simulation whose times are exact.
+where the simulator ends TTFT, so its case runs a two-request P/D simulation whose times are exact. A trace's own
+per-request deadlines (`deadline_s`) are judged too: E2E within each request's deadline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -22,7 +24,7 @@ from llmcap.perf.model import LinearStepModel
 from llmcap.routing import first_token_from
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate
 from llmcap.sizing.params import DistributionTarget, SloParams
-from llmcap.sizing.slo import attainment, run_checks, run_miss
+from llmcap.sizing.slo import attainment, deadlines, misses, run_checks, run_miss, with_deadlines
 from tests.conftest import TRACES
 from tests.sim._workloads import table
 from tests.sizing.conftest import make_records
@@ -145,3 +147,48 @@ def test_size_plans_for_a_percentile_target_beside_the_per_request_one(tmp_path,
 def test_a_percentile_target_that_is_not_one_is_refused(text: str) -> None:
     r = CliRunner().invoke(app, ["size", "--trace", "unused.csv", "--model", "Llama-3.1-8B", "--slo-ttft-p99", "2000", "--slo-percentile", text])
     assert r.exit_code == 2 and "--slo-percentile" in r.stderr
+
+
+def _trace_with(deadline_s: list[float | None]) -> pa.Table:
+    """The run's requests as a trace, listed in reverse request order (the join is by request_id, not position)."""
+    ids = list(range(len(deadline_s)))[::-1]
+    return pa.table({"request_id": pa.array(ids, pa.int64()), "deadline_s": pa.array([deadline_s[i] for i in ids], pa.float64())})
+
+
+def test_the_traces_own_deadlines_change_the_verdict() -> None:
+    """A request's `deadline_s` from the trace bounds its E2E (1,002..1,096 ms in the window); one without has none."""
+    slo = SloParams(ttft_ms=None, itl_ms=None, **WINDOWED)
+    loose = with_deadlines(RUN, _trace_with([1.2] * 100))
+    assert meets(slo, loose) and loose.column("deadline_s").to_pylist()[:2] == [1.2, 1.2]
+    # the odd requests get 1.05 s, the even ones none: the odd ones from 51 on miss (E2E 1,051 ms and up; 99 drains
+    # in 9 s) → in the window 23 of 95 (51, 53, ..., 95) miss: 72/95 = 0.758
+    tight = with_deadlines(RUN, _trace_with([1.05 if i % 2 else None for i in range(100)]))
+    e2e = [1000.0 + i if i < 98 else 9000.0 for i in range(100)]
+    assert misses(tight, slo)["deadline_s"].tolist() == [i % 2 == 1 and e2e[i] > 1050 for i in range(100)]
+    assert attainment(tight, slo) == pytest.approx(72 / 95) and not meets(slo, tight)
+    assert deadlines(_trace_with([None] * 100)) == 0 and with_deadlines(RUN, _trace_with([None] * 100)) is RUN
+
+
+def test_size_plans_for_the_traces_deadlines(tmp_path, monkeypatch) -> None:
+    """The same requests with a deadline each: 600 s changes nothing but the definitions, 50 ms leaves no plan, and the
+    near miss says the deadline binds."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    head = tmp_path / "azure_head.csv"
+    head.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:301]) + "\n")
+    clean = tmp_path / "clean.parquet"
+    assert CliRunner().invoke(app, ["trace", "clean", str(head), "-o", str(clean)]).exit_code == 0
+    canonical = pq.read_table(clean)
+
+    def size(deadline: float) -> tuple[int, dict]:
+        path = tmp_path / f"deadline_{deadline:g}.parquet"
+        column = canonical.schema.get_field_index("deadline_s")
+        pq.write_table(canonical.set_column(column, "deadline_s", pa.array(np.full(canonical.num_rows, deadline))), path)
+        r = CliRunner().invoke(app, ["size", "--trace", str(path), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant",
+                                     "fp8", "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100",
+                                     "--shortlist", "1", "--excerpt", "100", "--json"])  # fmt: skip
+        return r.exit_code, json.loads(r.stdout)
+
+    (code, loose), (code_tight, tight) = size(600.0), size(0.05)
+    assert code == 0 and "300 requests carry one" in loose["slo_definitions"]["deadline"]
+    # 50 ms from arrival to the last token: not one request of ~1k-token prompts and hundreds of output tokens makes it
+    assert code_tight == 1 and tight["near_misses"][0]["binding"] == "deadline"
