@@ -2,7 +2,8 @@
 server (vLLM, SGLang, TensorRT-LLM serve, `llmcap twin serve`) and report what came back.
 
 Every request leaves at its scheduled time whatever the server does (`llmcap.live.replay`); errors,
-timeouts and cut streams are rows with their status and count as SLO misses.
+timeouts and cut streams are rows with their status and count as SLO misses. `--max-concurrency N` replays
+closed loop instead (`llmcap.live.closedloop`): a product's concurrency, not capacity, and the output says so.
 
 Exit codes (`llmcap.exit_codes`), the first that applies: 3 INVALID (a send later than `--max-lateness-ms`: the
 client's latency, not the server's); 4 UNREACHABLE (not one request was served: a dead server or a closed
@@ -44,6 +45,7 @@ from llmcap.commands._trace_input import (
 from llmcap.config import ReplayParams
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
+from llmcap.live.closedloop import CAVEAT
 from llmcap.live.prompts import APIS
 from llmcap.live.replay import RATE_PER_PROCESS, ReplayResult, replay_async
 from llmcap.sizing.params import SloParams
@@ -103,6 +105,8 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
     }
     late = float(lateness.max()) if lateness.size else 0.0
     summary["send_valid"] = late <= max_lateness_s
+    if result.clients is not None:  # closed loop: no schedule to be late for
+        summary["send_lateness_ms"], summary["send_valid"] = None, True
     if slo is not None:
         g = goodput(rec, slo)
         summary["slo"] = {"attainment": g.attainment, "goodput_rps": g.goodput_rps, "offered_rps": g.offered_rps,
@@ -117,6 +121,10 @@ def replay(
     model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
     request_rate: Annotated[float | None, typer.Option("--request-rate", help="Replay at this mean rate, req/s (the trace's burst shape kept).")] = None,
     rate_scale: Annotated[float, typer.Option(help="Or: multiply the trace's own rate by this.")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(min=1, help="Closed loop instead (as vLLM bench's --max-concurrency with no rate): "
+                                                        "N clients, each sending its next request when its last one ended; the "
+                                                        "trace's order and lengths, not its arrival times. Describes N concurrent "
+                                                        "users, not capacity.")] = None,  # fmt: skip
     max_requests: Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
     slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
@@ -153,6 +161,11 @@ def replay(
     Exit codes: 0 ok; 3 INVALID (sends ran late: the client's latency); 4 UNREACHABLE (nothing served);
     5 FAILED (more than --max-failed rejected or unfinished); 6 SLO MISSED (attainment below --attainment)."""
     positive("--rate-scale", rate_scale)
+    if max_concurrency is not None:
+        given = [o for o, v in (("--request-rate", request_rate), ("--rate-scale", rate_scale != 1.0), ("--processes", processes),
+                                ("--max-drain", max_drain)) if v]  # fmt: skip
+        if given:
+            raise LlmcapError(f"--max-concurrency replays closed loop, with no schedule: drop {', '.join(given)}")
     positive("--request-rate", request_rate)
     positive("--max-lateness-ms", max_lateness_ms)
     if api not in APIS:
@@ -170,15 +183,20 @@ def replay(
     if table.num_rows < 2:
         raise LlmcapError(f"{trace}: a replay needs at least 2 requests, {table.num_rows} selected")
     scale = rate_scale if request_rate is None else request_rate / mean_rate(table)
-    plausible_rate("the replay's mean rate", mean_rate(table) * scale)
+    if max_concurrency is None:
+        plausible_rate("the replay's mean rate", mean_rate(table) * scale)
     slo = None
     if slo_ttft_ms is not None or slo_itl_ms is not None:
         slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, **steady_window())
     model = model or first_served_model(base, shown, api_key)
     result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key,
-                  quiet=json_out, api=api, processes=processes, max_drain=max_drain)  # fmt: skip
-    summary = {"endpoint": shown, "model": model, "rate_scale": scale, "mean_rate_rps": mean_rate(table) * scale,
+                  quiet=json_out, api=api, processes=processes, max_drain=max_drain, clients=max_concurrency)  # fmt: skip
+    offered = mean_rate(table) * scale if max_concurrency is None else table.num_rows / result.wall_s  # closed loop: what the clients reached
+    summary = {"endpoint": shown, "model": model, "mode": "open loop" if max_concurrency is None else "closed loop",
+               "max_concurrency": max_concurrency, "rate_scale": scale, "mean_rate_rps": offered,
                **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
+    if max_concurrency is not None:
+        summary["caveat"] = CAVEAT
     code, why = outcome(summary, max_failed, attainment)
     summary |= {"valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why}
     if out is not None:
@@ -193,11 +211,11 @@ def replay(
 
 
 def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
-         api_key: str | None, quiet: bool, api: str, processes: int | None, max_drain: float | None) -> ReplayResult:  # fmt: skip
+         api_key: str | None, quiet: bool, api: str, processes: int | None, max_drain: float | None, clients: int | None) -> ReplayResult:  # fmt: skip
     kwargs: dict[str, Any] = dict(
         request_id=table.column("request_id").to_numpy(), rate_scale=scale, hash_ids=table.column("hash_ids").to_pylist(),
         block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key, api=api, processes=processes,
-        max_drain_s=max_drain,
+        max_drain_s=max_drain, clients=clients,
     )  # fmt: skip
     args = (base, model, table.column("arrival_s").to_numpy(), table.column("isl").to_numpy(), table.column("osl").to_numpy())
     if quiet:
@@ -209,7 +227,8 @@ def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int,
 
 def _print(s: dict[str, Any]) -> None:
     console = out_console()
-    t = Table(title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s (open loop)")
+    loop = "open loop" if s["max_concurrency"] is None else f"closed loop, {s['max_concurrency']} clients"
+    t = Table(title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s ({loop})")
     for c in ("metric", "p50", "p90", "p99"):
         t.add_column(c, justify="right")
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
@@ -218,9 +237,12 @@ def _print(s: dict[str, Any]) -> None:
     st, late = s["status"], s["send_lateness_ms"]
     console.print(f"status: ok {st['ok']:,}, unfinished {st['unfinished']:,}, rejected {st['rejected']:,}; "
                   f"output {s['output_tok_s'] or 0:,.0f} tok/s over {s['wall_s']:,.1f} s", highlight=False)  # fmt: skip
-    console.print(f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
-                  f"(bound {s['max_lateness_ms']:.0f} ms); client: {s['client']['processes']} process(es), "
-                  f"{s['client']['cpu_s']:.2f} CPU s", highlight=False)  # fmt: skip
+    if late is not None:
+        console.print(f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
+                      f"(bound {s['max_lateness_ms']:.0f} ms); client: {s['client']['processes']} process(es), "
+                      f"{s['client']['cpu_s']:.2f} CPU s", highlight=False)  # fmt: skip
+    if "caveat" in s:
+        console.print(f"[yellow]{s['caveat']}[/]", highlight=False)
     if "slo" in s:
         g = s["slo"]
         console.print(f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "

@@ -28,12 +28,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
 from llmcap.live.client import StreamResult
+from llmcap.live.closedloop import send_closed_loop
 from llmcap.live.openloop import Schedule, Sent, send_on_schedule
 from llmcap.live.prompts import APIS, prompts, request_body
 from llmcap.live.shards import send_sharded
@@ -55,6 +56,7 @@ class ReplayResult:
     wall_s: float
     processes: int = 1  # load generator processes that sent the schedule
     client_cpu_s: float = 0.0  # their CPU time over the run, summed: the generator's own cost
+    clients: int | None = None  # closed loop: that many clients (`llmcap.live.closedloop`); None: open loop
 
 
 def peak_rate(arrival_s: np.ndarray, window_s: float = 1.0) -> float:
@@ -104,11 +106,12 @@ async def replay_async(
     request_id: np.ndarray | None = None, rate_scale: float = 1.0, hash_ids: list | None = None,
     block_tokens: int | None = None, vocab_size: int = 1000, seed: int = 0, timeout_s: float = 600.0,
     api_key: str | None = None, on_done: Callable[[], None] | None = None, processes: int | None = None,
-    api: str = "completions", max_drain_s: float | None = None,
+    api: str = "completions", max_drain_s: float | None = None, clients: int | None = None,
 ) -> ReplayResult:
     """`on_done` is called as each request ends (a progress bar's tick); `processes`: how many send the
     schedule (None: `processes_for` decides); `api`: "completions" or "chat" (`llmcap.live.prompts`);
-    `max_drain_s`: requests still streaming this long after the last send are cut (`unfinished`)."""
+    `max_drain_s`: requests still streaming this long after the last send are cut (`unfinished`);
+    `clients`: closed loop instead, that many clients in one process (`llmcap.live.closedloop`)."""
     if rate_scale <= 0:
         raise ValueError("rate_scale must be > 0")
     if processes is not None and processes < 1:
@@ -121,6 +124,14 @@ async def replay_async(
     requests = [endpoint.request(path, request_body(api, model, p, int(m)), int(i))
                 for p, m, i in zip(prompts(isl, hash_ids, block_tokens, vocab_size, seed), osl.tolist(), rid.tolist(), strict=True)]  # fmt: skip
     schedule = Schedule(arrival, requests, isl, osl)
+    if clients is not None:
+        connector = Connector(endpoint)
+        await connector.resolve()
+        t0 = time.perf_counter() + LEAD_S
+        sent = await send_closed_loop(connector, schedule, clients, t0, timeout_s, on_done)
+        sent_at = np.array([r.sent_s for r in sent.results], dtype=np.float64)
+        # no schedule to be late for: each request's own send is its arrival
+        return replace(_result(sent, sent_at - t0, rid, t0, time.perf_counter() - t0, 1), clients=clients)
     n = processes or processes_for(arrival)
     if n == 1:
         connector = Connector(endpoint)

@@ -107,3 +107,31 @@ def test_a_closed_port_without_a_model_name_is_unreachable_too(trace: Path) -> N
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--json"])
     assert result.exit_code == exit_codes.UNREACHABLE, result.output
     assert result.stderr.startswith(f"error: {url}: no answer (ConnectError") and "is the server up?" in result.stderr, result.stderr
+
+
+def _most_in_flight(records) -> int:
+    """The most requests between their send and their last token at any instant (sends are the intervals' starts)."""
+    sent, done = records.column("arrival_s").to_numpy(), records.column("finish_s").to_numpy()
+    return max(int(((sent <= t) & (done > t)).sum()) for t in sent)
+
+
+def test_closed_loop_keeps_n_clients_busy_and_says_it_is_not_capacity(trace: Path, tmp_path: Path) -> None:
+    """--max-concurrency 3: never more than 3 in flight, and 3 most of the time — each client sends its next request
+    as its last one ends, whatever the trace's arrival times (40 requests 50 ms apart would otherwise overlap)."""
+    out = tmp_path / "closed"
+    with twin() as url:
+        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-concurrency", "3", "--slo-ttft-ms", "2000",
+                                     "--out", str(out), "--json"])  # fmt: skip
+        refused = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-concurrency", "3", "--request-rate", "5"])
+    assert result.exit_code == 0, result.output
+    s = json.loads(result.stdout)
+    assert s["mode"] == "closed loop" and s["max_concurrency"] == 3 and "not capacity" in s["caveat"]
+    assert s["requests"] == 40 and s["status"]["ok"] == 40 and s["send_lateness_ms"] is None and s["valid"]
+    records = pq.read_table(out / "records.parquet")
+    assert _most_in_flight(records) == 3
+    # the achieved rate is the clients' pace: 40 requests over the run's wall time
+    assert s["mean_rate_rps"] == pytest.approx(40 / s["wall_s"])
+    # each send after the first three follows a finish (a client freed) within a few ms
+    sent, done = sorted(records.column("arrival_s").to_pylist()), sorted(records.column("finish_s").to_pylist())
+    assert all(0 <= sent[k + 3] - done[k] < 0.05 for k in range(37))
+    assert refused.exit_code == 2 and "drop --request-rate" in refused.stderr
