@@ -39,15 +39,19 @@ def shadow(baseline: str, candidate: str, trace: str, predictions: str, share: f
     import mlflow
     import pyarrow.parquet as pq
 
-    from llmcap.commands._trace_input import read_trace_input
     from llmcap.errors import LlmcapError
+    from llmcap.trace import ingest
     from llmcap.trace.synth import scale_rate
 
     preds = load_predictions(Path(predictions))
     if share not in preds:
         raise LlmcapError(f"{predictions} has no prediction for share {share:g} (it has {sorted(preds)}): "
                           f"`llmcap rollout predict --steps {share:g}`")  # fmt: skip
-    table = read_trace_input(Path(trace), "auto", "auto", None, None, False, 1.0, "by_id", announce=False).trace
+    cleaned = ingest(Path(trace))  # any format, the library's defaults (as `llmcap replay` reads it with no input options)
+    cleaned.require_rows()
+    for warning in cleaned.report.warnings:
+        print(f"warning: {trace}: {warning}")
+    table = cleaned.trace
     if max_requests:
         table = table.slice(0, max_requests)
     if request_rate:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.sizing.measured import with_corrections
     from llmcap.credentials import api_key_from_env, redact_url
     from llmcap.errors import InputFileError
-    from llmcap.commands._endpoint import first_served_model
+    from llmcap.live.served import first_served_model
     from llmcap.replaycheck import check_unit, unit_from_plan
     from llmcap.replaycheck.runs import run_label
     from llmcap.report.replay import write_replay_report

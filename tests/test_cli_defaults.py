@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from llmcap.candidates import EnumerationSpec, ParallelGrid
 from llmcap.cli import load_command
-from llmcap.commands._deployment import EngineOptions
+from llmcap.deployment import EngineOptions
 from llmcap.config import ProfileParams, ReplayParams
 from llmcap.live.profiler import ProfileSpec
 from llmcap.memory import MemoryParams

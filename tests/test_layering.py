@@ -73,3 +73,20 @@ MODULE_LINES = 520  # "~500": one concept a module (docs/architecture.md)
 def test_library_modules_stay_small() -> None:
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "llmcap").rglob("*.py") if (n := len(p.read_text().splitlines())) > MODULE_LINES}
     assert long == {}, f"split these by concern: {long}"
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    """llmcap.commands is the CLI layer (option declarations and printing): the library, the stages, the flows and ops
+    build on the library (`llmcap.deployment`, `llmcap.trace.ingest`, `llmcap.live.served`), never on a command."""
+    offenders = {}
+    for folder in ("llmcap", "stages", "flows", "ops"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("llmcap", "commands") or rel == Path("llmcap/cli.py"):
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            found = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("llmcap.commands")}
+                           | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.startswith("llmcap.commands")})  # fmt: skip
+            if found:
+                offenders[str(rel)] = found
+    assert offenders == {}

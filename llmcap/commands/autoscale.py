@@ -18,8 +18,6 @@ from rich.table import Table
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import (
-    ENGINE,
-    EngineOptions,
     GpuMemUtilOpt,
     GpuOpt,
     KvBlockSizeOpt,
@@ -29,9 +27,8 @@ from llmcap.commands._deployment import (
     ModelOpt,
     QuantOpt,
     TpOpt,
-    sim_config,
-    step_model,
 )
+from llmcap.deployment import ENGINE, EngineOptions, sim_config, step_model
 from llmcap.commands._goodput import SLO
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError

@@ -57,7 +57,7 @@ def profile(
 
     Exit codes: 0 ok; 2 unusable options; 4 UNREACHABLE (no answer at all); 5 FAILED (more than --max-failed
     of the runs failed: the profile is written from the rest, or not at all when every run failed)."""
-    from llmcap.commands._endpoint import first_served_model
+    from llmcap.live.served import first_served_model
     from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
     api_key = api_key_from_env(api_key_env)

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from llmcap import exit_codes
 from llmcap.commands._common import dumps, err_console, out_console, print_json, user_errors
-from llmcap.commands._endpoint import first_served_model
+from llmcap.live.served import first_served_model
 from llmcap.commands._goodput import SLO, steady_window
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,

@@ -26,8 +26,6 @@ import typer
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import err_console, user_errors
 from llmcap.commands._deployment import (
-    ENGINE,
-    EngineOptions,
     GpuMemUtilOpt,
     GpuOpt,
     KvBlockSizeOpt,
@@ -38,9 +36,8 @@ from llmcap.commands._deployment import (
     ProfileOpt,
     QuantOpt,
     TpOpt,
-    sim_config,
-    step_model,
 )
+from llmcap.deployment import ENGINE, EngineOptions, sim_config, step_model
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError
 

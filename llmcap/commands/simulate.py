@@ -21,9 +21,7 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._goodput import SLO, GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
-    ENGINE,
-    EngineOptions,
-    model_default,
+    AdmissionOpt,
     FirstTokenFromOpt,
     GpuMemUtilOpt,
     HostBlocksOpt,
@@ -41,14 +39,10 @@ from llmcap.commands._deployment import (
     ProfileOpt,
     QuantOpt,
     ReplicasOpt,
-    AdmissionOpt,
     RouterOpt,
     TpOpt,
-    check_choices,
-    deployment_label,
-    sim_config,
-    step_model,
 )
+from llmcap.deployment import ENGINE, EngineOptions, check_choices, deployment_label, model_default, sim_config, step_model
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,

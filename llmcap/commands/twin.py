@@ -15,13 +15,11 @@ import typer
 from llmcap.catalog import get_gpu, load_model
 from llmcap.commands._common import user_errors
 from llmcap.commands._deployment import (
-    ENGINE,
     DecodeGpuOpt,
     DecodeMaxBatchedOpt,
     DecodeMaxNumSeqsOpt,
     DecodeNumBlocksOpt,
     DecodeTpOpt,
-    EngineOptions,
     FirstTokenFromOpt,
     GpuMemUtilOpt,
     GpuOpt,
@@ -42,12 +40,8 @@ from llmcap.commands._deployment import (
     ReplicasOpt,
     RouterOpt,
     TpOpt,
-    check_choices,
-    decode_step_model,
-    deployment_label,
-    sim_config,
-    step_model,
 )
+from llmcap.deployment import ENGINE, EngineOptions, check_choices, decode_step_model, deployment_label, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.twin import Twin, TwinSpec
 

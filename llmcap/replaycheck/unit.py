@@ -2,7 +2,7 @@
 max feasible rate the plan predicts for it.
 
 The unit is described as `llmcap twin serve` options (`EngineOptions`), and its prediction is built from
-those same options by the same function the twin uses (`llmcap.commands._deployment.sim_config`), so the
+those same options by the same function the twin uses (`llmcap.deployment.sim_config`), so the
 twin and the prediction cannot drift apart. The engine knobs come from the candidate rows the size stage
 sized: KV blocks from the row's `kv_tokens_per_instance`, `max_model_len` from its `max_context_len`.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._deployment import EngineOptions, decode_step_model, sim_config, step_model
+from llmcap.deployment import EngineOptions, decode_step_model, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.routing import first_token_from

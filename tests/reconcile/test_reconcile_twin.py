@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pytest
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._deployment import EngineOptions, sim_config
+from llmcap.deployment import EngineOptions, sim_config
 from llmcap.live.replay import replay
 from llmcap.perf.corrections import apply_corrections
 from llmcap.reconcile.params import ReconcileParams

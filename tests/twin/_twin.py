@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._deployment import EngineOptions, sim_config, step_model
+from llmcap.deployment import EngineOptions, sim_config, step_model
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
 from llmcap.twin import Twin, TwinSpec

@@ -1,4 +1,4 @@
-"""Commands that talk to a serving endpoint: which model it serves when the user did not say."""
+"""Which model a serving endpoint serves, for a caller that was not told (`replay`, `profile`, the replay stage)."""
 
 from __future__ import annotations
 
