@@ -11,7 +11,7 @@ simulator); KV blocks per replica come from the memory plan.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +20,7 @@ import llmcap.perf as perf
 from llmcap.admission_names import admission_option
 from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
 from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
@@ -146,3 +147,11 @@ def decode_step_model(model: str, gpu: str, o: EngineOptions) -> StepTimeModel |
 
 def deployment_label(cfg: SimConfig) -> str:
     return f"P/D {cfg.pd.prefill_replicas}:{cfg.pd.decode_replicas}" if cfg.pd else f"{cfg.replicas} replica(s)"
+
+
+PRESET_FIELDS = ("admission_policy", "max_num_seqs", "max_num_batched_tokens", "block_size")  # what an engine preset sets
+
+
+def with_preset(o: EngineOptions, preset: EnginePreset, given: set[str]) -> EngineOptions:
+    """`o` with the engine's own defaults for every preset knob the user did not give (`given`: option names)."""
+    return replace(o, **{name: getattr(preset, name) for name in PRESET_FIELDS if name not in given})

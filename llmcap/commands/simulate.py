@@ -42,7 +42,17 @@ from llmcap.commands._deployment import (
     RouterOpt,
     TpOpt,
 )
-from llmcap.deployment import ENGINE, EngineOptions, check_choices, deployment_label, model_default, sim_config, step_model
+from llmcap.deployment import (
+    ENGINE,
+    PRESET_FIELDS,
+    EngineOptions,
+    check_choices,
+    deployment_label,
+    model_default,
+    sim_config,
+    step_model,
+    with_preset,
+)
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -57,6 +67,7 @@ from llmcap.commands._trace_input import (
     positive,
     read_trace_input,
 )
+from llmcap.engine_presets import engine_preset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.exit_codes import SLO_MISSED
 from llmcap.routing import includes_handoff
@@ -99,6 +110,8 @@ def simulate(
     replicas: ReplicasOpt = ENGINE.replicas,
     router: RouterOpt = ENGINE.router,
     admission_policy: AdmissionOpt = ENGINE.admission_policy,
+    engine_name: Annotated[str | None, typer.Option("--engine", help="vllm | sglang | trtllm: that engine's own defaults on --gpu for "
+                                                    "the admission policy, chunk, max batch and KV block; an option given explicitly wins")] = None,  # fmt: skip
     pd: PdOpt = None,
     first_token_from: FirstTokenFromOpt = ENGINE.first_token_from,
     link_gbps: LinkGbpsOpt = ENGINE.link_gbps,
@@ -147,6 +160,10 @@ def simulate(
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,
         host_gbps=host_gbps, max_model_len=max_model_len,
     )  # fmt: skip
+    preset = engine_preset(engine_name, get_gpu(gpu)) if engine_name is not None else None
+    if preset is not None:
+        explicit = {n for n in PRESET_FIELDS if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
+        opts = with_preset(opts, preset, explicit)
     check_choices(opts)
     output = output_format(output_fmt, json_out)
     slo = _goodput_slo(goodput, itl_stat, includes_handoff(first_token_from))
@@ -195,6 +212,8 @@ def simulate(
     s["rejected_over_max_model_len"] = _over_limit(table, engine.max_model_len)
     s["input_accounting"] = account_json(cleaned.report)
     s["deployment"] = deployment_label(cfg)
+    if preset is not None:
+        s["engine_preset"] = preset.to_dict() | {"overridden": sorted(n for n in PRESET_FIELDS if getattr(opts, n) != getattr(preset, n))}
     if slo is not None:
         s["goodput"] = _goodput_summary(result, slo, pd is not None)
     if output == "json":
@@ -213,6 +232,9 @@ def simulate(
     console = out_console()
     console.print(t)
     console.print(f"step times: {s['profile']['describe'] if measured is not None else 'the roofline for ' + g.name}")
+    if preset is not None:
+        console.print(f"engine preset: {preset.line()}" + (f" (given instead: {', '.join(s['engine_preset']['overridden'])})"
+                                                           if s["engine_preset"]["overridden"] else ""), highlight=False)  # fmt: skip
     thr = s["throughput"]
     console.print(
         f"requests {s['requests']:,} (completed {s['completed']:,}, rejected {s['rejected']:,} of which "

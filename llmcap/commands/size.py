@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_candidates, workload_context_lengths
-from llmcap.catalog import get_gpu, load_model
+from llmcap.catalog import ModelSpec, get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, dumps, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
@@ -50,6 +50,7 @@ from llmcap.commands._trace_input import (
     read_trace_input,
 )
 from llmcap.config import Params, load_params
+from llmcap.engine_presets import EnginePreset, engine_preset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.memory import MemoryParams
 from llmcap.planning import StepTimes, plan_capacity
@@ -166,6 +167,34 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
     )  # fmt: skip
 
 
+def _given(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"  # typer's own click: compare by name
+
+
+def _presets(engine: str | None, gpus: list[str] | None, candidates_file: Path | None) -> dict[str, EnginePreset]:
+    """Each GPU's preset of `engine` (none without --engine)."""
+    if engine is None:
+        return {}
+    if gpus is None:
+        raise LlmcapError(f"--engine sets the candidates' scheduler knobs; --candidates {candidates_file} already fixes them: give one")
+    return {get_gpu(g).name: engine_preset(engine, get_gpu(g)) for g in gpus}
+
+
+def _enumerate(spec: ModelSpec, grid: EnumerationSpec, lengths: dict[str, int], presets: dict[str, EnginePreset]) -> pd.DataFrame:
+    """The grid's candidates; with presets, each GPU's with that engine's own scheduler knobs in every role."""
+    if not presets:
+        return enumerate_candidates(spec, grid, lengths).table
+    parts = []
+    for name, p in presets.items():
+        knobs = SchedulerGrid(max_num_seqs=[p.max_num_seqs], max_num_batched_tokens=[p.max_num_batched_tokens], block_sizes=[p.block_size])
+        parts.append(enumerate_candidates(spec, grid.model_copy(update={"gpus": [name], "aggregated": knobs, "prefill": knobs, "decode": knobs}),
+                                          lengths).table)  # fmt: skip
+    table = pd.concat(parts, ignore_index=True)
+    table["row"] = range(len(table))  # one numbering across the GPUs
+    return table
+
+
 def read_candidates(path: Path) -> pd.DataFrame:
     """An enumerated candidates table (the enumerate stage's candidates.parquet)."""
     import pyarrow as pa
@@ -243,6 +272,9 @@ def size(
     kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
     admission_policy: AdmissionOpt = SIZE.admission_policy,
+    engine: Annotated[str | None, typer.Option(help="vllm | sglang | trtllm: size for that engine's own defaults on each GPU "
+                                               "(admission policy, chunk, max batch, KV block; sources in the output); an "
+                                               "explicit --admission-policy still wins")] = None,  # fmt: skip
     step_model: Annotated[Path | None, typer.Option(help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile.")] = None,
     params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
@@ -286,6 +318,9 @@ def size(
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
                               parse_percentiles(slo_percentile))  # fmt: skip
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
+    presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
+    if presets and not _given(ctx, "admission_policy"):
+        params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
     spec = load_model(model)  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
@@ -307,7 +342,7 @@ def size(
             parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
             aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context,
         )  # fmt: skip
-        candidates = enumerate_candidates(spec, grid, workload_context_lengths(workload)).table
+        candidates = _enumerate(spec, grid, workload_context_lengths(workload), presets)
         gpu_memory_utilization = grid.memory.gpu_memory_utilization
     if not candidates["feasible"].any():
         _ruled_out_report(candidates, output)
@@ -342,7 +377,7 @@ def size(
         "max_model_len": context,
         "rejected_over_max_model_len": over,
         "input_accounting": account_json(cleaned.report),
-    }
+    } | ({"engine_preset": {gpu_name: p.to_dict() for gpu_name, p in presets.items()}} if presets else {})
     if out is not None:
         paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
     fails = s["verdict"] == "fails"
@@ -351,6 +386,8 @@ def size(
     elif output == "csv":
         print_csv(chosen_rows(outcome.table.to_pylist(), s["chosen"], s["mode"]))
     else:
+        for gpu_name, p in presets.items():
+            out_console().print(f"engine preset on {gpu_name}: {p.line()}", highlight=False)
         _print_plan(outcome, spec.name, step_line, serve, model, over, context)
     for path in paths.values():
         print(f"  wrote {path}", file=sys.stderr)
