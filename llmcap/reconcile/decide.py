@@ -111,7 +111,7 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
     judged = [b for b in biases if b.requests >= params.min_requests and all(q in b.errors.get(m, {}) for m in metrics)]
     ratios = {id(b): {m: _ratio(b, m, q) for m in metrics} for b in biases}
     biased = {id(b): tuple(m for m in metrics if _is_biased(b, m, q, tol)) for b in biases}
-    weights = np.array([b.requests for b in judged], dtype=np.float64)
+    weights = np.array([b.requests for b in judged])
     medians = {m: _weighted_median(np.array([ratios[id(b)][m] for b in judged]), weights) if judged else 1.0 for m in metrics}
     main = {id(b) for b in judged if not any(_deviates(b, m, q, medians[m], tol) for m in metrics)}
     drifting = [d for d in drifts if abs(d.change) > tol]
@@ -132,18 +132,17 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
         # carries queueing, which a slower engine grows more than in proportion
         metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
         global_factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
-        corrections.append(Correction(factor=global_factor, min_context=0, buckets=tuple(b.label for b in members), reasoning=(
+        corrections.append(Correction(factor=global_factor, buckets=tuple(b.label for b in members), reasoning=(
             f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
             f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
             f"(median measured/predicted {metric.upper()} per request over those buckets)")))  # fmt: skip
 
-    deviating = [b for b in judged if id(b) not in main]
     range_factor: dict[tuple, float] = {}
     if not stale_reason:
-        for rng in sorted({b.isl_range for b in deviating}, key=lambda r: r[0]):
+        for rng in sorted({b.isl_range for b in judged}):  # one range per lower edge: they sort by it
             same = [b for b in judged if b.isl_range == rng]
             if rng[0] == 0 or any(id(b) in main for b in same):
-                continue  # the range's bias is not confined to the range as a whole
+                continue  # the range's bias is not confined to the range as a whole (or some of it agrees)
             # fitted on TTFT: a range correction scales prefill steps only
             factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
             range_factor[rng] = factor

@@ -83,7 +83,7 @@ class _Series:
 
     def __init__(self, table: pa.Table, schema: MetricSchema) -> None:
         t = table.column("time_s").to_numpy()
-        names = np.asarray(table.column("name").to_pylist(), dtype=object)
+        names = np.asarray(table.column("name").to_pylist())
         values = table.column("value").to_numpy()
         self.times = np.unique(t)
         self.data: dict[str, np.ndarray] = {}
@@ -106,8 +106,8 @@ class _Series:
         return float(v.mean()) if v.size else np.nan
 
     def growth(self, q: str, lo: int, hi: int) -> float:
-        """Counter growth from the last scrape before the window (or its first) to its last."""
-        if q not in self.data or hi <= lo:
+        """Counter growth from the last scrape before the window (or its first) to its last (callers pass hi > lo)."""
+        if q not in self.data:
             return np.nan
         a = self.data[q]
         return float(a[hi - 1] - a[max(lo - 1, 0)])
@@ -120,7 +120,7 @@ def _windows(s: _Series, window_s: float) -> list[Window]:
     out = []
     edges = np.arange(t0, t1 + window_s, window_s)
     for a, b in pairwise(edges.tolist()):
-        lo, hi = int(np.searchsorted(s.times, a, "left")), int(np.searchsorted(s.times, b, "left"))
+        lo, hi = int(np.searchsorted(s.times, a)), int(np.searchsorted(s.times, b))  # side "left": [a, b)
         if b >= t1:
             hi = s.times.size
         if hi <= lo:
@@ -156,10 +156,10 @@ def _readings(w: dict[str, float], base: dict[str, float], p: DiagnoseParams) ->
         out["memory_bound"] = ({"waiting": waiting, "kv_usage": kv}, {})
     if w["preemptions_per_s"] >= p.preemptions_per_s:
         out["preemptions"] = ({"preemptions_per_s": w["preemptions_per_s"], "kv_usage": kv}, {})
-    hit, base_hit = w["prefix_hit_rate"], base.get("prefix_hit_rate", np.nan)
+    hit, base_hit = w["prefix_hit_rate"], base["prefix_hit_rate"]
     if hit <= base_hit - p.prefix_hit_drop:
         out["prefix_hit_drop"] = ({"prefix_hit_rate": hit}, {"prefix_hit_rate": base_hit})
-    itl, base_itl = w["itl_mean_s"], base.get("itl_mean_s", np.nan)
+    itl, base_itl = w["itl_mean_s"], base["itl_mean_s"]
     if itl >= base_itl * (1.0 + p.itl_rise) and w["link_busy"] >= p.network_high:
         out["transfer_contention"] = ({"itl_mean_s": itl, "link_busy": w["link_busy"]}, {"itl_mean_s": base_itl})
     return out  # comparisons with NaN are False: a quantity the series lacks shows nothing

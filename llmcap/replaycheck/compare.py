@@ -15,6 +15,7 @@ fails when any fails; one miss among 40 requests decides nothing.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -31,9 +32,8 @@ CONFIDENCE = 0.95
 
 def bucket_labels(edges: list[int]) -> list[str]:
     """`[4096, 16384]` -> ["<4096", "4096-16383", ">=16384"]."""
-    bounds = [0, *edges]
     labels = [f"<{edges[0]}"] if edges else ["all"]
-    labels += [f"{lo}-{hi - 1}" for lo, hi in zip(bounds[1:], bounds[2:])]
+    labels += [f"{lo}-{hi - 1}" for lo, hi in pairwise(edges)]
     return labels + [f">={edges[-1]}"] if edges else labels
 
 
@@ -66,7 +66,7 @@ def bucket_table(measured: pa.Table, predicted: pa.Table, isl_edges: list[int], 
     m, p = _side(measured, isl_edges, osl_edges), _side(predicted, isl_edges, osl_edges)
     isl_order, osl_order = bucket_labels(isl_edges), bucket_labels(osl_edges)
     keys = sorted(set(m) | set(p), key=lambda k: (run_order.index(k[0]), isl_order.index(k[1]), osl_order.index(k[2])))
-    empty = {"n": 0, "ttft_ms": [None] * 3, "itl_ms": [None] * 3}
+    empty = {"n": 0, "ttft_ms": [None] * len(PERCENTILES), "itl_ms": [None] * len(PERCENTILES)}
     rows = []
     for key in keys:
         a, b = m.get(key, empty), p.get(key, empty)

@@ -51,7 +51,7 @@ class Prediction:
     def from_values(cls, share: float, ttft_s: np.ndarray, itl_s: np.ndarray, itl_weights: np.ndarray,
                     kv_usage_max: float, waiting_max: float, preemptions: int) -> Prediction:  # fmt: skip
         order = np.argsort(itl_s)
-        cum = np.concatenate([[0.0], np.cumsum(np.asarray(itl_weights, dtype=np.float64)[order])])
+        cum = np.concatenate([[0.0], np.cumsum(np.asarray(itl_weights)[order])])  # float counts: the 0.0 makes them so
         itl = Buckets(ITL_BOUNDS, cum[np.searchsorted(np.asarray(itl_s)[order], ITL_BOUNDS, side="right")])
         n = int(np.asarray(ttft_s).size)
         return cls(share, n, of_values(ttft_s, TTFT_BOUNDS), itl, float(kv_usage_max), float(waiting_max),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from llmcap.errors import LlmcapError
-from llmcap.reconcile.diagnose import CAVEAT, READINGS, diagnose
+from llmcap.reconcile.diagnose import CAVEAT, READINGS, Finding, diagnose
 from llmcap.reconcile.metric_schema import schema_for
 from llmcap.reconcile.params import DiagnoseParams
 from llmcap.reconcile.series import to_table
@@ -25,24 +25,28 @@ LATE = 10  # the pattern runs from this second on: windows 2-4
 
 def series(waiting: Callable[[int], float] = lambda t: 0.0, kv: tuple[Callable[[int], float], Callable[[int], float]] = (lambda t: 0.2, lambda t: 0.1),
            preempted: Callable[[int], float] = lambda t: 0.0, hit_rate: Callable[[int], float] = lambda t: 0.5,
-           itl_s: Callable[[int], float] = lambda t: 0.02, busy: Callable[[int], float] = lambda t: 0.0):  # fmt: skip
-    """Scrapes of two engines. Per-second rates become counters: preempted/s, a hit rate of 100 queries a second,
-    a mean ITL over 50 tokens a second, a link busy share."""
+           itl_s: Callable[[int], float] = lambda t: 0.02, busy: Callable[[int], float] = lambda t: 0.0,
+           running: Callable[[int], float] = lambda t: 4.0, queries: Callable[[int], float] = lambda t: 100.0,
+           tokens: Callable[[int], float] = lambda t: 50.0, n: int = T):  # fmt: skip
+    """Scrapes of two engines at seconds 0 .. n-1. Per-second rates become counters: preempted/s, a hit rate of
+    `queries` (100) a second, a mean ITL over `tokens` (50) a second, a link busy share. `running` is per engine;
+    a KV usage of None is not reported in that scrape."""
     cum = {"pre": 0.0, "q": 0.0, "h": 0.0, "isum": 0.0, "icount": 0.0, "busy": 0.0}
     scrapes = []
-    for t in range(T):
+    for t in range(n):
         if t > 0:  # what happened in (t-1, t]
             cum["pre"] += preempted(t)
-            cum["q"] += 100.0
-            cum["h"] += 100.0 * hit_rate(t)
-            cum["icount"] += 50.0
-            cum["isum"] += 50.0 * itl_s(t)
+            cum["q"] += queries(t)
+            cum["h"] += queries(t) * hit_rate(t)
+            cum["icount"] += tokens(t)
+            cum["isum"] += tokens(t) * itl_s(t)
             cum["busy"] += busy(t)
         snap = {}
         for e, share in (("0", 0.5), ("1", 0.5)):
             snap[(TWIN.waiting, e)] = waiting(t) * share
-            snap[(TWIN.running, e)] = 4.0
-            snap[(TWIN.kv_usage, e)] = kv[int(e)](t)
+            snap[(TWIN.running, e)] = running(t)
+            if (usage := kv[int(e)](t)) is not None:
+                snap[(TWIN.kv_usage, e)] = usage
             snap[(TWIN.preemptions, e)] = cum["pre"] * share
             snap[(TWIN.prefix_queries, e)] = cum["q"] * share
             snap[(TWIN.prefix_hits, e)] = cum["h"] * share
@@ -139,9 +143,109 @@ def test_one_window_is_a_blip_and_findings_are_ordered() -> None:
 
 
 def test_an_empty_series_is_an_error_and_missing_quantities_are_named() -> None:
-    with pytest.raises(LlmcapError, match="empty"):
+    with pytest.raises(LlmcapError, match="^the metric series is empty: nothing to diagnose$"):
         diagnose(series().slice(0, 0), P)
     table = series(waiting=late(3.0))
     no_kv = table.filter(np.asarray(table.column("name").to_pylist()) != TWIN.kv_usage)
     d = diagnose(no_kv, P, schema=TWIN)
     assert "kv_usage" in d.missing and d.findings == []  # without KV usage the queueing rules cannot tell
+
+
+def windows(table, params: DiagnoseParams = P) -> list[tuple[float, float]]:
+    return [(w.start_s, w.end_s) for w in diagnose(table, params).windows]
+
+
+def test_windows_at_the_edges_of_the_series() -> None:
+    assert windows(series(n=2)) == [(0.0, 1.0)]  # two scrapes are one window
+    assert windows(series(n=1)) == []  # one scrape has no span
+    # scrapes 0 .. 40: the last edge falls on the last scrape, which belongs to the last window [30, 40]:
+    # waiting 3 in that scrape alone is 3 / 11 over the window's 11 scrapes (30 .. 40)
+    d = diagnose(series(waiting=lambda t: 3.0 if t == 40 else 0.0, n=41), P)
+    assert [(w.start_s, w.end_s) for w in d.windows] == [(0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)]
+    assert d.windows[-1].values["waiting"] == pytest.approx(3 / 11)
+    # no scrape in [10, 30): those windows are left out, the ones after them are still read
+    table = series()
+    gap = table.filter(np.isin(table.column("time_s").to_numpy(), np.arange(10, 30), invert=True))
+    assert windows(gap) == [(0.0, 10.0), (30.0, 39.0)]
+
+
+def test_the_first_window_counts_from_its_first_scrape() -> None:
+    # 0.1 preemptions a second: the first window has no scrape before it, so its growth runs from the scrape at 0 s to
+    # the one at 9 s: 0.9 over 9 s; the next one from 9 s to 19 s: 1.0 over 10 s. Both 0.1 a second
+    d = diagnose(series(preempted=lambda t: 0.1), P)
+    assert [w.values["preemptions_per_s"] for w in d.windows] == pytest.approx([0.1] * 4)
+
+
+def test_a_gauge_is_averaged_over_its_own_window() -> None:
+    # running per engine: 8 before 10 s, 2 in [10, 20), 1 after: summed over the two engines 16, 4, 2
+    d = diagnose(series(running=lambda t: 8.0 if t < 10 else 2.0 if t < 20 else 1.0), P)
+    assert [w.values["running"] for w in d.windows] == pytest.approx([16.0, 4.0, 2.0, 2.0])
+
+
+def test_kv_usage_counts_only_the_scrapes_that_report_it() -> None:
+    # engine 0 reports 0.8 at odd seconds before 30 s, engine 1 never: a scrape without it is no empty cache (not 0)
+    # and a window without any is unknown (NaN), so the queueing rules do not read it
+    d = diagnose(series(waiting=lambda t: 3.0, kv=(lambda t: 0.8 if t % 2 and t < 30 else None, lambda t: None)), P)
+    assert [w.values["kv_usage"] for w in d.windows[:3]] == pytest.approx([0.8] * 3) and np.isnan(d.windows[3].values["kv_usage"])
+    # 0.8 is neither free (< 0.7) nor full (>= 0.9): no reading, in any window
+    assert d.findings == []
+
+
+def test_a_window_without_queries_or_tokens_has_no_rate() -> None:
+    d = diagnose(series(queries=lambda t: 0.0, tokens=lambda t: 0.0), P)
+    assert all(np.isnan(w.values["prefix_hit_rate"]) and np.isnan(w.values["itl_mean_s"]) for w in d.windows)
+    # a single query (a hit: rate 1.0) and a single token (2^-6 s) in [10, 20) are a rate, however few
+    one = lambda t: 1.0 if t == 15 else 0.0  # noqa: E731
+    d = diagnose(series(queries=one, tokens=one, hit_rate=lambda t: 1.0, itl_s=lambda t: 2**-6), P)
+    assert (d.windows[1].values["prefix_hit_rate"], d.windows[1].values["itl_mean_s"]) == (1.0, 2**-6)
+    assert np.isnan(d.windows[0].values["prefix_hit_rate"]) and np.isnan(d.windows[2].values["itl_mean_s"])
+
+
+def test_a_baseline_series_gives_the_itl_to_compare_against() -> None:
+    healthy = series(itl_s=lambda t: 2**-6)
+    run = series(itl_s=lambda t: 2**-6 * 1.25, busy=lambda t: 0.75)  # 25% slower tokens all along, the link 75% busy
+    d = diagnose(run, EXACT, baseline=healthy)
+    assert [(f.kind, f.start_s, f.end_s) for f in d.findings] == [("transfer_contention", 0.0, 39.0)]
+    f = d.findings[0]
+    assert f.values == pytest.approx({"itl_mean_s": 2**-6 * 1.25, "link_busy": 0.75}) and f.baseline == pytest.approx({"itl_mean_s": 2**-6})
+    # without the baseline, the run's own best earlier window is as slow: nothing to see
+    assert diagnose(run, EXACT).findings == []
+
+
+def test_a_baseline_of_one_query_and_one_token_is_still_a_baseline() -> None:
+    one = lambda t: 1.0 if t == 5 else 0.0  # noqa: E731
+    healthy = series(queries=one, tokens=one, hit_rate=lambda t: 0.9, itl_s=lambda t: 2**-6)
+    run = series(hit_rate=lambda t: 0.7, itl_s=lambda t: 2**-6 * 1.25, busy=lambda t: 0.75)
+    d = diagnose(run, EXACT, baseline=healthy)
+    assert [f.kind for f in d.findings] == ["prefix_hit_drop", "transfer_contention"]
+    assert d.findings[0].baseline == pytest.approx({"prefix_hit_rate": 0.9}) and d.findings[1].baseline == {"itl_mean_s": 2**-6}
+    # a baseline without queries or tokens has no rates: it shows nothing, and is no error
+    idle = series(queries=lambda t: 0.0, tokens=lambda t: 0.0)
+    assert diagnose(run, EXACT, baseline=idle).findings == []
+
+
+def test_a_finding_of_exactly_min_windows_is_kept() -> None:
+    two = lambda t: 3.0 if 10 <= t < 30 else 0.0  # noqa: E731 - queueing in windows [10, 20) and [20, 30): 2 = min_windows
+    assert found(waiting=two) == [("compute_bound", 10.0, 30.0)]
+
+
+def test_what_a_finding_says() -> None:
+    (f,) = diagnose(series(waiting=late(1.0), kv=(late(0.69, 0.1), lambda t: 0.0)), P).findings
+    assert (f.values, f.baseline) == (pytest.approx({"waiting": 1.0, "kv_usage": 0.69}), {})
+    assert str(f) == f"[10, 39) s: {READINGS['compute_bound']} — waiting 1, kv_usage 0.69; {CAVEAT}"
+    (f,) = diagnose(series(hit_rate=late(0.6, 0.8)), P).findings
+    assert (f.values, f.baseline) == (pytest.approx({"prefix_hit_rate": 0.6}), pytest.approx({"prefix_hit_rate": 0.8}))
+    assert str(f) == f"[10, 39) s: {READINGS['prefix_hit_drop']} — prefix_hit_rate 0.6 (baseline prefix_hit_rate 0.8); {CAVEAT}"
+
+
+def test_the_diagnosis_document() -> None:
+    d = diagnose(series(preempted=late(0.0625)), EXACT)
+    assert d.to_dict() == {"schema": "llmcap-twin", "missing": [], "windows": 4, "findings": [{
+        "kind": "preemptions", "window_s": [10.0, 39.0], "values": pytest.approx({"preemptions_per_s": 0.0625, "kv_usage": 0.2}),
+        "baseline": {}, "reading": READINGS["preemptions"], "caveat": CAVEAT}]}  # fmt: skip
+
+
+def test_a_finding_lists_every_value_and_baseline() -> None:
+    f = Finding("transfer_contention", 10.0, 39.0, {"itl_mean_s": 0.025, "link_busy": 0.8}, {"itl_mean_s": 0.02, "link_busy": 0.1},
+                "reading", 3)  # fmt: skip
+    assert str(f) == f"[10, 39) s: reading — itl_mean_s 0.025, link_busy 0.8 (baseline itl_mean_s 0.02, link_busy 0.1); {CAVEAT}"

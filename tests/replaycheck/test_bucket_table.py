@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+import yaml
 
 from llmcap.replaycheck.compare import bucket_labels, bucket_of, bucket_table, run_summary
 from llmcap.sizing.params import SloParams
@@ -50,4 +51,25 @@ def test_a_runs_summary_counts_statuses_and_its_steady_window() -> None:
     # steady window: arrivals 0..20 s less 10% warm-up and 10% drain, [2, 18): 16 requests, 3 of them slow (5, 10, 15)
     assert s["judged"] == 16 and s["met"] == 13 and s["attainment"] == pytest.approx(13 / 16)
     empty = run_summary(make_records([]).slice(0, 0), SloParams(ttft_ms=2000))
-    assert empty["requests"] == 0 and empty["attainment"] is None and empty["judged"] == 0
+    assert empty["requests"] == 0 and empty["attainment"] is None and empty["judged"] == 0 and empty["met"] == 0
+    assert empty["status"] == {"ok": 0, "unfinished": 0, "rejected": 0}
+
+
+def test_rows_come_in_run_then_bucket_order_in_plain_values() -> None:
+    # runs in scale order (1x before 1.2x, though "1.2x" < "1x" as text) and buckets from short to long ("4096-16383"
+    # sorts before "<4096" as text)
+    rows_in = [("1.2x", 100, 10, 50.0, 5.0, "ok"), ("1x", 5000, 10, 60.0, 6.0, "ok"), ("1x", 100, 10, 70.0, 7.0, "ok"),
+               ("0.8x", 20000, 10, 80.0, 8.0, "ok")]  # fmt: skip
+    rows = bucket_table(side(rows_in), side(rows_in), [4096, 16384], [], ["0.8x", "1x", "1.2x"])
+    assert [(r["run"], r["isl_bucket"], r["osl_bucket"]) for r in rows] == [
+        ("0.8x", ">=16384", "all"), ("1x", "<4096", "all"), ("1x", "4096-16383", "all"), ("1.2x", "<4096", "all")]  # fmt: skip
+    # what the replay summary writes: plain str / int / float, so any YAML or JSON writer takes them as they are
+    assert yaml.safe_load(yaml.safe_dump(rows)) == rows
+
+
+def test_requests_without_an_itl_have_no_itl_percentiles() -> None:
+    # one output token: no gap, so no TPOT (NaN); TTFT percentiles are still there
+    single = side([("1x", 100, 1, 100.0, None, "ok"), ("1x", 100, 1, 300.0, None, "ok")])
+    (row,) = bucket_table(single, single, [], [], ["1x"])
+    assert [row[f"itl_p{q}_measured_ms"] for q in (50, 90, 99)] == [None, None, None]
+    assert [row[f"ttft_p{q}_measured_ms"] for q in (50, 90, 99)] == pytest.approx([200.0, 280.0, 298.0])

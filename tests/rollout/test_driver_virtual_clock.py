@@ -5,14 +5,17 @@ no servers, no waiting: an hour of rollout runs in milliseconds."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import time
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
 from llmcap import exit_codes
-from llmcap.rollout.driver import RolloutPlan, run_rollout
+from llmcap.rollout.driver import AdminWeights, RolloutPlan, WallClock, run_rollout
 from llmcap.rollout.gates import Prediction, Tolerances
 from llmcap.rollout.histogram import Buckets
 from llmcap.rollout.observe import Observation
@@ -53,15 +56,17 @@ class Source:
     """As predicted until `breach_at` (virtual seconds); from then on TTFT p99 is 0.4 s (limit 0.35 s; still under the 0.5 s SLO)."""
 
     def __init__(self, clock: VirtualClock, breach_at: float = float("inf")) -> None:
-        self.clock, self.breach_at, self.observed = clock, breach_at, []
+        self.clock, self.breach_at, self.observed, self.windows = clock, breach_at, [], []
 
     async def sample(self) -> None:
         return None
 
     async def observe(self, start_s: float, end_s: float) -> Observation:
         self.observed.append(end_s)
+        self.windows.append((start_s, end_s))
         ttft = _ttft(0.4 if end_s >= self.breach_at else 0.2)
-        return Observation(start_s, end_s, 1000, 0, ttft, _ttft(0.02), 0.3, 2.0, 0.0)
+        # the waiting queue's max grows 0.1 a second into the step (6 after 60 s: under its limit, 2 + 8)
+        return Observation(start_s, end_s, 1000, 0, ttft, _ttft(0.02), 0.3, 0.1 * (end_s - start_s), 0.0)
 
 
 EVIDENCE: list[dict[str, Any]] = []  # what each approval was shown, in order
@@ -158,3 +163,111 @@ def test_a_plan_that_cannot_be_run_is_refused(steps, hold, interval, approve, me
     with pytest.raises(ValueError, match=re.escape(message)):
         RolloutPlan(steps, hold, interval, approve, 0.5)
     RolloutPlan((0.5, 1.0), 60.0, 60.0, (1.0,), 0.5)  # the edges that are fine: interval = hold, approval before a step
+
+
+def run(plan: RolloutPlan, approve=None, predictions=PREDICTIONS, breach_at: float = float("inf")):
+    """The loop with every event it reports; times relative to the clock's start."""
+    clock, events = VirtualClock(), []
+    weights, source = Weights(clock), Source(clock, clock.t + breach_at)
+    outcome = asyncio.run(run_rollout(plan, weights, source, predictions, Tolerances(), approve, events.append, clock))
+    return outcome, events, source
+
+
+def test_the_steps_and_their_evaluations_are_recorded_with_their_times() -> None:
+    outcome, _, source = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5))
+    assert outcome.reason == "100% of traffic on the candidate" and outcome.rolled_back_s is None
+    assert [(s.weight, s.started_s - 1_000.0, s.ended_s - 1_000.0, s.approval) for s in outcome.steps] == [
+        (0.05, 0.0, 60.0, None), (0.25, 60.0, 120.0, None), (1.0, 120.0, 180.0, None)]  # fmt: skip
+    first = outcome.steps[0].evaluations
+    assert [e.at_s - 1_000.0 for e in first] == [5.0 * k for k in range(1, 13)]
+    # each judgement observes the step from its start: windows [0, 5], [0, 10], ... [0, 60]; then [60, 65], ...
+    assert [e.window for e in first] == [(1_000.0, 1_000.0 + 5.0 * k) for k in range(1, 13)] and source.windows[12] == (1_060.0, 1_065.0)
+    assert outcome.to_json()["steps"][0]["approval"] is None
+
+
+def test_a_breach_ends_its_step_when_it_is_judged() -> None:
+    outcome, _, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), breach_at=71.0)  # judged at 75 s, 15 s into the 25% step
+    assert [(s.started_s - 1_000.0, s.ended_s - 1_000.0) for s in outcome.steps] == [(0.0, 60.0), (60.0, 75.0)]
+    assert outcome.rolled_back_s == 1_075.0
+
+
+def test_the_last_judgement_of_a_step_falls_at_the_end_of_its_hold() -> None:
+    # hold 10 s judged every 4.75 s (exact in binary): at 4.75, 9.5 and then 0.5 s later at 10, not 4.75 s later
+    outcome, _, source = run(RolloutPlan((1.0,), 10.0, 4.75, (), 0.5))
+    assert [t - 1_000.0 for t in source.observed] == [4.75, 9.5, 10.0] and outcome.status == "completed"
+
+
+def test_what_the_loop_reports_as_it_goes() -> None:
+    async def approve(weight: float, evidence: dict[str, Any]) -> dict[str, Any]:
+        return {"decision": "approve", "by": "carol"}
+
+    outcome, events, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (0.25,), 0.5), approve, breach_at=71.0)
+    held = events[1]
+    assert events[0] == "step 5%: holding 60 s, judging every 5 s"
+    # the held line lists the last judgement's gates: waiting 0.1 x 60 s = 6 (the first judgement's was 0.5)
+    assert held.startswith("step 5% held: error_rate: observed 0 within the limit <= 0.02, predicted 0: pass; ttft_p99: observed 0.2 within")
+    assert "; waiting: observed 6 within the limit <= 10, predicted 2: pass; " in held and held.count(": pass") == 7
+    assert events[2:] == ["waiting for approval before 25%", "step 25%: holding 60 s, judging every 5 s",
+                          "rolled back: at 25%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05"]  # fmt: skip
+    assert outcome.reason == events[-1].removeprefix("rolled back: ")
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "reason"),
+    [
+        ({"decision": "reject", "by": "carol", "reason": "not tonight"}, "rejected", "rejected before 25% by carol: not tonight"),
+        ({"decision": "timeout"}, "timed_out", "timed out before 25% by nobody: no reason given"),
+        ({"decision": "maybe", "by": "", "reason": ""}, "rejected", "rejected before 25% by nobody: no reason given"),
+    ],
+)
+def test_a_refusal_says_who_and_why(answer: dict[str, Any], status: str, reason: str) -> None:
+    async def approve(weight: float, evidence: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    outcome, events, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (0.25,), 0.5), approve)
+    assert (outcome.status, outcome.reason) == (status, reason) and events[-1] == f"rolled back: {reason}"
+
+
+def test_every_step_needs_a_prediction() -> None:
+    with pytest.raises(ValueError, match=re.escape("no prediction for the step weights [1.0]")):
+        run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), predictions={0.05: PRED, 0.25: PRED})
+
+
+def test_a_sub_second_interval_is_a_plan() -> None:
+    assert RolloutPlan((1.0,), 1.0, 0.5, (), 0.5).interval_s == 0.5
+    with pytest.raises(ValueError, match=r"^0 < interval_s <= hold_s$"):
+        RolloutPlan((1.0,), 1.0, 0.0, (), 0.5)
+
+
+def test_the_wall_clock_waits_and_reads_unix_time() -> None:
+    start = time.monotonic()
+    asyncio.run(WallClock().sleep(0.02))
+    assert time.monotonic() - start >= 0.02 and abs(WallClock().now() - time.time()) < 1.0
+
+
+@pytest.mark.parametrize("url", ["http://gw:8100", "http://gw:8100/"])
+def test_admin_weights_posts_the_candidates_share(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((str(request.url), json.loads(request.content), request.extensions["timeout"]))
+        return httpx.Response(200 if len(seen) == 1 else 500)
+
+    real = httpx.AsyncClient
+    monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
+    weights = AdminWeights(url)
+    asyncio.run(weights.set(0.25))
+    (posted, body, timeout), = seen
+    assert (posted, body) == ("http://gw:8100/admin/weights", {"candidate": 0.25})
+    assert all(v is not None for v in timeout.values())  # a gateway that does not answer is given up on
+    with pytest.raises(httpx.HTTPStatusError):  # the gateway refused: the loop must not go on as if it had moved
+        asyncio.run(weights.set(0.5))
+
+
+def test_a_breach_of_several_gates_names_each() -> None:
+    # predicted KV usage 0: its limit is 0 + 0.2, and the observed 0.3 breaks it from the first judgement, with TTFT
+    kv_free = Prediction(0.0, 1000, _ttft(0.2), _ttft(0.02), 0.0, 2.0, 0.0)
+    outcome, _, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), predictions=dict.fromkeys(STEPS, kv_free), breach_at=0.0)
+    assert outcome.reason == ("at 5%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05; "
+                              "kv_usage: observed 0.3 breaks the limit <= 0.2, predicted 0: BREACH by 0.1")  # fmt: skip
+    assert [b.gate for b in outcome.breaches] == ["ttft_p99", "kv_usage"] and outcome.rolled_back_s == 1_005.0

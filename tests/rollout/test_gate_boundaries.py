@@ -8,6 +8,7 @@ preemptions per request ≤ predicted + 0.05.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 
 from llmcap.rollout.driver import RolloutPlan
 from llmcap.rollout.export import ClusterNames, cluster_objects
-from llmcap.rollout.gates import Prediction, Tolerances, evaluate
+from llmcap.rollout.gates import GateResult, Prediction, Tolerances, evaluate, limits
 from llmcap.rollout.histogram import Buckets
 from llmcap.rollout.observe import Observation
 
@@ -136,3 +137,77 @@ def test_a_prediction_from_simulated_values() -> None:
     assert p.itl.total == pytest.approx(10.0) and p.itl.fraction_at_most(0.01) == pytest.approx(0.9)
     empty = Prediction.from_values(0.5, np.array([]), np.array([]), np.array([]), 0.0, 0.0, preemptions=0)
     assert empty.requests == 0 and empty.preemptions_per_request == 0.0
+
+
+def test_each_gate_reports_what_was_predicted() -> None:
+    v = verdicts(observed())
+    assert {g: r.predicted for g, r in v.items()} == pytest.approx({
+        "error_rate": 0.0, "ttft_p99": 0.2, "itl_p99": 0.02, "attainment": PREDICTED_ATTAINMENT, "kv_usage": 0.3,
+        "waiting": 2.0, "preemptions": 0.0}, abs=1e-12)  # fmt: skip
+    assert v["ttft_p99"].describe() == "ttft_p99: observed 0.2 within the limit <= 0.35, predicted 0.2: pass"
+
+
+def window_of(requests: float, preemptions: float = 0.0) -> Observation:
+    return Observation(0.0, 10.0, requests, 0.0, p99_at(0.2), p99_at(0.02), 0.3, 2.0, preemptions)
+
+
+def test_gates_judge_from_their_minimum_requests() -> None:
+    judged = lambda n: {g.gate for g in evaluate(window_of(n), PREDICTED, Tolerances(), TARGET_S) if g.judged}  # noqa: E731
+    # latency and engine gates from min_requests (20), the error gate from min_requests_errors (5)
+    assert judged(20) == set(LIMITS) and judged(19) == {"error_rate"}
+    assert judged(5) == {"error_rate"} and judged(4) == set()
+
+
+def test_a_window_without_requests_judges_nothing_and_has_no_rates() -> None:
+    v = {g.gate: g for g in evaluate(window_of(0, preemptions=3.0), PREDICTED, Tolerances(), TARGET_S)}
+    assert not any(r.judged for r in v.values()) and all(r.passed for r in v.values())
+    assert v["preemptions"].observed is None and v["error_rate"].observed is None
+    assert v["preemptions"].describe() == "preemptions: not judged (too little evidence)"
+    # one request with 3 preemptions: 3 per request, reported though too few to judge
+    one = {g.gate: g for g in evaluate(window_of(1, preemptions=3.0), PREDICTED, Tolerances(), TARGET_S)}
+    assert one["preemptions"].observed == 3.0 and not one["preemptions"].judged
+
+
+def test_attainment_exactly_at_its_limit_holds() -> None:
+    # every predicted request at or below the 0.5 s target: predicted attainment 1.0; with a drop of 0.25 (exact in
+    # binary) the limit is 0.75, and 750 of 1000 at or below the target is exactly 0.75
+    all_fast = Prediction(0.25, N, Buckets(np.array([0.1, TARGET_S, np.inf]), np.array([N, N, N])), p99_at(0.02), 0.3, 2.0, 0.0)
+    tol = Tolerances(attainment_drop=0.25, ttft_p99_abs_s=10.0)  # TTFT p99 of attained(0.75) is 9.62 s: given room
+    at = {g.gate: g for g in evaluate(observed(ttft=attained(0.75)), all_fast, tol, TARGET_S)}
+    assert (at["attainment"].observed, at["attainment"].limit, at["attainment"].predicted) == (0.75, 0.75, 1.0)
+    assert all(r.passed for r in at.values())
+    below = {g.gate: g for g in evaluate(observed(ttft=attained(0.749)), all_fast, tol, TARGET_S)}
+    assert {g for g, r in below.items() if not r.passed} == {"attainment"}
+
+
+def test_the_limits_of_an_empty_prediction() -> None:
+    # nothing predicted (no requests at that share): the latency limits are their absolute terms alone and the
+    # attainment limit is 1.0 - 0.05; those gates are not judged, having no prediction to compare
+    empty = Prediction.from_values(0.5, np.array([]), np.array([]), np.array([]), 0.0, 0.0, preemptions=0)
+    assert limits(empty, Tolerances(), TARGET_S) == {
+        "error_rate": ("<=", 0.02), "ttft_p99": ("<=", 0.05), "itl_p99": ("<=", 0.02), "attainment": (">=", pytest.approx(0.95)),
+        "kv_usage": ("<=", 0.2), "waiting": ("<=", 8.0), "preemptions": ("<=", 0.05)}  # fmt: skip
+    v = {g.gate: g for g in evaluate(observed(), empty, Tolerances(), TARGET_S)}
+    assert {g for g, r in v.items() if not r.judged} == {"ttft_p99", "itl_p99", "attainment"}
+
+
+def test_how_a_gate_result_reads() -> None:
+    assert GateResult("kv_usage", 0.6, 0.5, False, True).describe() == "kv_usage: observed 0.6 breaks the limit <= 0.5: BREACH by 0.1"
+    assert GateResult("kv_usage", 0.4, 0.5, True, True, 0.3).describe() == "kv_usage: observed 0.4 within the limit <= 0.5, predicted 0.3: pass"
+    assert GateResult("attainment", 0.9, 0.95, False, True, 1.0).describe() == (
+        "attainment: observed 0.9 breaks the limit >= 0.95, predicted 1: BREACH by 0.05")
+
+
+def test_a_simulated_itl_histogram_counts_nothing_below_the_shortest_gap() -> None:
+    # gaps 0.03 s (weight 9) and 0.2 s (weight 1) against the bounds 0.01, 0.025, 0.05, 0.075, ...: 0, 0, 9, 9, ...
+    p = Prediction.from_values(0.5, np.array([0.1]), np.array([0.2, 0.03]), np.array([1.0, 9.0]), 0.4, 3.0, preemptions=0)
+    assert p.itl.counts[:7].tolist() == [0.0, 0.0, 9.0, 9.0, 9.0, 9.0, 10.0] and p.itl.total == 10.0
+
+
+def test_a_prediction_file_reads_back_to_the_same_text() -> None:
+    # the simulator's ITL weights may be integer token counts: the histogram is written as float counts either way
+    # (as Prometheus keeps them), so predictions.json written, read and written again is the same text
+    p = Prediction.from_values(0.5, np.array([0.1, 0.3]), np.array([0.2, 0.03]), np.array([1, 9]), 0.4, 3.0, preemptions=1)
+    text = json.dumps(p.to_json())
+    assert json.dumps(Prediction.from_json(json.loads(text)).to_json()) == text
+    assert all(isinstance(c, float) for c in p.to_json()["itl"]["count"])
