@@ -117,13 +117,14 @@ def account_line(r: CleanReport) -> str:
     return (
         f"{r.source_file} ({r.source_format}): {r.rows_in:,} rows in = {r.rows_kept:,} kept + {r.rows_quarantined:,} "
         f"quarantined{why}; duplicates {r.duplicates}: {r.by_reason.get('duplicate', 0):,} dropped; {clock}"
+        + (f"; {r.prefix_scope}" if r.prefix_scope else "")
     )
 
 
 def account_json(r: CleanReport) -> dict[str, Any]:
     keys = ("source_file", "source_format", "rows_in", "rows_kept", "rows_quarantined", "by_reason", "duplicates",
             "generated_arrivals", "arrival_process", "arrival_column", "arrival_unit", "block_size", "warnings")  # fmt: skip
-    return {k: getattr(r, k) for k in keys}
+    return {k: getattr(r, k) for k in keys} | ({"prefix_scope": r.prefix_scope} if r.prefix_scope else {})
 
 
 def positive(option: str, value: float | None) -> None:

@@ -17,6 +17,7 @@ from llmcap import _native
 _native.load("trace")  # first: the compiled LRU pass (if built from these sources) before anything imports it
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from llmcap.trace.params import CleanParams, TraceParams
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.trace.clean import REASONS, CleanReport, CleanResult, clean_trace
 from llmcap.trace.readers import RawTrace, read_trace
+from llmcap.trace.scope import scope_prefix_hashes
 from llmcap.trace.schema import CANONICAL_SCHEMA
 from llmcap.trace.source import local_file
 from llmcap.trace.stats import characterise
@@ -60,7 +62,10 @@ def ingest(path: str | Path, trace: TraceParams | None = None, clean: CleanParam
         except InputFileError as exc:
             raise exc.at(path) from None
         raw.path = path
-        return clean_trace(raw, clean or CleanParams())
+        clean = clean or CleanParams()
+        result = clean_trace(raw, clean)
+    trace, scoped = scope_prefix_hashes(result.trace, clean.prefix_scope)
+    return replace(result, trace=trace, report=replace(result.report, prefix_scope=scoped)) if scoped else result
 
 
 def write_table(table: pa.Table, path: str | Path) -> Path:

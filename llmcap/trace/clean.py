@@ -65,6 +65,7 @@ class CleanReport:
     arrival_process: str | None  # generated arrivals: how they were drawn
     duplicates: str  # the duplicate policy applied (CleanParams.duplicates)
     warnings: tuple[str, ...] = ()  # kept-but-suspicious input, said once each (a clock that changes units, reused ids)
+    prefix_scope: str = ""  # prefix hashes re-numbered apart by model/adapter/tenant (`llmcap.trace.scope`); "" when not
     accounting_ok: bool = field(init=False)
 
     def __post_init__(self) -> None:

@@ -81,6 +81,9 @@ class ExcludeRule(StrictParams):
         return value
 
 
+ScopeLabel = Literal["model", "adapter", "tenant"]
+
+
 class CleanParams(StrictParams):
     max_context_tokens: int = Field(262_144, gt=0, description="ISL+OSL above this is quarantined")
     window_start_s: float | None = Field(None, ge=0, description="keep arrivals at or after this (s from first request)")
@@ -91,6 +94,12 @@ class CleanParams(StrictParams):
         description="by_id: drop a row identical in every field to an earlier one, request id included (a file "
         "without ids has no duplicates: on a coarse clock, equal rows are distinct requests); identical: also "
         "without an id (strict); keep: drop nothing",
+    )
+
+    prefix_scope: list[ScopeLabel] = Field(
+        default_factory=lambda: list[ScopeLabel](["model", "adapter"]),
+        description="labels whose values never share prefix KV: equal hash blocks of different models or adapters (different "
+        "weights) are distinct; add tenant where tenants are isolated; [] = the trace's hashes as given",
     )
 
     @model_validator(mode="after")
