@@ -261,7 +261,7 @@ def _duplicates(raw: RawTrace, candidates: np.ndarray) -> np.ndarray:
     tied = frame[maybe]
     if "hash_ids" in raw.labels:
         hashes = raw.labels["hash_ids"].take(pa.array(tied.index.to_numpy())).to_pylist()
-        tied = tied.assign(_hashes=[tuple(h) if h is not None else None for h in hashes])
+        tied = tied.assign(_hashes=[tuple(h) for h in hashes])  # no candidate's list is null: those were hash_ids_invalid
     repeated = tied.duplicated(keep="first")
     dup[tied.index[repeated.to_numpy()].to_numpy()] = True
     return dup

@@ -32,9 +32,9 @@ ROWS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def cleaned(tmp_path_factory: pytest.TempPathFactory):
-    path = tmp_path_factory.mktemp("clean") / "t.csv"
+@pytest.fixture  # per test (not per module): mutation testing runs only the tests that call the code
+def cleaned(tmp_path: Path):
+    path = tmp_path / "t.csv"
     path.write_text("arrival_s,isl,osl,tenant,request_id\n" + "\n".join(ROWS) + "\n")
     params = CleanParams(max_context_tokens=4096, exclude=[ExcludeRule(field="tenant", pattern="te.t")])
     return ingest(path, TraceParams(file=str(path)), params)
