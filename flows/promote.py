@@ -3,6 +3,8 @@
     re-plan (the flow `replan`) -> decision diff against HEAD's plan -> gates -> pause for approval
       approved:          params.yaml + dvc.lock + decisions/approval.json committed (git); outputs already in the DVC remote
       rejected/timed out: params.yaml and dvc.lock restored from HEAD and its outputs checked out: the old plan stays in force
+      nothing measured and the decision unchanged (an upgrade with no endpoint to re-profile): params.yaml and dvc.lock
+                         committed without asking, saying it could not re-measure (`unmeasured_and_unchanged`)
 
 The pause is Prefect's `pause_flow_run(wait_for_input=Approval)`: resume it with `llmcap approve RUN --by NAME
 [--reject] [--comment TEXT]` or from the Prefect UI's form. It needs a Prefect server (`make server`), as
@@ -75,14 +77,36 @@ def write_diff(root: Path, base_commit: str, run_id: str) -> dict:
     client = mlflow.MlflowClient()
     client.log_artifact(run_id, str(out / "diff.md"), "decision")
     client.log_artifact(run_id, str(out / "diff.json"), "decision")
-    return {"markdown": text, "explanation": result["explanation"], "path": str(out / "diff.md")}
+    return {"markdown": text, "explanation": result["explanation"], "path": str(out / "diff.md"),
+            "decision_changed": "note" in result["decision"] or bool(result["decision"]["changed"])}  # fmt: skip
+
+
+def unmeasured_and_unchanged(decision_changed: bool, capacity: dict, endpoint: str | None) -> str | None:
+    """Why a re-plan needs no approval, or None when it does: the decision (configuration, counts, cost, headroom)
+    is HEAD's and nothing was measured (the profile stage fell back to the roofline, so every pool's step times
+    are the roofline's): only the recorded environment (an upgrade's new versions) changed. Says why it could
+    not re-measure."""
+    pools = (capacity.get("pool_provenance") or {}).values()
+    measured = str(capacity.get("step_model_source", "")).startswith("profile") or any(p.get("step_model") == "profile-measured" for p in pools)
+    if decision_changed or measured or not pools:
+        return None
+    from llmcap.credentials import redact_url
+
+    why = "no profile.endpoint to re-profile" if endpoint is None else f"profiling {redact_url(endpoint)} gave no profile: the roofline stands in"
+    return (f"could not re-measure ({why}): every pool's step times are the roofline's and the decision is unchanged; "
+            "the new environment is recorded without asking for approval")  # fmt: skip
 
 
 def conclude(root: Path, record: dict) -> dict:
     """Carry out the decision and record it everywhere (MLflow run tags, the audit log, the commit when approved)."""
     import mlflow
 
-    if record["decision"] == "approved":
+    if record["decision"] == "recorded":  # an unchanged decision: the refreshed params.yaml and dvc.lock, no approval
+        git(root, "add", "--", *PROMOTED_PATHS[:2])
+        git(root, "commit", "-q", "-m", f"plan: {record['reason']} (decision unchanged, recorded without approval)", "--", *PROMOTED_PATHS[:2])
+        record["commit"] = git(root, "rev-parse", "HEAD")
+        label = "not needed: decision unchanged"
+    elif record["decision"] == "approved":
         path = root / APPROVAL_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -142,18 +166,37 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
     k = planned["capacity"]
     summary = (f"**Re-plan**: {reason}\n\n**Plan**: {k['chosen']} ({k['mode']}), {k['gpus']} GPUs, ${k['usd_per_hour']:,.0f}/h "
                f"for {k['target_rps']:.3g} req/s. MLflow run `{planned['run_id']}`.\n\n{changes['markdown']}")
+    unchanged = None if failed else unmeasured_and_unchanged(changes["decision_changed"], k, load_params(base / "params.yaml").profile.endpoint)
+    if unchanged is not None:
+        logger.info("%s", unchanged)
+        create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Recorded without approval**: {unchanged}.")
+        return conclude(base, {**record, "decision": "recorded", "by": "llmcap", "comment": unchanged, "at": _now()})
     if failed:
         create_markdown_artifact(key="promotion", markdown=summary + "\n\n**Gates failed**: " + "; ".join(failed))
         return conclude(base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()})
-    create_markdown_artifact(key="promotion", markdown=summary + "\n\nGates passed. **Waiting for approval.**")
-    print(f"plan awaits approval: llmcap approve {record['flow_run_id']} --by NAME [--reject] [--comment TEXT] "
-          f"(or the Prefect UI) within {timeout} s; diff: {changes['path']}")
+    hint = (f"plan awaits approval: llmcap approve {record['flow_run_id']} --by NAME [--reject] [--comment TEXT] "
+            f"(or the Prefect UI) within {timeout} s; diff: {changes['path']}")
+    create_markdown_artifact(key="promotion", markdown=f"{summary}\n\nGates passed. **Waiting for approval**: `{hint}`")
+    print(hint)
     try:
         given = pause_flow_run(wait_for_input=Approval, timeout=timeout, poll_interval=poll_interval_s)
     except FlowPauseTimeout:
-        return conclude(base, {**record, "decision": "timed out", "comment": f"no approval within {timeout} s", "at": _now()})
+        comment = f"no approval within {timeout} s"
+        running_again(f"approval timed out ({comment}): the plan in force is kept")
+        create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Timed out**: {comment}; the plan in force is kept.")
+        return conclude(base, {**record, "decision": "timed out", "comment": comment, "at": _now()})
     decision = "approved" if given.decision == "approve" else "rejected"
     return conclude(base, {**record, "decision": decision, "by": given.approver, "comment": given.comment, "at": _now()})
+
+
+def running_again(message: str) -> None:
+    """Back to Running after a pause nobody answered: the server marks an expired pause Failed ("paused and never
+    resumed"), but a timeout is a decision this flow carries out (the old plan stays), not a failure."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(runtime.flow_run.id, Running(message=message), force=True)
 
 
 def _now() -> str:

@@ -5,11 +5,14 @@
 A Prefect runner in this process (`prefect.serve`): it creates both deployments with their schedules
 from params.yaml `watch` (interval_s, replan_cron), runs each scheduled or manual run in a subprocess,
 and lives until interrupted. Both flows pause for approval when they have a new plan (flows.promote).
+Their runs log at INFO to the Prefect API (the UI's run logs, `/api/logs/filter`): `PREFECT_LOGGING_LEVEL`
+above INFO (the Makefile exports WARNING to keep `make plan`'s console short) is lowered to INFO here.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -33,10 +36,19 @@ def deployments(root: Path) -> list:
     return out
 
 
+def log_at_info() -> None:
+    """Flow runs started by this runner (its subprocesses inherit the environment) send their INFO lines, the
+    approval hint among them, to the API; a level below INFO (DEBUG) is kept. Before Prefect is imported."""
+    level = logging.getLevelName(os.environ.get("PREFECT_LOGGING_LEVEL", "INFO").upper())
+    if not isinstance(level, int) or level > logging.INFO:
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flows.serve", description=__doc__.splitlines()[0])
     ap.add_argument("--project", type=Path, default=ROOT)
     args = ap.parse_args(argv)
+    log_at_info()
     root = args.project.resolve()
     apply_defaults(root)
     url = use_server(root)

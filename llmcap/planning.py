@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +95,7 @@ def plan_capacity(
     notes = (step_times_note(step_times, calibrations), *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
-               "roofline_calibrations": calibrations}  # fmt: skip
+               "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
     summary = cast(CapacitySummary, fields)
     report = capacity_report(out, params.slo, notes=notes, provenance=provenance, sources=report_sources(step_times, summary, calibrations))
     return CapacityDecision(out.table, report, summary)
@@ -121,7 +122,62 @@ def report_sources(step_times: StepTimes, summary: SizingSummary, calibrations: 
         prices=tuple((g.name, g.usd_per_gpu_hour, g.sources.get("cost", "catalog")) for _, g in sorted(gpus.items())),
         calibrations=tuple((gpu, c["file"], c["sha256"], _kept_defaults(c)) for gpu, c in sorted(calibrations.items()) if gpu in gpus),
         uncalibrated=tuple(sorted(set(gpus) - set(calibrations))),
+        pools=tuple((pool, describe_provenance(row)) for pool, row in pool_provenance(step_times, summary["pool_plans"], calibrations).items()),
     )  # fmt: skip
+
+
+ENVIRONMENT = ("engine", "engine_version", "engine_commit", "driver_version", "runtime_version", "model_revision")
+_CONFIGURATION = re.compile(r"^(?P<gpu>[^/]+)/(?P<weights>[^/]+)/kv-(?P<kv_dtype>[^/]+)/tp(?P<tp>\d+)pp(?P<pp>\d+)ep(?P<ep>\d+)(/|$)")
+
+
+def pool_provenance(step_times: StepTimes, pool_plans: Mapping[str, Mapping[str, Any]],
+                    calibrations: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:  # fmt: skip
+    """Per pool of the chosen plan, as text fields: its GPU, parallelism, weights and KV dtype, the step model that
+    sized it (`profile-measured` with the profile's fingerprint hash where the measured profile is of this very
+    configuration, else `roofline` with the GPU's calibration), the written-back corrections applied to it, and
+    the serving environment (engine, its version and commit, driver, runtime, model revision): measured by the
+    profile, or for a roofline pool the one params.yaml `profile` says the plan is for. Unknown: "unknown"."""
+    from llmcap.perf.corrections import describe
+    from llmcap.sizing.measured import config_key, fingerprint_key
+
+    info = step_times.info
+    fingerprint = info.get("fingerprint") or {}
+    profiled = fingerprint_key(fingerprint) if step_times.source.startswith("profile") else None
+    corrections = {config_key(e["configuration"]): e for e in info.get("corrections") or []}
+    out: dict[str, dict[str, str]] = {}
+    for pool, plan in pool_plans.items():
+        row = {"configuration": str(plan["configuration"])}
+        m = _CONFIGURATION.match(row["configuration"])
+        key = None
+        if m is not None:
+            row |= {k: m.group(k) for k in ("gpu", "tp", "pp", "ep", "weights", "kv_dtype")}
+            key = config_key({"gpu": m["gpu"], "tp": m["tp"], "pp": m["pp"], "ep": m["ep"], "weight_quant": m["weights"], "kv_dtype": m["kv_dtype"]})
+        if key is not None and key == profiled:
+            row |= {"step_model": "profile-measured", "profile_fingerprint_hash": str(info.get("fingerprint_hash") or "unknown"),
+                    "environment": "measured by the profile"}  # fmt: skip
+        else:
+            calibration = calibrations.get(row.get("gpu", ""))
+            row |= {"step_model": "roofline", "roofline_calibration": f"{calibration['file']} sha256 {calibration['sha256'][:12]}"
+                    if calibration else "documented default efficiencies", "environment": "planned for (params.yaml profile), not measured"}  # fmt: skip
+        if key in corrections:
+            row["corrections"] = describe([corrections[key]])
+        row |= {f: "unknown" if fingerprint.get(f) is None else str(fingerprint[f]) for f in ENVIRONMENT}
+        out[pool] = row
+    return out
+
+
+def describe_provenance(row: Mapping[str, str]) -> str:
+    """One line of a pool's provenance, for the report."""
+    config = (f"{row['gpu']} TP{row['tp']} PP{row['pp']} EP{row['ep']}, weights {row['weights']}, KV {row['kv_dtype']}" if "gpu" in row
+              else row["configuration"])  # fmt: skip
+    if row["step_model"] == "profile-measured":
+        model = f"measured profile (fingerprint {row['profile_fingerprint_hash'][:12]})"
+    else:
+        model = f"roofline, not measured ({row['roofline_calibration']})"
+    model += f", corrected {row['corrections']}" if row.get("corrections") else ""
+    env = f"{row['engine']} {row['engine_version']} (commit {row['engine_commit']}), driver {row['driver_version']}, runtime {row['runtime_version']}, " \
+          f"model revision {row['model_revision']}"  # fmt: skip
+    return f"{config} — step times: {model}; environment {row['environment']}: {env}"
 
 
 def _kept_defaults(calibration: Mapping[str, str]) -> str:

@@ -2,7 +2,8 @@
 
 Tags: `dvc.lock.sha256` (finds the commit that records the decision), `uv.lock.sha256`,
 `params.sha256`, `trace.file` / `trace.sha256` (the raw trace planned for), `trace.canonical.md5`,
-`step_model.source` / `.version` / `.fingerprint_hash` / `.corrections` and `step_model.fingerprint.<field>`, and
+`step_model.source` / `.version` / `.fingerprint_hash` / `.corrections` and `step_model.fingerprint.<field>` (the
+profile's target), `plan.<pool>.<field>` (what each pool of the chosen plan is and what sized it), and
 `approval` (`none` until flows.promote records a decision). Artifacts under `decision/`: the capacity summary, the
 step model and `outputs.json` (md5 of every output file, per file inside directory outputs — what
 `reproduce` compares a re-run with).
@@ -30,16 +31,31 @@ def step_model_version(step_model: dict) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _text(value: Any) -> str:
+    """A tag's value: "unknown" for a value nobody stated (never the string "None")."""
+    if value is None:
+        return "unknown"
+    return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+
+
 def step_model_tags(step_model: dict) -> dict[str, str]:
+    """The profile stage's step model: `step_model.fingerprint.*` is the profile's target (params.yaml `profile`),
+    not necessarily a configuration of the chosen plan: `pool_tags` say what sized each pool."""
     tags = {
-        "step_model.source": str(step_model.get("source")),
+        "step_model.source": _text(step_model.get("source")),
         "step_model.version": step_model_version(step_model),
-        "step_model.fingerprint_hash": str(step_model.get("fingerprint_hash")),
+        "step_model.fingerprint_hash": _text(step_model.get("fingerprint_hash")),
         "step_model.corrections": describe_corrections(step_model.get("corrections") or []),
     }
     for key, value in sorted((step_model.get("fingerprint") or {}).items()):
-        tags[f"step_model.fingerprint.{key}"] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+        tags[f"step_model.fingerprint.{key}"] = _text(value)
     return tags
+
+
+def pool_tags(summary: dict) -> dict[str, str]:
+    """`plan.<pool>.<field>`: each pool's GPU, parallelism, weights, KV dtype, the step model that sized it and the
+    environment (engine, driver, runtime versions) from the capacity summary's `pool_provenance`."""
+    return {f"plan.{pool}.{field}": _text(value) for pool, row in (summary.get("pool_provenance") or {}).items() for field, value in row.items()}
 
 
 def outputs_manifest(root: Path, lock: dict) -> dict[str, str]:
@@ -72,8 +88,10 @@ def record(root: Path) -> tuple[dict[str, str], dict[str, Any]]:
         **step_model_tags(step_model),
         "approval": "none",
     }
+    summary = json.loads((root / CAPACITY_SUMMARY).read_text())
+    tags |= pool_tags(summary)
     artifacts = {
-        "summary.json": json.loads((root / CAPACITY_SUMMARY).read_text()),
+        "summary.json": summary,
         "step_model.json": step_model,
         "outputs.json": outputs_manifest(root, lock),
     }

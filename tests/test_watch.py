@@ -114,3 +114,15 @@ def test_a_new_trace_is_a_change_and_the_same_bytes_are_not(tmp_path: Path) -> N
     assert trace_changes(tmp_path) == []
     report.write_text(json.dumps({"source_file": "older.jsonl"}))
     assert [c["planned"] for c in trace_changes(tmp_path)] == ["older.jsonl"]
+
+
+def test_an_unchanged_decision_nothing_measured_is_recorded_without_approval() -> None:
+    from flows.promote import unmeasured_and_unchanged
+
+    roofline = {"step_model_source": "roofline-fallback", "pool_provenance": {"aggregated": {"step_model": "roofline"}}}
+    why = unmeasured_and_unchanged(False, roofline, None)
+    assert why is not None and why.startswith("could not re-measure (no profile.endpoint to re-profile)")
+    assert unmeasured_and_unchanged(True, roofline, None) is None  # the decision changed: a person decides
+    measured = {"step_model_source": "profile-measured", "pool_provenance": {"aggregated": {"step_model": "roofline"}}}
+    assert unmeasured_and_unchanged(False, measured, "http://e") is None  # re-measured: a person looks at it
+    assert unmeasured_and_unchanged(False, {"step_model_source": "roofline-fallback"}, None) is None  # no provenance: ask

@@ -46,6 +46,7 @@ class Sources:
     # (GPU, file, sha256, knob groups kept at the defaults or "") of the plan GPUs' shipped roofline calibrations
     calibrations: tuple[tuple[str, str, str, str], ...] = ()
     uncalibrated: tuple[str, ...] = ()  # plan GPUs timed on the documented default efficiencies
+    pools: tuple[tuple[str, str], ...] = ()  # (pool, what it is and what sized it: llmcap.planning.describe_provenance)
 
     @property
     def roofline(self) -> bool:

@@ -131,6 +131,7 @@ def source_items(s: Sources) -> list[tuple[str, str, bool]]:
     return [
         ("Step times", step + (f"; {s.step_model_detail}" if s.step_model_detail else ""), s.roofline),
         ("Prices", ("ASSUMED list prices, not your contract: " if s.assumed_prices else "") + prices, s.assumed_prices),
+        *((f"Pool {pool}", text, False) for pool, text in s.pools),
     ]
 
 

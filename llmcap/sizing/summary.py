@@ -101,3 +101,5 @@ class CapacitySummary(SizingSummary):
     step_model_source: str
     step_model_corrections: list[dict[str, Any]]
     roofline_calibrations: dict[str, dict[str, str]]
+    # per pool of the chosen plan: its configuration and what sized it (llmcap.planning.pool_provenance)
+    pool_provenance: dict[str, dict[str, str]]

@@ -13,6 +13,10 @@ measures it whenever the profile is stale:
   says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
 - an upgrade nobody approves in time: the same, history says timed out;
 - a new trace under the planned name: re-planned from it, approved by carol, committed; then nothing new.
+The runner runs with PREFECT_LOGGING_LEVEL=WARNING, as `make serve` exports it: the flows' INFO lines (the
+approval hint among them) must still reach the server's API, and the paused run carries the hint and the
+decision diff as its markdown artifact; a timed-out promotion ends COMPLETED, not FAILED. The approved plan's
+MLflow run says per pool what it is and what sized it (`plan.<pool>.*`), never "None".
 """
 
 from __future__ import annotations
@@ -116,6 +120,12 @@ class Api:
                 return False
             time.sleep(0.5)
 
+    def artifacts(self, run_id: str, key: str) -> list[str]:
+        """The markdown of every version of a flow run's artifact `key`, oldest first."""
+        body = {"artifacts": {"flow_run_id": {"any_": [run_id]}, "key": {"any_": [key]}}, "sort": "CREATED_DESC"}
+        newest_first = self.http.post("/artifacts/filter", json=body).raise_for_status().json()
+        return [a["data"] for a in reversed(newest_first) if a["type"] == "markdown"]
+
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
@@ -137,7 +147,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     began = time.monotonic()
     started = server.start(root, _free_port())
     print(f"\nprefect server started in {time.monotonic() - began:.1f} s (pid {started['pid']})")
-    env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "INFO"}
+    # WARNING as the Makefile exports it for `make serve`: flows.serve itself makes its runs log INFO to the API
+    env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
     api = Api(started["url"])
     log = (root / ".work" / "serve.log").open("w")
     # The runner starts while plan A is made (its start-up overlaps the re-plan): it only reads params.yaml's
@@ -203,6 +214,11 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
         promotion = api.paused_promotion(run)
     diff = (root / ".work" / "decisions").glob("*/diff.md")
     assert any("engine_version" in d.read_text() for d in diff)  # the decision diff names the upgraded field
+    # what an operator sees in the Prefect UI: the hint in the run's logs (INFO, under make serve's WARNING) and
+    # the hint with the decision diff as the run's markdown artifact
+    assert api.printed(promotion, f"plan awaits approval: llmcap approve {promotion} --by NAME")
+    (shown,) = api.artifacts(promotion, "promotion")
+    assert f"llmcap approve {promotion}" in shown and "engine_version" in shown, shown
     out = sh([*LLMCAP, "approve", promotion, "--by", "alice", "--comment", "0.12 soaked in staging"], root, env).stdout
     assert f"approved {promotion}" in out
     assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
@@ -219,6 +235,19 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     newest = _history(project)[0]
     assert newest["approved_by"] == "alice" and newest["recorded_in"] == new
     assert approval["dvc_lock_sha256"] == newest["dvc_lock_sha256"]
+    import mlflow
+
+    tags = mlflow.MlflowClient(env["MLFLOW_TRACKING_URI"]).get_run(newest["run_id"]).data.tags
+    assert "None" not in tags.values(), {k: v for k, v in tags.items() if v == "None"}
+    pools = {k.split(".")[1] for k in tags if k.startswith("plan.") and k.endswith(".step_model")}
+    summary = json.loads((root / "data/reports/capacity/summary.json").read_text())
+    assert pools == set(summary["pool_plans"]) and pools  # every pool of the chosen plan, what sized it
+    for pool in pools:
+        assert tags[f"plan.{pool}.gpu"] == "H100-SXM-80GB" and tags[f"plan.{pool}.engine_version"] == "0.12.0"
+        measured = tags[f"plan.{pool}.step_model"] == "profile-measured"
+        assert measured == summary["pool_plans"][pool]["configuration"].startswith("H100-SXM-80GB/bf16/kv-bf16/tp4pp1ep1/")
+        assert (tags.get(f"plan.{pool}.profile_fingerprint_hash") is not None) == measured
+    assert "- **Pool " in (root / "data/reports/capacity/capacity.md").read_text()
     step_model = json.loads((root / "data/processed/step_model.json").read_text())
     assert step_model["fingerprint"]["engine_version"] == "0.12.0"  # the plan is for the upgraded engine
     # ... on a profile measured again, from the upgraded engine, and the sizing used it
@@ -265,8 +294,13 @@ def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
     head = _head(project)
     with twin(project["twin_port"], "0.14.0"):
         run = api.run("watch/watch", approval_timeout_s=10)
-        api.paused_promotion(run)
+        promotion = api.paused_promotion(run)
         assert api.wait(run, {"COMPLETED"}) == "COMPLETED"  # nobody approved: the pause timed out
+    assert api.state(promotion) == "COMPLETED"  # a decision carried out (the old plan kept), not a failure
+    # the server fails an expired pause ("paused and never resumed"): the flow puts the run back to Running at once
+    history = api.http.get("/flow_run_states/", params={"flow_run_id": promotion}).raise_for_status().json()
+    assert any(s["type"] == "RUNNING" and "approval timed out" in (s["message"] or "") for s in history), history
+    assert "Timed out" in api.artifacts(promotion, "promotion")[-1]
     assert _head(project) == head
     assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
     assert _history(project)[0]["approved_by"] == "timed out"
