@@ -29,8 +29,9 @@ def _ran(output: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """A fresh copy of the repository (tracked + new files, nothing ignored) with its own git history."""
-    return make_project(tmp_path_factory.mktemp("clone") / "llmcap")
+    """A fresh copy of the repository (tracked + new files, nothing ignored) with its own git history, and the
+    compiled simulator core `make plan` builds first (the pure-Python path is compared with it in tests/sim)."""
+    return make_project(tmp_path_factory.mktemp("clone") / "llmcap", native=True)
 
 
 def _run_until_killed(cmd: list[str], root: Path, env: dict, marker: str, gone: Path | None = None, timeout_s: float = 300) -> str:
