@@ -65,6 +65,7 @@ class CompiledRoofline:
             self._stage_groups.append(sorted(group.items()))
         self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
         self.scalar = ScalarRoofline(self.attention, self._overhead, self._groups1)
+        self._scalars = [self.scalar]  # and the scaled views (`scaled_scalar`): every one reads the tables as they grow
         self._n = 0
         self._ta, self._la, self._hop = np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, 0))
         self._grow(int(max_tokens) + 1)
@@ -84,7 +85,8 @@ class CompiledRoofline:
         self._la_l = la.tolist()
         self._hop_l = hop.tolist()
         self._ta1, self._la1 = self._ta_l[0][0], self._la_l[0][0]
-        self.scalar.set_tables(self._ta1, self._la1)
+        for scalar in self._scalars:
+            scalar.set_tables(self._ta1, self._la1)
         self._n = ta.shape[-1]  # last: readers check it before indexing
 
     def _block(self, lo: int) -> tuple[F64, F64, F64]:
@@ -99,6 +101,13 @@ class CompiledRoofline:
             # the model divides by the float micro-batch count too; the grid stands for T and for L
             ta[mi], la[mi], hop[mi] = r.row_terms(grid / float(mi + 1))
         return ta, la, hop
+
+    def scaled_scalar(self, factor: float) -> ScalarRoofline:
+        """The scalar path with every step time × `factor` (`llmcap.perf.scaled`), on this model's tables."""
+        view = ScalarRoofline(self.attention, self._overhead, self._groups1, factor)
+        view.set_tables(self._ta1, self._la1)
+        self._scalars.append(view)
+        return view
 
     # ---------------------------------------------------------------- evaluation
 

@@ -14,9 +14,10 @@ from llmcap.perf.attention import AttentionCoefficients
 
 
 class ScalarRoofline:
-    """Attention in closed form plus table look-ups for everything else (pp = 1 tables: `ta1`, `la1`)."""
+    """Attention in closed form plus table look-ups for everything else (pp = 1 tables: `ta1`, `la1`); every
+    step time × `factor` (1.0: the roofline's own, bit for bit; else a `ScaledStepModel`'s, as it rounds)."""
 
-    def __init__(self, attention: AttentionCoefficients, overhead: float, groups: list[tuple[int | None, float]]) -> None:
+    def __init__(self, attention: AttentionCoefficients, overhead: float, groups: list[tuple[int | None, float]], factor: float = 1.0) -> None:
         # the coefficients as native float attributes: read per step without a Python attribute lookup
         self.per_pair = attention.per_pair
         self.peak = attention.peak
@@ -27,6 +28,7 @@ class ScalarRoofline:
         self.bw = attention.bw
         self.dec_peak = attention.dec_peak
         self.overhead = overhead
+        self.factor = factor
         # pp = 1: (window, layers) of the only stage, as parallel float lists (window -1.0 = none): no
         # tuple or int unboxing per step
         self.g_window = [-1.0 if w is None else float(w) for w, _ in groups]
@@ -73,7 +75,7 @@ class ScalarRoofline:
         windows, layers = self.g_window, self.g_layers
         for g in range(len(layers)):
             t = t + layers[g] * self._attn(p_tok, p_pairs, d_seqs, d_ctx, windows[g])
-        return t + self.overhead
+        return (t + self.overhead) * self.factor
 
     def decode_step(self, fb: float, ctx: float) -> float:
         """`step(0, 0, 0, fb, ctx)` of a pure-decode step whose batch fb (an integer) is inside the tables,
@@ -87,7 +89,7 @@ class ScalarRoofline:
             w = windows[g]
             cx = _min(ctx, fb * w) if w >= 0.0 else ctx
             t = t + layers[g] * _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + fb * self.c_pf) / self.bw)
-        return t + self.overhead
+        return (t + self.overhead) * self.factor
 
     def decode_scan(self, t: float, fb: float, ctx: float, j: int, k: int, until: float) -> tuple[int, float]:
         """`StepTimer.run_scan` over `decode_step`s: from step j starting at t (context ctx, growing by fb a
@@ -95,14 +97,14 @@ class ScalarRoofline:
         k - 1). The step's terms that do not depend on the context are computed once (same values, same
         operations per step: `decode_attention`'s with one full-attention group), so a step costs a few flops."""
         i = int(fb)
-        base, over = self.ta1[i] + self.la1[i], self.overhead
+        base, over, f = self.ta1[i] + self.la1[i], self.overhead, self.factor
         pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw, fb * self.c_pf
         simple = len(self.g_layers) == 1 and self.g_window[0] < 0.0
         lay = self.g_layers[0] if simple else 0.0
         while j < k:
             if simple:
                 a, b = pp * ctx / dp, (ctx * kv + fixed) / bw
-                e = t + ((base + lay * (b if b > a else a)) + over)
+                e = t + (((base + lay * (b if b > a else a)) + over) * f)
             else:
                 e = t + self.decode_step(fb, ctx)
             if e >= until:

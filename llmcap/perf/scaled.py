@@ -65,12 +65,17 @@ class ScaledStepModel:
 
 class ScaledInline:
     """`ScaledStepModel` over an `InlineStepModel`: the inner times × factor, bit for bit as `step_time`
-    (a pure-decode step reaches no prefill context, so with min_context > 0 it keeps its time)."""
+    (a pure-decode step reaches no prefill context, so with min_context > 0 it keeps its time). Scaled
+    everywhere over a compiled roofline at pp = 1 it also offers that roofline's scalar path, scaled
+    (`scalar`, `pp`: what the simulator's step timer looks for), the same numbers natively."""
 
     def __init__(self, inner: InlineStepModel, factor: float, min_context: float) -> None:
         self.inner = inner
         self.factor = factor
         self.min_context = min_context
+        self.pp = getattr(inner, "pp", 0)
+        scaled = getattr(inner, "scaled_scalar", None)
+        self.scalar = scaled(factor) if min_context == 0.0 and self.pp == 1 and callable(scaled) else None
 
     def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float:
         base = self.inner.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)

@@ -254,6 +254,33 @@ class CapacityPlan:
         return replace(self, pools=tuple(p.with_instances(counts.get(p.name, p.instances)) for p in self.pools))
 
 
+@dataclass(frozen=True)
+class Demand:
+    """What every plan for one trace and target shares: the planning traffic and the ramp an autoscaler would face."""
+
+    traffic: Traffic
+    growth_rps: float
+    growth_source: str
+
+
+def planning_demand(target_rps: float, params: HeadroomParams, arrival_s: ArrayLike | None = None) -> Demand:
+    """`traffic_plan` and the ramp for `target_rps` (`arrival_s`: as in `plan_headroom`)."""
+    p = params
+    if p.ramp_rps_per_s is not None:
+        growth, src = p.ramp_rps_per_s * p.t_ready_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
+    elif arrival_s is not None:
+        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
+    else:
+        growth, src = 0.0, "no ramp given and no arrivals"
+    return Demand(traffic_plan(target_rps, p, arrival_s), growth, src)
+
+
+def plan_pools(demand: Demand, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams) -> CapacityPlan:
+    """Each pool's count for `demand` under the scenarios of the module docstring."""
+    t = demand.traffic
+    return CapacityPlan(t.target_rps, t.planning_rps, t.reasoning, tuple(plan_pool(t, q, params, demand.growth_rps, demand.growth_source) for q in pools))
+
+
 def plan_headroom(
     target_rps: float, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams | None = None, arrival_s: ArrayLike | None = None
 ) -> CapacityPlan:
@@ -263,11 +290,4 @@ def plan_headroom(
     statement and the autoscaler's ramp.
     """
     p = params or HeadroomParams()
-    if p.ramp_rps_per_s is not None:
-        growth, src = p.ramp_rps_per_s * p.t_ready_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
-    elif arrival_s is not None:
-        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
-    else:
-        growth, src = 0.0, "no ramp given and no arrivals"
-    traffic = traffic_plan(target_rps, p, arrival_s)
-    return CapacityPlan(target_rps, traffic.planning_rps, traffic.reasoning, tuple(plan_pool(traffic, q, p, growth, src) for q in pools))
+    return plan_pools(planning_demand(target_rps, p, arrival_s), pools, p)

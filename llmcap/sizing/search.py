@@ -295,9 +295,14 @@ def run_search_task(task: SearchTask) -> SearchResult:
 
 
 def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:
-    """Each task's search, spread over `executor` (one task per worker; seeds run inside the task)."""
+    """Each task's search, spread over `executor` (one task per worker; seeds run inside the task). A lone task
+    runs here with its seeds spread over the workers instead (the same result)."""
     keys = [t.key for t in tasks]
     if len(set(keys)) != len(keys):
         raise LlmcapError("search task keys must be unique")
+    slots = getattr(executor, "slots", None)
+    if executor is not None and len(tasks) == 1 and callable(slots) and slots() > 1:
+        t = tasks[0]
+        return {t.key: search_max_rate(t.evaluate, t.attainment_target, t.params, t.initial_rate, executor, t.confirm, t.floor_rate)}
     results = executor.map(run_search_task, list(tasks)) if executor is not None else [run_search_task(t) for t in tasks]
     return dict(zip(keys, results, strict=True))

@@ -16,22 +16,21 @@ import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
 from llmcap.catalog.gpus import default_catalog_dir
-from llmcap.routing import first_token_from
-from llmcap.sim import LinkConfig, PDConfig, SimConfig, SimResult
+from llmcap.sim import LinkConfig, SimConfig, SimResult
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
-from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_headroom, traffic_plan
+from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
+from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_pools, planning_demand
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.planned import PlannedDeployment, step_model_record
 from llmcap.sizing.scenarios import FitResult, Judge, Minimality, Parallel
 from llmcap.sizing.scenarios import scenarios as scenario_list
-from llmcap.sizing.scenarios import fit as fit_scenarios
-from llmcap.sizing.search import EvalResult, SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
+from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.summary import FinalistSummary
-from llmcap.sizing.uncertainty import CountRange, ModelErrorEnd, RunSeed, count_range, pool_spread, seed_max_rates
+from llmcap.sizing.uncertainty import CountRange, ModelErrorEnd, pool_spread, seed_max_rates, seeded_range
 from llmcap.perf.model_error import model_error
 from llmcap.perf.scaled import ScaledStepModel
 from llmcap.trace.synth import mean_rate, scale_rate
@@ -51,8 +50,9 @@ class Sizer:
         self.measured = measured
         self.lengths = Lengths.of(trace)
         self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
-        self.arrivals_at_target = scale_rate(trace, self.target).column("arrival_s").to_numpy()
-        self.planning = traffic_plan(self.target, params.headroom).planning_rps
+        # the planning traffic, once: every plan's pools are sized from it (`plan`)
+        self.demand = planning_demand(self.target, params.headroom, scale_rate(trace, self.target).column("arrival_s").to_numpy())
+        self.planning = self.demand.traffic.planning_rps
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []
         self.idle_misses: list[NearMiss] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
@@ -75,7 +75,7 @@ class Sizer:
         return PoolInput(name, rate, unit.gpus, unit.gpu.gpus_per_node, unit.gpu.usd_per_gpu_hour, p99, cap)
 
     def plan(self, pools: Sequence[PoolInput]) -> CapacityPlan:
-        return plan_headroom(self.target, tuple(pools), self.params.headroom, arrival_s=self.arrivals_at_target)
+        return plan_pools(self.demand, tuple(pools), self.params.headroom)
 
     def sized(self, row: SizedRow, result: SearchResult) -> SizedRow:
         """Aggregated `row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
@@ -267,13 +267,11 @@ class Sizer:
         """`row`'s deployment at `plan`'s counts, simulated on the whole trace at the planning rate."""
         return self._whole_trace(row)(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
 
-    def _whole_trace(self, row: SizedRow) -> Callable[[Mapping[str, int]], SimEvaluate]:
+    def _whole_trace(self, row: SizedRow) -> WholeTrace:
         """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
         if row.decode is None:
-            unit = row.unit
-            return lambda counts: self.evaluate(unit, replicas=counts["instances"], excerpt=self.trace.num_rows)
-        factory = replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
-        return lambda counts: factory(counts["prefill"], counts["decode"])
+            return WholeTrace(self.trace, self.params, row.unit)
+        return WholeTrace(self.trace, self.params, row.unit, replace(self.pd_factory(row.unit, row.decode), whole_trace=True))
 
     def planned(self, row: SizedRow, plan: CapacityPlan) -> PlannedDeployment:
         """`row`'s deployment at `plan`'s counts as the record `llmcap simulate --plan` replays (`llmcap.sizing.planned`)."""
@@ -289,27 +287,44 @@ class Sizer:
         ref = self.model.name if in_catalog else self.model.source
         return PlannedDeployment(ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo)
 
-    def deployment(self, row: SizedRow) -> tuple[RunSeed, Judge]:
+    def deployment(self, row: SizedRow) -> tuple[Deployed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
         the judge of its scenarios."""
         assert row.plan is not None
-        p, rate, make = self.params, row.plan.planning_rps, self._whole_trace(row)
-
-        def run(counts: Mapping[str, int], seed: int) -> EvalResult:
-            return make(counts)(rate, seed)
-
+        p = self.params
         kv_pool, prefill_pool = ("instances", None) if row.decode is None else ("decode", "prefill")
-        return run, Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool)
+        return Deployed(self._whole_trace(row), row.plan.planning_rps), Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool)
 
-    def parallel(self, row: SizedRow, seed: int) -> Parallel | None:
-        """`row`'s scenario deployments on `seed` simulated across the executor's workers (None: one at a time)."""
+    def parallel(self, run: Deployed, seed: int) -> Parallel | None:
+        """`run`'s deployments on `seed` simulated across the executor's workers (None: one at a time)."""
         executor = self.executor
         width = executor.slots() if executor is not None else 1
         if executor is None or width <= 1:
             return None
-        assert row.plan is not None
-        make, rate = self._whole_trace(row), row.plan.planning_rps
-        return Parallel(lambda many: executor.map(evaluate_at, [(make(c), rate, seed) for c in many]), width)
+        return Parallel(lambda many: executor.map(evaluate_at, [(run.whole(c), run.rate, seed) for c in many]), width)
+
+    def jobs(self, jobs: Sequence[Job]) -> list[Any]:
+        """Independent fits and seed checks. Several, with more than one worker: each runs whole on a worker (its
+        simulations one after another there, no scenario simulated past a failing one), fits first (the longer).
+        Else one after another here, each one's simulations spread over the workers (`parallel`). The same
+        results either way; each job's `notes` are said before it runs (all at once when on workers)."""
+        executor = self.executor
+        if executor is not None and executor.slots() > 1 and len(jobs) > 1:
+            for job in jobs:
+                for note in job.notes:
+                    self.say(note)
+            order = sorted(range(len(jobs)), key=lambda i: not isinstance(jobs[i], FitJob))
+            done = executor.map(run_job, [jobs[i] for i in order])
+            out: list[Any] = [None] * len(jobs)
+            for i, result in zip(order, done, strict=True):
+                out[i] = result
+            return out
+        results = []
+        for job in jobs:
+            for note in job.notes:
+                self.say(note)
+            results.append(job(self.parallel(job.run, job.seed)))
+        return results
 
     def cost_limit(self, row: SizedRow) -> float:
         """The most `row`'s scenario fit may spend ($/h): `max_cost_factor` × its analytic plan, within `max_usd_per_hour`."""
@@ -317,14 +332,18 @@ class Sizer:
         p = self.params
         return min(p.max_cost_factor * row.plan.usd_per_hour, math.inf if p.max_usd_per_hour is None else p.max_usd_per_hour)
 
-    def fit(self, row: SizedRow, known_failing: Mapping[str, int] | None = None) -> FitResult:
-        """`row`'s plan simulated end to end in every scenario, grown until all pass (within its cost limit), each
+    def fit_job(self, row: SizedRow, known_failing: Mapping[str, int] | None = None, notes: tuple[str, ...] = ()) -> FitJob:
+        """`row`'s plan to be simulated end to end in every scenario, grown until all pass (within its cost limit), each
         pool settled at its minimum (`known_failing`: counts known to fail, where the bisection may start)."""
         assert row.plan is not None
         run, judge = self.deployment(row)
-        seed = self.params.search.seeds[0]
-        self.say(f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s")
-        return fit_scenarios(row.plan, lambda counts: run(counts, seed), judge, self.cost_limit(row), self.parallel(row, seed), known_failing)
+        say = f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s"
+        return FitJob((*notes, say), run, self.params.search.seeds[0], row.plan, judge, self.cost_limit(row), known_failing)
+
+    def fit(self, row: SizedRow, known_failing: Mapping[str, int] | None = None) -> FitResult:
+        """`fit_job(row, known_failing)`, run."""
+        fitted: FitResult = self.jobs([self.fit_job(row, known_failing)])[0]
+        return fitted
 
     def routers(self) -> list[str]:
         """The routers the chosen plan is fitted with: `router`, and prefix_aware where the trace has prefix hashes."""
@@ -342,7 +361,7 @@ class Sizer:
         sized = sorted((r for r in rows if r.plan is not None), key=_analytic_cost)
         shapes = sized[: p.final_shortlist]
         self.say(f"settling the counts of {len(shapes)} shape(s) on the whole trace in every scenario")
-        finalists = [Finalist(r, self.fit(r)) for r in shapes]
+        finalists = [Finalist(r, f) for r, f in zip(shapes, self.jobs([self.fit_job(r) for r in shapes]), strict=True)]
         passing = [f for f in finalists if f.fit.ok]
         chosen = min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f))) if passing else max(finalists, key=_closeness)
         routers: dict[str, dict[str, Any]] = {}
@@ -373,7 +392,9 @@ class Sizer:
         return Finalist(chosen.row, fits[best]), compared
 
     def count_range(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> CountRange:
-        """The fitted plan judged on `count_seeds` too, and each pool's seed spread of G (`llmcap.sizing.uncertainty`)."""
+        """The fitted plan judged on `count_seeds` too, each pool's seed spread of G (`llmcap.sizing.uncertainty`),
+        and the plan fitted again at the ends of the step-time model's error (`model_error_jobs`): independent
+        jobs, run together (`jobs`)."""
         assert row.plan is not None
         if row.pd_roles is None:
             spreads = [pool_spread("instances", seed_max_rates(row.result), self.target)]
@@ -381,33 +402,36 @@ class Sizer:
             spreads = [pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target) for r in row.pd_roles]
         run, judge = self.deployment(row)
         seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
-        if seeds:
-            self.say(f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range")
-        seeded = count_range(row.plan, run, judge, self.params.search.seeds[0], seeds, spreads, lambda seed: self.parallel(row, seed))
-        ends, note = self.model_error_ends(row, minimal)
-        return replace(seeded, model_error=ends, model_error_note=note)
+        said = (f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range",) if seeds else ()
+        checks: list[Job] = [SeedJob(said if i == 0 else (), run, seed, row.plan, judge) for i, seed in enumerate(seeds)]
+        ends, fits, note = self.model_error_jobs(row, minimal)
+        done = self.jobs([*checks, *fits])
+        fitted = done[len(checks):]
+        ended = tuple(replace(e, gpus=f.plan.total_gpus if f.ok else None, counts=f.plan.counts()) for e, f in zip(ends, fitted, strict=True))
+        return replace(seeded_range(row.plan, self.params.search.seeds[0], done[: len(checks)], spreads), model_error=ended, model_error_note=note)
 
-    def model_error_ends(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> tuple[tuple[ModelErrorEnd, ...], str]:
-        """`row`'s plan fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`);
-        `minimal`: the plan's one-fewer evidence (a count that fails at the model's own speed fails slower too)."""
+    def model_error_jobs(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> tuple[list[ModelErrorEnd], list[Job], str]:
+        """`row`'s plan to be fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`):
+        each end (its count left to the fit) and its fit; `minimal`: the plan's one-fewer evidence (a count that fails at
+        the model's own speed fails slower too). Without ends, why not."""
         assert row.plan is not None
         if not self.params.model_error_range:
-            return (), "step-time model error: not simulated (size.model_error_range: false); the range is seeds only"
+            return [], [], "step-time model error: not simulated (size.model_error_range: false); the range is seeds only"
         units = {"instances": row.unit} if row.decode is None else {"prefill": row.unit, "decode": row.decode}
         errors = {pool: model_error(u.step_model) for pool, u in units.items()}
         unknown = [pool for pool, e in errors.items() if e is None]
         if unknown:
-            return (), f"step-time model error: not measured for the {', '.join(unknown)} pool's step model; its range is seeds only"
-        ends = []
+            return [], [], f"step-time model error: not measured for the {', '.join(unknown)} pool's step model; its range is seeds only"
+        ends: list[ModelErrorEnd] = []
+        fits: list[Job] = []
         for end, sign in (("faster", -1.0), ("slower", 1.0)):
             factors = {pool: 1.0 + sign * e.relative for pool, e in errors.items() if e is not None}
             scaled = {pool: replace(u, step_model=ScaledStepModel(u.step_model, factors[pool])) for pool, u in units.items()}
             variant = replace(row, unit=scaled["instances" if row.decode is None else "prefill"], decode=scaled.get("decode"))
-            self.say(f"fitting the plan with step times {end} by the model's own error")
-            fitted = self.fit(variant, {m.pool: m.instances for m in minimal if m.failed is not None} if sign > 0 else None)
-            ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None},
-                                      fitted.plan.total_gpus if fitted.ok else None, fitted.plan.counts()))  # fmt: skip
-        return tuple(ends), ""
+            known = {m.pool: m.instances for m in minimal if m.failed is not None} if sign > 0 else None
+            fits.append(self.fit_job(variant, known, (f"fitting the plan with step times {end} by the model's own error",)))
+            ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None}, None, {}))
+        return ends, fits, ""
 
 
 def _analytic_cost(row: SizedRow) -> tuple[float, float, str]:
@@ -466,20 +490,3 @@ class Settled:
     chosen: Finalist
     finalists: tuple[Finalist, ...]  # in analytic cost order
     routers: dict[str, dict[str, Any]]  # router -> the chosen shape's fitted outcome under it (when compared)
-
-
-@dataclass(frozen=True)
-class PdFactory:
-    """(n_P, n_D) → evaluate of that P/D deployment (a class, not a closure, so it pickles to workers)."""
-
-    trace: pa.Table
-    prefill: Unit
-    decode: Unit
-    link: LinkConfig
-    params: SizeParams
-    whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
-
-    def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
-        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token_from(self.params.slo.ttft_includes_handoff), decode_engine=self.decode.engine)
-        ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
-        return ev.whole_trace() if self.whole_trace else ev

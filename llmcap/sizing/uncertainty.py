@@ -148,22 +148,29 @@ def count_range(
 ) -> CountRange:
     """The final `plan` (already shown to pass and be minimal on `point_seed`) judged on `extra_seeds` (module docstring);
     `parallel(seed)`: how to simulate that seed's scenarios several at a time."""
-    checks = []
+    return seeded_range(plan, point_seed, [seed_check(plan, run, judge, seed, parallel(seed)) for seed in extra_seeds], spreads)
+
+
+def seed_check(plan: CapacityPlan, run: RunSeed, judge: Judge, seed: int, parallel: Parallel | None = None) -> SeedCheck:
+    """`plan`'s scenarios, and each pool with one instance fewer, on `seed`."""
+    cache: dict[tuple, EvalResult] = {}
+
+    def on_seed(counts: Counts) -> EvalResult:
+        return run(counts, seed)
+
+    failed = next((r for r in check(plan, on_seed, judge, cache, parallel) if not r.passed), None)
+    fewer = []
+    for pool in plan.pools:
+        if pool.instances > 1 and all(r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache, parallel)):
+            fewer.append(pool.name)
+    return SeedCheck(seed, failed, tuple(fewer))
+
+
+def seeded_range(plan: CapacityPlan, point_seed: int, checks: Sequence[SeedCheck], spreads: Sequence[PoolSpread]) -> CountRange:
+    """The count range of `plan` from its extra seeds' `checks` (module docstring)."""
     low = high = plan.total_gpus
-    for seed in extra_seeds:
-        cache: dict[tuple, EvalResult] = {}
-
-        def on_seed(counts: Counts, seed: int = seed) -> EvalResult:
-            return run(counts, seed)
-
-        many = parallel(seed)
-        failed = next((r for r in check(plan, on_seed, judge, cache, many) if not r.passed), None)
-        fewer = []
-        for pool in plan.pools:
-            if pool.instances > 1 and all(r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache, many)):
-                fewer.append(pool.name)
-        checks.append(SeedCheck(seed, failed, tuple(fewer)))
-        if failed is not None:
-            high = max(high, plan.total_gpus + plan.pool(failed.blame).pool.gpus_per_instance)
-        low = min(low, plan.total_gpus - sum(plan.pool(p).pool.gpus_per_instance for p in fewer))
-    return CountRange(plan.total_gpus, low, high, (point_seed, *extra_seeds), tuple(checks), tuple(spreads))
+    for c in checks:
+        if c.failed is not None:
+            high = max(high, plan.total_gpus + plan.pool(c.failed.blame).pool.gpus_per_instance)
+        low = min(low, plan.total_gpus - sum(plan.pool(p).pool.gpus_per_instance for p in c.fewer_passes))
+    return CountRange(plan.total_gpus, low, high, (point_seed, *(c.seed for c in checks)), tuple(checks), tuple(spreads))

@@ -119,6 +119,22 @@ def test_tables_grow_past_their_size_and_stay_exact() -> None:
     assert at_once._n == again._n and at_once._ta.tobytes() == again._ta.tobytes() and at_once._la.tobytes() == again._la.tobytes()
 
 
+def test_a_scaled_scalar_view_times_every_step_times_its_factor_as_the_tables_grow() -> None:
+    from llmcap.perf.scaled import ScaledStepModel
+
+    fast = build_step_model("Llama-3.1-8B", "h100").compile(max_tokens=100)
+    scaled = ScaledStepModel(fast, 1.13)
+    view = scaled.timing_form().scalar  # what the simulator's step timer runs natively
+    assert view is not None and view.n == fast.scalar.n
+    fast.step_time_scalar(3000.0, 3000.0 * 1500.0, 1.0, 40.0, 40.0 * 900.0)  # grows the tables: the view reads them too
+    assert view.n == fast.scalar.n > 3040
+    for row in ((3000.0, 3000.0 * 1500.0, 1.0, 40.0, 40.0 * 900.0), (0.0, 0.0, 0.0, 64.0, 64.0 * 2048.0), (17.0, 153.0, 1.0, 0.0, 0.0)):
+        batch = StepBatch.build(prefill_tokens=[row[0]], prefill_pairs=[row[1]], prefill_seqs=[row[2]], decode_seqs=[row[3]], decode_context=[row[4]])
+        assert view.step(*row) == scaled.step_time(batch)[0] == fast.scalar.step(*row) * 1.13
+    assert view.decode_step(64.0, 64.0 * 2048.0) == fast.scalar.decode_step(64.0, 64.0 * 2048.0) * 1.13
+    assert ScaledStepModel(fast, 1.13, min_context=64).timing_form().scalar is None  # scaled for long prompts only: no scalar view
+
+
 def test_off_table_batches_take_the_exact_path() -> None:
     exact = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2)
     assert isinstance(exact, RooflineModel)

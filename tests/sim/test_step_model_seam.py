@@ -84,7 +84,9 @@ def test_a_scaled_roofline_keeps_the_fast_path_with_the_generic_paths_results(se
     from llmcap.perf.scaled import ScaledInline, ScaledStepModel
 
     scaled = ScaledStepModel(build_step_model("llama-3.1-8b", "h100").compile(), 1.3, min_context)
-    assert isinstance(StepTimer(scaled).fast, ScaledInline)
+    timer = StepTimer(scaled)
+    assert isinstance(timer.fast, ScaledInline)
+    assert (timer.scalar is not None) == (min_context == 0)  # scaled everywhere: the roofline's native scalar path, scaled
     runs = []
     for model in (GenericOnly(scaled), scaled):
         rng = np.random.default_rng(seed)

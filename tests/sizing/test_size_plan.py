@@ -153,6 +153,7 @@ def test_dask_cluster_gives_the_same_table(outcome, trace, candidates):
         with DaskExecutor(cluster.scheduler_address) as ex:
             on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
     assert _bytes(on_dask.table) == _bytes(outcome.table)
+    assert on_dask.summary == outcome.summary  # the fits and seed checks run whole on the workers: the same plan and range
 
 
 def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates):
