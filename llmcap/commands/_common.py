@@ -62,6 +62,11 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def given_options(ctx: typer.Context, names: Sequence[str]) -> list[str]:
+    """Which of the parameters `names` the user set on the command line (not a default, not the environment)."""
+    return [n for n in names if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"]  # typer's own click: by name
+
+
 def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(nan_to_null(obj), indent=indent, sort_keys=False, allow_nan=False)
 

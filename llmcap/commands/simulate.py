@@ -18,7 +18,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, err_console, out_console, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import (
+    JsonFlagOpt,
+    OutputFormatOpt,
+    err_console,
+    given_options,
+    out_console,
+    output_format,
+    print_csv,
+    print_json,
+    user_errors,
+)
 from llmcap.commands._goodput import SLO, GoodputOpt, ItlStatOpt, SloTargets, check_itl_stat, parse_goodput
 from llmcap.commands._deployment import (
     AdmissionOpt,
@@ -142,10 +152,10 @@ def simulate(
 ) -> None:
     """Simulate serving TRACE on REPLICAS x (MODEL on GPU, TP) and report TTFT / ITL / throughput."""
     if plan is not None:
-        given = [f"--{n.replace('_', '-')}" for n in PLAN_SETS if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"]
+        given = [f"--{n.replace('_', '-')}" for n in given_options(ctx, PLAN_SETS)]
         if given:
             raise LlmcapError(f"--plan sets the deployment, rate and SLO; drop {', '.join(given)}")
-        seed_given = (src := ctx.get_parameter_source("seed")) is not None and src.name == "COMMANDLINE"
+        seed_given = bool(given_options(ctx, ["seed"]))
         _simulate_plan(plan, scenario, trace, (fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates),
                        seed if seed_given else None, output_format(output_fmt, json_out), out)  # fmt: skip
         return
@@ -162,8 +172,7 @@ def simulate(
     )  # fmt: skip
     preset = engine_preset(engine_name, get_gpu(gpu)) if engine_name is not None else None
     if preset is not None:
-        explicit = {n for n in PRESET_FIELDS if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"}
-        opts = with_preset(opts, preset, explicit)
+        opts = with_preset(opts, preset, set(given_options(ctx, PRESET_FIELDS)))
     check_choices(opts)
     output = output_format(output_fmt, json_out)
     slo = _goodput_slo(goodput, itl_stat, includes_handoff(first_token_from))

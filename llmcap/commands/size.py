@@ -28,6 +28,7 @@ from llmcap.commands._common import (
     OutputFormatOpt,
     dumps,
     err_console,
+    given_options,
     out_console,
     output_format,
     print_csv,
@@ -152,8 +153,7 @@ SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "itl_s
 
 def _from_params(ctx: typer.Context, path: Path) -> Params:
     """The params file, after checking no option it replaces was given too (the file would silently win)."""
-    sources = {n: ctx.get_parameter_source(n) for n in SIZE_KNOBS}  # typer's own click: compare by name
-    given = [f"--{n.replace('_', '-')}" for n, src in sources.items() if src is not None and src.name == "COMMANDLINE"]
+    given = [f"--{n.replace('_', '-')}" for n in given_options(ctx, SIZE_KNOBS)]
     if given:
         raise LlmcapError(f"--params {path} sets every sizing knob from its `size` section; drop {', '.join(given)} or --params")
     return load_params(path)
@@ -177,11 +177,6 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
         pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
         pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
     )  # fmt: skip
-
-
-def _given(ctx: typer.Context, name: str) -> bool:
-    source = ctx.get_parameter_source(name)
-    return source is not None and source.name == "COMMANDLINE"  # typer's own click: compare by name
 
 
 def _presets(engine: str | None, gpus: list[str] | None, candidates_file: Path | None) -> dict[str, EnginePreset]:
@@ -224,7 +219,6 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
 
 def read_candidates(path: Path) -> pd.DataFrame:
     """An enumerated candidates table (the enumerate stage's candidates.parquet)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -346,7 +340,7 @@ def size(
                               parse_percentiles(slo_percentile))  # fmt: skip
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
-    if presets and not _given(ctx, "admission_policy"):
+    if presets and not given_options(ctx, ["admission_policy"]):
         params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
     spec = load_model(model)  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
