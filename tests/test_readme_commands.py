@@ -198,13 +198,13 @@ def make_problems(command: Command) -> list[str]:
 
 
 def _tool(name: str) -> list[str]:
-    """How this checkout runs `name`: its venv's dvc and mlflow, the uv `make` found, git, the system pip."""
+    """How this checkout runs `name`: its venv's dvc and mlflow, the uv `make` found, git, the base interpreter's pip."""
     if name in ("dvc", "mlflow"):
         return [str(ROOT / ".venv" / "bin" / name)]
     if name == "uv":
         return [os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".tools" / "bin" / "uv")]
-    if name == "pip":
-        return [shutil.which("python3") or sys.executable, "-m", "pip"]
+    if name == "pip":  # the venv (uv's) has no pip: the interpreter it was made from, as a user's pip is
+        return [str(Path(sys.base_prefix) / "bin" / "python3"), "-m", "pip"]
     return [name]
 
 
