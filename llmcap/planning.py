@@ -20,6 +20,7 @@ from llmcap.catalog import ModelSpec
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
 from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity_report
+from llmcap.trace.stats import label_mix
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
 from llmcap.sizing.params import SizeParams
@@ -92,8 +93,11 @@ def plan_capacity(
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    notes = (step_times_note(step_times, calibrations), *notes)
+    mixed = mixed_traffic(trace, model.name)
+    notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
+    if mixed:  # the summary says it too, as the pipeline's size stage and `llmcap size` write it
+        fields["notes"] = [*out.summary["notes"], *mixed]
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
                "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
     summary = cast(CapacitySummary, fields)
@@ -178,6 +182,21 @@ def describe_provenance(row: Mapping[str, str]) -> str:
     env = f"{row['engine']} {row['engine_version']} (commit {row['engine_commit']}), driver {row['driver_version']}, runtime {row['runtime_version']}, " \
           f"model revision {row['model_revision']}"  # fmt: skip
     return f"{config} — step times: {model}; environment {row['environment']}: {env}"
+
+
+def mixed_traffic(table: pa.Table, model: str) -> list[str]:
+    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters."""
+    mix = label_mix(table)
+    shares = lambda name: ", ".join(f"{k} {v:.0%}" for k, v in mix[name].items())  # noqa: E731
+    out = []
+    if len(mix.get("model", {})) > 1:
+        out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
+                   "traffic, but different models share no weights or KV: size each model's requests on its own "
+                   "(llmcap trace clean --exclude model=REGEX)")  # fmt: skip
+    if len(mix.get("adapter", {})) > 1:
+        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools; their resident memory and batching "
+                   "limits are not planned (their prefix caches are kept apart)")  # fmt: skip
+    return out
 
 
 def _kept_defaults(calibration: Mapping[str, str]) -> str:

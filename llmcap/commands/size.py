@@ -65,7 +65,7 @@ from llmcap.config import Params, load_params
 from llmcap.engine_presets import EnginePreset, engine_preset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.memory import MemoryParams
-from llmcap.planning import StepTimes, plan_capacity
+from llmcap.planning import StepTimes, mixed_traffic, plan_capacity
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
@@ -73,7 +73,6 @@ from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.slo import itl_name
-from llmcap.trace.stats import label_mix
 from llmcap.sizing.units import candidate_key
 from llmcap.admission_names import admission_option
 from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, SloParams
@@ -200,21 +199,6 @@ def _enumerate(spec: ModelSpec, grid: EnumerationSpec, lengths: dict[str, int], 
     table = pd.concat(parts, ignore_index=True)
     table["row"] = range(len(table))  # one numbering across the GPUs
     return table
-
-
-def mixed_traffic(table: pa.Table, model: str) -> list[str]:
-    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters."""
-    mix = label_mix(table)
-    shares = lambda name: ", ".join(f"{k} {v:.0%}" for k, v in mix[name].items())  # noqa: E731
-    out = []
-    if len(mix.get("model", {})) > 1:
-        out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
-                   "traffic, but different models share no weights or KV: size each model's requests on its own "
-                   "(llmcap trace clean --exclude model=REGEX)")  # fmt: skip
-    if len(mix.get("adapter", {})) > 1:
-        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools; their resident memory and batching "
-                   "limits are not planned (their prefix caches are kept apart)")  # fmt: skip
-    return out
 
 
 def read_candidates(path: Path) -> pd.DataFrame:
@@ -349,8 +333,7 @@ def size(
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
-    mixed = mixed_traffic(table, spec.name)
-    for line in mixed:
+    for line in mixed_traffic(table, spec.name):  # said before the minutes of sizing; the plan's notes say it too
         err_console.print(f"warning: {trace}: {line}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
@@ -401,7 +384,6 @@ def size(
         "max_model_len": context,
         "rejected_over_max_model_len": over,
         "input_accounting": account_json(cleaned.report),
-        "notes": [*s["notes"], *mixed],
     } | ({"engine_preset": {gpu_name: p.to_dict() for gpu_name, p in presets.items()}} if presets else {})
     if out is not None:
         paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
