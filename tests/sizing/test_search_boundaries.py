@@ -224,3 +224,45 @@ def test_a_confirmation_says_what_held_and_why_a_run_failed() -> None:
     text = Confirmation(2.0, "stepped_down", pts).describe()
     assert text == "stepped down: searched 2 req/s; 2 fails, 1 holds, 1.5 fails (overloaded: queue still growing)"
     assert Confirmation(1.0, "confirmed", pts[1:2]).describe() == "confirmed: searched 1 req/s; 1 holds"
+
+
+class Slotted(Recorder):
+    """A Recorder that says how many workers it has, as LocalExecutor and DaskExecutor do."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__()
+        self.workers = workers
+
+    def slots(self) -> int:
+        return self.workers
+
+
+def _lone_task() -> SearchTask:
+    # floor 0.25 holds, then 0.5, 1 hold, 2 and 1.5 fail (converged at 1: 1.5 - 1 <= 0.5 × 1); confirmed on a
+    # system that holds up to 0.6: 1 fails, 0.5 holds, 0.75 fails, so the answer is 0.5
+    p = SearchParams(rel_tol=0.5, confirm_step=0.5, seeds=(0, 1), guard_points=0)
+    return SearchTask("solo", holds_up_to(1.2), 0.99, p, initial_rate=0.5, confirm=holds_up_to(0.6), floor_rate=0.25)
+
+
+def test_a_lone_task_spreads_its_seeds_over_the_workers_with_the_same_result() -> None:
+    task = _lone_task()
+    alone = run_search_task(task)
+    assert (alone.max_rate, rates(alone)) == (0.5, [0.25, 0.5, 1.0, 2.0, 1.5])
+    assert alone.confirmation is not None and alone.points[0].phase == "floor"
+    ex = Slotted(2)
+    out = search_candidates([task], ex)
+    assert out == {"solo": alone}
+    # 5 searched rates + 3 confirmation rates, each with seeds 0 and 1, one map per rate: seeds, not tasks
+    assert ex.items == [0, 1] * 8
+
+
+def test_one_worker_or_several_tasks_go_through_the_executor_a_task_at_a_time() -> None:
+    task = _lone_task()
+    one = Slotted(1)
+    assert search_candidates([task], one) == {"solo": run_search_task(task)} and one.items == [task]
+    other = SearchTask("other", holds_up_to(2.4), 0.99, task.params, initial_rate=1.0)
+    two = Slotted(2)
+    out = search_candidates([task, other], two)
+    assert two.items == [task, other] and out == {"solo": run_search_task(task), "other": run_search_task(other)}
+    unslotted = Recorder()  # an executor that cannot say its size is given whole tasks
+    assert search_candidates([task], unslotted) == {"solo": out["solo"]} and unslotted.items == [task]
