@@ -88,6 +88,7 @@ MATCHED: dict[str, dict[str, Spec]] = {
     "size": {
         "itl_stat": (SloParams, "itl_stat"), "ttft_handoff": (SloParams, "ttft_includes_handoff"),
         "ttft_per_1k_isl": (SloParams, "ttft_ms_per_1k_isl"), "attainment": (SloParams, "attainment_target"),
+        "slo_availability": (SloParams, "availability"),
         "target_rps": (SizeParams, "target_rps"), "admission_policy": (SizeParams, "admission_policy"),
         "pools_split_isl": (SizeParams, "pools_split_isl"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
         "shortlist": (SizeParams, "shortlist"), "excerpt": (SizeParams, "excerpt_requests"),

@@ -146,7 +146,7 @@ def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, 
 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
-SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
+SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "slo_availability", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
               "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour")  # fmt: skip
 
 
@@ -161,7 +161,8 @@ def _from_params(ctx: typer.Context, path: Path) -> Params:
 def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
                  target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
                  workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str,
-                 max_usd_per_hour: float | None = None, distribution: tuple[DistributionTarget, ...] = ()) -> SizeParams:  # fmt: skip
+                 max_usd_per_hour: float | None = None, distribution: tuple[DistributionTarget, ...] = (),
+                 availability: float | None = None) -> SizeParams:  # fmt: skip
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
     admission_option(admission_policy)
@@ -171,7 +172,7 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
         plausible_rate("--target-rps", target_rps)
     return SizeParams(
         slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
-                      attainment_target=attainment, distribution=distribution, **steady_window()),
+                      attainment_target=attainment, distribution=distribution, availability=availability, **steady_window()),
         search=SIZE.search, target_rps=target_rps, shortlist=shortlist,
         pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
         pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
@@ -271,6 +272,8 @@ def size(
     target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = SIZE.target_rps,
     ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = SLO.ttft_ms_per_1k_isl,
     attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = SLO.attainment_target,
+    slo_availability: Annotated[float | None, typer.Option("--slo-availability", min=0.01, max=0.999999, help="Share of requests within the "
+                                "SLOs over the long run, with nodes failing and being repaired (params: headroom.node_mtbf_h, node_repair_h).")] = SLO.availability,  # fmt: skip
     gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPUs to consider: a comma list or the option repeated.")] = ["H100-SXM-80GB,H200-SXM-141GB"],  # noqa: B006
     weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = [",".join(map(str, ParallelGrid().tp))],  # noqa: B006
@@ -321,7 +324,7 @@ def size(
     else:
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
-                              parse_percentiles(slo_percentile))  # fmt: skip
+                              parse_percentiles(slo_percentile), slo_availability)  # fmt: skip
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):

@@ -4,7 +4,9 @@ Scenarios (`llmcap.sizing.headroom`), each the whole trace replayed at the plann
 prefill queues, the KV handoff, decode KV):
 - "traffic": every planned instance serving;
 - "node loss: <pool>": that pool without the instances on its fullest `node_failures` node(s);
-- "upgrade: <pool>": that pool without its max_surge + max_unavailable instances of one upgrade step.
+- "upgrade: <pool>": that pool without its max_surge + max_unavailable instances of one upgrade step;
+- "availability" (with `slo.availability`): every instance serving and each pool with a node down, weighted by
+  the share of time each lasts (`llmcap.sizing.availability`), judged last, against the availability target.
 A scenario passes when attainment ≥ the target, the run is stable (`llmcap.sizing.stability`) and meets
 its run-level targets (token-level ITL), and the
 KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
@@ -33,6 +35,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from llmcap.sizing import availability
+from llmcap.sizing.availability import State
 from llmcap.sizing.headroom import CapacityPlan
 from llmcap.sizing.search import EvalResult
 
@@ -55,9 +59,14 @@ class Scenario:
     serving: tuple[tuple[str, int], ...]  # (pool, serving instances), in the plan's pool order
     reasoning: str
     reduced: str = ""  # the pool this scenario takes instances from ("" = none)
+    states: tuple[State, ...] = ()  # availability: the deployments it is judged on over time (none: `serving` alone)
 
     def counts(self) -> dict[str, int]:
         return dict(self.serving)
+
+    def deployments(self) -> tuple[tuple[tuple[str, int], ...], ...]:
+        """What must be simulated to judge it."""
+        return tuple(s.serving for s in self.states) or (self.serving,)
 
 
 @dataclass(frozen=True)
@@ -69,11 +78,13 @@ class ScenarioResult:
     kv_p99_share: float | None  # P99 KV tokens per instance ÷ capacity of the KV-holding pool
     passed: bool
     blame: str  # the pool a failure points at ("" when it passed)
+    detail: str = ""  # availability: the target and what each state serves
 
     def describe(self) -> str:
         kv = "" if self.kv_p99_share is None else f", KV p99 {self.kv_p99_share:.0%}"
         why = f" (overloaded: {self.overload})" if self.overload else ""
         why += f" ({self.run_miss})" if self.run_miss else ""
+        why += f" ({self.detail})" if self.detail else ""
         return f"{self.scenario.name} [{_counts_txt(self.scenario.counts())}]: attainment {self.attainment:.4f}{kv} → {'pass' if self.passed else 'FAIL'}{why}"
 
 
@@ -81,8 +92,9 @@ def _counts_txt(counts: Counts) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
-def scenarios(plan: CapacityPlan) -> list[Scenario]:
-    """The module docstring's scenarios of `plan` (pools with nothing left serving are kept at 0: they fail)."""
+def scenarios(plan: CapacityPlan, over_time: bool = False) -> list[Scenario]:
+    """The module docstring's scenarios of `plan` (pools with nothing left serving are kept at 0: they fail);
+    `over_time`: with the availability scenario."""
     base = plan.counts()
     out = [Scenario("traffic", tuple(base.items()), f"all planned instances at {plan.planning_rps:.4g} req/s")]
     for pool in plan.pools:
@@ -93,6 +105,10 @@ def scenarios(plan: CapacityPlan) -> list[Scenario]:
             if lost > 0:
                 serving = {**base, pool.name: pool.instances - lost}
                 out.append(Scenario(f"{kind}: {pool.name}", tuple(serving.items()), f"{why}: −{lost}", pool.name))
+    if over_time:
+        mix = availability.states(plan)
+        down = ", ".join(f"{s.down} node down {s.share:.3%}" for s in mix if s.down) or "no node ever down"
+        out.append(Scenario("availability", tuple(base.items()), f"over time: {down} of the time", "", mix))
     return out
 
 
@@ -104,10 +120,30 @@ class Judge:
     kv_safe_fraction: float
     kv_pool: str  # the pool whose KV is checked ("instances" or "decode")
     prefill_pool: str | None  # P/D: where TTFT misses point
+    availability: float | None = None  # slo.availability: the availability scenario is judged against it
+
+    def judged(self, scenario: Scenario, cache: Mapping[tuple, EvalResult]) -> ScenarioResult:
+        """`scenario` judged on its simulations in `cache`."""
+        if not scenario.states:
+            return self(scenario, cache[scenario.serving])
+        assert self.availability is not None, "an availability scenario needs the target"
+        judged = [(s, cache[s.serving]) for s in scenario.states]
+        share = availability.availability(judged)
+        passed = share >= self.availability
+        blame = ""
+        if not passed:  # the state that loses the most requests: its pool, or the traffic's own misses
+            state, r = availability.costliest(judged)
+            blame = state.down or self._blame(r, self._kv_ok(r))
+        detail = f"{'≥' if passed else '<'} {self.availability:g}: {availability.describe(judged)}"
+        return ScenarioResult(scenario, share, "", "", None, passed, blame, detail)
+
+    def _kv_ok(self, r: EvalResult) -> bool:
+        share = r.metrics.get("kv_p99_share")
+        return share is None or share <= self.kv_safe_fraction
 
     def __call__(self, scenario: Scenario, r: EvalResult) -> ScenarioResult:
         share = r.metrics.get("kv_p99_share")
-        kv_ok = share is None or share <= self.kv_safe_fraction
+        kv_ok = self._kv_ok(r)
         passed = r.attainment >= self.attainment_target and r.run_ok and kv_ok
         blame = ""
         if not passed:
@@ -149,12 +185,15 @@ def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tupl
     """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure
     (with `parallel`, the next scenarios are simulated together with the one needed now)."""
     out = []
-    order = sorted(scenarios(plan), key=lambda s: sum(n for _, n in s.serving))  # the thinnest deployment first: likeliest to fail
+    # the thinnest deployment first: likeliest to fail; availability last (it is judged on the others' runs)
+    order = sorted(scenarios(plan, judge.availability is not None), key=lambda s: (bool(s.states), sum(n for _, n in s.serving)))
     width = 1 if parallel is None else max(1, parallel.width)
     for k, sc in enumerate(order):
-        if sc.serving not in cache:  # this one and (with `parallel`) the next ones not yet simulated
-            _simulate(list(dict.fromkeys(s.serving for s in order[k:] if s.serving not in cache))[:width], run, cache, parallel)
-        res = judge(sc, cache[sc.serving])
+        needed = [d for d in sc.deployments() if d not in cache]
+        if needed:  # this one's and (with `parallel`) the next ones' not yet simulated
+            later = [d for s in order[k + 1 :] for d in s.deployments() if d not in cache]
+            _simulate(list(dict.fromkeys([*needed, *later]))[: max(width, len(needed))], run, cache, parallel)
+        res = judge.judged(sc, cache)
         out.append(res)
         if not res.passed:
             break
@@ -190,8 +229,8 @@ PROGRESS_STEP = 0.01  # attainments closer than this are a tie between two growt
 def _evaluate(chosen: Sequence[Scenario], run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
               parallel: Parallel | None) -> list[ScenarioResult]:  # fmt: skip
     """Each scenario judged, each distinct deployment simulated once (`cache`), `parallel` when given."""
-    _simulate([sc.serving for sc in chosen], run, cache, parallel)
-    return [judge(sc, cache[sc.serving]) for sc in chosen]
+    _simulate([d for sc in chosen for d in sc.deployments()], run, cache, parallel)
+    return [judge.judged(sc, cache) for sc in chosen]
 
 
 def _survivor_step(plan: CapacityPlan, pool: str, scenario: Scenario) -> int:
@@ -236,7 +275,7 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: 
                 step -= 1
             grown = _with(plan, pool, step)
             if grown.usd_per_hour <= max_usd_per_hour:
-                options.append((next(sc for sc in scenarios(grown) if sc.name == bad.scenario.name), pool, step, grown))
+                options.append((next(sc for sc in scenarios(grown, judge.availability is not None) if sc.name == bad.scenario.name), pool, step, grown))
         if not options:
             history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; one more instance of any pool would cost more than "
                            f"the limit ${max_usd_per_hour:,.2f}/h: stopped")  # fmt: skip

@@ -293,7 +293,8 @@ class Sizer:
         assert row.plan is not None
         p = self.params
         kv_pool, prefill_pool = ("instances", None) if row.decode is None else ("decode", "prefill")
-        return Deployed(self._whole_trace(row), row.plan.planning_rps), Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool)
+        judge = Judge(p.slo.attainment_target, p.headroom.kv_safe_fraction, kv_pool, prefill_pool, p.slo.availability)
+        return Deployed(self._whole_trace(row), row.plan.planning_rps), judge
 
     def parallel(self, run: Deployed, seed: int) -> Parallel | None:
         """`run`'s deployments on `seed` simulated across the executor's workers (None: one at a time)."""

@@ -319,6 +319,10 @@ def definitions(slo: SloParams, disaggregated: bool, with_deadline: int = 0) -> 
         out[f"{t.metric}_p{t.percentile:g}"] = (f"≤ {t.target_ms:g} ms: P{t.percentile:g} of {_DIST_NAMES[t.metric]} across the steady "
                                                 "window's requests, per run (a run that misses it fails whatever its attainment)")  # fmt: skip
     out["attainment"] = f"≥ {slo.attainment_target:g}: the share of the steady window's requests meeting every per-request target"
+    if slo.availability is not None:
+        out["availability"] = (f"≥ {slo.availability:g}: the share of requests meeting every per-request target over the long run, with "
+                               "nodes failing and being repaired (headroom.node_mtbf_h, node_repair_h): every instance serving and each "
+                               "pool with its fullest node down, weighted by the time each lasts")  # fmt: skip
     return out
 
 
