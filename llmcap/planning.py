@@ -191,8 +191,8 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
     out = []
     if len(mix.get("model", {})) > 1:
         out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
-                   "traffic, but different models share no weights or KV: size each model's requests on its own "
-                   "(llmcap trace clean --exclude model=REGEX)")  # fmt: skip
+                   "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
+                   "label, a pool per model")  # fmt: skip
     if len(mix.get("adapter", {})) > 1:
         out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools; their resident memory and batching "
                    "limits are not planned (their prefix caches are kept apart)")  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,6 +37,7 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
+from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet
 from llmcap.commands._goodput import (
     SIZE,
     SLO,
@@ -262,7 +264,9 @@ def _ruled_out_report(candidates: pd.DataFrame, output: str) -> None:
 def size(
     ctx: typer.Context,
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")],
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: enumerate.model by default).")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: "
+                     "enumerate.model by default). A trace of several models: LABEL=MODEL for each of its `model` labels, a pool per model "
+                     "and the fleet's total.")] = None,  # fmt: skip
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
@@ -313,9 +317,10 @@ def size(
     if profile is not None and step_model is not None:
         raise LlmcapError("--profile and --step-model both name the step times; give one")
     pipeline = _from_params(ctx, params_file) if params_file is not None else None
-    model = model or (pipeline.enumerate.model if pipeline is not None else None)
-    if model is None:
+    models = model or ([pipeline.enumerate.model] if pipeline is not None else [])
+    if not models:
         raise LlmcapError("no model: give --model (or --params with enumerate.model)")
+    classes = model_classes(models)
     prof = load_profile(profile) if profile is not None else None
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
@@ -329,15 +334,64 @@ def size(
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):
         params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
-    spec = load_model(model)  # an unknown model fails now, not after the trace is read
+    specs = {label: load_model(name) for label, name in classes.items()}  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
         trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
+    plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof,
+                       step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd)  # fmt: skip
+    if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
+        size_fleet(trace, table, specs, plan_one, params, output, out)
+        return
+    spec, model_arg = specs[None], classes[None]
     for line in mixed_traffic(table, spec.name):  # said before the minutes of sizing; the plan's notes say it too
         err_console.print(f"warning: {trace}: {line}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+    try:
+        one = plan_one(spec, table)
+    except NoFeasiblePlan as none:
+        _near_miss_report(none, output, out)
+        raise typer.Exit(1) from None
+    outcome, candidates, context = one.outcome, one.candidates, one.context
+    paths = write_report(outcome.report, out) if out is not None else {}
+    if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
+        paths["summary"] = out / "summary.json"
+    serve = serve_commands(outcome.summary, candidates, model_arg, one.gpu_memory_utilization)
+    step_line = _step_model_summary(prof, one.step_times.measured, step_model)
+    s = outcome.summary
+    summary = dict(s) | {
+        "vllm_serve": [c.to_dict() for c in serve],
+        "step_model": step_line,
+        "report": {k: str(v) for k, v in paths.items()},
+        "max_model_len": context,
+        "rejected_over_max_model_len": one.over,
+        "input_accounting": account_json(cleaned.report),
+    } | ({"engine_preset": {gpu_name: p.to_dict() for gpu_name, p in presets.items()}} if presets else {})
+    if out is not None:
+        paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
+    fails = s["verdict"] == "fails"
+    if output == "json":
+        print_json(summary)
+    elif output == "csv":
+        print_csv(chosen_rows(outcome.table.to_pylist(), s["chosen"], s["mode"]))
+    else:
+        for gpu_name, p in presets.items():
+            out_console().print(f"engine preset on {gpu_name}: {p.line()}", highlight=False)
+        _print_plan(outcome, spec.name, step_line, serve, model_arg, one.over, context)
+    for path in paths.values():
+        print(f"  wrote {path}", file=sys.stderr)
+    if fails:
+        nearest = next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"])
+        print(f"error: {NO_PLAN_PASSES}; nearest: {nearest}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_lists: tuple | None, presets: dict[str, EnginePreset],
+              candidates_file: Path | None, prof: MeasuredProfile | None, step_model: Path | None, max_model_len: int | None,
+              output: str, workload_id: str, disaggregated: bool) -> PlannedModel:  # fmt: skip
+    """One model's capacity decision for `table`: its candidates enumerated (or read), step times, the sizing with a progress bar."""
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
     context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
@@ -349,7 +403,7 @@ def size(
         gpus, quants, kv_dtypes, tps = grid_lists
         grid = EnumerationSpec(
             gpus=gpus, weight_quants=quants, kv_dtypes=kv_dtypes,
-            parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if pd else ["aggregated"],
+            parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if disaggregated else ["aggregated"],
             aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context,
         )  # fmt: skip
         candidates = _enumerate(spec, grid, workload_context_lengths(workload), presets)
@@ -364,47 +418,12 @@ def size(
         step_times = StepTimes("roofline") if prof is None else StepTimes("profile", {"fingerprint": prof.fingerprint}, measured)
     console = Console(stderr=True, quiet=output != "table")
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with make_executor(params.compute) as executor, Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task("sizing", total=None)
-            phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
-            step = lambda message: bar.update(task, description=message)  # noqa: E731
-            outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=trace.name, progress=step, on_phase=phase)
-    except NoFeasiblePlan as none:
-        _near_miss_report(none, output, out)
-        raise typer.Exit(1) from None
-    paths = write_report(outcome.report, out) if out is not None else {}
-    if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
-        paths["summary"] = out / "summary.json"
-    over = int((isl + osl > context).sum())
-    serve = serve_commands(outcome.summary, candidates, model, gpu_memory_utilization)
-    step_line = _step_model_summary(prof, step_times.measured, step_model)
-    s = outcome.summary
-    summary = dict(s) | {
-        "vllm_serve": [c.to_dict() for c in serve],
-        "step_model": step_line,
-        "report": {k: str(v) for k, v in paths.items()},
-        "max_model_len": context,
-        "rejected_over_max_model_len": over,
-        "input_accounting": account_json(cleaned.report),
-    } | ({"engine_preset": {gpu_name: p.to_dict() for gpu_name, p in presets.items()}} if presets else {})
-    if out is not None:
-        paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
-    fails = s["verdict"] == "fails"
-    if output == "json":
-        print_json(summary)
-    elif output == "csv":
-        print_csv(chosen_rows(outcome.table.to_pylist(), s["chosen"], s["mode"]))
-    else:
-        for gpu_name, p in presets.items():
-            out_console().print(f"engine preset on {gpu_name}: {p.line()}", highlight=False)
-        _print_plan(outcome, spec.name, step_line, serve, model, over, context)
-    for path in paths.values():
-        print(f"  wrote {path}", file=sys.stderr)
-    if fails:
-        nearest = next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"])
-        print(f"error: {NO_PLAN_PASSES}; nearest: {nearest}", file=sys.stderr)
-        raise typer.Exit(1)
+    with make_executor(params.compute) as executor, Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("sizing", total=None)
+        phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
+        step = lambda message: bar.update(task, description=message)  # noqa: E731
+        outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=workload_id, progress=step, on_phase=phase)
+    return PlannedModel(outcome, candidates, context, int((isl + osl > context).sum()), gpu_memory_utilization, step_times)
 
 
 def chosen_rows(rows: list[dict[str, Any]], chosen: str, mode: str) -> list[dict[str, Any]]:
