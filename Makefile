@@ -19,6 +19,7 @@ export UV
 
 # Measured gotchas of the stack (docs/stack-notes.md): everything writable lives in .work/. The list is
 # stages/env.py's (the one the stages, flows and tests apply too); only what must be set before Python starts is here.
+# The MLflow store is not: stages/env.py takes it from params.yaml `stores:` (or MLFLOW_TRACKING_URI when set).
 $(foreach setting,$(shell python3 $(ROOT)/stages/env.py $(WORK)),$(eval export $(setting)))
 export PREFECT_LOGGING_LEVEL := WARNING
 export GIT_AUTHOR_NAME ?= llmcap
@@ -28,7 +29,7 @@ export GIT_COMMITTER_EMAIL ?= llmcap@localhost
 export PYTHONHASHSEED := 0
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: plan test bench mutants setup dist clean-work server server-stop serve
+.PHONY: plan test bench mutants setup dist clean-work server server-stop serve store store-stop
 
 setup: $(VENV)/.synced $(VENV)/.native
 	@$(PY) -m compileall -q -j 0 llmcap stages flows > /dev/null  # bytecode of our own sources too (written even where PYTHONDONTWRITEBYTECODE is set)
@@ -77,6 +78,15 @@ server-stop:
 
 serve: setup
 	$(PY) -m flows.serve
+
+# The team's decision stores (ops/mlflow_server.py, README "Team stores"): an MLflow tracking server (SQL
+# backend and artifacts in STORE_DIR, default .work/store; port LLMCAP_MLFLOW_PORT, default 5000; PID in
+# .work/mlflow-server/server.json, stopped by it). Clones use it through params.yaml `stores:`.
+store: setup
+	$(PY) -m ops.mlflow_server start $(if $(STORE_DIR),--dir $(STORE_DIR))
+
+store-stop:
+	$(PY) -m ops.mlflow_server stop
 
 bench: setup
 	$(PY) -m benchmarks

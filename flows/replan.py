@@ -265,8 +265,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  plots              {ROOT / 'data/reports/workload'}/*.png")
     e = result["candidates"]
     print(f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}")
-    print(f"  MLflow run         {result['run_id']} (experiment '{tracking.EXPERIMENT}', {os.environ['MLFLOW_TRACKING_URI']})")
-    print(f"                     browse: mlflow ui --backend-store-uri {os.environ['MLFLOW_TRACKING_URI']} --workers 1")
+    from llmcap.credentials import redact_text
+
+    uri = redact_text(os.environ["MLFLOW_TRACKING_URI"])
+    print(f"  MLflow run         {result['run_id']} (experiment '{tracking.EXPERIMENT}', {uri})")
+    browse = uri if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri} --workers 1"
+    print(f"                     browse: {browse}")
     k = result["capacity"]
     print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
           f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")

@@ -240,6 +240,26 @@ class WatchParams(_Strict):
         return value
 
 
+class StoresParams(_Strict):
+    """Where decisions are stored: one setting a clone picks up (stages.env.stores resolves it).
+
+    No DVC stage reads this section: it says where a plan is kept, not what it computes. Empty: the
+    checkout's own stores (`.dvc/config`'s default remote, `.work/mlflow.db`); the environment variables
+    LLMCAP_DVC_REMOTE and MLFLOW_TRACKING_URI override it.
+    """
+
+    dvc_remote: str = Field("", description="DVC remote URL or path (relative: to the project); '': .dvc/config's default remote")
+    mlflow_tracking_uri: str = Field("", description="MLflow tracking URI, e.g. http://host:5000; '': sqlite .work/mlflow.db")
+
+    @field_validator("dvc_remote", "mlflow_tracking_uri")
+    @classmethod
+    def _no_credential(cls, value: str) -> str:
+        # params.yaml is committed: credentials belong in DVC's config.local or MLFLOW_TRACKING_USERNAME/PASSWORD
+        if split_userinfo(value)[1] is not None or redact_text(value) != value:
+            raise ValueError("carries a credential (user:password@ or a token); put it in the environment, not params.yaml")
+        return value
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -254,6 +274,7 @@ class Params(_Strict):
     replay: ReplayParams = ReplayParams()
     reconcile: ReconcileParams = ReconcileParams()
     watch: WatchParams = WatchParams()
+    stores: StoresParams = StoresParams()
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

@@ -2,9 +2,10 @@
 
     python -m ops.history [--project DIR] [--json] [--limit N]
 
-One row per finished replan run: when, the code commit it ran at, the commit whose dvc.lock records
-its outputs (commit dvc.lock after a plan: that commit is the decision's id for `reproduce`, `diff`
-and `dvc pull`), target rate, chosen configuration, GPUs, cost and who approved it.
+One row per finished replan run of the project's MLflow store (params.yaml `stores:`, stages.env.stores):
+when, the code commit it ran at, the commit whose dvc.lock records its outputs (commit dvc.lock after a
+plan: that commit is the decision's id for `reproduce`, `diff` and `dvc pull`), target rate, chosen
+configuration, GPUs, cost and who approved it.
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from stages.env import apply_defaults
 
     root = args.project.resolve()
-    apply_defaults(root)  # the project's MLflow store unless MLFLOW_TRACKING_URI says otherwise
+    apply_defaults(root)  # the project's MLflow store: params.yaml `stores:` unless MLFLOW_TRACKING_URI says otherwise
     rows = decisions(root)
     rows = rows[: args.limit] if args.limit else rows
     if args.json:

@@ -94,17 +94,17 @@ def isolated_env(state: Path, python: Path) -> dict[str, str]:
 
 
 def use_project_remote(root: Path, worktree: Path) -> str:
-    """Point the worktree's default remote at the project's (a relative local remote would resolve inside the worktree)."""
-    from ops.store import default_remote
+    """Point the worktree's default remote at the project's (the stores setting, else .dvc/config's default: a relative
+    local remote would resolve inside the worktree, and REV's own params.yaml may predate the setting)."""
+    from ops.store import configure_dvc, default_remote
 
     remote = default_remote(root)
     if remote is None:
-        raise OpsError("--pull: the project has no default DVC remote")
+        raise OpsError("--pull: the project has no DVC remote (params.yaml stores.dvc_remote or .dvc/config)")
     local = root / ".dvc" / "config.local"
     if local.is_file():  # credentials and options of this machine
         shutil.copy2(local, worktree / ".dvc" / "config.local")
-    for args in (["remote", "add", "--local", "--force", "--default", remote["name"], remote["url"]],):
-        subprocess.run([sys.executable, "-m", "dvc", *args], cwd=worktree, check=True, capture_output=True)
+    configure_dvc(worktree, remote)
     return remote["url"]
 
 

@@ -18,7 +18,7 @@ def sandbox_env(dest: Path) -> dict[str, str]:
     """The environment that keeps a sandbox's state inside it (and runs this interpreter's `python`)."""
     work = dest / ".work"
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "LLMCAP_DVC_REMOTE"},  # a team's remote is not the sandbox's
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "PREFECT_HOME": str(work / "prefect"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
@@ -37,11 +37,22 @@ def copy_checkout(dest: Path, native: bool = False) -> None:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    own_stores(dest / "params.yaml")
     if native and (ROOT / "llmcap" / "native.json").is_file():
         for so in (ROOT / "llmcap").rglob("*.so"):
             (dest / so.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)  # llmcap/_compiled/ is not tracked
             shutil.copy2(so, dest / so.relative_to(ROOT))
         shutil.copy2(ROOT / "llmcap" / "native.json", dest / "llmcap" / "native.json")
+
+
+def own_stores(params: Path) -> None:
+    """Empty a team's `stores:` in the copy's params.yaml: a sandbox's plans go to its own `.work/`, never to the shared stores."""
+    import yaml
+
+    data = yaml.safe_load(params.read_text()) if params.is_file() else None
+    if isinstance(data, dict) and any((data.get("stores") or {}).values()):
+        data["stores"] = dict.fromkeys(data["stores"], "")
+        params.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
 def commit_all(dest: Path, env: dict[str, str], message: str) -> None:

@@ -76,6 +76,8 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"watch.replan_cron": "weekly"}, "watch.replan_cron", "a cron expression has 5 fields"),
     ({"watch.interval_s": 0}, "watch.interval_s", "greater than or equal to 10"),
     ({"watch.endpoints": "http://127.0.0.1:8000"}, "watch.endpoints", "valid list"),
+    ({"stores.mlflow_tracking_uri": "http://ops:s3cret@mlflow.internal:5000"}, "stores.mlflow_tracking_uri", "carries a credential"),
+    ({"stores.dvc_remote": 5}, "stores.dvc_remote", "valid string"),
     ({"profile.scheduler": {"x": math.inf}}, "profile.scheduler", "finite number"),
     ({"profile.endpoint": "127.0.0.1:8000"}, "profile.endpoint", "http:// or https:// URL"),
     ({"profile.api_key_env": "two words"}, "profile.api_key_env", "not an environment variable name"),
