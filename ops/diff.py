@@ -7,8 +7,9 @@ MLflow replan run id (its dvc.lock and decision/ artifacts) or a plan directory 
 dvc.lock and the outputs). Decision: chosen configuration, GPUs, instances, cost, headroom items, pools
 and every candidate's max feasible rate (capacity table). Inputs: params per key (as DVC recorded
 them per stage), dependencies whose content changed (code, data, uv.lock), stage commands, the trace
-(raw file and canonical table) and the step model (source, version, fingerprint fields). Markdown,
-or JSON with --json.
+(raw file and canonical table), the step model (source, version, fingerprint fields) and each pool's
+provenance (GPU, parallelism, formats, the step model that sized it, engine/driver/runtime versions and
+model revision: summary.json's `pool_provenance`). Markdown, or JSON with --json.
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ def decision_fields(summary: dict) -> dict[str, Any]:
     return out
 
 
+def pool_provenance(summary: dict) -> dict[str, Any]:
+    """Each pool's provenance field as `pool.field` (what sized the pool: GPU, formats, step model, versions)."""
+    return {f"{pool}.{k}": v for pool, fields in (summary.get("pool_provenance") or {}).items() for k, v in fields.items()}
+
+
 def _changed(a: dict, b: dict) -> list[dict]:
     return [{"field": k, "a": a.get(k), "b": b.get(k)} for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
 
@@ -169,7 +175,8 @@ def diff(a: Side, b: Side) -> dict:
             "corrections": {"a": describe_corrections(a.step_model.get("corrections") or []),
                             "b": describe_corrections(b.step_model.get("corrections") or [])},
         }
-    inputs = {"params": changes["params"], **by_kind, "cmds": changes["cmds"], "trace": trace, "step_model": step}
+    provenance = _changed(pool_provenance(a.summary), pool_provenance(b.summary)) if a.summary and b.summary else []
+    inputs = {"params": changes["params"], **by_kind, "cmds": changes["cmds"], "trace": trace, "step_model": step, "provenance": provenance}
     return {"a": a.describe(), "b": b.describe(), "decision": decision, "inputs": inputs, "explanation": explain(inputs)}
 
 
@@ -204,6 +211,7 @@ def explain(inputs: dict) -> list[str]:
     if s and s["version"]["a"] != s["version"]["b"]:
         out.append(f"step model version: {s['version']['a']} → {s['version']['b']}")
     out += [f"step-model fingerprint `{f['field']}`: {f['a']!r} → {f['b']!r}" for f in (s or {}).get("fingerprint", [])]
+    out += [f"pool provenance `{p['field']}`: {p['a']!r} → {p['b']!r}" for p in inputs.get("provenance", [])]
     return out or ["no recorded input differs"]
 
 

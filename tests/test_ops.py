@@ -11,7 +11,7 @@ import pytest
 
 from ops import reproduce
 from ops.common import dir_manifest, dir_md5, input_changes
-from ops.diff import decision_fields, explain
+from ops.diff import Side, decision_fields, diff, explain
 from tests.conftest import ROOT
 
 
@@ -120,3 +120,27 @@ def test_a_dep_another_stage_produces_is_a_consequence_not_an_input() -> None:
     raw_changed = lock(1, "s1")
     raw_changed["stages"]["replay"]["deps"][1]["md5"] = "t2"
     assert [d["path"] for d in input_changes(lock(1, "s1"), raw_changed)["deps"]] == ["data/raw/t.jsonl"]
+
+
+def _provenance(engine_version: str, gpu: str = "H200-SXM-141GB") -> dict:
+    return {"decode": {"gpu": gpu, "tp": "4", "step_model": "roofline", "engine_version": engine_version},
+            "prefill": {"gpu": "H100-SXM-80GB", "tp": "2", "step_model": "roofline", "engine_version": engine_version}}
+
+
+def test_diff_compares_each_pools_provenance() -> None:
+    lock = _lock(1, "x")
+    a = Side("A", "directory", lock=lock, summary={"gpus": 32, "pool_provenance": _provenance("unknown")})
+    b = Side("B", "directory", lock=lock, summary={"gpus": 32, "pool_provenance": _provenance("0.11.0", gpu="B200-SXM-180GB")})
+    result = diff(a, b)
+    assert result["decision"]["changed"] == []  # the same count: only what it was sized with moved
+    assert result["inputs"]["provenance"] == [
+        {"field": "decode.gpu", "a": "H200-SXM-141GB", "b": "B200-SXM-180GB"},
+        {"field": "decode.engine_version", "a": "unknown", "b": "0.11.0"},
+        {"field": "prefill.engine_version", "a": "unknown", "b": "0.11.0"},
+    ]
+    assert result["explanation"] == [
+        "pool provenance `decode.gpu`: 'H200-SXM-141GB' → 'B200-SXM-180GB'",
+        "pool provenance `decode.engine_version`: 'unknown' → '0.11.0'",
+        "pool provenance `prefill.engine_version`: 'unknown' → '0.11.0'",
+    ]
+    assert diff(a, a)["explanation"] == ["no recorded input differs"]
