@@ -48,10 +48,9 @@ def states(plan: CapacityPlan) -> tuple[State, ...]:
     base = plan.counts()
     down = []
     for pool in plan.pools:
-        lost = pool.placement.lost(1)
         share = pool.placement.nodes * node_down_share(pool.params)
-        if lost > 0 and share > 0:
-            down.append(State(tuple({**base, pool.name: pool.instances - lost}.items()), share, pool.name))
+        if share > 0:  # a pool with no node (no instance) has none to lose
+            down.append(State(tuple({**base, pool.name: pool.instances - pool.placement.lost(1)}.items()), share, pool.name))
     total = sum(s.share for s in down)
     if total >= 1:
         raise LlmcapError(f"availability: nodes are down {total:.1%} of the time (node_repair_h vs node_mtbf_h); "
@@ -59,22 +58,22 @@ def states(plan: CapacityPlan) -> tuple[State, ...]:
     return (State(tuple(base.items()), 1.0 - total), *down)
 
 
-def served_share(state: State, result: EvalResult) -> float:
+def served_share(result: EvalResult) -> float:
     """The state's requests served within the SLOs (an overloaded run: none over a repair's hours)."""
     return 0.0 if result.overload else result.attainment
 
 
 def availability(judged: list[tuple[State, EvalResult]]) -> float:
     """A of the module docstring."""
-    return sum(s.share * served_share(s, r) for s, r in judged)
+    return sum(s.share * served_share(r) for s, r in judged)
 
 
 def costliest(judged: list[tuple[State, EvalResult]]) -> tuple[State, EvalResult]:
     """The state that loses the most requests over time (share × misses): the one to fix first."""
-    return max(judged, key=lambda sr: sr[0].share * (1.0 - served_share(*sr)))
+    return max(judged, key=lambda sr: sr[0].share * (1.0 - served_share(sr[1])))
 
 
 def describe(judged: list[tuple[State, EvalResult]]) -> str:
     """Each state's share of the time and what it serves, e.g. "all serving 99.88% × 0.9950; prefill node down 0.12% × 0.81"."""
-    return "; ".join(f"{'all serving' if not s.down else s.down + ' node down'} {s.share:.3%} × {served_share(s, r):.4f}"
+    return "; ".join(f"{'all serving' if not s.down else s.down + ' node down'} {s.share:.3%} × {served_share(r):.4f}"
                      for s, r in judged)  # fmt: skip

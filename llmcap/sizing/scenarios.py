@@ -107,8 +107,8 @@ def scenarios(plan: CapacityPlan, over_time: bool = False) -> list[Scenario]:
                 out.append(Scenario(f"{kind}: {pool.name}", tuple(serving.items()), f"{why}: −{lost}", pool.name))
     if over_time:
         mix = availability.states(plan)
-        down = ", ".join(f"{s.down} node down {s.share:.3%}" for s in mix if s.down) or "no node ever down"
-        out.append(Scenario("availability", tuple(base.items()), f"over time: {down} of the time", "", mix))
+        down = ", ".join(f"{s.down} node down {s.share:.3%}" for s in mix if s.down)
+        out.append(Scenario("availability", tuple(base.items()), f"over time: {down} of the time" if down else "over time: no node is ever down", "", mix))
     return out
 
 
@@ -185,8 +185,8 @@ def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tupl
     """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure
     (with `parallel`, the next scenarios are simulated together with the one needed now)."""
     out = []
-    # the thinnest deployment first: likeliest to fail; availability last (it is judged on the others' runs)
-    order = sorted(scenarios(plan, judge.availability is not None), key=lambda s: (bool(s.states), sum(n for _, n in s.serving)))
+    # the thinnest deployment first: likeliest to fail (availability, appended last with every instance serving, stays last)
+    order = sorted(scenarios(plan, judge.availability is not None), key=lambda s: sum(n for _, n in s.serving))
     width = 1 if parallel is None else max(1, parallel.width)
     for k, sc in enumerate(order):
         needed = [d for d in sc.deployments() if d not in cache]
