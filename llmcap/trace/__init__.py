@@ -79,6 +79,7 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
+ADDED_SINCE_TRACE_1 = ("max_tokens",)  # columns a trace/1 file lacks: read as null
 READ_BATCH_ROWS = 1 << 16  # Parquet is decoded this many rows at a time: one huge row group never peaks at several times its size
 
 
@@ -93,13 +94,15 @@ def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
     try:
         pf = pq.ParquetFile(path, pre_buffer=False)
         present = pf.schema_arrow.names
-        missing = [f.name for f in CANONICAL_SCHEMA if f.name not in present]
+        missing = [f.name for f in CANONICAL_SCHEMA if f.name not in present and f.name not in ADDED_SINCE_TRACE_1]
         if missing:
             raise InputFileError(path, "not a canonical llmcap trace", field=missing[0])
         metadata = pf.schema_arrow.metadata
-        batches = list(pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=names, use_threads=False))
+        stored = [c for c in names if c in present]
+        batches = list(pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=stored, use_threads=False))
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputFileError(path, f"not a readable Parquet trace ({exc})") from None
     schema = pa.schema([CANONICAL_SCHEMA.field(c) for c in names], metadata=metadata)
-    read_schema = pa.schema([pf.schema_arrow.field(c) for c in names], metadata=metadata)
-    return pa.Table.from_batches(batches, schema=read_schema).cast(schema)
+    read = pa.Table.from_batches(batches, schema=pa.schema([pf.schema_arrow.field(c) for c in stored], metadata=metadata))
+    columns = [read.column(c) if c in stored else pa.nulls(read.num_rows, CANONICAL_SCHEMA.field(c).type) for c in names]
+    return pa.Table.from_arrays(columns, names=names).replace_schema_metadata(metadata).cast(schema)

@@ -39,6 +39,8 @@ REASONS: tuple[str, ...] = (
     "osl_not_integer",
     "failed_request",
     "osl_below_1",
+    "max_tokens_invalid",
+    "osl_above_max_tokens",
     "hash_ids_invalid",
     "exceeds_max_context",
     "outside_window",
@@ -108,6 +110,8 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
     flag(~np.isfinite(raw.arrival_s), "invalid_arrival", "missing or unparseable arrival time")
     _flag_lengths(flag, "isl", raw.isl)
     _flag_lengths(flag, "osl", raw.osl, zero_reason=raw.zero_osl_reason)
+    if "max_tokens" in raw.labels:
+        _flag_max_tokens(flag, raw.labels["max_tokens"].to_numpy(zero_copy_only=False), raw.osl)
     if "hash_ids" in raw.labels:
         flag(pc.is_null(raw.labels["hash_ids"]).to_numpy(zero_copy_only=False), "hash_ids_invalid", "hash_ids missing or not a list of integers")
     with np.errstate(invalid="ignore"):
@@ -241,6 +245,14 @@ def _flag_lengths(flag, name: str, values: np.ndarray, zero_reason: str | None =
             flag(values < 1, "osl_below_1", _fmt("osl=", values, " < 1"))
 
 
+def _flag_max_tokens(flag, cap: np.ndarray, osl: np.ndarray) -> None:
+    """A cap is optional (NaN: none), but one that is given must be a whole number ≥ 1 and hold the output it capped."""
+    with np.errstate(invalid="ignore"):
+        given = ~np.isnan(cap)
+        flag(given & (np.isinf(cap) | (cap < 1) | (cap != np.floor(cap))), "max_tokens_invalid", _fmt("max_tokens=", cap))
+        flag(given & (osl > cap), "osl_above_max_tokens", lambda rows: [f"osl={o:.6g} > max_tokens={c:.6g}" for o, c in zip(osl[rows], cap[rows], strict=True)])
+
+
 def _fmt(prefix: str, values: np.ndarray, suffix: str = ""):
     """Detail text for the flagged rows only (formatting every row would put Python on the hot path)."""
     return lambda rows: [f"{prefix}{v:.6g}{suffix}" for v in values[rows]]
@@ -267,6 +279,14 @@ def _duplicates(raw: RawTrace, candidates: np.ndarray) -> np.ndarray:
     return dup
 
 
+def _optional_int(values: pa.Array | None, order: np.ndarray) -> pa.Array:
+    """An optional whole-number column of the kept rows (NaN: null), or all null when the source has none."""
+    if values is None:
+        return pa.nulls(order.size, pa.int64())
+    kept = values.to_numpy(zero_copy_only=False)[order]
+    return pa.array(np.nan_to_num(kept).astype(np.int64), pa.int64(), mask=np.isnan(kept))
+
+
 def _canonical(raw: RawTrace, order: np.ndarray) -> pa.Table:
     idx = pa.array(order)
     arrival = raw.arrival_s[order]
@@ -276,6 +296,7 @@ def _canonical(raw: RawTrace, order: np.ndarray) -> pa.Table:
         "arrival_s": pa.array(arrival, pa.float64()),
         "isl": pa.array(raw.isl[order].astype(np.int64)),
         "osl": pa.array(raw.osl[order].astype(np.int64)),
+        "max_tokens": _optional_int(raw.labels.get("max_tokens"), order),
     }
     isl = raw.isl[order].astype(np.int64)
     if "hash_ids" in raw.labels and raw.block_size:

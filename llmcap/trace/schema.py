@@ -8,6 +8,7 @@ One row per request, sorted by arrival. Columns:
 | arrival_s         | float64        | seconds since the first kept request (the absolute start is metadata)  |
 | isl               | int64          | input (prompt) tokens, ≥ 1                                             |
 | osl               | int64          | output (generated) tokens, ≥ 1                                          |
+| max_tokens        | int64          | the client's cap on output tokens (≥ osl), null when unknown            |
 | hash_ids          | list<int64>    | prefix block hashes (one per `block_size` tokens), null when unknown    |
 | prefix_hit_tokens | int64          | leading tokens reusable from earlier requests (infinite cache), null when no hashes |
 | model             | string         | model name, null when unknown                                           |
@@ -28,13 +29,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "trace/1"
+SCHEMA_VERSION = "trace/2"  # trace/2 added max_tokens (a trace/1 file reads with it null)
 
 FIELDS: list[pa.Field] = [
     pa.field("request_id", pa.int64(), nullable=False),
     pa.field("arrival_s", pa.float64(), nullable=False),
     pa.field("isl", pa.int64(), nullable=False),
     pa.field("osl", pa.int64(), nullable=False),
+    pa.field("max_tokens", pa.int64()),
     pa.field("hash_ids", pa.list_(pa.int64())),
     pa.field("prefix_hit_tokens", pa.int64()),
     pa.field("model", pa.string()),

@@ -8,6 +8,8 @@ final partial window; inter-arrival CV is std/mean of consecutive gaps, zero gap
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,6 +99,18 @@ def label_mix(table: pa.Table, top: int = 20) -> dict[str, dict[str, float]]:
     return mix
 
 
+def summarise_caps(caps: pa.ChunkedArray, osl: np.ndarray, percentiles: Sequence[float]) -> dict:
+    """The requests that state a cap on output tokens: how many, cap ÷ real output, and Σ cap ÷ Σ OSL (what a
+    scheduler that reserves the cap holds against what the requests use)."""
+    given = ~caps.is_null().to_numpy(zero_copy_only=False)
+    cap = caps.to_numpy(zero_copy_only=False)[given].astype(np.float64)
+    real = osl[given].astype(np.float64)
+    ratio = cap / real
+    return {"requests": int(given.sum()), "share": float(given.mean()),
+            "cap_over_osl": {f"p{p:g}": float(np.percentile(ratio, p)) for p in percentiles},
+            "reserved_over_real": float(cap.sum() / real.sum())}  # fmt: skip
+
+
 def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
     """The workload summary of a canonical trace (plain JSON-able dict; keys documented in README)."""
     arrival = np.sort(table.column("arrival_s").to_numpy())  # canonical traces are sorted; be safe
@@ -123,6 +137,9 @@ def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
         "joint": joint_distribution(isl, osl, params.length_bucket_base),
         "mix": label_mix(table),
     }
+    caps = table.column("max_tokens")
+    if caps.null_count < len(caps):
+        summary["max_tokens"] = summarise_caps(caps, osl, params.percentiles)
     block_size = schema.block_size_of(table)
     hashes = table.column("hash_ids")
     if block_size and hashes.null_count < len(hashes):
