@@ -30,6 +30,7 @@ from llmcap.catalog.gpus import MIB, GpuSpec
 from llmcap.catalog.models import COMPONENTS, ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 from llmcap.errors import LlmcapError
+from llmcap.lora import lora_slot_bytes
 
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of 64 before splitting it over TP
 QUANTIZED_COMPONENTS = ("attention", "dense_mlp", "routed_experts", "shared_experts")
@@ -62,6 +63,10 @@ class MemoryParams(BaseModel):
     """Attention-backend and GEMM workspaces."""
     safety_margin_bytes: int = Field(default=256 * MIB, ge=0)
     """Headroom against fragmentation and estimation error, taken out of the KV budget."""
+    lora_slots: int = Field(default=0, ge=0)
+    """LoRA adapters resident at once (vLLM --max-loras), each with a buffer on every rank (`llmcap.lora`); 0 = no LoRA."""
+    lora_rank: int = Field(default=16, ge=1)
+    """The largest adapter rank the slots hold (vLLM --max-lora-rank, default 16)."""
 
 
 @dataclass(frozen=True)
@@ -401,19 +406,20 @@ def plan_memory(
     ]
     runtime_total = sum(b for _, b in runtime)
 
-    best: tuple[int, int, dict[str, int], int, float] | None = None  # (blocks, stage, weights, budget, kv/token)
+    best: tuple[int, int, dict[str, int], int, float, int] | None = None  # (blocks, stage, weights, budget, kv/token, LoRA slots)
     stage_totals: list[int] = []
     stages = pp_stage_layers(model.num_layers, par.pp)
     for s, layers in enumerate(stages):
         w = stage_weight_bytes(model, par, policy, s)
         stage_totals.append(sum(w.values()))
-        budget = usable - sum(w.values()) - runtime_total - params.safety_margin_bytes
+        lora = lora_slot_bytes(model, par.tp, len(layers), params.lora_slots, params.lora_rank, policy.unquantized_dtype_bytes)
+        budget = usable - sum(w.values()) - runtime_total - lora - params.safety_margin_bytes
         kv_tok = len(layers) * per_layer_kv
         blocks = max(0, budget) // int(block_size * kv_tok) if kv_tok > 0 else 0
         if best is None or blocks < best[0] or (blocks == best[0] and budget < best[3]):
-            best = (int(blocks), s, w, budget, kv_tok)
+            best = (int(blocks), s, w, budget, kv_tok, lora)
     assert best is not None
-    blocks, stage, weights, budget, kv_tok = best
+    blocks, stage, weights, budget, kv_tok, lora = best
 
     rows = [BreakdownRow(f"HBM ({gpu.name}, driver-reported)", gpu.hbm_bytes, "capacity")]
     rows.append(
@@ -423,6 +429,8 @@ def plan_memory(
     )
     rows += [BreakdownRow(f"weights: {c}", b, "weights") for c, b in weights.items() if b]
     rows += [BreakdownRow(label, b, "runtime") for label, b in runtime if b]
+    if lora:
+        rows.append(BreakdownRow(f"LoRA slots ({params.lora_slots} adapters × rank {params.lora_rank})", lora, "runtime"))
     rows.append(BreakdownRow("safety margin", params.safety_margin_bytes, "margin"))
     rows.append(BreakdownRow(f"KV cache ({kv_dtype}, {kv_b} B/elem)", budget, "kv"))
     return MemoryPlan(

@@ -46,8 +46,10 @@ class ServeCommand:
                 "argv": self.argv, "command": self.shell, "notes": self.notes}  # fmt: skip
 
 
-def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float, disaggregated: bool = False) -> tuple[list[str], list[str]]:
-    """`vllm serve` arguments for one candidate row of the candidates table, and the notes that go with them."""
+def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float, disaggregated: bool = False,
+               lora: tuple[int, int] = (0, 16)) -> tuple[list[str], list[str]]:  # fmt: skip
+    """`vllm serve` arguments for one candidate row of the candidates table, and the notes that go with them;
+    `lora`: (adapter slots, max rank) the memory plan reserved (0 slots: no LoRA)."""
     notes: list[str] = []
     argv = ["vllm", "serve", model, "--tensor-parallel-size", str(int(row["tp"]))]
     if int(row["pp"]) > 1:
@@ -73,20 +75,22 @@ def serve_argv(row: Mapping[str, Any], model: str, gpu_memory_utilization: float
         "--max-model-len", str(int(row["max_context_len"])),
         "--gpu-memory-utilization", f"{gpu_memory_utilization:g}",
     ]  # fmt: skip
+    if lora[0] > 0:
+        argv += ["--enable-lora", "--max-loras", str(lora[0]), "--max-lora-rank", str(lora[1])]
     if disaggregated:
         argv += ["--kv-transfer-config", json.dumps(PD_KV_TRANSFER, separators=(",", ":"))]
     return argv, notes
 
 
 def serve_commands(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str,
-                   gpu_memory_utilization: float) -> list[ServeCommand]:
+                   gpu_memory_utilization: float, lora: tuple[int, int] = (0, 16)) -> list[ServeCommand]:
     """One command per pool of the plan in `summary` (the size summary: `mode`, `pool_plans`), each pool's
     configuration looked up by its key and role in the candidates table."""
     disaggregated = summary["mode"] == "disaggregated"
     out = []
     for pool, plan in summary["pool_plans"].items():
         row = candidate_row(candidates, str(plan["configuration"]), (pool,) if disaggregated else ("both",))
-        argv, notes = serve_argv(row, model, gpu_memory_utilization, disaggregated)
+        argv, notes = serve_argv(row, model, gpu_memory_utilization, disaggregated, lora)
         if disaggregated:
             notes.append("P/D: put a proxy in front that sends each request to a prefill instance, then to a decode one "
                          "(vLLM's disaggregated-serving examples); the KV connector's side channel needs its own port per instance")

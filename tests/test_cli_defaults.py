@@ -89,6 +89,7 @@ MATCHED: dict[str, dict[str, Spec]] = {
         "itl_stat": (SloParams, "itl_stat"), "ttft_handoff": (SloParams, "ttft_includes_handoff"),
         "ttft_per_1k_isl": (SloParams, "ttft_ms_per_1k_isl"), "attainment": (SloParams, "attainment_target"),
         "slo_availability": (SloParams, "availability"),
+        "max_loras": (MemoryParams, "lora_slots"), "max_lora_rank": (MemoryParams, "lora_rank"),
         "target_rps": (SizeParams, "target_rps"), "admission_policy": (SizeParams, "admission_policy"),
         "pools_split_isl": (SizeParams, "pools_split_isl"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
         "shortlist": (SizeParams, "shortlist"), "excerpt": (SizeParams, "excerpt_requests"),

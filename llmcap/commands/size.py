@@ -81,6 +81,7 @@ from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, 
 from llmcap.vllm_serve import serve_commands
 
 
+MEMORY = MemoryParams()
 MIN_REQUESTS = 20  # warm-up and drain are excluded from every replay: fewer leave no steady window to judge
 
 
@@ -297,6 +298,9 @@ def size(
     excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = SIZE.excerpt_requests,
     workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = SIZE.compute.workers,
     dask_address: Annotated[str | None, typer.Option(help="Run the search on this Dask scheduler instead.")] = SIZE.compute.dask_address,
+    max_loras: Annotated[int, typer.Option(min=0, help="LoRA adapters resident at once (vLLM --max-loras): their buffers on every "
+                                           "rank leave less KV; 0 = no LoRA.")] = MEMORY.lora_slots,  # fmt: skip
+    max_lora_rank: Annotated[int, typer.Option(min=1, help="The largest adapter rank (vLLM --max-lora-rank).")] = MEMORY.lora_rank,
     max_model_len: Annotated[
         int | None, typer.Option(min=1, help="Longest prompt + output a deployment accepts (default: the trace's longest, "
                                  "within the model's max_position_embeddings); longer requests are rejected: SLO misses.")
@@ -342,7 +346,8 @@ def size(
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
     plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof,
-                       step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd)  # fmt: skip
+                       step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
+                       memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
     if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
         size_fleet(trace, table, specs, plan_one, params, output, out)
         return
@@ -358,7 +363,7 @@ def size(
     paths = write_report(outcome.report, out) if out is not None else {}
     if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
         paths["summary"] = out / "summary.json"
-    serve = serve_commands(outcome.summary, candidates, model_arg, one.gpu_memory_utilization)
+    serve = serve_commands(outcome.summary, candidates, model_arg, one.gpu_memory_utilization, (max_loras, max_lora_rank))
     step_line = _step_model_summary(prof, one.step_times.measured, step_model)
     s = outcome.summary
     summary = dict(s) | {
@@ -390,7 +395,7 @@ def size(
 
 def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_lists: tuple | None, presets: dict[str, EnginePreset],
               candidates_file: Path | None, prof: MeasuredProfile | None, step_model: Path | None, max_model_len: int | None,
-              output: str, workload_id: str, disaggregated: bool) -> PlannedModel:  # fmt: skip
+              output: str, workload_id: str, disaggregated: bool, memory: MemoryParams) -> PlannedModel:  # fmt: skip
     """One model's capacity decision for `table`: its candidates enumerated (or read), step times, the sizing with a progress bar."""
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
@@ -404,7 +409,7 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
         grid = EnumerationSpec(
             gpus=gpus, weight_quants=quants, kv_dtypes=kv_dtypes,
             parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if disaggregated else ["aggregated"],
-            aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context,
+            aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context, memory=memory,
         )  # fmt: skip
         candidates = _enumerate(spec, grid, workload_context_lengths(workload), presets)
         gpu_memory_utilization = grid.memory.gpu_memory_utilization
