@@ -32,7 +32,7 @@ COMPILED = PACKAGE / "_compiled"  # the extensions, laid out like the package (s
 # in dependency order: a module comes after the compiled modules it imports
 NATIVE_MODULES = (
     "sim.recorder", "sim.segments", "sim.kvcache", "sim.admission", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.state", "sim.steplog",
-    "sim.decoding", "sim.engine", "sim.routers",
+    "sim.decoding", "sim.engine", "sim.routers", "sim.loop",
     "sim.cluster", "trace.lru",
 )  # fmt: skip
 # compiled code calls into these packages' compiled modules: they are loaded first

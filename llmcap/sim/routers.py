@@ -3,7 +3,8 @@
 - round_robin: in turn.
 - least_outstanding_tokens: fewest tokens still to process (prompt left + output left), counting
   handoffs already on their way (P/D decode pool: `Replica.inbound`).
-- power_of_two: two distinct replicas drawn from the run's seeded generator, the less loaded wins.
+- power_of_two: two distinct replicas drawn from the run's seeded generator (by arrival number), the less
+  loaded wins.
 - prefix_aware: most prompt tokens already in the replica's prefix cache, minus a load penalty
   (score = hit tokens - penalty x outstanding tokens).
 
@@ -31,6 +32,7 @@ class ReplicaView:
     def __init__(self, pool: list[Replica]) -> None:
         self._pool = pool
         self.t = 0.0
+        self.arrival = 0  # the request's arrival number (0, 1, ...: rejected requests counted): what per-request draws go by
 
     def size(self) -> int:
         return len(self._pool)
@@ -105,24 +107,39 @@ class LeastOutstandingTokens:
 
 
 class PowerOfTwo:
-    """Pairs drawn once for the whole run (hence a fixed pool: the config refuses it with autoscaling)."""
+    """Pairs for the run's `n_requests` arrivals drawn at once, by arrival number (a stream that goes on,
+    as the twin's does, draws the next as many when they run out). A fixed pool: the config refuses it
+    with autoscaling."""
 
     needs_prefix_keys = False
 
     def __init__(self, setup: RouterSetup) -> None:
-        n = setup.pool_size
-        self.pairs: tuple[list[int], list[int]] | None = None
-        if n > 1:
+        self.n = setup.pool_size
+        self.batch = max(setup.n_requests, 1)
+        self.rng = setup.rng
+        self.base = 0  # arrival number of the first pair drawn last
+        self.a: list[int] = []
+        self.b: list[int] = []
+        if self.n > 1:
             if setup.rng is None:
                 raise ValueError("power_of_two routing needs a numpy Generator")
-            a = setup.rng.integers(0, n, size=setup.n_requests)
-            b = (a + 1 + setup.rng.integers(0, n - 1, size=setup.n_requests)) % n  # distinct from a
-            self.pairs = (a.tolist(), b.tolist())
+            self._draw()
+
+    def _draw(self) -> None:
+        rng, n, m = self.rng, self.n, self.batch
+        assert rng is not None
+        self.base += len(self.a)
+        a = rng.integers(0, n, size=m)
+        b = (a + 1 + rng.integers(0, n - 1, size=m)) % n  # distinct from a
+        self.a, self.b = a.tolist(), b.tolist()
 
     def choose(self, view: ReplicaView, req: Req) -> int:
-        if self.pairs is None:
+        if self.n <= 1:
             return least_loaded(view)
-        a, b = self.pairs[0][req.i], self.pairs[1][req.i]
+        while view.arrival - self.base >= len(self.a):
+            self._draw()
+        k = view.arrival - self.base
+        a, b = self.a[k], self.b[k]
         la, lb = view.load(a), view.load(b)
         return a if (la, a) <= (lb, b) else b
 
@@ -193,10 +210,12 @@ class Router:
         """The pool list changed in place (an autoscaled pool)."""
         self.policy.resized(self.view.size())
 
-    def choose(self, req: Req, t: float) -> int:
+    def choose(self, req: Req, t: float, arrival: int) -> int:
+        """Where `req` goes at t; `arrival`: its arrival number (`ReplicaView.arrival`)."""
         if self.view.size() == 1:
             return 0
         self.view.t = t
+        self.view.arrival = arrival
         return self.policy.choose(self.view, req)
 
 

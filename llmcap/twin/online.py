@@ -1,9 +1,9 @@
 """The simulator's event loop run online: requests arrive one by one at times nobody knew in advance.
 
-`llmcap.sim.cluster.run_cluster` replays a known trace; this is the same loop (replica decisions
-and P/D handoff landings on a heap, the same routers, the same `Replica` engines) fed by `submit`
-and advanced by `run_until`, with the same order at equal times: an arrival before the decisions
-at its instant (`run_until(t, inclusive=False)`, then `submit(..., t)`).
+`llmcap.sim.cluster.run_cluster` replays a known trace through `llmcap.sim.loop.ClusterLoop`; this feeds
+the same loop (the same handoff, routers and `Replica` engines) by `submit` and advances it by
+`run_until`, with the same order at equal times: an arrival before the decisions at its instant
+(`run_until(t, inclusive=False)`, then `submit(..., t)`).
 
 Replicas run in reference mode (one engine step per decision; identical results to the fast mode,
 tests/sim), so after each decision the requests on that replica have exactly the tokens they have
@@ -17,22 +17,19 @@ step log keeps a histogram (itl_exact=False) whose dead steps are dropped: memor
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
 
 import numpy as np
 
-from llmcap.routing import includes_handoff
-from llmcap.sim.config import EngineConfig, SimConfig
-from llmcap.sim.engine import INF, Replica, Req
-from llmcap.sim.pd import Link
+from llmcap.sim.config import SimConfig
+from llmcap.sim.engine import Replica, Req
+from llmcap.sim.loop import ClusterLoop
 from llmcap.sim.recorder import OK, UNFINISHED, Recorder
-from llmcap.sim.routers import Router, handoff_router
 from llmcap.sim.steptime import StepTimer
 
-LANDING, DECISION = 1, 2
 DEFAULT_SLOTS = 1 << 16  # requests in flight at once
 SAMPLE_EVERY_S = 3600.0  # the replicas' time series is not read: one row an engine-hour
 
@@ -62,86 +59,64 @@ class Flight:
 Emit = Callable[[Flight, int, float, bool], None]
 
 
-def _blocks(tokens: int, bs: int) -> int:
-    return -(-tokens // bs)
-
-
 class OnlineCluster:
+    """The simulator's event loop (`llmcap.sim.loop.ClusterLoop`) over the twin's replicas, fed flights."""
+
     def __init__(
         self, timer: StepTimer, cfg: SimConfig, rng: np.random.Generator | None, emit: Emit, *,
-        slots: int = DEFAULT_SLOTS, decode_timer: StepTimer | None = None, keep_times: bool = False,
+        slots: int = DEFAULT_SLOTS, decode_timer: StepTimer | None = None, keep_times: bool = False, draws: int | None = None,
     ) -> None:  # fmt: skip
+        """`draws`: the power-of-two router's pairs drawn at a time (default: `slots`); the simulator draws one
+        batch for its whole trace, so a trace of n requests fed with draws=n is routed as `simulate` routes it."""
         self.cfg = cfg
         self.pd = cfg.pd
         self.emit = emit
         self.keep_times = keep_times
         self.rec = rec = Recorder(slots)
         self.free_slots: deque[int] = deque(range(slots))
-        at_handoff = self.pd is not None and includes_handoff(self.pd.first_token_from)
-
-        def replica(j: int, ec: EngineConfig, tm: StepTimer, role: str) -> Replica:
-            return Replica(j, ec, tm, rec, role=role, reference=True, resolution_s=SAMPLE_EVERY_S,
-                           first_token_at_handoff=at_handoff, segments=None, itl_exact=False)
-
-        ecfg = cfg.engine
-        if self.pd is None:
-            self.front = [replica(j, ecfg, timer, "both") for j in range(cfg.replicas)]
-            self.back: list[Replica] = []
-            self.engines = [ecfg]
-        else:
-            dcfg = self.pd.decode_engine or ecfg
-            self.front = [replica(j, ecfg, timer, "prefill") for j in range(self.pd.prefill_replicas)]
-            self.back = [replica(j, dcfg, decode_timer or timer, "decode") for j in range(self.pd.decode_replicas)]
-            self.engines = [ecfg, dcfg]
+        # one engine step per decision (tokens are known at every step's end); fixed pools and no clock
+        # limit (a twin serves until stopped)
+        online = cfg.model_copy(update={"reference": True, "timeseries_resolution_s": SAMPLE_EVERY_S, "autoscale": None,
+                                        "decode_autoscale": None, "max_time_s": math.inf})  # fmt: skip
+        rows = array("q", bytes(8 * slots))
+        self.loop = ClusterLoop(online, timer, rec, rng, slots if draws is None else draws, rows, array("q", rows),
+                                decode_timer=decode_timer, itl_exact=False, on_decision=self._decided,
+                                on_landing=self._landed)  # fmt: skip
+        self.front, self.back, self.links = self.loop.front, self.loop.back, self.loop.links
         self.replicas = self.front + self.back
-        for gid, r in enumerate(self.replicas):
-            r.gid = gid
-        self.router = Router(cfg.router, self.front, slots, rng, cfg.prefix_load_penalty)
-        self.back_router = handoff_router(cfg.router, self.back, slots) if self.back else None
-        self.links = [Link(self.pd.link) for _ in self.front] if self.pd is not None else []
         self.watch: list[dict[int, Flight]] = [{} for _ in self.replicas]  # slot -> flight, per replica gid
-        self.heap: list[tuple] = []
-        self.handoffs = 0
-        self.now = 0.0
 
     # ------------------------------------------------------------ inputs
 
     def fits(self, isl: int, osl: int) -> bool:
         """Whether the deployment can ever serve it (the simulator rejects the rest on arrival)."""
-        ok = True
-        for ec in self.engines:
-            if ec.max_model_len is not None and isl + osl > ec.max_model_len:
-                ok = False
-        ecfg = self.cfg.engine
-        if self.pd is None:
-            return ok and _blocks(isl + osl - 1, ecfg.block_size) <= ecfg.num_blocks
-        dcfg = self.engines[-1]
-        return ok and _blocks(isl, ecfg.block_size) <= ecfg.num_blocks and _blocks(isl + osl - 1, dcfg.block_size) <= dcfg.num_blocks
+        return self.loop.fits(isl, osl)
+
+    def reject(self) -> None:
+        """A request that does not fit was turned away: it still counts in arrival order, as in the simulator."""
+        self.loop.reject()
 
     @property
     def in_flight(self) -> int:
         return len(self.rec.status) - len(self.free_slots)
 
+    @property
+    def now(self) -> float:
+        return self.loop.now
+
     def submit(self, flight: Flight, t: float) -> None:
         """A request arrives at engine time t (>= every decision already run). The caller checked
         `fits` and that a slot is free."""
-        self.now = t
         i = flight.slot = self.free_slots.popleft()
         self._reset_slot(i)
+        self.loop.isl[i], self.loop.osl[i] = flight.isl, flight.osl
         caching = self.cfg.engine.enable_prefix_caching
         keys = flight.keys if caching else []
         block_ends = (flight.block_ends if flight.block_ends is not None else list(range(1, len(keys) + 1))) if caching else []
-        req = Req(i, flight.isl, 1 if self.pd is not None else flight.osl, keys, block_ends)
-        j = self.router.choose(req, t)
-        rec = self.rec
-        rec.prefill_replica[i] = j
-        if self.pd is None:
-            rec.decode_replica[i] = j
-        flight.req, flight.front = req, j
-        r = self.front[j]
-        self._watch(flight, r.gid)
-        if r.add(req, t):
-            self._push(r)
+        req = self.loop.submit(i, t, keys, block_ends)
+        assert req is not None, "submit a flight only when it fits"
+        flight.req, flight.front = req, int(self.rec.prefill_replica[i])
+        self._watch(flight, self.front[flight.front].gid)
 
     def _reset_slot(self, i: int) -> None:
         rec = self.rec
@@ -156,75 +131,20 @@ class OnlineCluster:
 
     def next_time(self) -> float:
         """Engine time of the next decision or landing (INF: nothing to do until a request comes)."""
-        heap = self.heap
-        while heap and heap[0][1] == DECISION and heap[0][3] != heap[0][4].version:
-            heappop(heap)  # stale: the replica's plan changed since
-        return heap[0][0] if heap else INF
+        return self.loop.next_time()
 
     def run_until(self, t: float, inclusive: bool = True) -> None:
         """Run every event before t (and at t when `inclusive`)."""
-        heap = self.heap
-        while heap:
-            top = heap[0][0]
-            if top > t or (top == t and not inclusive):
-                break
-            when, kind, _, payload, obj = heappop(heap)
-            self.now = when
-            if kind == DECISION:
-                if payload == obj.version:
-                    self._decide(obj, when)
-            else:
-                self._land(obj, when)
+        self.loop.run_until(t, inclusive)
 
-    def _push(self, r: Replica) -> None:
-        if r.next_time < INF:
-            heappush(self.heap, (r.next_time, DECISION, r.gid, r.version, r))
-
-    def _decide(self, r: Replica, t: float) -> None:
-        r.horizon = INF
-        r.advance()
-        if r.outputs:
-            outs, r.outputs = r.outputs, []
-            for req in outs:
-                self._handoff(r, req, t)
-        self._push(r)
+    def _decided(self, r: Replica, t: float) -> None:
         self._check(r.gid, t)
 
-    def _handoff(self, p: Replica, req: Req, t: float) -> None:
-        i = req.i
-        flight = self.watch[p.gid][i]
-        rec = self.rec
-        if flight.osl == 1:  # nothing to decode: done at the prefill side, its one token goes out now
-            rec.first_token[i] = t
-            rec.finish[i] = t
-            rec.status[i] = OK
-            if p.release(req, t):
-                self._push(p)
-            return
-        assert self.back_router is not None
-        d = self.back_router.choose(req, t)
-        rec.decode_replica[i] = d
-        self.back[d].inbound += flight.osl - 1
-        land, secs = self.links[p.index].send(t, self.cfg.engine.kv_bytes_per_token * flight.isl)
-        rec.transfer[i] = secs
-        self.handoffs += 1
-        flight.back = d
-        heappush(self.heap, (land, LANDING, self.handoffs, 0, (p, req, flight)))
-
-    def _land(self, obj: tuple[Replica, Req, Flight], t: float) -> None:
-        p, req, flight = obj
-        if p.release(req, t):
-            self._push(p)
-        i, d = req.i, flight.back
-        dreq = Req(i, flight.isl, flight.osl, [], [])  # the decode side does no prefix caching
-        dreq.generated, dreq.n_comp, dreq.xfer = 1, flight.isl, True
-        dreq.last_tok = float(self.rec.first_token[i])
-        dr = self.back[d]
-        dr.inbound -= flight.osl - 1
-        flight.dreq = dreq
-        self._watch(flight, dr.gid)
-        if dr.add(dreq, t):
-            self._push(dr)
+    def _landed(self, d: Replica, dreq: Req) -> None:
+        """The request's KV landed on decode replica d: its tokens come from d's decisions from now."""
+        flight = self.watch[self.front[int(self.rec.prefill_replica[dreq.i])].gid][dreq.i]
+        flight.dreq, flight.back = dreq, d.index
+        self._watch(flight, d.gid)
 
     def _watch(self, flight: Flight, gid: int) -> None:
         if flight.on >= 0:

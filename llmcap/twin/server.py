@@ -262,6 +262,7 @@ class Twin:
             await _error(res, 500, "llmcap twin: injected error (--error-rate)", "InternalServerError")
             return
         if not self.cluster.fits(len(prompt), max_tokens):
+            self.cluster.reject()  # as the simulator's rejected rows, it takes its place in the routers' arrival order
             await _error(res, 400, f"This model's maximum context length or KV cache cannot hold {len(prompt)} prompt + "
                          f"{max_tokens} output tokens", "BadRequestError")  # fmt: skip
             return
