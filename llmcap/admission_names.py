@@ -8,6 +8,7 @@ from llmcap.errors import LlmcapError
 ADMISSION_POLICY_NAMES = ("vllm", "trtllm-max-utilization", "trtllm-guaranteed-no-evict", "sglang")
 DEFAULT_ADMISSION = "vllm"
 NEVER_PREEMPTS = ("trtllm-guaranteed-no-evict",)  # reserve a request's whole KV life at admission
+RESERVES_OUTPUT = (*NEVER_PREEMPTS, "sglang")  # admit against the output a request may still generate (its max_tokens)
 
 
 def known_admission(name: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, cast
 import pandas as pd
 import pyarrow as pa
 
+from llmcap.admission_names import RESERVES_OUTPUT
 from llmcap.catalog import ModelSpec
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
@@ -93,11 +94,10 @@ def plan_capacity(
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    mixed = mixed_traffic(trace, model.name)
+    mixed = [*mixed_traffic(trace, model.name), reservation_note(trace, params.admission_policy)]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
-    if mixed:  # the summary says it too, as the pipeline's size stage and `llmcap size` write it
-        fields["notes"] = [*out.summary["notes"], *mixed]
+    fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
                "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
     summary = cast(CapacitySummary, fields)
@@ -198,6 +198,22 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
                    "with --max-loras (enumerate.memory.lora_slots), and the engine's limit of adapters per batch is not simulated "
                    "(their prefix caches are kept apart)")  # fmt: skip
     return out
+
+
+def reservation_note(trace: pa.Table, policy: str) -> str:
+    """What the plan assumed each request's scheduler knew of its output: its max_tokens where the trace states
+    one, else the output itself, which no engine knows in advance (only admission that reserves ahead cares)."""
+    caps = trace.column("max_tokens")
+    n, stated = len(caps), len(caps) - caps.null_count
+    if policy not in RESERVES_OUTPUT:
+        return (f"output lengths: admission {policy} reserves nothing ahead; max_tokens ({stated:,} of {n:,} requests state one) "
+                "only bounds max_model_len")  # fmt: skip
+    if stated == n:
+        return f"output lengths: admission {policy} reserves each request's max_tokens (every request states one), not the output to come"
+    real = "real output length, which no engine knows in advance (optimistic)"
+    if stated == 0:
+        return f"output lengths: the trace states no max_tokens, so admission {policy} was simulated reserving each request's {real}"
+    return f"output lengths: admission {policy} reserves max_tokens for the {stated:,} of {n:,} requests stating one, and for the rest their {real}"
 
 
 def _kept_defaults(calibration: Mapping[str, str]) -> str:

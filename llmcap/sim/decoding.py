@@ -160,7 +160,7 @@ class DecodeRuns(StepLog):
 
     def _outputs_left(self) -> int:
         """Σ min(output left, CLIP_NEW_TOKENS) over the running requests (an admission policy's estimate)."""
-        return sum(min(r.osl - self._generated_now(r), CLIP_NEW_TOKENS) for r in self.running.values())
+        return sum(min(r.cap - self._generated_now(r), CLIP_NEW_TOKENS) for r in self.running.values())
 
     def _plan_run(self, t: float, single: bool) -> None:
         S, B, bs = self.step_clock, self.decode_batch, self.bs
@@ -190,7 +190,7 @@ class DecodeRuns(StepLog):
                 k = min(k, j)
         if k > 1 and self.waiting and self.admission.tracks_progress and len(self.running) < self.max_seqs:  # its estimate shrinks every step
             head = self.waiting[0]
-            fewest = min(head.osl - head.generated, CLIP_NEW_TOKENS) + bs  # its new tokens with its whole prompt cached
+            fewest = min(head.cap - head.generated, CLIP_NEW_TOKENS) + bs  # its new tokens with its whole prompt cached
             k = self.admission.steps_before_admissible(S, k, fewest, self.kv.free * bs, self._outputs_left(), B)
         d_max = 0
         if not self.timer.linear:

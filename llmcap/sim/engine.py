@@ -144,7 +144,7 @@ class Replica(DecodeRuns):
 
     def _free(self, req: Req, preempted: bool) -> None:
         kv = self.kv
-        self.admission.released(lifetime_blocks(req.isl, req.osl, self.bs))
+        self.admission.released(lifetime_blocks(req.isl, req.cap, self.bs))
         own = -(-req.alloc // self.bs) - req.seg_blocks
         counted = req.lazy_n
         if req.lazy_lo >= 0:  # the singleton tail first, as the release below goes
@@ -263,8 +263,8 @@ class Replica(DecodeRuns):
         if need > kv.free - lru_blocks - (private or 0):  # hits leave the free pool when taken
             return 0
         policy = self.admission
-        lifetime = lifetime_blocks(req.isl, req.osl, bs)
-        new_tokens = n_tok - hit_tok + min(req.osl - req.generated, CLIP_NEW_TOKENS) + bs
+        lifetime = lifetime_blocks(req.isl, req.cap, bs)  # what the engine knows: the cap, not the output to come
+        new_tokens = n_tok - hit_tok + min(req.cap - req.generated, CLIP_NEW_TOKENS) + bs
         # an otherwise empty replica admits whatever fits: nothing it runs could ever free more, so a policy
         # that held the head back here would stall the queue for good (admission.py, `sglang`)
         if self.running or self.held:
@@ -350,7 +350,7 @@ class Replica(DecodeRuns):
         budget = self.max_batched - self.decode_batch - sum(c for _, c in entries)  # victims give theirs back
         if self.preemptions != preempted_before and self.admission.tracks_progress:
             left = self.running.values()
-            self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.osl for r in left), len(self.running))
+            self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.cap for r in left), len(self.running))
         # 3. waiting requests, FCFS, unless this step preempted
         if self.preemptions == preempted_before:
             waiting = self.waiting

@@ -42,7 +42,8 @@ def blocks(tokens: int, bs: int) -> int:
 class ClusterLoop:
     """The deployment of `cfg` (one pool, or P/D pools with one link per prefill replica) and its events.
 
-    `isl`/`osl` hold each recorder row's lengths (the caller fills a row before submitting it);
+    `isl`/`osl` hold each recorder row's lengths (the caller fills a row before submitting it), `cap` its
+    client's max_tokens (≥ osl; None: the output itself, as if the scheduler knew it);
     `on_decision(replica, t)` runs after every replica decision and its handoffs, `on_landing(replica,
     req)` when a handoff's KV landed and `req` joined the decode replica."""
 
@@ -50,12 +51,13 @@ class ClusterLoop:
         self, cfg: SimConfig, timer: StepTimer, rec: Recorder, rng: np.random.Generator | None, n_requests: int,
         isl: array[int], osl: array[int], *, decode_timer: StepTimer | None = None, segments: SegmentIndex | None = None,
         itl_exact: bool = True, on_decision: Callable[[Replica, float], None] | None = None,
-        on_landing: Callable[[Replica, Req], None] | None = None,
+        on_landing: Callable[[Replica, Req], None] | None = None, cap: array[int] | None = None,
     ) -> None:  # fmt: skip
         self.cfg = cfg
         self.pd = pd = cfg.pd
         self.rec = rec
         self.isl, self.osl = isl, osl
+        self.cap = cap if cap is not None else osl
         self.segments = segments
         self.itl_exact = itl_exact
         self.on_decision = on_decision
@@ -125,10 +127,10 @@ class ClusterLoop:
         front = self.scaled_front.members if self.scaled_front is not None else self.front
         return front + (self.scaled_back.members if self.scaled_back is not None else self.back)
 
-    def fits(self, isl: int, osl: int) -> bool:
-        """Whether the deployment can ever serve the request (vLLM checks prompt + max_tokens against
-        max_model_len before queueing; the KV of a whole life must fit each pool it passes)."""
-        if self.max_len >= 0 and isl + osl > self.max_len:
+    def fits(self, isl: int, osl: int, cap: int = 0) -> bool:
+        """Whether the deployment can ever serve the request (vLLM checks prompt + max_tokens (`cap`, at least
+        the output) against max_model_len before queueing; the KV of a whole life must fit each pool it passes)."""
+        if self.max_len >= 0 and isl + max(osl, cap) > self.max_len:
             return False
         if self.pd is None:
             return blocks(isl + osl - 1, self.front_bs) <= self.front_blocks
@@ -143,13 +145,15 @@ class ClusterLoop:
         self.now = t
         arrival = self.arrivals
         self.arrivals += 1
-        isl, osl = self.isl[i], self.osl[i]
+        isl, osl, cap = self.isl[i], self.osl[i], self.cap[i]
         rec = self.rec
-        if not self.fits(isl, osl):
+        if not self.fits(isl, osl, cap):
             rec.status[i] = REJECTED
             return None
         pd = self.pd is not None
         req = Req(i, isl, 1 if pd else osl, keys, block_ends)
+        if not pd:
+            req.cap = cap
         if keys is None and self.prefix_keys:
             assert self.segments is not None
             req.keys, req.block_ends = self.segments.of(i)
@@ -244,6 +248,7 @@ class ClusterLoop:
         i = req.i
         isl, osl = self.isl[i], self.osl[i]
         dreq = Req(i, isl, osl, [], [])  # the decode side does no prefix caching
+        dreq.cap = self.cap[i]
         dreq.generated, dreq.n_comp, dreq.xfer = 1, isl, True
         dreq.last_tok = float(self.rec.first_token[i])
         d.inbound -= osl - 1

@@ -28,7 +28,7 @@ class Req:
     __slots__ = (
         "i", "isl", "osl", "generated", "n_comp", "alloc", "keys", "block_ends", "segs", "seg_blocks", "published", "stamp",
         "joined_at_step", "generated_at_join", "computed_at_join", "last_step", "ver", "last_tok", "decode_spans", "times_preempted",
-        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo",
+        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo", "cap",
         "lazy_n", "lazy_blocks",
     )  # fmt: skip
 
@@ -36,6 +36,7 @@ class Req:
         self.i = i
         self.isl = isl
         self.osl = osl  # tokens this replica generates before the request leaves it
+        self.cap = osl  # the output the scheduler knows of (the client's max_tokens): what reserving admission holds
         self.generated = 0  # tokens generated so far
         self.n_comp = 0  # tokens whose KV is computed (or loaded)
         self.alloc = 0  # tokens with KV slots allocated

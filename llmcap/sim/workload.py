@@ -24,7 +24,7 @@ from llmcap.sim.segments import SegmentIndex
 from llmcap.trace.schema import block_size_of
 
 # what a simulation reads of a canonical trace (`load_trace(path, columns=SIM_COLUMNS)`)
-SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "hash_ids")
+SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "max_tokens", "hash_ids")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Workload:
     chunks: tuple[HashChunk, ...] | None = None  # None: no prefix hashes
     trace_block: int = 0
     block_size: int = 16
+    cap: np.ndarray | None = None  # int64 max_tokens, ≥ osl (the output where a request states none); None: no caps
 
     @property
     def n(self) -> int:
@@ -113,7 +114,19 @@ def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = Tru
         raise LlmcapError("trace arrivals must be finite and sorted")
     if np.any(isl < 1) or np.any(osl < 1):
         raise LlmcapError("trace isl and osl must be >= 1")
+    cap = _caps(table, osl)
     trace_block = block_size_of(table) if "hash_ids" in table.column_names else None
     if not use_hashes or trace_block is None or table.num_rows == 0:
-        return Workload(arrival, isl, osl)
-    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size)
+        return Workload(arrival, isl, osl, cap=cap)
+    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap)
+
+
+def _caps(table: pa.Table, osl: np.ndarray) -> np.ndarray | None:
+    """The requests' max_tokens (the output where a request states none), or None when none states one."""
+    if "max_tokens" not in table.column_names or table.column("max_tokens").null_count == table.num_rows:
+        return None
+    stated = table.column("max_tokens").to_numpy(zero_copy_only=False).astype(np.float64)
+    cap = np.where(np.isnan(stated), osl, stated).astype(np.int64)
+    if np.any(cap < osl):
+        raise LlmcapError("a request's max_tokens is below its output length: not a cleaned trace")
+    return np.ascontiguousarray(cap)

@@ -23,6 +23,8 @@ def table(rows: dict, trace_block: int | None = None) -> pa.Table:
     cols["isl"], cols["osl"] = np.asarray(rows["isl"]), np.asarray(rows["osl"])
     if "hash_ids" in rows:
         cols["hash_ids"] = pa.array(rows["hash_ids"], pa.list_(pa.int64()))
+    if "max_tokens" in rows:
+        cols["max_tokens"] = pa.array(np.asarray(rows["max_tokens"], dtype=np.int64))
     t = pa.table(cols)
     return t.replace_schema_metadata(metadata(source_format="test", source_file="test", block_size=trace_block, start="+0.000s"))
 

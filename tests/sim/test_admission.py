@@ -142,3 +142,38 @@ def test_every_command_refuses_an_unknown_policy_with_the_same_line(command):
     r = CliRunner().invoke(app, [*command, "--admission-policy", "orca"])
     assert r.exit_code == 2
     assert f"--admission-policy must be one of {', '.join(ADMISSION_POLICIES)}, got 'orca'" in r.output
+
+
+def _capped(policy: str, cap: int | None, on_decision=None):
+    """`run`'s 24 requests, each stating max_tokens `cap` (None: none stated) for its 300 output tokens."""
+    cols = {"isl": np.full(N, ISL), "osl": np.full(N, OSL), "arrival_s": np.arange(N) * 0.001}
+    if cap is not None:
+        cols["max_tokens"] = np.full(N, cap)
+    engine = EngineConfig(num_blocks=BLOCKS, block_size=BS, max_num_seqs=16, max_num_batched_tokens=512, enable_prefix_caching=False,
+                          admission_policy=policy)  # fmt: skip
+    return simulate(table(cols), MODEL, SimConfig(engine=engine, replicas=1), on_decision=on_decision)
+
+
+def test_a_reserving_policy_reserves_the_stated_cap_not_the_output_to_come() -> None:
+    # a cap of 1,100 makes a life ⌈(400 + 1,100 − 1) / 16⌉ = 94 blocks: one fits the 128-block cache at a time
+    # (two, 188, do not), where the real 300-token outputs (44 blocks) let two run together
+    assert lifetime_blocks(ISL, 1100, BS) == 94 and lifetime_blocks(ISL, OSL, BS) == 44
+    seen: list[int] = []
+    capped = _capped("trtllm-guaranteed-no-evict", 1100, lambda rep, t: seen.append(rep.admission.reserved))  # type: ignore[attr-defined]
+    assert capped.summary["completed"] == N and capped.summary["preemptions"] == 0
+    assert max(seen) == 94  # never two at once
+    assert _capped("trtllm-guaranteed-no-evict", None).records.equals(run("trtllm-guaranteed-no-evict").records)
+    uncapped = run("trtllm-guaranteed-no-evict")
+    end = lambda r: float(np.max(r.records.column("finish_s").to_numpy()))  # noqa: E731
+    assert end(capped) > 1.5 * end(uncapped)  # one at a time instead of two: the same work takes far longer
+    # a cap equal to the output is the same as none; vLLM reserves nothing, so a cap changes nothing
+    assert _capped("trtllm-guaranteed-no-evict", OSL).records.equals(uncapped.records)
+    assert _capped("vllm", 1100).records.equals(run("vllm").records)
+
+
+def test_a_cap_past_max_model_len_is_rejected_as_vllm_rejects_it() -> None:
+    # vLLM refuses prompt + max_tokens > max_model_len before queueing, even when the output would have fit
+    engine = EngineConfig(num_blocks=BLOCKS, block_size=BS, max_num_seqs=16, max_num_batched_tokens=512, max_model_len=1000)
+    trace = table({"isl": [400, 400], "osl": [300, 300], "max_tokens": [600, 601], "arrival_s": [0.0, 1.0]})
+    statuses = simulate(trace, MODEL, SimConfig(engine=engine, replicas=1)).records.column("status").to_pylist()
+    assert statuses[0] != statuses[1] and statuses[1] == "rejected"  # 400 + 600 = 1,000 fits; 400 + 601 does not

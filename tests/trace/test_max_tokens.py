@@ -70,3 +70,20 @@ def test_the_workload_summary_says_what_the_caps_would_reserve(tmp_path: Path) -
     # two of three requests state a cap: 10 and 4,096 over 10 output tokens each → ratios 1 and 409.6
     assert caps == {"requests": 2, "share": 2 / 3, "cap_over_osl": {"p50": (1 + 409.6) / 2}, "reserved_over_real": (10 + 4096) / 20}
     assert "max_tokens" not in characterise(table.set_column(table.schema.get_field_index("max_tokens"), "max_tokens", pa.nulls(3, pa.int64())), CharacteriseParams())
+
+
+def test_the_plan_says_what_a_reserving_scheduler_was_assumed_to_know() -> None:
+    from llmcap.planning import reservation_note
+
+    def trace(caps: list[int | None]) -> pa.Table:
+        return pa.table({"max_tokens": pa.array(caps, pa.int64())})
+
+    assert reservation_note(trace([None, None]), "trtllm-guaranteed-no-evict") == (
+        "output lengths: the trace states no max_tokens, so admission trtllm-guaranteed-no-evict was simulated reserving each "
+        "request's real output length, which no engine knows in advance (optimistic)")
+    assert reservation_note(trace([10, 20]), "sglang") == (
+        "output lengths: admission sglang reserves each request's max_tokens (every request states one), not the output to come")
+    assert reservation_note(trace([10, None, None]), "sglang").startswith(
+        "output lengths: admission sglang reserves max_tokens for the 1 of 3 requests stating one, and for the rest their real output")
+    assert reservation_note(trace([10, None]), "vllm") == (
+        "output lengths: admission vllm reserves nothing ahead; max_tokens (1 of 2 requests state one) only bounds max_model_len")
