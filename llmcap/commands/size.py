@@ -399,7 +399,9 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
     """One model's capacity decision for `table`: its candidates enumerated (or read), step times, the sizing with a progress bar."""
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
-    context = max_model_len or min(workload_context_lengths(workload)["max"], spec.max_position_embeddings or 2**62)
+    # what the engine checks against max_model_len: prompt + max_tokens where a request states one (vLLM)
+    reach = np.fmax(osl, table.column("max_tokens").to_numpy(zero_copy_only=False).astype(np.float64)).astype(np.int64)
+    context = max_model_len or min(workload_context_lengths(_lengths_summary(isl, reach))["max"], spec.max_position_embeddings or 2**62)
     gpu_memory_utilization = MemoryParams().gpu_memory_utilization
     if candidates_file is not None:
         candidates = read_candidates(candidates_file)
@@ -428,7 +430,7 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
         phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
         step = lambda message: bar.update(task, description=message)  # noqa: E731
         outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=workload_id, progress=step, on_phase=phase)
-    return PlannedModel(outcome, candidates, context, int((isl + osl > context).sum()), gpu_memory_utilization, step_times)
+    return PlannedModel(outcome, candidates, context, int((isl + reach > context).sum()), gpu_memory_utilization, step_times)
 
 
 def chosen_rows(rows: list[dict[str, Any]], chosen: str, mode: str) -> list[dict[str, Any]]:

@@ -87,3 +87,25 @@ def test_the_plan_says_what_a_reserving_scheduler_was_assumed_to_know() -> None:
         "output lengths: admission sglang reserves max_tokens for the 1 of 3 requests stating one, and for the rest their real output")
     assert reservation_note(trace([10, None]), "vllm") == (
         "output lengths: admission vllm reserves nothing ahead; max_tokens (1 of 2 requests state one) only bounds max_model_len")
+
+
+def test_size_fits_max_model_len_to_the_caps_and_says_what_it_reserved(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from llmcap.cli import app
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    # 60 requests: prompts 500..559, outputs 50..109, each capped at 4 × its output (200..436)
+    rows = [f"{i * 0.5},{500 + i},{50 + i},{4 * (50 + i)}" for i in range(60)]
+    trace = _csv(tmp_path / "capped.csv", rows)
+    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--kv-dtype",
+            "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--shortlist", "1", "--excerpt", "40", "--json",
+            "--admission-policy", "trtllm-guaranteed-no-evict"]  # fmt: skip
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["max_model_len"] == 559 + 436 and s["rejected_over_max_model_len"] == 0  # the longest prompt + the largest cap
+    assert ("output lengths: admission trtllm-guaranteed-no-evict reserves each request's max_tokens (every request states one), "
+            "not the output to come") in s["notes"]
