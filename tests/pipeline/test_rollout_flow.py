@@ -134,7 +134,10 @@ def paused_run(p: dict, flow: subprocess.Popen, timeout_s: float = 120.0) -> str
 
 
 def approve(p: dict, run: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LLMCAP, "approve", run, *args, "--project", str(ROOT)], cwd=ROOT, env=p["env"],
+    """`llmcap approve` as the person `--by` names: their git identity is the approver (ops.approvals)."""
+    by = args[args.index("--by") + 1]
+    env = {**p["env"], "GIT_AUTHOR_NAME": by, "GIT_AUTHOR_EMAIL": f"{by}@example.com"}
+    return subprocess.run([*LLMCAP, "approve", run, *args, "--project", str(ROOT)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
