@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +37,8 @@ from prefect.exceptions import FlowPauseTimeout  # noqa: E402
 from prefect.flow_runs import pause_flow_run  # noqa: E402
 from prefect.input import RunInput  # noqa: E402
 from pydantic import Field  # noqa: E402
+
+from llmcap.config import ApprovalsParams  # noqa: E402
 
 from flows.replan import replan  # noqa: E402
 from ops import approvals, decisions_log  # noqa: E402
@@ -204,7 +207,7 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
         print(reminder)
     create_markdown_artifact(key="promotion", markdown=f"{summary}\n\nGates passed. **Waiting for approval**: `{hint}`")
     print(hint)
-    given = await_decision(base, record, timeout, poll_interval_s, params.approvals, lambda why: create_markdown_artifact(
+    given = await_decision(base, record, timeout, poll_interval_s, approvals.policy_at(base, base_commit), lambda why: create_markdown_artifact(
         key="promotion", markdown=f"{summary}\n\n**Refused**: {why}.\n\nStill **waiting for approval**: `{hint}`"))  # fmt: skip
     if given is None:
         comment = f"no approval within {timeout} s"
@@ -216,7 +219,8 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
                            "comment": given.comment, "at": _now()}, k)  # fmt: skip
 
 
-def await_decision(root: Path, record: dict, timeout: int, poll_interval_s: int, policy, refused) -> Approval | None:
+def await_decision(root: Path, record: dict, timeout: int, poll_interval_s: int, policy: ApprovalsParams,
+                   refused: Callable[[str], object]) -> Approval | None:  # fmt: skip
     """Pause until a valid decision (ops.approvals.refusal finds nothing wrong) or the timeout (None). A refused
     input is logged, shown (`refused(why)`) and the run pauses again for what is left of the timeout."""
     logger = get_run_logger()

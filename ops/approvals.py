@@ -9,8 +9,8 @@ form is such a call. So the flow `promote` trusts only what it can verify itself
   with the project's approval key, `.work/approval.key`: 32 random bytes the flow creates on its first pause,
   git-ignored, mode 0600, so only the OS account that runs the flows (and root) can sign. An unsigned or
   wrongly signed resume (a raw API call, the UI form) is refused and the run pauses again;
-- the signed approver must be in params `approvals.approvers` (git emails; an empty list admits anyone who
-  can sign) and, with `approvals.distinct_from_trigger`, must not be whoever triggered the re-plan.
+- the signed approver must be in params `approvals.approvers` as committed at the re-plan's base (git emails;
+  an empty list admits anyone who can sign) and, with `approvals.distinct_from_trigger`, must not be whoever triggered the re-plan.
 
 What it does not prove: who typed the command. Anyone who can read the key (the service account, root) can
 sign under any git identity; the key's file mode is what keeps everyone else out.
@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ops.common import OpsError, git
+import yaml
+
+from llmcap.config import ApprovalsParams
+from ops.common import OpsError, git, show
 
 KEY_FILE = Path(".work") / "approval.key"
 SIGNED = ("flow_run_id", "approver", "email", "os_user", "decision", "comment", "signed_at")  # what the HMAC covers
@@ -100,6 +103,13 @@ def signed_input(key: bytes, flow_run_id: str, who: Identity, decision: str, com
     fields = {"flow_run_id": flow_run_id, "approver": who.name, "email": who.email, "os_user": who.os_user, "decision": decision,
               "comment": comment, "signed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
     return {**{k: v for k, v in fields.items() if k != "flow_run_id"}, "signature": signature(key, fields)}
+
+
+def policy_at(root: Path, commit: str) -> ApprovalsParams:
+    """params.yaml `approvals` as committed at `commit` (the re-plan's base): a re-plan run with an edited
+    working copy cannot loosen who may approve it."""
+    raw = yaml.safe_load(show(root, commit, "params.yaml") or b"") or {}
+    return ApprovalsParams.model_validate(raw.get("approvals") or {})
 
 
 def allowed(email: str, approvers: list[str]) -> bool:

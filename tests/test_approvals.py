@@ -158,3 +158,17 @@ def test_history_shows_logged_decisions_even_without_their_mlflow_run() -> None:
     other_clone = rows[0]  # its MLflow run is in another clone's store: the row comes from git alone
     assert (other_clone["gpus"], other_clone["usd_per_hour"], other_clone["recorded_in"]) == (32, 88.0, "c0mmit")
     assert other_clone["decision"] == {"what": "timed_out", "by": None, "email": None, "at": timed_out["at"]}
+
+
+def test_the_allow_list_is_the_base_commits(repo: Path) -> None:
+    """flows.promote reads approvals.approvers at the re-plan's base commit: a working copy edited to admit
+    anyone (an empty list) does not."""
+    from stages.env import ROOT
+
+    shipped = (ROOT / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(shipped.replace("approvers: []", 'approvers: ["alice@example.com"]'))
+    base = decisions_log.commit(repo, ("params.yaml",), "only alice approves")
+    (repo / "params.yaml").write_text(shipped.replace("distinct_from_trigger: false", "distinct_from_trigger: true"))
+    policy = approvals.policy_at(repo, base)
+    assert (policy.approvers, policy.distinct_from_trigger) == (["alice@example.com"], False)
+    assert approvals.policy_at(repo, _git(repo, "rev-parse", "HEAD~1")).approvers == []  # plan A's params: no section
