@@ -6,8 +6,8 @@ next step of a gradual rollout waiting in the flow `rollout`.
 
 RUN is the flow run id the flow printed (a unique prefix will do). The approver is whoever runs this: the
 git identity (user.name / user.email, or GIT_AUTHOR_NAME / GIT_AUTHOR_EMAIL) and OS user of this process
-(`--by`, if given, must name that identity). For `promote` the decision is signed with the project's
-approval key (ops.approvals), which the flow verifies, and checked here first against params `approvals`.
+(`--by`, if given, must name that identity). The decision is signed with the project's approval key
+(ops.approvals), which the flow verifies, and checked here first against params `approvals`.
 It resumes the run through the Prefect API with the input the flow waits for (flows.promote.Approval,
 flows.rollout.StepApproval); `promote` then commits the plan (authored by the approver) or restores the old
 one, `rollout` takes its next step or rolls back, and both record the decision. A run that is not paused
@@ -99,16 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _signed(root: Path, run_id: str, flow_name: str, by: str | None, decision: str, comment: str) -> tuple[approvals.Identity, dict]:
-    """(the approver, the resume input): a promotion's input signed with the project's approval key, after the
-    same checks the flow makes (it makes them again: this only saves a refused round trip)."""
-    from llmcap.config import load_params
-
+    """(the approver, the resume input): the decision signed with the project's approval key, after the same
+    checks the flow makes (it makes them again: this only saves a refused round trip)."""
     who = approvals.current_identity(root)
     if by is not None and by not in (who.name, who.email):
         raise OpsError(f"--by {by!r}, but this process's git identity is {who.ident}: the approver is who runs the command")
-    if flow_name != "promote":  # a rollout step: it takes the approver's name, unsigned
-        return who, {"approver": who.name, "decision": decision, "comment": comment}
-    policy = load_params(root / "params.yaml").approvals
+    policy = approvals.policy_at(root, "HEAD")  # what the flow reads (a promotion: at its base commit, HEAD until it commits)
     if not approvals.allowed(who.email, policy.approvers):
         raise OpsError(f"{who.ident} is not an approver (params approvals.approvers: {', '.join(policy.approvers)})")
     return who, approvals.signed_input(approvals.approval_key(root), run_id, who, decision, comment)

@@ -95,6 +95,7 @@ def test_approve_checks_identity_and_list_before_sending(repo: Path, monkeypatch
     from stages.env import ROOT
 
     (repo / "params.yaml").write_text((ROOT / "params.yaml").read_text().replace("approvers: []", 'approvers: ["alice@example.com"]'))
+    decisions_log.commit(repo, ("params.yaml",), "only alice approves")
     approvals.approval_key(repo, create=True)
     monkeypatch.setenv("GIT_AUTHOR_NAME", "alice")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "alice@example.com")
@@ -105,8 +106,10 @@ def test_approve_checks_identity_and_list_before_sending(repo: Path, monkeypatch
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "mallory@example.com")
     with pytest.raises(OpsError, match="is not an approver"):
         _signed(repo, RUN, "promote", None, "approve", "")
-    # a rollout step takes the name, unsigned (flows.rollout.StepApproval)
-    assert _signed(repo, RUN, "rollout", None, "reject", "why")[1] == {"approver": "alice", "decision": "reject", "comment": "why"}
+    # a rollout step is signed and checked the same way (flows.rollout.StepApproval)
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "alice@example.com")
+    step = _signed(repo, RUN, "rollout", None, "reject", "why")[1]
+    assert step["decision"] == "reject" and _policy_refusal(step, approvals.approval_key(repo), ["alice@example.com"]) is None
 
 
 def _record(decision: str, by: str | None = None, email: str | None = None, fingerprint: str | None = "f00d") -> dict:
