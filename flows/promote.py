@@ -1,22 +1,29 @@
 """Prefect flow `promote`: re-plan, show what changed, and promote the plan only when a person approves.
 
     re-plan (the flow `replan`) -> decision diff against HEAD's plan -> gates -> pause for approval
-      approved:          params.yaml + dvc.lock + decisions/approval.json committed (git); outputs already in the DVC remote
+      approved:          params.yaml + dvc.lock + decisions/approval.json committed (git), authored by the approver;
+                         outputs already in the DVC remote
       rejected/timed out: params.yaml and dvc.lock restored from HEAD and its outputs checked out: the old plan stays in force
       nothing measured and the decision unchanged (an upgrade with no endpoint to re-profile): params.yaml and dvc.lock
                          committed without asking, saying it could not re-measure (`unmeasured_and_unchanged`)
 
-The pause is Prefect's `pause_flow_run(wait_for_input=Approval)`: resume it with `llmcap approve RUN --by NAME
-[--reject] [--comment TEXT]` or from the Prefect UI's form. It needs a Prefect server (`make server`), as
-does the deployment `promote/replan` that runs it on a schedule (`make serve`). Who decided, when, why and
-for which dvc.lock go to the plan's MLflow run (tags `approval*`, artifact `decision/approval.json`), to
-`.work/decisions/approvals.jsonl` (append-only) and, when approved, into the commit.
+The pause is Prefect's `pause_flow_run(wait_for_input=Approval)`: resume it with `llmcap approve RUN [--reject]
+[--comment TEXT]`, which signs the decision as its caller's git identity (ops.approvals). An unsigned or badly
+signed input (the Prefect UI's form, a raw API call), an approver not in params `approvals.approvers`, or the
+trigger approving its own re-plan when `approvals.distinct_from_trigger` says not to, is refused and the run
+pauses again for the rest of its timeout. It needs a Prefect server (`make server`), as does the deployment
+`promote/replan` that runs it on a schedule (`make serve`). Every decision is a line of the committed
+decisions log `decisions/log.jsonl` (ops.decisions_log), and goes to the plan's MLflow run (tags
+`approval*`, artifact `decision/approval.json`) and to `.work/decisions/approvals.jsonl`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -31,19 +38,26 @@ from prefect.flow_runs import pause_flow_run  # noqa: E402
 from prefect.input import RunInput  # noqa: E402
 from pydantic import Field  # noqa: E402
 
+from llmcap.config import ApprovalsParams  # noqa: E402
+
 from flows.replan import replan  # noqa: E402
-from ops.common import git, sha256, show  # noqa: E402
+from ops import approvals, decisions_log  # noqa: E402
+from ops.common import OpsError, git, sha256, show  # noqa: E402
 
 APPROVAL_FILE = "decisions/approval.json"  # committed with the plan it approves
-PROMOTED_PATHS = ("params.yaml", "dvc.lock", APPROVAL_FILE)
+PROMOTED_PATHS = ("params.yaml", "dvc.lock", APPROVAL_FILE, decisions_log.LOG)
 
 
 class Approval(RunInput):
     """What the person approving a plan gives (the Prefect UI shows it as a form)."""
 
-    approver: str = Field(min_length=1, description="who decides")
+    approver: str = Field(min_length=1, description="who decides (git user.name of `llmcap approve`'s caller)")
     decision: Literal["approve", "reject"] = "approve"
     comment: str = ""
+    email: str = Field("", description="the approver's git email (params approvals.approvers)")
+    os_user: str = ""
+    signed_at: str = ""
+    signature: str = Field("", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused")
 
 
 def pending(root: Path) -> str | None:
@@ -97,26 +111,27 @@ def unmeasured_and_unchanged(decision_changed: bool, capacity: dict, endpoint: s
             "the new environment is recorded without asking for approval")  # fmt: skip
 
 
-def conclude(root: Path, record: dict) -> dict:
-    """Carry out the decision and record it everywhere (MLflow run tags, the audit log, the commit when approved)."""
+def conclude(root: Path, record: dict, capacity: dict) -> dict:
+    """Carry out the decision and record it everywhere: a line of the committed decisions log (in the plan's
+    commit when approved, authored by the approver; a commit of its own otherwise), MLflow run tags, the local
+    audit log."""
     import mlflow
 
+    line = decisions_log.entry(record, capacity)
+    label = decisions_log.label(line)
+    decisions_log.append(root, line)
     if record["decision"] == "recorded":  # an unchanged decision: the refreshed params.yaml and dvc.lock, no approval
-        git(root, "add", "--", *PROMOTED_PATHS[:2])
-        git(root, "commit", "-q", "-m", f"plan: {record['reason']} (decision unchanged, recorded without approval)", "--", *PROMOTED_PATHS[:2])
-        record["commit"] = git(root, "rev-parse", "HEAD")
-        label = "not needed: decision unchanged"
+        record["commit"] = decisions_log.commit(root, ("params.yaml", "dvc.lock", decisions_log.LOG),
+                                                f"plan: {record['reason']} (decision unchanged, recorded without approval)")  # fmt: skip
     elif record["decision"] == "approved":
         path = root / APPROVAL_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        git(root, "add", "--", *PROMOTED_PATHS)
-        git(root, "commit", "-q", "-m", f"plan: {record['reason']} (approved by {record['by']})", "--", *PROMOTED_PATHS)
-        record["commit"] = git(root, "rev-parse", "HEAD")
-        label = record["by"]
-    else:
+        record["commit"] = decisions_log.commit(root, PROMOTED_PATHS, f"plan: {record['reason']} (approved by {record['by']})", _author(record))
+    else:  # the old plan stays in force; the decision still reaches git
         restore(root, record["base_commit"])
-        label = "timed out" if record["decision"] == "timed out" else f"rejected by {record['by']}"
+        record["commit"] = decisions_log.commit(root, (decisions_log.LOG,), f"decision: {record['reason']} ({label}; plan in force kept)",
+                                                _author(record))  # fmt: skip
     tags = {"approval": label, **{f"approval.{k}": str(v) for k, v in record.items() if v is not None}}
     client = mlflow.MlflowClient()
     for key, value in tags.items():
@@ -131,6 +146,11 @@ def conclude(root: Path, record: dict) -> dict:
     return record
 
 
+def _author(record: dict) -> str | None:
+    """The git author of a person's decision (`Name <email>`); None (the flow's own identity) for the gates'."""
+    return f"{record['by']} <{record['email']}>" if record.get("email") else None
+
+
 def restore(root: Path, commit: str) -> None:
     """Put the plan of `commit` back in force: its params.yaml and dvc.lock, and the outputs that lock names."""
     from dvc.repo import Repo
@@ -142,8 +162,11 @@ def restore(root: Path, commit: str) -> None:
 
 @flow(name="promote", log_prints=True)
 def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_timeout_s: int | None = None,
-            poll_interval_s: int = 5) -> dict:  # fmt: skip
-    """Re-plan and promote the result only through an approval; returns the decision record."""
+            poll_interval_s: int = 5, fingerprint: str | None = None, reminder: str | None = None,
+            triggered_by: str | None = None) -> dict:  # fmt: skip
+    """Re-plan and promote the result only through an approval; returns the decision record. `fingerprint`: the
+    upgrade's id (flows.watch) for the decisions log; `reminder`: shown with the approval hint (an upgrade that
+    timed out before); `triggered_by`: `Name <email>` of who asked (default: this process's git identity)."""
     from llmcap.config import load_params
 
     logger = get_run_logger()
@@ -153,11 +176,14 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
         raise RuntimeError(f"{base_commit[:10]} has no dvc.lock: commit a first plan before promoting re-plans")
     if (base / "dvc.lock").read_bytes() != show(base, base_commit, "dvc.lock"):
         raise RuntimeError(f"dvc.lock differs from HEAD's ({pending(base)}); commit or restore it first")
-    timeout = approval_timeout_s or load_params(base / "params.yaml").watch.approval_timeout_s
+    params = load_params(base / "params.yaml")
+    timeout = approval_timeout_s or params.watch.approval_timeout_s
+    triggered_by = triggered_by or _identity(base)
     planned = replan(root)
     lock = (base / "dvc.lock").read_bytes()
     record = {"reason": reason, "base_commit": base_commit, "dvc_lock_sha256": sha256(lock), "mlflow_run_id": planned["run_id"],
-              "flow_run_id": str(runtime.flow_run.id), "decision": None, "by": None, "comment": None, "at": None}  # fmt: skip
+              "flow_run_id": str(runtime.flow_run.id), "decision": None, "by": None, "email": None, "os_user": None,
+              "comment": None, "at": None, "fingerprint": fingerprint, "triggered_by": triggered_by}  # fmt: skip
     if lock == show(base, base_commit, "dvc.lock") and not pending(base):
         logger.info("the re-plan reproduced HEAD's plan (%s): nothing to promote", base_commit[:10])
         return {**record, "decision": "unchanged"}
@@ -170,23 +196,55 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
     if unchanged is not None:
         logger.info("%s", unchanged)
         create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Recorded without approval**: {unchanged}.")
-        return conclude(base, {**record, "decision": "recorded", "by": "llmcap", "comment": unchanged, "at": _now()})
+        return conclude(base, {**record, "decision": "recorded", "by": "llmcap", "comment": unchanged, "at": _now()}, k)
     if failed:
         create_markdown_artifact(key="promotion", markdown=summary + "\n\n**Gates failed**: " + "; ".join(failed))
-        return conclude(base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()})
-    hint = (f"plan awaits approval: llmcap approve {record['flow_run_id']} --by NAME [--reject] [--comment TEXT] "
-            f"(or the Prefect UI) within {timeout} s; diff: {changes['path']}")
+        return conclude(base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()}, k)
+    hint = (f"plan awaits approval: llmcap approve {record['flow_run_id']} [--reject] [--comment TEXT] "
+            f"(as an approver's git identity) within {timeout} s; diff: {changes['path']}")
+    if reminder:
+        summary += f"\n\n**Reminder**: {reminder}."
+        print(reminder)
     create_markdown_artifact(key="promotion", markdown=f"{summary}\n\nGates passed. **Waiting for approval**: `{hint}`")
     print(hint)
-    try:
-        given = pause_flow_run(wait_for_input=Approval, timeout=timeout, poll_interval=poll_interval_s)
-    except FlowPauseTimeout:
+    given = await_decision(base, record, timeout, poll_interval_s, approvals.policy_at(base, base_commit), lambda why: create_markdown_artifact(
+        key="promotion", markdown=f"{summary}\n\n**Refused**: {why}.\n\nStill **waiting for approval**: `{hint}`"))  # fmt: skip
+    if given is None:
         comment = f"no approval within {timeout} s"
         running_again(f"approval timed out ({comment}): the plan in force is kept")
         create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Timed out**: {comment}; the plan in force is kept.")
-        return conclude(base, {**record, "decision": "timed out", "comment": comment, "at": _now()})
+        return conclude(base, {**record, "decision": "timed out", "comment": comment, "at": _now()}, k)
     decision = "approved" if given.decision == "approve" else "rejected"
-    return conclude(base, {**record, "decision": decision, "by": given.approver, "comment": given.comment, "at": _now()})
+    return conclude(base, {**record, "decision": decision, "by": given.approver, "email": given.email, "os_user": given.os_user,
+                           "comment": given.comment, "at": _now()}, k)  # fmt: skip
+
+
+def await_decision(root: Path, record: dict, timeout: int, poll_interval_s: int, policy: ApprovalsParams,
+                   refused: Callable[[str], object]) -> Approval | None:  # fmt: skip
+    """Pause until a valid decision (ops.approvals.refusal finds nothing wrong) or the timeout (None). A refused
+    input is logged, shown (`refused(why)`) and the run pauses again for what is left of the timeout."""
+    logger = get_run_logger()
+    key = approvals.approval_key(root, create=True)
+    deadline = time.monotonic() + timeout
+    while (left := math.ceil(deadline - time.monotonic())) > 0:
+        try:
+            given = pause_flow_run(wait_for_input=Approval, timeout=left, poll_interval=poll_interval_s)
+        except FlowPauseTimeout:
+            return None
+        why = approvals.refusal(given.model_dump(), record["flow_run_id"], key, policy.approvers, policy.distinct_from_trigger,
+                                record["triggered_by"])  # fmt: skip
+        if why is None:
+            return given
+        logger.warning("refused %s from %r: %s; waiting for a valid decision", given.decision, given.approver, why)
+        refused(why)
+    return None
+
+
+def _identity(root: Path) -> str | None:
+    try:
+        return approvals.current_identity(root).ident
+    except OpsError:
+        return None
 
 
 def running_again(message: str) -> None:

@@ -9,7 +9,9 @@ person before the steps that need one.
 
 The gateway (`llmcap gateway`) and both deployments run already; FILE comes from `llmcap rollout
 predict`. An approval is Prefect's `pause_flow_run(wait_for_input=StepApproval)`: give it with `llmcap
-approve RUN --by NAME [--reject] [--reason TEXT]` or the Prefect UI's form. It needs a Prefect server
+approve RUN [--reject] [--reason TEXT]`, signed as its caller's git identity and checked as flows.promote
+checks a plan's (ops.approvals: an unsigned input, such as the Prefect UI's form, or an approver not in
+params `approvals.approvers` at the project's HEAD is refused and the step waits again). It needs a Prefect server
 (`python -m flows.server start`). A rejection or a timeout rolls back (candidate weight 0) and the run
 cannot be resumed again. Who, when, why, and the evidence they saw go to the run's MLflow run (tags
 `approval.<pct>.*`, artifacts `approvals/`), to `.work/decisions/approvals.jsonl` (append-only), and to
@@ -21,7 +23,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +49,7 @@ from llmcap.rollout.gates import Tolerances  # noqa: E402
 from llmcap.rollout.observe import ScrapeSource  # noqa: E402
 from llmcap.rollout.predict import load_predictions  # noqa: E402
 from llmcap.rollout.promql import PromQLSource  # noqa: E402
+from ops import approvals  # noqa: E402
 
 AUDIT_LOG = Path(".work") / "decisions" / "approvals.jsonl"  # shared with the flow `promote`
 
@@ -52,9 +57,13 @@ AUDIT_LOG = Path(".work") / "decisions" / "approvals.jsonl"  # shared with the f
 class StepApproval(RunInput):
     """What a person gives to let the rollout take its next step (the Prefect UI shows it as a form)."""
 
-    approver: str = Field(min_length=1, description="who decides")
+    approver: str = Field(min_length=1, description="who decides (git user.name of `llmcap approve`'s caller)")
     decision: Literal["approve", "reject"] = "approve"
     comment: str = Field("", description="why")
+    email: str = ""
+    os_user: str = ""
+    signed_at: str = ""
+    signature: str = Field("", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused")
 
 
 def _now() -> str:
@@ -79,6 +88,27 @@ async def _unpause(run_id: str) -> None:
     """After a timeout the server still shows the run paused: move it on, so nobody can resume it any more."""
     async with get_client() as client:
         await client.set_flow_run_state(run_id, Running(message="approval timed out: rolling back"), force=True)
+
+
+async def _valid_decision(root: Path, run_id: str, key: str, timeout_s: int, poll_interval_s: int) -> StepApproval | None:
+    """Pause until a signed decision by an allowed approver (ops.approvals.refusal), or None after `timeout_s`.
+    A refused input is printed and the step pauses again (a new pause key) for what is left of the timeout."""
+    secret = approvals.approval_key(root, create=True)
+    policy = approvals.policy_at(root, "HEAD")  # not a git checkout: no allow-list, the key alone
+    deadline = time.monotonic() + timeout_s
+    attempt = 0
+    while (left := math.ceil(deadline - time.monotonic())) > 0:
+        try:
+            given = await apause_flow_run(wait_for_input=StepApproval, timeout=left, poll_interval=poll_interval_s,
+                                          key=key if attempt == 0 else f"{key}-{attempt}")  # fmt: skip
+        except FlowPauseTimeout:
+            return None
+        why = approvals.refusal(given.model_dump(), run_id, secret, policy.approvers, False, None)
+        if why is None:
+            return given
+        print(f"refused {given.decision} from {given.approver!r}: {why}; waiting for a valid decision")
+        attempt += 1
+    return None
 
 
 @flow(name="rollout", log_prints=True)
@@ -112,16 +142,15 @@ async def rollout(gateway_url: str, candidate_metrics_url: str, predictions: str
             await acreate_markdown_artifact(key=f"approval-{round(weight * 100)}pct", markdown=(
                 f"**Rollout {run_id}** waits for approval before **{weight:.0%}** of traffic.\n\n"
                 f"Evidence (step {evidence.get('previous_step')}):\n{shown}"))  # fmt: skip
-            print(f"rollout awaits approval before {weight:.0%}: llmcap approve {run_id} --by NAME [--reject] "
-                  f"[--reason TEXT] (or the Prefect UI) within {approval_timeout_s} s")  # fmt: skip
+            print(f"rollout awaits approval before {weight:.0%}: llmcap approve {run_id} [--reject] "
+                  f"[--reason TEXT] (as an approver's git identity) within {approval_timeout_s} s")  # fmt: skip
             record: dict[str, Any] = {"kind": "rollout-step", "flow_run_id": run_id, "mlflow_run_id": mlflow_run_id,
                                       "weight": weight, "evidence": evidence, "requested_at": _now()}  # fmt: skip
-            try:
-                given = await apause_flow_run(wait_for_input=StepApproval, timeout=approval_timeout_s,
-                                              poll_interval=poll_interval_s, key=f"approve-{round(weight * 100)}pct")  # fmt: skip
+            given = await _valid_decision(base, run_id, f"approve-{round(weight * 100)}pct", approval_timeout_s, poll_interval_s)
+            if given is not None:
                 record.update(decision="approved" if given.decision == "approve" else "rejected", by=given.approver,
-                              comment=given.comment, at=_now())  # fmt: skip
-            except FlowPauseTimeout:
+                              email=given.email, comment=given.comment, at=_now())  # fmt: skip
+            else:
                 await _unpause(run_id)
                 record.update(decision="timed out", by=None, comment=f"no decision within {approval_timeout_s} s", at=_now())
             _audit(base, record, mlflow_run_id)

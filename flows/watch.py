@@ -6,14 +6,14 @@ the fingerprint the current plan was made for (ops.watch), and the trace file pa
 one the plan was cleaned from (`ops.watch.trace_changes`). Nothing changed: the run says so and ends.
 A field changed: the observed values are written to params.yaml's `profile` section (the stored
 profile is now stale: the `profile` stage re-profiles `profile.endpoint` if set, else falls back to the
-roofline model) and the flow `promote` re-plans, diffs and waits for approval. An upgrade a person
-rejected is not asked about again (`.work/decisions/rejected.json`) until something else changes.
+roofline model) and the flow `promote` re-plans, diffs and waits for approval. The committed decisions log
+(ops.decisions_log) says what became of the same upgrade before: rejected, it is not asked about again until
+something else changes; timed out undecided, it is raised again with a reminder saying when.
 Served on a schedule by `python -m flows.serve` (deployment `watch/watch`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from stages.env import ROOT, apply_defaults
@@ -24,12 +24,9 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from flows.promote import pending, promote, restore  # noqa: E402
+from ops import decisions_log  # noqa: E402
 from ops import watch as upgrade  # noqa: E402
 from ops.common import git  # noqa: E402
-
-
-def _rejected_path(root: Path) -> Path:
-    return root / ".work" / "decisions" / "rejected.json"
 
 
 @task(name="observe-environment")
@@ -64,27 +61,24 @@ def watch(root: str = str(ROOT), approval_timeout_s: int | None = None) -> dict:
     why = upgrade.describe(changes)
     kind = "upgrade" if upgraded else "new trace"
     key = upgrade.changes_key(changes)
-    rejected = json.loads(_rejected_path(base).read_text()) if _rejected_path(base).is_file() else {}
-    if key in rejected:
-        print(f"{kind} already decided ({rejected[key]}): {why}; not asking again")
+    before = decisions_log.last_for(decisions_log.read(base), key)
+    if before is not None and before["what"] == "rejected":
+        print(f"{kind} already decided ({decisions_log.label(before)} at {before['at']}): {why}; not asking again")
         return {**result, "action": "already rejected"}
+    reminder = decisions_log.reminder(before) if before is not None and before["what"] == "timed_out" else None
     busy = pending(base)
     if busy:
         logger.warning("%s seen (%s) but %s; re-plan on a later run", kind, why, busy)
         return {**result, "action": "waiting", "pending": busy}
-    print(f"{kind}: {why} -> re-plan")
+    print(f"{kind}: {why} -> re-plan" + (f" ({reminder})" if reminder else ""))
     create_markdown_artifact(key="upgrade", markdown=f"**{kind.capitalize()} seen**, re-planning:\n\n" + "\n".join(
         f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes))  # fmt: skip
     head = git(base, "rev-parse", "HEAD")
     if upgraded:  # a new trace needs no mark: its changed bytes make DVC re-run the pipeline from `clean`
         upgrade.mark_stale(base / "params.yaml", upgraded)
     try:
-        record = promote(root, reason=f"{kind}: {why}", approval_timeout_s=approval_timeout_s)
+        record = promote(root, reason=f"{kind}: {why}", approval_timeout_s=approval_timeout_s, fingerprint=key, reminder=reminder)
     except BaseException:
         restore(base, head)  # a failed re-plan must not leave the next runs 'waiting' on its half-written state
         raise
-    if record["decision"] in ("rejected", "timed out"):
-        rejected[key] = f"{record['decision']}{' by ' + record['by'] if record.get('by') else ''} at {record['at']}"
-        _rejected_path(base).parent.mkdir(parents=True, exist_ok=True)
-        _rejected_path(base).write_text(json.dumps(rejected, indent=1) + "\n")
     return {**result, "action": "re-planned", "decision": record}

@@ -260,6 +260,25 @@ class StoresParams(_Strict):
         return value
 
 
+class ApprovalsParams(_Strict):
+    """Who may approve a re-plan (flows.promote checks it; no DVC stage reads this section).
+
+    The approver is the git identity of the process that runs `llmcap approve`, signed with the project's
+    approval key (ops.approvals): a name typed into the Prefect UI or posted to its API is not an approver.
+    """
+
+    approvers: list[str] = Field(default_factory=list, description="git emails allowed to approve or reject ([]: anyone holding the approval key)")
+    distinct_from_trigger: bool = Field(False, description="the approver must not be whoever triggered the re-plan")
+
+    @field_validator("approvers")
+    @classmethod
+    def _emails(cls, value: list[str]) -> list[str]:
+        for email in value:
+            if "@" not in email or email != email.strip() or "<" in email:
+                raise ValueError(f"an approver is a git email like alice@example.com (got {email!r})")
+        return value
+
+
 class Params(_Strict):
     """The whole of params.yaml."""
 
@@ -275,6 +294,7 @@ class Params(_Strict):
     reconcile: ReconcileParams = ReconcileParams()
     watch: WatchParams = WatchParams()
     stores: StoresParams = StoresParams()
+    approvals: ApprovalsParams = ApprovalsParams()
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

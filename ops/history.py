@@ -5,7 +5,10 @@
 One row per finished replan run of the project's MLflow store (params.yaml `stores:`, stages.env.stores):
 when, the code commit it ran at, the commit whose dvc.lock records its outputs (commit dvc.lock after a
 plan: that commit is the decision's id for `reproduce`, `diff` and `dvc pull`), target rate, chosen
-configuration, GPUs, cost and who approved it.
+configuration, GPUs, cost and who approved it. The committed decisions log (ops.decisions_log) says what
+became of each re-plan (approved, rejected, timed out, recorded without approval; who, when): it overrides
+the run's MLflow tag, and a decision the log has but this clone's MLflow store does not (made in another
+clone) is a row of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from ops import decisions_log
 from ops.common import git, run_main, sha256, show
 
 EXPERIMENT = "llmcap"  # stages.tracking.EXPERIMENT
@@ -69,7 +73,30 @@ def decisions(root: Path, tracking_uri: str | None = None) -> list[dict]:
             "dvc_lock_sha256": lock_sha,
             "remote": tags.get("dvc.remote.url"),
         })
-    return rows
+    return with_log(rows, decisions_log.read(root), commits)
+
+
+def with_log(rows: list[dict], log: list[dict], commits: dict[str, str]) -> list[dict]:
+    """`rows` with each run's latest decision from the committed log (`decision`: what, by, at), plus a row for
+    every logged decision whose run is not among them, newest first."""
+    latest = {line["mlflow_run_id"]: line for line in log if line.get("mlflow_run_id")}  # the last line of a run wins
+    known = {r["run_id"] for r in rows}
+    for r in rows:
+        line = latest.get(r["run_id"])
+        r["decision"] = None if line is None else {k: line.get(k) for k in ("what", "by", "email", "at")}
+        if line is not None:
+            r["approved_by"] = decisions_log.label(line)
+    for run_id, line in latest.items():
+        if run_id in known:
+            continue
+        plan = line.get("plan") or {}
+        sha = line.get("dvc_lock_sha256")
+        rows.append({"date": line["at"], "run_id": run_id, "commit": line.get("base_commit"), "dirty": False,
+                     "recorded_in": commits.get(sha) if sha else None, "target_rps": plan.get("target_rps"),
+                     "chosen": plan.get("chosen"), "mode": plan.get("mode"), "gpus": plan.get("gpus"),
+                     "usd_per_hour": plan.get("usd_per_hour"), "approved_by": decisions_log.label(line),
+                     "dvc_lock_sha256": sha, "remote": None, "decision": {k: line.get(k) for k in ("what", "by", "email", "at")}})  # fmt: skip
+    return sorted(rows, key=lambda r: r["date"], reverse=True)
 
 
 def render(rows: list[dict]) -> None:

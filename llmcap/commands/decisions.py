@@ -67,7 +67,7 @@ def diff(
 @user_errors
 def approve(
     run: Annotated[str | None, typer.Argument(help="the paused `promote` or `rollout` flow run id (none: list the runs waiting)")] = None,
-    by: Annotated[str | None, typer.Option("--by", help="who decides (recorded with the plan)")] = None,
+    by: Annotated[str | None, typer.Option("--by", help="optional: must name your git identity (the approver is who runs this)")] = None,
     reject: Annotated[bool, typer.Option("--reject", help="reject: the old plan stays in force / the rollout rolls back")] = False,
     comment: Annotated[str, typer.Option("--comment", "--reason", help="why (recorded)")] = "",
     project: Project = Path("."),

@@ -134,7 +134,10 @@ def paused_run(p: dict, flow: subprocess.Popen, timeout_s: float = 120.0) -> str
 
 
 def approve(p: dict, run: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LLMCAP, "approve", run, *args, "--project", str(ROOT)], cwd=ROOT, env=p["env"],
+    """`llmcap approve` as the person `--by` names: their git identity is the approver (ops.approvals)."""
+    by = args[args.index("--by") + 1]
+    env = {**p["env"], "GIT_AUTHOR_NAME": by, "GIT_AUTHOR_EMAIL": f"{by}@example.com"}
+    return subprocess.run([*LLMCAP, "approve", run, *args, "--project", str(p["root"])], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
@@ -162,6 +165,9 @@ def test_two_approvals_through_the_cli_take_the_rollout_to_all_traffic(prefect: 
         traffic = Traffic(gw, 45.0)
         flow = start_flow(prefect, gw, cand, out, "0.5,1")
         first = paused_run(prefect, flow)
+        # a raw Prefect API resume (what the UI's form sends, unsigned) is refused: the step waits again
+        raw = httpx.post(f"{prefect['url']}/flow_runs/{first}/resume", json={"run_input": {"approver": "alice", "decision": "approve"}})
+        assert raw.json()["status"] == "ACCEPT" and paused_run(prefect, flow) == first
         given = approve(prefect, first, "--by", "alice", "--reason", "25% held as predicted")
         assert given.returncode == 0 and f"approved {first}" in given.stdout, given.stderr
         second = paused_run(prefect, flow)

@@ -7,11 +7,15 @@ measures it whenever the profile is stale:
 - the deployments exist with the schedules of params.yaml `watch`;
 - a `watch` run while the twin reports the planned engine version re-plans nothing;
 - the twin "upgraded" (--engine-version): `watch` marks the profile stale, re-profiles the twin, re-plans on
-  the new profile, writes the diff and pauses; `llmcap approve RUN --by alice` commits the plan, and
+  the new profile, writes the diff and pauses; a raw API resume (unsigned) and a signed one by an approver not
+  in params `approvals.approvers` are refused and the run pauses again; `llmcap approve RUN` run as alice (her
+  git identity) commits the plan, authored by her, with its line in the committed decisions log, and
   `llmcap history` says approved by alice;
-- another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, history
-  says rejected by bob, the run cannot be resumed again, and the same upgrade is not asked about twice;
-- an upgrade nobody approves in time: the same, history says timed out;
+- another upgrade, rejected by bob: params.yaml, dvc.lock and the capacity outputs stay as committed, the
+  rejection is a commit of the decisions log authored by bob, history says rejected by bob, the run cannot be
+  resumed again, and the same upgrade is not asked about twice;
+- an upgrade nobody approves in time: the same, a commit of the log says timed out, and the next watch raises
+  it again with a reminder;
 - a new trace under the planned name: re-planned from it, approved by carol, committed; then nothing new.
 The runner runs with PREFECT_LOGGING_LEVEL=WARNING, as `make serve` exports it: the flows' INFO lines (the
 approval hint among them) must still reach the server's API, and the paused run carries the hint and the
@@ -38,6 +42,19 @@ from tests.pipeline._project import make_project, sh
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 LLMCAP = [sys.executable, "-m", "llmcap"]
+APPROVERS = ("alice", "bob", "carol")
+
+
+def _as(env: dict, who: str) -> dict:
+    """The environment of `who` running a command: their git identity (the approver is who runs `llmcap approve`)."""
+    return {**env, "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": f"{who}@example.com"}
+
+
+def _log(p: dict, rev: str = "HEAD") -> list[dict]:
+    """The committed decisions log at `rev`."""
+    from ops.decisions_log import read
+
+    return read(p["root"], rev)
 
 
 def _free_port() -> int:
@@ -141,6 +158,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     # the twin is the endpoint to profile (a small grid: four cells of 16 tokens) and, by default, to watch
     params["profile"].update(engine_version="0.11.0", endpoint=f"http://127.0.0.1:{port}", isl=[256, 1024], concurrency=[1, 4], osl=16, repeats=1)
     params["watch"].update(endpoints=[], interval_s=3600, replan_cron="0 6 * * 1")
+    # the flows run as "t <t@localhost>" (sandbox_env): the trigger, who may not approve its own re-plans
+    params["approvals"] = {"approvers": [f"{who}@example.com" for who in APPROVERS], "distinct_from_trigger": True}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     sh(["git", "commit", "-qam", "watch the twin"], root, env)
 
@@ -216,16 +235,21 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     assert any("engine_version" in d.read_text() for d in diff)  # the decision diff names the upgraded field
     # what an operator sees in the Prefect UI: the hint in the run's logs (INFO, under make serve's WARNING) and
     # the hint with the decision diff as the run's markdown artifact
-    assert api.printed(promotion, f"plan awaits approval: llmcap approve {promotion} --by NAME")
+    assert api.printed(promotion, f"plan awaits approval: llmcap approve {promotion} [--reject]")
     (shown,) = api.artifacts(promotion, "promotion")
     assert f"llmcap approve {promotion}" in shown and "engine_version" in shown, shown
-    out = sh([*LLMCAP, "approve", promotion, "--by", "alice", "--comment", "0.12 soaked in staging"], root, env).stdout
-    assert f"approved {promotion}" in out
+    _refused(project, promotion)
+    out = sh([*LLMCAP, "approve", promotion, "--comment", "0.12 soaked in staging"], root, _as(env, "alice")).stdout
+    assert f"approved {promotion}" in out and "alice <alice@example.com>" in out
     assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
     cli = subprocess.Popen([*LLMCAP, "history", "--json"], cwd=root, env=env, stdout=subprocess.PIPE, text=True)  # checked below
 
     new = _head(project)
     assert new != head and "approved by alice" in sh(["git", "log", "-1", "--format=%s"], root, env).stdout
+    assert sh(["git", "log", "-1", "--format=%an <%ae>"], root, env).stdout.strip() == "alice <alice@example.com>"
+    (line,) = _log(project)  # the first decision of this repository, committed with the plan it approves
+    assert (line["what"], line["by"], line["email"], line["flow_run_id"]) == ("approved", "alice", "alice@example.com", promotion)
+    assert line["base_commit"] == head and line["triggered_by"] == "t <t@localhost>" and line["plan"]["gpus"] >= 1
     committed = yaml.safe_load(sh(["git", "show", "HEAD:params.yaml"], root, env).stdout)
     assert committed["profile"]["engine_version"] == "0.12.0"
     approval = json.loads(sh(["git", "show", "HEAD:decisions/approval.json"], root, env).stdout)
@@ -261,6 +285,27 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     assert "alice" in capsys.readouterr().out
 
 
+def _refused(p: dict, promotion: str) -> None:
+    """What Prefect OSS lets anyone do, refused by the flow: a raw API resume (unsigned) and one signed with the
+    project's key by someone not in approvals.approvers; `llmcap approve` as that person refuses before sending."""
+    from ops import approvals
+
+    api, root = p["api"], p["root"]
+    raw = api.http.post(f"/flow_runs/{promotion}/resume", json={"run_input": {"approver": "alice", "decision": "approve"}})
+    assert raw.raise_for_status().json()["status"] == "ACCEPT"  # the server takes it: the flow must refuse it
+    assert api.printed(promotion, "refused approve from 'alice': unsigned")
+    assert api.wait(promotion, {"PAUSED"}) == "PAUSED"  # waiting again
+    mallory = approvals.Identity("mallory", "mallory@example.com", "mallory")
+    signed = approvals.signed_input(approvals.approval_key(root), promotion, mallory, "approve", "")
+    api.http.post(f"/flow_runs/{promotion}/resume", json={"run_input": signed}).raise_for_status()
+    assert api.printed(promotion, "mallory <mallory@example.com> is not an approver")
+    assert api.wait(promotion, {"PAUSED"}) == "PAUSED"
+    cli = sh([*LLMCAP, "approve", promotion], root, _as(p["env"], "mallory"), ok=False)
+    assert cli.returncode == 2 and "is not an approver" in cli.stderr, cli.stderr
+    assert "Refused" in api.artifacts(promotion, "promotion")[-1]
+    assert _log(p) == []  # nothing decided yet
+
+
 def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
     root, api, env = project["root"], project["api"], project["env"]
     head = _head(project)
@@ -269,10 +314,14 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
         run = api.run("watch/watch")
         promotion = api.paused_promotion(run)
         assert yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"  # marked stale meanwhile
-        sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, env)
+        sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, _as(env, "bob"))
         assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
 
-        assert _head(project) == head
+        # one new commit, of the decisions log alone, authored by bob: the plan in force is HEAD~1's
+        assert sh(["git", "rev-parse", "HEAD~1"], root, env).stdout.strip() == head
+        assert sh(["git", "show", "--format=%an", "--name-only", "HEAD"], root, env).stdout.split() == ["bob", "decisions/log.jsonl"]
+        line = _log(project)[-1]
+        assert (line["what"], line["by"], line["comment"], line["flow_run_id"]) == ("rejected", "bob", "regresses ITL", promotion)
         assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""  # params.yaml, dvc.lock as committed
         assert (root / "data/processed/capacity.parquet").read_bytes() == capacity
         rows = _history(project)
@@ -280,11 +329,11 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
         assert rows[1]["approved_by"] == "alice"
 
         repeat = api.run("watch/watch")  # the same upgrade: decided already, no new plan
-        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, env, ok=False)  # while the runner runs `repeat`
+        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, _as(env, "bob"), ok=False)  # while the runner runs `repeat`
         assert again.returncode == 2 and "not paused" in again.stderr
         assert api.wait(repeat, {"COMPLETED"}) == "COMPLETED"
-    assert api.printed(repeat, "not asking again")
-    assert len(_history(project)) == len(rows)
+    assert api.printed(repeat, f"already decided (rejected by bob at {line['at']})")
+    assert len(_history(project)) == len(rows) and len(_log(project)) == 2
     audit = [json.loads(line) for line in (root / ".work/decisions/approvals.jsonl").read_text().splitlines()]
     assert [(a["decision"], a["by"]) for a in audit] == [("approved", "alice"), ("rejected", "bob")]
 
@@ -301,9 +350,21 @@ def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
     history = api.http.get("/flow_run_states/", params={"flow_run_id": promotion}).raise_for_status().json()
     assert any(s["type"] == "RUNNING" and "approval timed out" in (s["message"] or "") for s in history), history
     assert "Timed out" in api.artifacts(promotion, "promotion")[-1]
-    assert _head(project) == head
+    assert sh(["git", "rev-parse", "HEAD~1"], root, env).stdout.strip() == head  # a commit of the log alone
+    assert sh(["git", "show", "--format=", "--name-only", "HEAD"], root, env).stdout.split() == ["decisions/log.jsonl"]
     assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
     assert _history(project)[0]["approved_by"] == "timed out"
+    timed_out = _log(project)[-1]
+    assert (timed_out["what"], timed_out["by"], timed_out["flow_run_id"]) == ("timed_out", None, promotion)
+    # not a rejection: the next watch raises the same upgrade again, reminding when it timed out
+    with twin(project["twin_port"], "0.14.0"):
+        again = api.run("watch/watch", approval_timeout_s=10)
+        second = api.paused_promotion(again)
+        assert api.wait(again, {"COMPLETED"}) == "COMPLETED"
+    assert second != promotion
+    assert api.printed(again, f"reminder: this was raised before and timed out undecided at {timed_out['at']} (flow run {promotion})")
+    assert [line["what"] for line in _log(project)][-2:] == ["timed_out", "timed_out"]
+    assert _log(project)[-1]["fingerprint"] == timed_out["fingerprint"]
 
 
 def test_a_new_trace_is_replanned_through_an_approval(project: dict) -> None:
@@ -318,7 +379,7 @@ def test_a_new_trace_is_replanned_through_an_approval(project: dict) -> None:
     with twin(project["twin_port"], "0.12.0"):  # the engine the plan is for: only the trace is new
         run = api.run("watch/watch")
         promotion = api.paused_promotion(run)
-        sh([*LLMCAP, "approve", promotion, "--by", "carol"], root, env)
+        sh([*LLMCAP, "approve", promotion, "--by", "carol"], root, _as(env, "carol"))
         assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
     assert api.printed(run, "new trace: trace ")
     message = sh(["git", "log", "-1", "--format=%s"], root, env).stdout
