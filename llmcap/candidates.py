@@ -101,6 +101,7 @@ _COLUMNS: dict[str, str] = {
     "max_num_batched_tokens": "int64",
     "block_size": "int64",
     "max_context_len": "int64",
+    "max_loras": "int64",
     "weights_bytes_per_rank": "Int64",
     "runtime_bytes_per_rank": "Int64",
     "kv_budget_bytes_per_rank": "Int64",
@@ -255,6 +256,7 @@ def _row(
         "max_num_batched_tokens": batched,
         "block_size": bs,
         "max_context_len": max_ctx,
+        "max_loras": spec.memory.lora_slots,  # adapters resident (their slots are in the memory plan) and per batch
         "usd_per_instance_hour": price * par.gpus,
     }
     sharding_ok = not any(code in _SHARDING_CODES for code, _ in reasons) and bs >= 1 and batched >= 1 and seqs >= 1

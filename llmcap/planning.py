@@ -194,9 +194,9 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
                    "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
                    "label, a pool per model")  # fmt: skip
     if len(mix.get("adapter", {})) > 1:
-        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory is planned only "
-                   "with --max-loras (enumerate.memory.lora_slots), and the engine's limit of adapters per batch is not simulated "
-                   "(their prefix caches are kept apart)")  # fmt: skip
+        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
+                   "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
+                   "are planned as if the base model served every request (their prefix caches are kept apart)")  # fmt: skip
     return out
 
 

@@ -37,10 +37,10 @@ def test_params_then_environment_then_the_embedded_defaults(tmp_path: Path) -> N
     }  # fmt: skip
     assert stage_env.stores(_project(tmp_path / "none", None), environ={})["dvc_remote_from"] == "default"  # no section at all
 
-    team = _project(tmp_path / "team", {"dvc_remote": "../shared/dvc-remote", "mlflow_tracking_uri": "http://127.0.0.1:5000"})
+    team = _project(tmp_path / "team", {"dvc_remote": "../team-store/dvc-remote", "mlflow_tracking_uri": "http://127.0.0.1:5000"})
     got = stage_env.stores(team, environ={})
-    # relative to the project: tmp/team/../shared/dvc-remote = tmp/shared/dvc-remote
-    assert got["dvc_remote"] == str(tmp_path / "shared" / "dvc-remote") and got["dvc_remote_from"] == "params.yaml"
+    # relative to the project: tmp/team/../team-store/dvc-remote = tmp/team-store/dvc-remote
+    assert got["dvc_remote"] == str(tmp_path / "team-store" / "dvc-remote") and got["dvc_remote_from"] == "params.yaml"
     assert got["mlflow_tracking_uri"] == "http://127.0.0.1:5000" and got["mlflow_tracking_uri_from"] == "params.yaml"
 
     override = {"LLMCAP_DVC_REMOTE": "s3://bucket/llmcap", "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000"}

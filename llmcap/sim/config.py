@@ -30,6 +30,8 @@ class EngineConfig(_Frozen):
     admission_policy: Annotated[str, AfterValidator(known_admission)] = Field(
         default="vllm", description="when a waiting request may start (llmcap.sim.admission: vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict, sglang)",
     )  # fmt: skip
+    max_loras: int = Field(default=0, ge=0, description="LoRA adapters one batch may hold (vLLM --max-loras): a waiting request of "
+                           "another adapter is skipped while that many are running (0 = no limit)")  # fmt: skip
     host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
     host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")
     kv_bytes_per_token: float = Field(default=0.0, ge=0, description="KV bytes per token (host loads, P/D handoff)")

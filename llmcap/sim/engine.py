@@ -351,19 +351,28 @@ class Replica(DecodeRuns):
         if self.preemptions != preempted_before and self.admission.tracks_progress:
             left = self.running.values()
             self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.cap for r in left), len(self.running))
-        # 3. waiting requests, FCFS, unless this step preempted
+        # 3. waiting requests, FCFS, unless this step preempted; as vLLM, one whose LoRA adapter would make the
+        # batch hold more than max_loras adapters is skipped (it keeps its place), the next one tried
         if self.preemptions == preempted_before:
             waiting = self.waiting
+            loras = {r.adapter for r in self.running.values() if r.adapter >= 0} if self.max_loras else None
+            skipped: list[Req] = []
             while waiting and budget > 0 and len(self.running) < max_seqs:
                 req = waiting[0]
+                if loras is not None and req.adapter >= 0 and req.adapter not in loras and len(loras) >= self.max_loras:
+                    skipped.append(waiting.popleft())
+                    continue
                 c = self._admit(req, budget, t)
                 if c == 0:
                     break
                 waiting.popleft()
+                if loras is not None and req.adapter >= 0:
+                    loras.add(req.adapter)
                 entries.append((req, c))
                 if req.n_comp + c < req.isl + req.generated:
                     self.partials[req.stamp] = req
                 budget -= c
+            waiting.extendleft(reversed(skipped))
         if entries:
             self._plan_step(t, entries)
         elif self.decode_batch:

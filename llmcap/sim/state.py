@@ -28,7 +28,7 @@ class Req:
     __slots__ = (
         "i", "isl", "osl", "generated", "n_comp", "alloc", "keys", "block_ends", "segs", "seg_blocks", "published", "stamp",
         "joined_at_step", "generated_at_join", "computed_at_join", "last_step", "ver", "last_tok", "decode_spans", "times_preempted",
-        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo", "cap",
+        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo", "cap", "adapter",
         "lazy_n", "lazy_blocks",
     )  # fmt: skip
 
@@ -37,6 +37,7 @@ class Req:
         self.isl = isl
         self.osl = osl  # tokens this replica generates before the request leaves it
         self.cap = osl  # the output the scheduler knows of (the client's max_tokens): what reserving admission holds
+        self.adapter = -1  # its LoRA adapter (-1: the base model)
         self.generated = 0  # tokens generated so far
         self.n_comp = 0  # tokens whose KV is computed (or loaded)
         self.alloc = 0  # tokens with KV slots allocated
@@ -102,6 +103,7 @@ class ReplicaState:
         self.running: dict[int, Req] = {}  # stamp -> request, admission order
         self.partials: dict[int, Req] = {}  # running requests still prefilling
         self.waiting: deque[Req] = deque()
+        self.max_loras = cfg.max_loras
         self.held: dict[int, Req] = {}  # prefill role: done, blocks kept until the handoff lands
         self.stamps = 0
         # decoding set, advanced by the step clock

@@ -24,7 +24,7 @@ from llmcap.sim.segments import SegmentIndex
 from llmcap.trace.schema import block_size_of
 
 # what a simulation reads of a canonical trace (`load_trace(path, columns=SIM_COLUMNS)`)
-SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "max_tokens", "hash_ids")
+SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "max_tokens", "adapter", "hash_ids")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Workload:
     trace_block: int = 0
     block_size: int = 16
     cap: np.ndarray | None = None  # int64 max_tokens, ≥ osl (the output where a request states none); None: no caps
+    adapter: np.ndarray | None = None  # int64 LoRA adapter ids, by name's sort order (-1: none); None: no adapters
 
     @property
     def n(self) -> int:
@@ -114,11 +115,23 @@ def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = Tru
         raise LlmcapError("trace arrivals must be finite and sorted")
     if np.any(isl < 1) or np.any(osl < 1):
         raise LlmcapError("trace isl and osl must be >= 1")
-    cap = _caps(table, osl)
+    cap, adapter = _caps(table, osl), _adapters(table)
     trace_block = block_size_of(table) if "hash_ids" in table.column_names else None
     if not use_hashes or trace_block is None or table.num_rows == 0:
-        return Workload(arrival, isl, osl, cap=cap)
-    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap)
+        return Workload(arrival, isl, osl, cap=cap, adapter=adapter)
+    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap, adapter)
+
+
+def _adapters(table: pa.Table) -> np.ndarray | None:
+    """Each request's LoRA adapter as an id (names in sorted order; -1: none), or None when no request has one."""
+    if "adapter" not in table.column_names or table.column("adapter").null_count == table.num_rows:
+        return None
+    names = table.column("adapter").to_numpy(zero_copy_only=False)
+    given = names != None  # noqa: E711 — elementwise on an object array
+    out = np.full(names.size, -1, dtype=np.int64)
+    _, codes = np.unique(names[given].astype(str), return_inverse=True)
+    out[given] = codes
+    return out
 
 
 def _caps(table: pa.Table, osl: np.ndarray) -> np.ndarray | None:

@@ -178,6 +178,7 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
         kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"]))),
         max_model_len=int(row["max_context_len"]),  # longer requests are rejected, as the engine would: misses
         admission_policy=admission_policy,
+        max_loras=int(row.get("max_loras", 0)),  # a candidates table written before the column: no LoRA
     )
     mean_isl, mean_osl = float(lengths.isl.mean()), float(lengths.osl.mean())
     uncached = max(float((lengths.isl - lengths.cached).mean()), 1.0)

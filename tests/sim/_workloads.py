@@ -25,6 +25,8 @@ def table(rows: dict, trace_block: int | None = None) -> pa.Table:
         cols["hash_ids"] = pa.array(rows["hash_ids"], pa.list_(pa.int64()))
     if "max_tokens" in rows:
         cols["max_tokens"] = pa.array(np.asarray(rows["max_tokens"], dtype=np.int64))
+    if "adapter" in rows:
+        cols["adapter"] = pa.array(rows["adapter"], pa.string())
     t = pa.table(cols)
     return t.replace_schema_metadata(metadata(source_format="test", source_file="test", block_size=trace_block, start="+0.000s"))
 
