@@ -28,11 +28,12 @@ def test_a_cap_is_kept_checked_and_optional(tmp_path: Path) -> None:
         "5.0,100,10,12.5",  # 5: max_tokens_invalid: not a whole number
         "6.0,100,10,inf",  # 6: max_tokens_invalid: not finite
         "7.0,100,0,10",  # 7: osl_below_1: the output's own rule comes first
+        "8.0,100,1,1",  # 8: kept: a cap of 1, the least allowed, for a one-token output
     ]
     result = ingest(_csv(tmp_path / "capped.csv", rows))
-    assert result.report.rows_in == 8 and result.report.rows_kept == 3 and result.report.rows_quarantined == 5
-    assert result.trace.column("max_tokens").to_pylist() == [10, None, 4096]
-    assert result.trace.column("osl").to_pylist() == [10, 10, 10]
+    assert result.report.rows_in == 9 and result.report.rows_kept == 4 and result.report.rows_quarantined == 5
+    assert result.trace.column("max_tokens").to_pylist() == [10, None, 4096, 1]
+    assert result.trace.column("osl").to_pylist() == [10, 10, 10, 1]
     q = result.quarantine.to_pydict()
     assert dict(zip(q["source_row"], zip(q["reason"], q["detail"], strict=True), strict=True)) == {
         3: ("osl_above_max_tokens", "osl=11 > max_tokens=10"),
