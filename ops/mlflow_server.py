@@ -19,43 +19,19 @@ beside it as the DVC remote where planners' machines reach it. Clones use both t
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
+from ops.background import BackgroundServer
 from stages.env import ROOT
-
-_children: dict[int, subprocess.Popen] = {}  # servers this process started: reaped when stopped
-
 
 def home(root: Path) -> Path:
     return root / ".work" / "mlflow-server"
 
 
-def _record(root: Path) -> dict | None:
-    path = home(root) / "server.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+def _server(root: Path) -> BackgroundServer:
+    return BackgroundServer("mlflow server", home(root))
 
 
 def command(store: Path, host: str, port: int) -> list[str]:
@@ -65,54 +41,20 @@ def command(store: Path, host: str, port: int) -> list[str]:
 
 def start(root: Path = ROOT, store: Path | None = None, port: int = 5000, host: str = "127.0.0.1", timeout_s: float = 180.0) -> dict:
     """Start `mlflow server` in the background and wait for /health; returns {pid, url, store, log, seconds}."""
-    record = _record(root)
-    if record and _alive(record["pid"]) and healthy(record["url"]):
+    server = _server(root)
+    record = server.running()
+    if record:
         return {**record, "seconds": 0.0, "already_running": True}
     store = (store or Path(os.environ.get("LLMCAP_STORE_DIR") or root / ".work" / "store")).resolve()
     (store / "mlartifacts").mkdir(parents=True, exist_ok=True)
-    h = home(root)
-    h.mkdir(parents=True, exist_ok=True)
-    url = f"http://{host}:{port}"
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)  # the server is the store, not a client of one
-    log = h / "server.log"
-    began = time.monotonic()
-    with log.open("ab") as out:
-        proc = subprocess.Popen(command(store, host, port), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=store,
-                                start_new_session=True)  # fmt: skip
-    _children[proc.pid] = proc
-    record = {"pid": proc.pid, "url": url, "store": str(store), "log": str(log)}
-    (h / "server.json").write_text(json.dumps(record) + "\n")
-    while not healthy(url):
-        if proc.poll() is not None:
-            (h / "server.json").unlink(missing_ok=True)
-            raise RuntimeError(f"mlflow server exited with {proc.returncode}; see {log}")
-        if time.monotonic() - began > timeout_s:
-            stop(root)
-            raise TimeoutError(f"mlflow server did not answer {url}/health within {timeout_s:.0f} s; see {log}")
-        time.sleep(0.5)
-    return {**record, "seconds": round(time.monotonic() - began, 1)}
+    return server.launch(command(store, host, port), f"http://{host}:{port}", env, store, timeout_s, store=str(store))
 
 
 def stop(root: Path = ROOT, timeout_s: float = 20.0) -> bool:
-    """Stop the server this project started (its process group, by the recorded PID)."""
-    record = _record(root)
-    if not record or not _alive(record["pid"]):
-        (home(root) / "server.json").unlink(missing_ok=True)
-        return False
-    pid = record["pid"]
-    os.killpg(pid, signal.SIGTERM)  # its own session: the worker goes with it
-    proc = _children.pop(pid, None)
-    running = (lambda: proc.poll() is None) if proc else (lambda: _alive(pid))  # poll() also reaps our own child
-    deadline = time.monotonic() + timeout_s
-    while running() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if running():
-        os.killpg(pid, signal.SIGKILL)
-        if proc:
-            proc.wait()
-    (home(root) / "server.json").unlink(missing_ok=True)
-    return True
+    """Stop the server this project started (its process group, by the recorded PID: the worker goes with it)."""
+    return _server(root).stop(timeout_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "stop":
         print("stopped" if stop(root) else "not running")
     else:
-        record = _record(root)
-        up = bool(record and _alive(record["pid"]) and healthy(record["url"]))
-        print(f"running (pid {record['pid']}) at {record['url']}, store {record['store']}" if up and record else "not running")
-        return 0 if up else 1
+        record = _server(root).running()
+        print(f"running (pid {record['pid']}) at {record['url']}, store {record['store']}" if record else "not running")
+        return 0 if record else 1
     return 0
 
 
