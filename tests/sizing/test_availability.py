@@ -7,8 +7,6 @@ down d = 1 / (1,023 + 1) = 1/1,024 of the time, so the sums below are exact in f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pytest
 
 from llmcap.errors import LlmcapError
@@ -17,10 +15,10 @@ from llmcap.sizing.headroom import PoolInput, plan_headroom
 from llmcap.sizing.params import HeadroomParams, SloParams
 from llmcap.sizing.scenarios import Judge, check, fit, scenarios
 from llmcap.sizing.search import EvalResult
+from tests.sizing.test_scenario_fit import NEED, Counted  # attainment 1.0 with at least 13 instances serving, else 0.5
 
 # no N+1 node and no upgrade step: only the availability target asks for more than the traffic needs
 PACKED = HeadroomParams(node_failures=0, max_surge=0, max_unavailable=0, node_mtbf_h=1023.0, node_repair_h=1.0)
-NEED = 13  # serving instances the "trace" needs
 
 
 def _plan(instances: int, params: HeadroomParams = PACKED):
@@ -31,17 +29,6 @@ def _plan(instances: int, params: HeadroomParams = PACKED):
 
 def _judge(target: float | None) -> Judge:
     return Judge(0.99, 0.9, "instances", None, target)
-
-
-class Counted:
-    """Attainment 1.0 with at least NEED instances serving, else 0.5; counts its simulations."""
-
-    def __init__(self) -> None:
-        self.runs: list[int] = []
-
-    def __call__(self, counts: Mapping[str, int]) -> EvalResult:
-        self.runs.append(counts["instances"])
-        return EvalResult(1.0 if counts["instances"] >= NEED else 0.5)
 
 
 def test_the_states_and_their_shares_of_the_time() -> None:
