@@ -17,14 +17,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 import llmcap.perf as perf
-from llmcap.admission_names import admission_option
+from llmcap.policy_names import admission_option
 from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
-from llmcap.routing import FIRST_TOKEN_FROM
+from llmcap.first_token import FIRST_TOKEN_FROM
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
 
 
@@ -44,7 +44,7 @@ class EngineOptions:
     router: str = model_default(SimConfig, "router")
     admission_policy: str = model_default(EngineConfig, "admission_policy")
     pd: str | None = None
-    first_token_from: str = model_default(PDConfig, "first_token_from")  # after the P→D handoff (llmcap.routing)
+    first_token_from: str = model_default(PDConfig, "first_token_from")  # after the P→D handoff (llmcap.first_token)
     link_gbps: float = model_default(LinkConfig, "bandwidth_bytes_s") / 1e9
     link_latency_ms: float = model_default(LinkConfig, "latency_s") * 1e3
     quant: str = "bf16"

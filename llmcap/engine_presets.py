@@ -21,7 +21,7 @@ ENGINES = ("vllm", "sglang", "trtllm")
 class EnginePreset:
     engine: str
     version: str  # the release whose defaults these are
-    admission_policy: str  # llmcap's name of its admission (`llmcap.admission_names`)
+    admission_policy: str  # llmcap's name of its admission (`llmcap.policy_names`)
     max_num_batched_tokens: int  # tokens per scheduler step (chunked-prefill budget)
     max_num_seqs: int  # most running requests
     block_size: int  # KV block (page) size in tokens

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pandas as pd
 import pyarrow as pa
 
-from llmcap.admission_names import RESERVES_OUTPUT
+from llmcap.policy_names import reserves_output
 from llmcap.catalog import ModelSpec
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
@@ -205,7 +205,7 @@ def reservation_note(trace: pa.Table, policy: str) -> str:
     one, else the output itself, which no engine knows in advance (only admission that reserves ahead cares)."""
     caps = trace.column("max_tokens")
     n, stated = len(caps), len(caps) - caps.null_count
-    if policy not in RESERVES_OUTPUT:
+    if not reserves_output(policy):
         return (f"output lengths: admission {policy} reserves nothing ahead; max_tokens ({stated:,} of {n:,} requests state one) "
                 "only bounds max_model_len")  # fmt: skip
     if stated == n:

@@ -24,7 +24,7 @@ from llmcap.deployment import EngineOptions
 from llmcap.config import ProfileParams, ReplayParams
 from llmcap.live.profiler import ProfileSpec
 from llmcap.memory import MemoryParams
-from llmcap.routing import TTFT_INCLUDES_HANDOFF, first_token_from
+from llmcap.first_token import TTFT_INCLUDES_HANDOFF, first_token_from
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig
 from llmcap.sizing.params import AutoscaleParams, ComputeParams, SizeParams, SloParams
 from llmcap.twin import TwinSpec

@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from llmcap.admission_names import admission_option
+from llmcap.policy_names import admission_option
 from llmcap.catalog import get_gpu
 from llmcap.cli import app
 from llmcap.engine_presets import ENGINES, GIB, engine_preset

@@ -25,7 +25,7 @@ import typer
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
-from llmcap.admission_names import DEFAULT_ADMISSION, NEVER_PREEMPTS, admission_option
+from llmcap.policy_names import DEFAULT_ADMISSION, admission_option, never_preempts
 from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
@@ -149,7 +149,7 @@ def perf(
 
 def preempts(policy: str, max_batch_kv: int, max_num_seqs: int) -> bool:
     """Whether the policy preempts at this cell: the KV binds and admission does not reserve whole lives."""
-    return max_batch_kv < max_num_seqs and policy not in NEVER_PREEMPTS
+    return max_batch_kv < max_num_seqs and not never_preempts(policy)
 
 
 def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:

@@ -80,7 +80,7 @@ from llmcap.commands._trace_input import (
 from llmcap.engine_presets import engine_preset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.exit_codes import SLO_MISSED
-from llmcap.routing import includes_handoff
+from llmcap.first_token import includes_handoff
 from llmcap.sim import SimConfig, SimResult
 from llmcap.sim import simulate as run_simulation
 from llmcap.sizing.measured import load_profile

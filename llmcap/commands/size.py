@@ -76,7 +76,7 @@ from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.slo import itl_name
 from llmcap.sizing.units import candidate_key
-from llmcap.admission_names import admission_option
+from llmcap.policy_names import admission_option
 from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
 

@@ -20,7 +20,7 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.deployment import EngineOptions, decode_step_model, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
-from llmcap.routing import first_token_from
+from llmcap.first_token import first_token_from
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
 from llmcap.sizing.units import candidate_key, candidate_row

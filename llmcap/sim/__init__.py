@@ -36,7 +36,7 @@ from llmcap.sim.engine import Replica
 from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig
 from llmcap.sim.metrics import autoscale_tables, itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
 from llmcap.sim.records import REQUEST_SCHEMA
-from llmcap.routing import router_names
+from llmcap.policy_names import router_names
 from llmcap.sim.routers import register_router, unregister_router
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload, workload_from_table

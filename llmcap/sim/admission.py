@@ -1,8 +1,9 @@
 """Admission policies: when a waiting request may start, given the KV cache. One class per engine policy,
-registered by name in `ADMISSION_POLICIES` (`EngineConfig.admission_policy` names one).
+registered by name (`register_admission`; `EngineConfig.admission_policy` names one). A new policy is a
+class with `AdmissionPolicy`'s methods and one `register_admission` call, in a file of its own.
 
-The scheduler (`engine.Replica`) asks `admits` before it admits a request whose first chunk's blocks fit
-physically, and tells the policy when a request's blocks are taken (`admitted`) and given back (`released`:
+The scheduler (`engine.Replica`) asks `admits` — over an `AdmissionView` of the replica — before it admits
+a request whose first chunk's blocks fit physically, and tells the policy when a request's blocks are taken (`admitted`) and given back (`released`:
 completion, preemption, hand-off). Preemption itself is the engine's: when a step's blocks run out the
 newest running request is freed and later recomputed. A policy that reserves ahead never lets that happen.
 
@@ -34,9 +35,9 @@ newest running request is freed and later recomputed. A policy that reserves ahe
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Callable, ClassVar, Protocol
 
-from llmcap.admission_names import ADMISSION_POLICY_NAMES, NEVER_PREEMPTS
+from llmcap.policy_names import BUILT_IN_ADMISSIONS, add_admission_name, drop_admission_name, known_admission
 
 
 def lifetime_blocks(isl: int, osl: int, block_size: int) -> int:
@@ -44,35 +45,73 @@ def lifetime_blocks(isl: int, osl: int, block_size: int) -> int:
     return -(-(isl + osl - 1) // block_size)
 
 
-class Admission:
-    """vLLM v1: admit whenever this step's blocks fit; the engine preempts the newest request when growth does not."""
+class AdmissionView:
+    """What a policy is shown of the replica when asked about the waiting head (the scheduler fills it).
 
-    name: ClassVar[str] = "vllm"
-    tracks_progress: ClassVar[bool] = False  # asks for the running requests' remaining output (costs a pass over them)
+    `lifetime_blocks`: the head's blocks at its longest (its prompt and max_tokens), of a cache of
+    `num_blocks`; `free_tokens`: free and evictable KV tokens; `new_tokens`: its uncached prompt +
+    min(output left, CLIP_NEW_TOKENS) + one block (at best: its whole prompt cached, when asked how long to
+    wait); `running_remaining`: Σ min(output left, CLIP_NEW_TOKENS) of the running requests (0 unless the
+    policy `tracks_progress`); `step`: the replica's step clock."""
 
-    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
-        """May a request start now (asked only while other requests run or hold blocks on the replica)?
-        `lifetime_blocks`: its blocks at its longest, of a cache of `num_blocks`;
-        `free_tokens`: free and evictable KV tokens; `new_tokens`: its uncached prompt + min(output left,
-        CLIP_NEW_TOKENS) + one block; `running_remaining`: Σ min(output left, CLIP_NEW_TOKENS) of the running
-        requests (0 unless `tracks_progress`); `step`: the replica's step clock."""
-        return True
+    def __init__(self) -> None:
+        self.lifetime_blocks = 0
+        self.num_blocks = 0
+        self.free_tokens = 0
+        self.new_tokens = 0
+        self.running_remaining = 0
+        self.step = 0
+
+
+class AdmissionPolicy(Protocol):
+    """What the scheduler asks of and tells an admission policy."""
+
+    tracks_progress: bool  # asks for the running requests' remaining output (costs a pass over them)
+
+    def admits(self, view: AdmissionView) -> bool:
+        """May the head start now? Asked only while other requests run or hold blocks on the replica: an
+        otherwise empty replica admits whatever fits."""
+        ...
 
     def admitted(self, lifetime_blocks: int) -> None:
         """A request needing `lifetime_blocks` over its life was admitted."""
+        ...
 
     def released(self, lifetime_blocks: int) -> None:
         """A request's blocks were given back (it finished, was preempted, or handed off)."""
+        ...
 
-    def steps_before_admissible(self, step: int, k: int, fewest_new: int, free_tokens: int, running_remaining: int, decoding: int) -> int:
-        """How many of `k` pure-decode steps may run before this policy could admit the waiting head (the
-        scheduler looks again then): `k` for a policy whose answer only changes at events. `fewest_new`: the
-        head's new tokens at best; `decoding`: the sequences each step advances by one token."""
-        return k
+    def steps_before_admissible(self, view: AdmissionView, k: int, decoding: int) -> int:
+        """How many of `k` pure-decode steps may run before this policy could admit the head (the scheduler
+        looks again then); `decoding`: the sequences each step advances by one token."""
+        ...
 
     def retracted(self, step: int, decoded: int, max_new: int, running: int) -> None:
         """Decodes ran out of KV at `step` and requests were preempted; `decoded` / `max_new`: Σ generated / Σ
         output lengths of the `running` requests left (called only when `tracks_progress`)."""
+        ...
+
+
+class Admission:
+    """vLLM v1: admit whenever this step's blocks fit; the engine preempts the newest request when growth does not."""
+
+    name: ClassVar[str] = "vllm"
+    tracks_progress: bool = False
+
+    def admits(self, view: AdmissionView) -> bool:
+        return True
+
+    def admitted(self, lifetime_blocks: int) -> None:
+        pass
+
+    def released(self, lifetime_blocks: int) -> None:
+        pass
+
+    def steps_before_admissible(self, view: AdmissionView, k: int, decoding: int) -> int:
+        return k  # its answer only changes at events
+
+    def retracted(self, step: int, decoded: int, max_new: int, running: int) -> None:
+        pass
 
 
 class MaxUtilizationAdmission(Admission):
@@ -90,8 +129,8 @@ class NoEvictAdmission(Admission):
     def __init__(self) -> None:
         self.reserved = 0  # Σ whole-life blocks of the running requests
 
-    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
-        return self.reserved + lifetime_blocks <= num_blocks
+    def admits(self, view: AdmissionView) -> bool:
+        return self.reserved + view.lifetime_blocks <= view.num_blocks
 
     def admitted(self, lifetime_blocks: int) -> None:
         self.reserved += lifetime_blocks
@@ -112,7 +151,7 @@ class SglangAdmission(Admission):
     running requests' remaining outputs."""
 
     name: ClassVar[str] = "sglang"
-    tracks_progress: ClassVar[bool] = True
+    tracks_progress: bool = True
 
     def __init__(self) -> None:
         self.ratio_at_reset = INIT_NEW_TOKEN_RATIO
@@ -122,13 +161,14 @@ class SglangAdmission(Admission):
         """The ratio after the decode steps since its last reset."""
         return max(MIN_NEW_TOKEN_RATIO, self.ratio_at_reset - NEW_TOKEN_RATIO_DECAY * (step - self.reset_step))
 
-    def admits(self, lifetime_blocks: int, num_blocks: int, free_tokens: int, new_tokens: int, running_remaining: int, step: int) -> bool:
-        return new_tokens < free_tokens - running_remaining * self.new_token_ratio(step)
+    def admits(self, view: AdmissionView) -> bool:
+        return view.new_tokens < view.free_tokens - view.running_remaining * self.new_token_ratio(view.step)
 
-    def steps_before_admissible(self, step: int, k: int, fewest_new: int, free_tokens: int, running_remaining: int, decoding: int) -> int:
+    def steps_before_admissible(self, view: AdmissionView, k: int, decoding: int) -> int:
         # After j steps the running outputs left are at least `running_remaining - decoding·j`, the ratio at
         # least its value then and the free tokens at most today's: the first j where even that bound
         # admits is the earliest the scheduler must look (bisection: the bound only loosens with j).
+        step, fewest_new, free_tokens, running_remaining = view.step, view.new_tokens, view.free_tokens, view.running_remaining
         lo, hi = 1, k
         while lo < hi:
             j = (lo + hi) // 2
@@ -143,6 +183,33 @@ class SglangAdmission(Admission):
         self.reset_step = step
 
 
-ADMISSION_POLICIES: dict[str, type[Admission]] = {p.name: p for p in (Admission, MaxUtilizationAdmission, NoEvictAdmission, SglangAdmission)}
-assert tuple(ADMISSION_POLICIES) == ADMISSION_POLICY_NAMES  # one class per name (llmcap.admission_names)
-assert NEVER_PREEMPTS == (NoEvictAdmission.name,)
+ADMISSION_POLICIES: dict[str, Callable[[], AdmissionPolicy]] = {}
+
+
+def register_admission(name: str, policy: Callable[[], AdmissionPolicy], *, never_preempts: bool = False, reserves_output: bool = False) -> None:
+    """Make `policy` (a class taking no arguments; one instance per replica) available as
+    `admission_policy: name` everywhere. `never_preempts`: it reserves each request's whole KV life;
+    `reserves_output`: it admits against the output a request may still generate (its max_tokens) — what
+    the plans say their scheduler was assumed to know."""
+    if name in ADMISSION_POLICIES and ADMISSION_POLICIES[name] is not policy:
+        raise ValueError(f"admission policy {name!r} is already registered")
+    ADMISSION_POLICIES[name] = policy
+    add_admission_name(name, never_preempts=never_preempts, reserves_output=reserves_output)
+
+
+def unregister_admission(name: str) -> None:
+    """Forget a registered (not built-in) admission policy."""
+    if name in BUILT_IN_ADMISSIONS:
+        raise ValueError(f"admission policy {name!r} is built in")
+    ADMISSION_POLICIES.pop(name, None)
+    drop_admission_name(name)
+
+
+def make_admission(name: str) -> AdmissionPolicy:
+    """A fresh instance of the named policy (each replica keeps its own reservations)."""
+    return ADMISSION_POLICIES[known_admission(name)]()
+
+
+for _policy in (Admission, MaxUtilizationAdmission, NoEvictAdmission, SglangAdmission):
+    ADMISSION_POLICIES[_policy.name] = _policy  # their traits are in llmcap.policy_names already
+assert tuple(ADMISSION_POLICIES) == BUILT_IN_ADMISSIONS  # one class per built-in name (llmcap.policy_names)

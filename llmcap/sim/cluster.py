@@ -53,8 +53,9 @@ def run_cluster(
     segments = work.segment_index(isl, singletons=ecfg.enable_prefix_caching and ecfg.host_blocks == 0 and not cfg.reference)
     cap = None if work.cap is None else array("q", work.cap.tobytes())
     adapter = None if work.adapter is None else array("q", work.adapter.tobytes())
+    priority = None if work.priority is None else array("q", work.priority.tobytes())
     loop = ClusterLoop(cfg, timer, rec, rng, n, isl, osl, decode_timer=decode_timer, segments=segments, itl_exact=exact,
-                       on_decision=on_decision, cap=cap, adapter=adapter)  # fmt: skip
+                       on_decision=on_decision, cap=cap, adapter=adapter, priority=priority)  # fmt: skip
     arrival = array("d", work.arrival.tobytes())
     for i in range(n):
         t = arrival[i]

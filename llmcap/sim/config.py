@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from llmcap.routing import DEFAULT_FIRST_TOKEN_FROM, DEFAULT_ROUTER, FirstTokenFrom, known_router
-from llmcap.admission_names import known_admission
+from llmcap.first_token import DEFAULT_FIRST_TOKEN_FROM, FirstTokenFrom
+from llmcap.policy_names import DEFAULT_QUEUE, DEFAULT_ROUTER, known_admission, known_queue, known_router
 
 
 class _Frozen(BaseModel):
@@ -29,6 +29,9 @@ class EngineConfig(_Frozen):
     enable_prefix_caching: bool = True
     admission_policy: Annotated[str, AfterValidator(known_admission)] = Field(
         default="vllm", description="when a waiting request may start (llmcap.sim.admission: vllm, trtllm-max-utilization, trtllm-guaranteed-no-evict, sglang)",
+    )  # fmt: skip
+    scheduling_policy: Annotated[str, AfterValidator(known_queue)] = Field(
+        default=DEFAULT_QUEUE, description="the waiting queue's order (vLLM --scheduling-policy, llmcap.sim.queues: fcfs, priority)",
     )  # fmt: skip
     max_loras: int = Field(default=0, ge=0, description="LoRA adapters one batch may hold (vLLM --max-loras): a waiting request of "
                            "another adapter is skipped while that many are running (0 = no limit)")  # fmt: skip
@@ -64,7 +67,7 @@ class PDConfig(_Frozen):
     prefill_replicas: int = Field(gt=0)
     decode_replicas: int = Field(gt=0)
     link: LinkConfig = LinkConfig()
-    first_token_from: FirstTokenFrom = DEFAULT_FIRST_TOKEN_FROM  # where TTFT ends (llmcap.routing: after the KV handoff)
+    first_token_from: FirstTokenFrom = DEFAULT_FIRST_TOKEN_FROM  # where TTFT ends (llmcap.first_token: after the KV handoff)
     decode_engine: EngineConfig | None = None  # None: the same engine config as the prefill pool
 
 

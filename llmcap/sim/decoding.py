@@ -19,8 +19,9 @@ import struct
 from bisect import bisect_left
 from heapq import heappop, heappush
 
-from llmcap.sim.admission import CLIP_NEW_TOKENS
-from llmcap.sim.state import INF, Req
+from llmcap.sim.admission import CLIP_NEW_TOKENS, lifetime_blocks
+from llmcap.sim.request import Req
+from llmcap.sim.state import INF
 from llmcap.sim.steplog import StepLog
 
 _ROW = struct.Struct("8q").pack  # one time-series row (DecodeRuns.state_at) as the bytes of `ts`
@@ -80,7 +81,7 @@ class DecodeRuns(StepLog):
             kv_used += self._allocs(self.run_alloc, started)
             tokens += (m - self.run_done) * self.decode_batch
             steps += m - self.run_done
-        return (len(self.running), len(self.waiting), kv_used, tokens, steps, self.hit_tokens, self.preemptions, self.finished)
+        return (len(self.running), self.waiting.size(), kv_used, tokens, steps, self.hit_tokens, self.preemptions, self.finished)
 
     def sample_until(self, t: float) -> None:
         """Time-series rows for every grid time <= t not yet sampled (state after events before it)."""
@@ -176,7 +177,7 @@ class DecodeRuns(StepLog):
         if k > 1:  # block exhaustion: run steps 1.. allocate per phase; stop before the first that cannot.
             # With requests waiting, also stop before the first eviction: it can change what their
             # admission needs (a hit turns into work), so the scheduler must look again.
-            free = self.kv.plain if self.waiting else self.kv.free
+            free = self.kv.plain if self.waiting.size() else self.kv.free
             if B * ((k - 1) // bs + 1) > free:
                 cycles = free // B
                 left = free - cycles * B
@@ -188,10 +189,13 @@ class DecodeRuns(StepLog):
                         break
                     j += 1
                 k = min(k, j)
-        if k > 1 and self.waiting and self.admission.tracks_progress and len(self.running) < self.max_seqs:  # its estimate shrinks every step
-            head = self.waiting[0]
-            fewest = min(head.cap - head.generated, CLIP_NEW_TOKENS) + bs  # its new tokens with its whole prompt cached
-            k = self.admission.steps_before_admissible(S, k, fewest, self.kv.free * bs, self._outputs_left(), B)
+        if k > 1 and self.waiting.size() and self.admission.tracks_progress and len(self.running) < self.max_seqs:  # its estimate shrinks every step
+            head = self.waiting.peek()
+            view = self.admission_view
+            view.new_tokens = min(head.cap - head.generated, CLIP_NEW_TOKENS) + bs  # its new tokens with its whole prompt cached
+            view.lifetime_blocks = lifetime_blocks(head.isl, head.cap, bs)
+            view.num_blocks, view.free_tokens, view.running_remaining, view.step = self.kv.num_blocks, self.kv.free * bs, self._outputs_left(), S
+            k = self.admission.steps_before_admissible(view, k, B)
         d_max = 0
         if not self.timer.linear:
             d_max = max(r.computed_at_join + (S - r.joined_at_step) + 1 for r in self.running.values() if r.decoding)

@@ -1,7 +1,7 @@
 """One replica: a vLLM-v1-like continuous-batching scheduler, advanced event by event.
 
 Each step the scheduler runs the decoding sequences first (one token each), then continues partially
-prefilled requests, then admits waiting requests FCFS — all within `max_num_batched_tokens` and
+prefilled requests, then admits waiting requests in the queue's order (`queues`: FCFS or priority) — all within `max_num_batched_tokens` and
 `max_num_seqs`; prompts are chunked to fit the budget. KV blocks are allocated for the tokens a step
 computes (at admission and on growth); when they run out the newest running request is preempted and
 later recomputed; blocks are freed at completion (see `kvcache` for the prefix cache). The admission
@@ -23,7 +23,8 @@ from llmcap.sim.admission import CLIP_NEW_TOKENS, lifetime_blocks
 from llmcap.sim.decoding import DecodeRuns
 from llmcap.sim.kvcache import Run, Seg
 from llmcap.sim.recorder import OK
-from llmcap.sim.state import INF, Req
+from llmcap.sim.request import Req
+from llmcap.sim.state import INF
 
 __all__ = ["INF", "Replica", "Req"]
 
@@ -62,7 +63,7 @@ class Replica(DecodeRuns):
         """A request arrives (or its KV lands, P/D). True when `next_time` changed."""
         self.sample_until(t)
         self.outstanding += req.isl + req.osl - 1 - req.n_comp
-        self.waiting.append(req)
+        self.waiting.add(req)
         return self._wake(t)
 
     def release(self, req: Req, t: float) -> bool:
@@ -70,7 +71,7 @@ class Replica(DecodeRuns):
         self.sample_until(t)
         del self.held[req.stamp]
         self._free(req, preempted=False)
-        return self._wake(t) if self.waiting else False
+        return self._wake(t) if self.waiting.size() else False
 
     def advance(self) -> None:
         """Finish the plan ending at `next_time`, then schedule the next step (or go idle)."""
@@ -191,12 +192,13 @@ class Replica(DecodeRuns):
         req.times_preempted += 1
         self.rec.preemptions[req.i] = req.times_preempted
         self.preemptions += 1
-        self.waiting.appendleft(req)
+        self.waiting.put_back(req)
 
     def _make_room(self, need: int, req: Req, allocated: bool) -> bool:
-        """Preempt the newest running requests until `need` blocks are free; False if `req` itself went."""
+        """Preempt running requests (the newest, or as the queue policy orders them) until `need` blocks are
+        free; False if `req` itself went."""
         while self.kv.free < need:
-            victim = self.running[next(reversed(self.running))]
+            victim = self.waiting.victim(self.running)
             self._preempt(victim, allocated and victim.decoding)
             if victim is req:
                 return False
@@ -268,8 +270,11 @@ class Replica(DecodeRuns):
         # an otherwise empty replica admits whatever fits: nothing it runs could ever free more, so a policy
         # that held the head back here would stall the queue for good (admission.py, `sglang`)
         if self.running or self.held:
-            remaining = self._outputs_left() if policy.tracks_progress else 0
-            if not policy.admits(lifetime, kv.num_blocks, kv.free * bs, new_tokens, remaining, self.step_clock):
+            view = self.admission_view
+            view.lifetime_blocks, view.num_blocks, view.free_tokens, view.new_tokens = lifetime, kv.num_blocks, kv.free * bs, new_tokens
+            view.running_remaining = self._outputs_left() if policy.tracks_progress else 0
+            view.step = self.step_clock
+            if not policy.admits(view):
                 return 0
         policy.admitted(lifetime)
         for seg in hits:
@@ -351,28 +356,28 @@ class Replica(DecodeRuns):
         if self.preemptions != preempted_before and self.admission.tracks_progress:
             left = self.running.values()
             self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.cap for r in left), len(self.running))
-        # 3. waiting requests, FCFS, unless this step preempted; as vLLM, one whose LoRA adapter would make the
-        # batch hold more than max_loras adapters is skipped (it keeps its place), the next one tried
+        # 3. waiting requests in the queue's order, unless this step preempted; as vLLM, one whose LoRA adapter
+        # would make the batch hold more than max_loras adapters is skipped (it keeps its place), the next one tried
         if self.preemptions == preempted_before:
             waiting = self.waiting
             loras = {r.adapter for r in self.running.values() if r.adapter >= 0} if self.max_loras else None
             skipped: list[Req] = []
-            while waiting and budget > 0 and len(self.running) < max_seqs:
-                req = waiting[0]
+            while waiting.size() and budget > 0 and len(self.running) < max_seqs:
+                req = waiting.peek()
                 if loras is not None and req.adapter >= 0 and req.adapter not in loras and len(loras) >= self.max_loras:
-                    skipped.append(waiting.popleft())
+                    skipped.append(waiting.pop())
                     continue
                 c = self._admit(req, budget, t)
                 if c == 0:
                     break
-                waiting.popleft()
+                waiting.pop()
                 if loras is not None and req.adapter >= 0:
                     loras.add(req.adapter)
                 entries.append((req, c))
                 if req.n_comp + c < req.isl + req.generated:
                     self.partials[req.stamp] = req
                 budget -= c
-            waiting.extendleft(reversed(skipped))
+            waiting.put_back_all(skipped)
         if entries:
             self._plan_step(t, entries)
         elif self.decode_batch:

@@ -44,7 +44,7 @@ class ClusterLoop:
 
     `isl`/`osl` hold each recorder row's lengths (the caller fills a row before submitting it), `cap` its
     client's max_tokens (≥ osl; None: the output itself, as if the scheduler knew it), `adapter` its LoRA
-    adapter id (-1: none; None: no request has one);
+    adapter id (-1: none; None: no request has one), `priority` its scheduling priority (None: all 0);
     `on_decision(replica, t)` runs after every replica decision and its handoffs, `on_landing(replica,
     req)` when a handoff's KV landed and `req` joined the decode replica."""
 
@@ -53,7 +53,7 @@ class ClusterLoop:
         isl: array[int], osl: array[int], *, decode_timer: StepTimer | None = None, segments: SegmentIndex | None = None,
         itl_exact: bool = True, on_decision: Callable[[Replica, float], None] | None = None,
         on_landing: Callable[[Replica, Req], None] | None = None, cap: array[int] | None = None,
-        adapter: array[int] | None = None,
+        adapter: array[int] | None = None, priority: array[int] | None = None,
     ) -> None:  # fmt: skip
         self.cfg = cfg
         self.pd = pd = cfg.pd
@@ -61,6 +61,7 @@ class ClusterLoop:
         self.isl, self.osl = isl, osl
         self.cap = cap if cap is not None else osl
         self.adapter = adapter  # each row's LoRA adapter id (-1: none); None: no adapters
+        self.priority = priority  # each row's scheduling priority; None: all 0
         self.segments = segments
         self.itl_exact = itl_exact
         self.on_decision = on_decision
@@ -159,6 +160,8 @@ class ClusterLoop:
             req.cap = cap
         if self.adapter is not None:
             req.adapter = self.adapter[i]
+        if self.priority is not None:
+            req.priority = self.priority[i]
         if keys is None and self.prefix_keys:
             assert self.segments is not None
             req.keys, req.block_ends = self.segments.of(i)
@@ -256,6 +259,8 @@ class ClusterLoop:
         dreq.cap = self.cap[i]
         if self.adapter is not None:
             dreq.adapter = self.adapter[i]
+        if self.priority is not None:
+            dreq.priority = self.priority[i]
         dreq.generated, dreq.n_comp, dreq.xfer = 1, isl, True
         dreq.last_tok = float(self.rec.first_token[i])
         d.inbound -= osl - 1

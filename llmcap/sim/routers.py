@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from llmcap.routing import BUILT_IN_ROUTERS, add_router_name, drop_router_name, known_router
+from llmcap.policy_names import BUILT_IN_ROUTERS, ROUTER_NAMES, known_router
 from llmcap.sim.engine import Replica, Req
 
 
@@ -177,7 +177,7 @@ def register_router(name: str, policy: Callable[[RouterSetup], RoutingPolicy]) -
     if name in ROUTERS and ROUTERS[name] is not policy:
         raise ValueError(f"router {name!r} is already registered")
     ROUTERS[name] = policy
-    add_router_name(name)
+    ROUTER_NAMES.add(name)
 
 
 def unregister_router(name: str) -> None:
@@ -185,13 +185,13 @@ def unregister_router(name: str) -> None:
     if name in BUILT_IN_ROUTERS:
         raise ValueError(f"router {name!r} is built in")
     ROUTERS.pop(name, None)
-    drop_router_name(name)
+    ROUTER_NAMES.drop(name)
 
 
 BUILT_IN_POLICIES: dict[str, Callable[[RouterSetup], RoutingPolicy]] = {
     "round_robin": RoundRobin, "least_outstanding_tokens": LeastOutstandingTokens, "power_of_two": PowerOfTwo, "prefix_aware": PrefixAware,
 }  # fmt: skip
-assert tuple(BUILT_IN_POLICIES) == BUILT_IN_ROUTERS  # one policy class per built-in name (llmcap.routing)
+assert tuple(BUILT_IN_POLICIES) == BUILT_IN_ROUTERS  # one policy class per built-in name (llmcap.policy_names)
 for _name, _policy in BUILT_IN_POLICIES.items():
     register_router(_name, _policy)
 

@@ -1,5 +1,6 @@
-"""The state of one replica: its requests (`Req`) and what the scheduler, the decode clock and the step log
-keep (`ReplicaState`). The behaviour is layered on top, one concern per module: `steplog.StepLog` (the
+"""The state of one replica (`ReplicaState`): its parts — the waiting queue (`queues`), the KV cache
+(`kvcache`), the admission policy (`admission`) — and what the scheduler, the decode clock and the step
+log keep of its requests (`request.Req`). The behaviour is layered on top, one concern per module: `steplog.StepLog` (the
 step log and per-request ITL statistics), `decoding.DecodeRuns` (the decoding set, runs of pure-decode
 steps, the time-series samples) and `engine.Replica` (the scheduler: admission, preemption, KV blocks).
 """
@@ -7,59 +8,20 @@ steps, the time-series samples) and `engine.Replica` (the scheduler: admission, 
 from __future__ import annotations
 
 from array import array
-from collections import deque
 
 import numpy as np
 
-from llmcap.sim.admission import ADMISSION_POLICIES, Admission
+from llmcap.sim.admission import AdmissionPolicy, AdmissionView, make_admission
 from llmcap.sim.config import EngineConfig
 from llmcap.sim.histogram import HIST_BINS_PER_DECADE, HIST_DECADES
-from llmcap.sim.kvcache import KVCache, Seg
+from llmcap.sim.kvcache import KVCache
 from llmcap.sim.recorder import Recorder
+from llmcap.sim.queues import create_request_queue
+from llmcap.sim.request import Req
 from llmcap.sim.segments import SegmentIndex
 from llmcap.sim.steptime import StepTimer
 
 INF = float("inf")
-
-
-class Req:
-    """A request inside one replica (created when it arrives there, dropped when it leaves)."""
-
-    __slots__ = (
-        "i", "isl", "osl", "generated", "n_comp", "alloc", "keys", "block_ends", "segs", "seg_blocks", "published", "stamp",
-        "joined_at_step", "generated_at_join", "computed_at_join", "last_step", "ver", "last_tok", "decode_spans", "times_preempted",
-        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo", "cap", "adapter",
-        "lazy_n", "lazy_blocks",
-    )  # fmt: skip
-
-    def __init__(self, i: int, isl: int, osl: int, keys: list[int] | None = None, block_ends: list[int] | None = None) -> None:
-        self.i = i
-        self.isl = isl
-        self.osl = osl  # tokens this replica generates before the request leaves it
-        self.cap = osl  # the output the scheduler knows of (the client's max_tokens): what reserving admission holds
-        self.adapter = -1  # its LoRA adapter (-1: the base model)
-        self.generated = 0  # tokens generated so far
-        self.n_comp = 0  # tokens whose KV is computed (or loaded)
-        self.alloc = 0  # tokens with KV slots allocated
-        self.keys = keys  # None until admission (waiting requests hold no lists)
-        self.block_ends = block_ends if block_ends is not None else []
-        self.segs: list[Seg] = []  # prefix segments this request holds a reference to
-        self.seg_blocks = 0
-        self.published = 0  # next own segment to publish
-        self.single = 0  # chain position where the singleton suffix starts (set at admission)
-        self.lazy_lo = -1  # first singleton segment counted instead of published (segments [lazy_lo, reg))
-        self.lazy_n = 0  # ... of them non-empty
-        self.lazy_blocks = 0
-        self.stamp = 0
-        self.joined_at_step = self.generated_at_join = self.computed_at_join = self.last_step = 0
-        self.ver = 0
-        self.last_tok = 0.0
-        self.decode_spans: list[tuple[int, int]] = []  # decode episodes [S_a, S_b) on the replica's step log
-        self.times_preempted = 0
-        self.xfer = False  # arrived by KV transfer (P/D decode side)
-        self.decoding = False
-        self.admitted = False
-        self.handoff_t = 0.0
 
 
 class ReplicaState:
@@ -98,11 +60,12 @@ class ReplicaState:
         self.first_token_at_handoff = first_token_at_handoff
         self.segments_of = segments  # request index -> (chain hashes, segment block ends), fetched at admission
         self.kv = KVCache(cfg.num_blocks, cfg.host_blocks if self.caching else 0)
-        self.admission: Admission = ADMISSION_POLICIES[cfg.admission_policy]()
+        self.admission: AdmissionPolicy = make_admission(cfg.admission_policy)
+        self.admission_view = AdmissionView()  # what the policy is shown of the replica (reused, filled per question)
         self.host_s_per_block = cfg.block_size * cfg.kv_bytes_per_token / cfg.host_bandwidth_bytes_s
         self.running: dict[int, Req] = {}  # stamp -> request, admission order
         self.partials: dict[int, Req] = {}  # running requests still prefilling
-        self.waiting: deque[Req] = deque()
+        self.waiting = create_request_queue(cfg.scheduling_policy)
         self.max_loras = cfg.max_loras
         self.held: dict[int, Req] = {}  # prefill role: done, blocks kept until the handoff lands
         self.stamps = 0

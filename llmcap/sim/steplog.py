@@ -15,7 +15,8 @@ from bisect import bisect_right
 import numpy as np
 
 from llmcap.sim.histogram import itl_histogram
-from llmcap.sim.state import Req, ReplicaState
+from llmcap.sim.request import Req
+from llmcap.sim.state import ReplicaState
 
 TRIM_STEPS = 1 << 16  # histogram mode: look for dead steps to drop once the log is this long (16 B a step)
 FLUSH_STEPS = 1 << 13  # pending steps written to the log in one vectorised pass (see `flush_log`)
@@ -117,7 +118,7 @@ class StepLog(ReplicaState):
     def _trim(self) -> None:
         """Histogram mode: fold the chunks of steps no live request still needs into `hist` and drop them."""
         live = [self.step_clock]
-        for req in list(self.running.values()) + list(self.waiting):
+        for req in list(self.running.values()) + self.waiting.requests():
             if req.decoding:
                 live.append(req.joined_at_step)
             live.extend(a for a, _ in req.decode_spans if a >= 0)

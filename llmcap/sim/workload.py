@@ -44,6 +44,7 @@ class Workload:
     block_size: int = 16
     cap: np.ndarray | None = None  # int64 max_tokens, ≥ osl (the output where a request states none); None: no caps
     adapter: np.ndarray | None = None  # int64 LoRA adapter ids, by name's sort order (-1: none); None: no adapters
+    priority: np.ndarray | None = None  # int64 scheduling priorities, lower first (the `priority` queue); None: all equal
 
     @property
     def n(self) -> int:
@@ -115,11 +116,22 @@ def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = Tru
         raise LlmcapError("trace arrivals must be finite and sorted")
     if np.any(isl < 1) or np.any(osl < 1):
         raise LlmcapError("trace isl and osl must be >= 1")
-    cap, adapter = _caps(table, osl), _adapters(table)
+    cap, adapter, priority = _caps(table, osl), _adapters(table), _priorities(table)
     trace_block = block_size_of(table) if "hash_ids" in table.column_names else None
     if not use_hashes or trace_block is None or table.num_rows == 0:
-        return Workload(arrival, isl, osl, cap=cap, adapter=adapter)
-    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap, adapter)
+        return Workload(arrival, isl, osl, cap=cap, adapter=adapter, priority=priority)
+    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap, adapter, priority)
+
+
+def _priorities(table: pa.Table) -> np.ndarray | None:
+    """Each request's scheduling priority (vLLM's request `priority`: lower first; none stated = 0), or None
+    when the table has no `priority` column or states none."""
+    if "priority" not in table.column_names or table.column("priority").null_count == table.num_rows:
+        return None
+    stated = table.column("priority").to_numpy(zero_copy_only=False).astype(np.float64)
+    if not np.all(np.isfinite(stated[~np.isnan(stated)])) or np.any(stated[~np.isnan(stated)] % 1):
+        raise LlmcapError("a request's priority must be a whole number")
+    return np.ascontiguousarray(np.where(np.isnan(stated), 0, stated).astype(np.int64))
 
 
 def _adapters(table: pa.Table) -> np.ndarray | None:

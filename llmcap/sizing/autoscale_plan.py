@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
-from llmcap.routing import first_token_from
+from llmcap.first_token import first_token_from
 from llmcap.sim import AutoscaleConfig, LinkConfig, PDConfig
 from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
 from llmcap.sizing.measured import MeasuredModels

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from llmcap.routing import first_token_from
+from llmcap.first_token import first_token_from
 from llmcap.sim import LinkConfig, PDConfig
 from llmcap.sizing.headroom import CapacityPlan
 from llmcap.sizing.params import SizeParams

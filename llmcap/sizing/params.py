@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from llmcap.routing import DEFAULT_ROUTER, TTFT_INCLUDES_HANDOFF, known_router
-from llmcap.admission_names import DEFAULT_ADMISSION, known_admission
+from llmcap.first_token import TTFT_INCLUDES_HANDOFF
+from llmcap.policy_names import DEFAULT_ADMISSION, DEFAULT_ROUTER, known_admission, known_router
 
 
 ItlStat = Literal["p50", "p99", "max", "mean", "token_p50", "token_p90", "token_p95", "token_p99", "token_p99.9"]

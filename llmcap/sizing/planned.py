@@ -20,7 +20,7 @@ import pyarrow as pa
 from llmcap.errors import LlmcapError
 from llmcap.perf import RooflineModel, build_step_model
 from llmcap.perf.model import StepTimeModel
-from llmcap.routing import first_token_from
+from llmcap.first_token import first_token_from
 from llmcap.sim import SimConfig, SimResult, simulate
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import attainment, run_checks, run_miss, with_deadlines

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
-from llmcap.routing import DEFAULT_ROUTER
+from llmcap.policy_names import DEFAULT_ROUTER
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, misses, run_checks, run_miss, window_for, with_deadlines

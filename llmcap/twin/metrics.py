@@ -42,7 +42,7 @@ class _EngineState:
         for r in t.cluster.replicas:
             lv = [t.model_name, str(r.gid), "llmcap"]
             running.add_metric(lv, len(r.running))
-            waiting.add_metric(lv, len(r.waiting))
+            waiting.add_metric(lv, r.waiting.size())
             usage.add_metric(lv, r.kv.used / r.cfg.num_blocks)
             preempt.add_metric(lv, r.preemptions)
             steps.add_metric(lv, buckets=[("+Inf", float(r.step_clock))], sum_value=float(r.tokens))

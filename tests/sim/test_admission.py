@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from llmcap.sim import EngineConfig, SimConfig, simulate
-from llmcap.sim.admission import ADMISSION_POLICIES, MIN_NEW_TOKEN_RATIO, SglangAdmission, lifetime_blocks
+from llmcap.sim.admission import ADMISSION_POLICIES, MIN_NEW_TOKEN_RATIO, AdmissionView, SglangAdmission, lifetime_blocks
 from llmcap.sim.engine import Replica
 from tests.sim._workloads import MODEL, table
 
@@ -75,8 +75,11 @@ def test_sglangs_ratio_decays_over_600_steps_and_a_retraction_resets_it() -> Non
     policy.retracted(step=1000, decoded=300, max_new=2000, running=10)  # (300 + 20·10) / 2001
     assert policy.new_token_ratio(1000) == pytest.approx(500 / 2001) and policy.new_token_ratio(1010) < policy.new_token_ratio(1000)
     # free 10,000 tokens, the newcomer needs 4,000; running outputs left 20,000 × ratio 0.7 = 14,000 → no; at 0.098 → yes
-    fresh = SglangAdmission()
-    assert not fresh.admits(0, 0, 10_000, 4_000, 20_000, 0) and fresh.admits(0, 0, 10_000, 4_000, 20_000, 600)
+    fresh, view = SglangAdmission(), AdmissionView()
+    view.free_tokens, view.new_tokens, view.running_remaining = 10_000, 4_000, 20_000
+    assert not fresh.admits(view)
+    view.step = 600
+    assert fresh.admits(view)
 
 
 def test_sglang_starts_a_request_its_rule_refuses_on_an_empty_cache_once_the_replica_is_empty() -> None:

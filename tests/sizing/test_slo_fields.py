@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 from llmcap.perf.model import LinearStepModel
-from llmcap.routing import first_token_from
+from llmcap.first_token import first_token_from
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate
 from llmcap.sizing.params import DistributionTarget, SloParams
 from llmcap.sizing.slo import attainment, deadlines, misses, run_checks, run_miss, with_deadlines
