@@ -25,7 +25,7 @@ from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import FIRST_TOKEN_FROM
-from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, router_names
+from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig, router_names
 
 
 def model_default(model: type[BaseModel], name: str) -> Any:
@@ -57,6 +57,7 @@ class EngineOptions:
     prefix_caching: bool = model_default(EngineConfig, "enable_prefix_caching")
     host_blocks: int = model_default(EngineConfig, "host_blocks")
     host_gbps: float = model_default(EngineConfig, "host_bandwidth_bytes_s") / 1e9
+    tiers: tuple[str, ...] = ()  # offload tiers below the host: NAME:GB:GBps[:lookup_ms] each (parse_tier)
     max_model_len: int | None = None
     decode_gpu: str | None = None
     decode_tp: int | None = None
@@ -82,6 +83,24 @@ def parse_pd(spec: str | None) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+def parse_tier(spec: str, block_bytes: float) -> TierConfig:
+    """`--tier NAME:GB:GBps[:lookup_ms]`: an offload tier of GB capacity (in blocks of `block_bytes`), loading
+    at GBps, asked at lookup_ms a time."""
+    parts = spec.split(":")
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        gb, gbps, lookup_ms = float(parts[1]), float(parts[2]), float(parts[3]) if len(parts) == 4 else 0.0
+        if not parts[0] or min(gb, gbps) <= 0 or lookup_ms < 0:
+            raise ValueError
+    except ValueError:
+        raise LlmcapError(f"--tier must be NAME:GB:GBps[:lookup_ms] with GB and GBps > 0 (e.g. ssd:2000:6:0.2), got {spec!r}") from None
+    blocks = int(gb * 1e9 // block_bytes)
+    if blocks < 1:
+        raise LlmcapError(f"--tier {spec}: {gb:g} GB holds no KV block of {block_bytes:,.0f} bytes")
+    return TierConfig(name=parts[0], blocks=blocks, bandwidth_bytes_s=gbps * 1e9, lookup_s=lookup_ms / 1e3)
+
+
 def check_choices(o: EngineOptions) -> None:
     """The options' one-line errors that need no catalog (checked before any file is read)."""
     if o.router not in router_names():
@@ -90,6 +109,8 @@ def check_choices(o: EngineOptions) -> None:
     if o.first_token_from not in FIRST_TOKEN_FROM:
         raise LlmcapError(f"--first-token-from must be {' or '.join(FIRST_TOKEN_FROM)}, got {o.first_token_from!r}")
     parse_pd(o.pd)
+    for spec in o.tiers:
+        parse_tier(spec, 1.0)
 
 
 def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> StepTimeModel:
@@ -104,10 +125,11 @@ def _engine(spec: ModelSpec, g: GpuSpec, o: EngineOptions, tp: int, max_num_seqs
     blocks = num_blocks if num_blocks is not None else plan.kv_blocks_per_rank
     if blocks < 1:
         raise LlmcapError(f"{spec.name} does not fit on {g.name} with TP={tp}: no memory left for KV blocks")
+    kv_bytes = spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype))
     return EngineConfig(
         num_blocks=blocks, block_size=o.block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
-        kv_bytes_per_token=spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype)),
+        kv_bytes_per_token=kv_bytes, tiers=tuple(parse_tier(t, kv_bytes * o.block_size) for t in o.tiers),
         max_model_len=o.max_model_len or spec.max_position_embeddings, admission_policy=o.admission_policy,
     )  # fmt: skip
 

@@ -36,6 +36,9 @@ GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0)]
 PrefixCachingOpt = Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")]
 HostBlocksOpt = Annotated[int, typer.Option(min=0, help="host-memory KV tier, blocks per replica")]
 HostGbpsOpt = Annotated[float, typer.Option(min=0.001, help="host tier load bandwidth, GB/s")]
+TierOpt = Annotated[list[str] | None, typer.Option("--tier", help="an offload tier of the prefix cache below the host tier, "
+                                                   "NAME:GB:GBps[:lookup_ms] per replica (e.g. ssd:2000:6:0.2, remote:20000:2:2); "
+                                                   "repeat, nearest first")]  # fmt: skip
 # P/D pools on different GPUs or layouts (a plan may pair H100 prefill with H200 decode); None: as the prefill pool
 DecodeGpuOpt = Annotated[str | None, typer.Option(help="P/D: the decode pool's GPU (default: --gpu)")]
 DecodeTpOpt = Annotated[int | None, typer.Option(min=1, help="P/D: the decode pool's TP (default: --tp)")]

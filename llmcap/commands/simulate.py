@@ -36,6 +36,7 @@ from llmcap.commands._deployment import (
     GpuMemUtilOpt,
     HostBlocksOpt,
     HostGbpsOpt,
+    TierOpt,
     KvBlockSizeOpt,
     KvDtypeOpt,
     LinkGbpsOpt,
@@ -95,7 +96,7 @@ PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth draw
 # deployment options a plan (--plan) sets itself
 PLAN_SETS = ("model", "gpu", "tp", "replicas", "router", "admission_policy", "pd", "first_token_from", "link_gbps", "link_latency_ms",
              "request_rate", "rate_scale", "quant", "kv_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks",
-             "gpu_memory_utilization", "prefix_caching", "host_blocks", "host_gbps", "profile", "max_model_len", "goodput", "itl_stat")  # fmt: skip
+             "gpu_memory_utilization", "prefix_caching", "host_blocks", "host_gbps", "tier", "profile", "max_model_len", "goodput", "itl_stat")  # fmt: skip
 
 
 @user_errors
@@ -138,6 +139,7 @@ def simulate(
     prefix_caching: PrefixCachingOpt = ENGINE.prefix_caching,
     host_blocks: HostBlocksOpt = ENGINE.host_blocks,
     host_gbps: HostGbpsOpt = ENGINE.host_gbps,
+    tier: TierOpt = None,
     profile: ProfileOpt = None,
     seed: Annotated[int, typer.Option(help="seed of the power-of-two router")] = 0,
     resolution: Annotated[float, typer.Option(min=1e-6, help="time-series resolution, s")] = model_default(SimConfig, "timeseries_resolution_s"),
@@ -168,7 +170,7 @@ def simulate(
         link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, num_blocks=num_blocks,
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,
-        host_gbps=host_gbps, max_model_len=max_model_len,
+        host_gbps=host_gbps, tiers=tuple(tier or ()), max_model_len=max_model_len,
     )  # fmt: skip
     preset = engine_preset(engine_name, get_gpu(gpu)) if engine_name is not None else None
     if preset is not None:
@@ -252,6 +254,10 @@ def simulate(
         f"preemptions {s['preemptions']:,}; prefix hit ratio {s['prefix_hit_ratio']:.3f}; "
         f"wall {s['wall_s']:.2f} s ({s['requests_per_wall_s'] or 0:,.0f} req/wall-s)"
     )
+    for t in s.get("prefix_tiers", ()):
+        console.print(f"tier {t['tier']}: {t['hit_tokens']:,} prompt tokens loaded ({t['hit_ratio']:.1%} of all), load {t['load_s']:,.2f} s, "
+                      f"{t['lookups']:,} lookups {t['lookup_s']:,.2f} s; saved prefill ≈ {t['saved_prefill_s']:,.2f} s, "
+                      f"net {t['net_gain_s']:+,.2f} s", highlight=False)  # fmt: skip
     if slo is not None:
         g = s["goodput"]
         console.print(f"goodput: {g['good']:,} of {g['requests']:,} requests meet every target (attainment {g['attainment']:.4f}), "

@@ -30,10 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap.perf.model import StepTimeModel
+from llmcap.perf.model import StepTimeModel, prefill_time
 from llmcap.sim.cluster import run_cluster
 from llmcap.sim.engine import Replica
-from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig
+from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig
 from llmcap.sim.metrics import autoscale_tables, itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
 from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.policy_names import router_names
@@ -53,6 +53,7 @@ __all__ = [
     "PDConfig",
     "SimConfig",
     "SimResult",
+    "TierConfig",
     "Workload",
     "register_router",
     "router_names",
@@ -139,4 +140,17 @@ def simulate(
     wall = time.perf_counter() - start
     log.debug("simulated %d requests on %s in %.3f s wall (%s core)", work.n,
               f"P/D {config.pd.prefill_replicas}:{config.pd.decode_replicas}" if config.pd is not None else f"{config.replicas} replica(s)", wall, CORE)
-    return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling)
+    s = summary(records, itl, run, wall)
+    if "prefix_tiers" in s:
+        tier_gains(s["prefix_tiers"], model, config.engine.max_num_batched_tokens)
+    return SimResult(records, itl[0], itl[1], series, s, scaling)
+
+
+def tier_gains(tiers: list[dict], model: StepTimeModel, chunk: int) -> None:
+    """Each offload tier's net gain (the source's ledger: saved prefill − lookup − load), in place: the
+    prefill its hits saved, at the step model's seconds per prompt token of a full `chunk` computed alone
+    (the step's fixed cost spread over the chunk), less the seconds spent loading and looking up."""
+    per_token = float(prefill_time(model, [chunk], 0.0, chunk)[0]) / chunk
+    for t in tiers:
+        t["saved_prefill_s"] = t["hit_tokens"] * per_token
+        t["net_gain_s"] = t["saved_prefill_s"] - t["load_s"] - t["lookup_s"]

@@ -19,6 +19,17 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class TierConfig(_Frozen):
+    """An offload tier of the prefix cache below HBM (host DRAM, local SSD, a remote store): evicted prefix
+    segments move there, and a prompt that finds its prefix there loads it back instead of computing it."""
+
+    name: str = Field(min_length=1, description="what it is (host, ssd, remote, ...)")
+    blocks: int = Field(gt=0, description="capacity in KV blocks of the engine's block size")
+    bandwidth_bytes_s: float = Field(gt=0, description="load bandwidth into HBM")
+    lookup_s: float = Field(default=0.0, ge=0, description="latency of asking the tier whether it holds a prefix (paid "
+                            "by every admission that looks there, found or not)")  # fmt: skip
+
+
 class EngineConfig(_Frozen):
     """One replica: scheduler limits, paged KV cache, prefix cache and its optional host-memory tier."""
 
@@ -37,11 +48,24 @@ class EngineConfig(_Frozen):
                            "another adapter is skipped while that many are running (0 = no limit)")  # fmt: skip
     host_blocks: int = Field(default=0, ge=0, description="host-memory tier capacity in blocks (0 = no tier)")
     host_bandwidth_bytes_s: float = Field(default=25e9, gt=0, description="host -> HBM load bandwidth")
+    tiers: tuple[TierConfig, ...] = Field(default=(), description="offload tiers below the host tier, nearest first")
     kv_bytes_per_token: float = Field(default=0.0, ge=0, description="KV bytes per token (host loads, P/D handoff)")
     max_model_len: int | None = Field(
         default=None, gt=0, description="longest prompt + requested output accepted; longer requests are rejected on "
         "arrival, as vLLM's API server rejects them (None: no limit but the KV cache)",
     )  # fmt: skip
+
+    def offload_tiers(self) -> tuple[TierConfig, ...]:
+        """The prefix cache's tiers below HBM, nearest first: the host tier (`host_blocks`), then `tiers`."""
+        host = (TierConfig(name="host", blocks=self.host_blocks, bandwidth_bytes_s=self.host_bandwidth_bytes_s),) if self.host_blocks else ()
+        return host + self.tiers
+
+    @model_validator(mode="after")
+    def _tier_names_differ(self) -> EngineConfig:
+        names = [t.name for t in self.offload_tiers()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"offload tiers need distinct names, got {names}")
+        return self
 
     @model_validator(mode="after")
     def _budget_covers_decodes(self) -> EngineConfig:

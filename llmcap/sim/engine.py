@@ -240,8 +240,9 @@ class Replica(DecodeRuns):
         bs, kv = self.bs, self.kv
         n_tok = req.isl + req.generated
         hits: list[Seg] = []
-        host_hits: list[tuple[Hashable, int]] = []
-        hit_blocks = lru_blocks = host_blocks = 0
+        host_hits: list[tuple[Hashable, int, int]] = []
+        tier_blocks: list[int] = []
+        hit_blocks = lru_blocks = host_blocks = searched = 0
         private = None
         reg = 0
         if self.caching and req.keys is None:
@@ -253,6 +254,7 @@ class Replica(DecodeRuns):
             m = kv.match_prefix(req.keys if req.keys is not None else [], req.block_ends, cap)
             hits, host_hits, reg = m.hits, m.host_hits, m.matched
             hit_blocks, lru_blocks, host_blocks = m.hit_blocks, m.lru_blocks, m.host_blocks
+            tier_blocks, searched = m.tier_blocks, m.searched
             if m.chained and not host_hits:
                 kept = kv.private_blocks(("p", req.i))
                 if kept >= 0:
@@ -285,8 +287,8 @@ class Replica(DecodeRuns):
             nb = kv.take_private(("p", req.i))
             kv.release(nb - private)  # whatever the cap leaves out is plain free space again
         kv.alloc(need)
-        for key, nb in host_hits:
-            kv.host_take(key)
+        for key, nb, level in host_hits:
+            kv.tier_take(key, level)
             req.segs.append(kv.register(key, nb))
             req.seg_blocks += nb
         req.n_comp = hit_tok
@@ -312,8 +314,24 @@ class Replica(DecodeRuns):
         self.stamps += 1
         req.stamp = self.stamps
         self.running[req.stamp] = req
-        self._host_load += host_blocks * self.host_s_per_block
+        if searched:
+            self._host_load += self._onboard_s(tier_blocks, searched)
         return c
+
+    def _onboard_s(self, tier_blocks: list[int], searched: int) -> float:
+        """Seconds an admission spends on the offload tiers — the lookups in the first `searched` tiers and
+        loading `tier_blocks` from each — added to its step, and counted per tier."""
+        bs, load = self.bs, 0.0
+        for level in range(searched):
+            self.tier_lookups[level] += 1
+            load += self.tier_lookup_s[level]
+            nb = tier_blocks[level]
+            if nb:
+                secs = nb * self.tier_s_per_block[level]
+                self.tier_hit_tokens[level] += nb * bs
+                self.tier_load_s[level] += secs
+                load += secs
+        return load
 
     def _decide(self, t: float) -> None:
         """Schedule the step starting at t (vLLM v1 order), or a run of pure-decode steps, or go idle."""

@@ -1,4 +1,4 @@
-"""Paged KV blocks of one replica, with a prefix cache over trace block hashes and an optional host tier.
+"""Paged KV blocks of one replica, with a prefix cache over trace block hashes and optional offload tiers.
 
 Only counts are kept, never block ids: the simulator needs how many blocks are free and which
 prefixes are cached, not where they live.
@@ -17,7 +17,10 @@ than an OrderedDict LRU, and a compiled class rather than [ref, blocks, tick] li
 update; `make bench` times the simulator).
 Allocation takes never-cached free blocks first and then evicts whole LRU segments from the head
 (vLLM evicts block by block from one free queue; whole segments are the coarser, conservative version).
-Evicted segments move to the host tier when it exists (its own LRU, capacity in blocks).
+Offload tiers (host DRAM, local SSD, a remote store: `EngineConfig.offload_tiers()`, nearest first) each
+keep their own LRU with a capacity in blocks. A segment evicted from HBM moves to the first tier; one a
+tier evicts moves to the next, and leaves the last. A segment lives in one place at a time: loading it
+back to HBM takes it off its tier, and one recomputed while a copy sat on a tier replaces that copy.
 
 Singletons. A hash no other request of the trace has (`workload.singleton_suffixes`) names a segment
 only its own request can ever hit, and only on recompute after a preemption. A finished request's
@@ -78,34 +81,45 @@ class Run(Seg):
         return out
 
 
+class Tier:
+    """One offload tier's segments: key -> blocks, least recently offloaded first."""
+
+    __slots__ = ("entries", "capacity", "used")
+
+    def __init__(self, capacity: int) -> None:
+        self.entries: OrderedDict[Hashable, int] = OrderedDict()
+        self.capacity = capacity
+        self.used = 0
+
+
 class PrefixMatch:
     """What `KVCache.match_prefix` found of a prompt's prefix chain."""
 
-    __slots__ = ("hits", "host_hits", "hit_blocks", "lru_blocks", "host_blocks", "matched", "chained")
+    __slots__ = ("hits", "host_hits", "hit_blocks", "lru_blocks", "host_blocks", "tier_blocks", "searched", "matched", "chained")
 
-    def __init__(self) -> None:
+    def __init__(self, tiers: int) -> None:
         self.hits: list[Seg] = []  # cached segments, in chain order
-        self.host_hits: list[tuple[Hashable, int]] = []  # (key, blocks) on the host tier, after the hits
+        self.host_hits: list[tuple[Hashable, int, int]] = []  # (key, blocks, tier) on the offload tiers, after the hits
         self.hit_blocks = 0  # block end of the last hit
         self.lru_blocks = 0  # blocks of hits that are evictable now (taking them removes them from the free pool)
-        self.host_blocks = 0
+        self.host_blocks = 0  # blocks of host_hits, every tier
+        self.tier_blocks = [0] * tiers  # ... per tier
+        self.searched = 0  # tiers looked up (a lookup costs its latency whether it finds anything or not)
         self.matched = 0  # chain positions matched (empty segments included)
         self.chained = True  # the whole chain up to `cap` matched
 
 
 class KVCache:
-    __slots__ = ("num_blocks", "free", "plain", "segments", "order", "n_lru", "host", "host_capacity", "host_used", "evictions")
+    __slots__ = ("num_blocks", "free", "plain", "segments", "order", "n_lru", "tiers", "evictions")
 
-    def __init__(self, num_blocks: int, host_blocks: int = 0) -> None:
+    def __init__(self, num_blocks: int, tier_blocks: tuple[int, ...] = ()) -> None:
         self.num_blocks = num_blocks
         self.free = num_blocks  # free blocks: never-cached (`plain`) + those of evictable LRU segments
         self.plain = num_blocks
         self.segments: dict[Hashable, Seg] = {}
         self.order: deque[Seg] = deque()  # an entry each time a segment became evictable, oldest first
         self.n_lru = 0  # evictable segments
-        self.host: OrderedDict[Hashable, int] | None = OrderedDict() if host_blocks > 0 else None
-        self.host_capacity = host_blocks
-        self.host_used = 0
+        self.tiers = [Tier(blocks) for blocks in tier_blocks]  # nearest first
         self.evictions = 0
 
     @property
@@ -178,7 +192,7 @@ class KVCache:
             self.order.appendleft(run)
 
     def _evict(self, n: int) -> None:
-        order, segments, host = self.order, self.segments, self.host
+        order, segments, offload = self.order, self.segments, len(self.tiers) > 0
         while self.plain < n:
             seg = order.popleft()
             seg.queued -= 1
@@ -194,12 +208,27 @@ class KVCache:
             self.n_lru -= 1
             self.plain += nb
             self.evictions += 1
-            if host is not None and not isinstance(key, tuple):  # private segments are not offloaded
-                self.host_used -= host.pop(key, 0)  # recomputed while a copy sat on the host
-                host[key] = nb
-                self.host_used += nb
-                while self.host_used > self.host_capacity:
-                    self.host_used -= host.popitem(last=False)[1]
+            if offload and not isinstance(key, tuple):  # private segments are not offloaded
+                self._offload(key, nb)
+
+    def _offload(self, key: Hashable, nb: int) -> None:
+        """An evicted segment goes to the first tier (recomputed while a copy sat on a tier: that copy goes)."""
+        for tier in self.tiers:
+            if key in tier.entries:
+                tier.used -= tier.entries.pop(key)
+                break
+        self._put(0, key, nb)
+
+    def _put(self, level: int, key: Hashable, nb: int) -> None:
+        """Segment `key` at the most recent end of tier `level`; what that tier evicts goes to the next."""
+        tier = self.tiers[level]
+        tier.entries[key] = nb
+        tier.used += nb
+        while tier.used > tier.capacity:
+            old, old_nb = tier.entries.popitem(last=False)
+            tier.used -= old_nb
+            if level + 1 < len(self.tiers):
+                self._put(level + 1, old, old_nb)
 
     def release(self, n: int) -> None:
         """Return n uncacheable blocks."""
@@ -250,9 +279,10 @@ class KVCache:
 
     def match_prefix(self, keys: list[int], block_ends: list[int], cap: int) -> PrefixMatch:
         """The longest run of a prompt's segments (up to block `cap`) this replica holds: cached in HBM, then
-        (once one is missing there) on the host tier. Nothing is taken yet."""
-        m = PrefixMatch()
-        segs, host = self.segments, self.host
+        (once one is missing there) on the offload tiers, nearest first. Nothing is taken yet."""
+        tiers = self.tiers
+        m = PrefixMatch(len(tiers))
+        segs = self.segments
         lo = 0
         for key, hi in zip(keys, block_ends):
             if hi == lo:
@@ -267,12 +297,20 @@ class KVCache:
                 m.hit_blocks = hi
                 if seg.ref == 0:
                     m.lru_blocks += seg.blocks
-            elif host is not None and key in host:
-                m.host_hits.append((key, hi - lo))
-                m.host_blocks += hi - lo
             else:
-                m.chained = False
-                break
+                found = -1
+                for level in range(len(tiers)):
+                    if level >= m.searched:
+                        m.searched = level + 1
+                    if key in tiers[level].entries:
+                        found = level
+                        break
+                if found < 0:
+                    m.chained = False
+                    break
+                m.host_hits.append((key, hi - lo, found))
+                m.host_blocks += hi - lo
+                m.tier_blocks[found] += hi - lo
             lo = hi
             m.matched += 1
         return m
@@ -303,10 +341,9 @@ class KVCache:
         self.free -= seg.blocks
         return seg.blocks
 
-    def host_take(self, key: Hashable) -> int:
-        """Remove a segment from the host tier for loading back (0 if absent)."""
-        if self.host is None:
-            return 0
-        nb = self.host.pop(key, 0)
-        self.host_used -= nb
+    def tier_take(self, key: Hashable, level: int) -> int:
+        """Remove a segment from tier `level` for loading back to HBM (0 if absent)."""
+        tier = self.tiers[level]
+        nb = tier.entries.pop(key, 0)
+        tier.used -= nb
         return nb

@@ -172,6 +172,22 @@ def _pcts(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:
     return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
 
 
+def prefix_tiers(run: ClusterRun, prompt_tokens: int) -> list[dict]:
+    """Per offload tier, over every replica: prompt tokens loaded from it instead of computed (and their share
+    of all prompt tokens), the seconds spent loading them, and the lookups made there and their seconds."""
+    out: dict[str, dict] = {}
+    for rep in run.replicas:
+        for level, tier in enumerate(rep.cfg.offload_tiers() if rep.caching else ()):
+            t = out.setdefault(tier.name, {"tier": tier.name, "hit_tokens": 0, "load_s": 0.0, "lookups": 0, "lookup_s": 0.0})
+            t["hit_tokens"] += rep.tier_hit_tokens[level]
+            t["load_s"] += rep.tier_load_s[level]
+            t["lookups"] += rep.tier_lookups[level]
+            t["lookup_s"] += rep.tier_lookups[level] * tier.lookup_s
+    for t in out.values():
+        t["hit_ratio"] = t["hit_tokens"] / prompt_tokens if prompt_tokens else 0.0
+    return list(out.values())
+
+
 def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterRun, wall_s: float) -> dict:
     r = run.recorder
     ok = r.status == OK
@@ -189,7 +205,8 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
     tpot = col("tpot_s")
     itl_ms = weighted_quantiles(itl[0], itl[1], [0.5, 0.9, 0.99])
     sim_s = run.end_s - start
-    return {
+    tiers = prefix_tiers(run, int(isl.sum()))
+    out = {
         "requests": n,
         "completed": int(ok.sum()),
         "rejected": int((r.status == 2).sum()),
@@ -209,6 +226,9 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
         "requests_per_wall_s": n / wall_s if wall_s > 0 else None,
         "simulated_s_per_wall_s": sim_s / wall_s if wall_s > 0 else None,
     }
+    if tiers:
+        out["prefix_tiers"] = tiers
+    return out
 
 
 def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:

@@ -59,10 +59,16 @@ class ReplicaState:
         self.max_run = 1 if reference else max_run_steps
         self.first_token_at_handoff = first_token_at_handoff
         self.segments_of = segments  # request index -> (chain hashes, segment block ends), fetched at admission
-        self.kv = KVCache(cfg.num_blocks, cfg.host_blocks if self.caching else 0)
+        tiers = cfg.offload_tiers() if self.caching else ()
+        self.kv = KVCache(cfg.num_blocks, tuple(t.blocks for t in tiers))
         self.admission: AdmissionPolicy = make_admission(cfg.admission_policy)
         self.admission_view = AdmissionView()  # what the policy is shown of the replica (reused, filled per question)
-        self.host_s_per_block = cfg.block_size * cfg.kv_bytes_per_token / cfg.host_bandwidth_bytes_s
+        # each offload tier: seconds to load one block into HBM, lookup latency; and what this replica took from it
+        self.tier_s_per_block = [cfg.block_size * cfg.kv_bytes_per_token / t.bandwidth_bytes_s for t in tiers]
+        self.tier_lookup_s = [t.lookup_s for t in tiers]
+        self.tier_hit_tokens = [0] * len(tiers)
+        self.tier_load_s = [0.0] * len(tiers)
+        self.tier_lookups = [0] * len(tiers)
         self.running: dict[int, Req] = {}  # stamp -> request, admission order
         self.partials: dict[int, Req] = {}  # running requests still prefilling
         self.waiting = create_request_queue(cfg.scheduling_policy)

@@ -1,4 +1,5 @@
-"""The block pool: plain blocks first, then whole LRU segments, oldest first; the host tier keeps evictions."""
+"""The block pool: plain blocks first, then whole LRU segments, oldest first; the offload tiers keep evictions, each
+passing what it evicts to the next."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from llmcap.sim.kvcache import KVCache, Run
 
 
 def test_lru_eviction_order_and_host_tier() -> None:
-    kv = KVCache(10, host_blocks=4)
+    kv = KVCache(10, tier_blocks=(4,))
     kv.alloc(6)  # a request takes 6 blocks and publishes two segments of 2
     kv.register(1, 2)
     kv.register(2, 2)
@@ -19,10 +20,34 @@ def test_lru_eviction_order_and_host_tier() -> None:
     kv.release(2)  # its 2 unhashed blocks
     assert (kv.free, kv.plain, [k for k, _ in kv.evictable()]) == (10, 6, [2, 1])
     kv.alloc(7)  # 6 plain, then segment 2 (the oldest) goes whole: 1 block left plain
-    assert (kv.free, kv.plain, [k for k, _ in kv.evictable()], list(kv.host or {})) == (3, 1, [1], [2])
+    assert (kv.free, kv.plain, [k for k, _ in kv.evictable()], list(kv.tiers[0].entries)) == (3, 1, [1], [2])
     kv.acquire(kv.segments[1])  # a hit takes the segment out of the free pool
     assert (kv.free, kv.used) == (1, 9) and kv.evictable() == []
-    assert kv.host_take(2) == 2 and kv.host_take(2) == 0
+    assert kv.tier_take(2, 0) == 2 and kv.tier_take(2, 0) == 0
+
+
+def _evicted(kv: KVCache, *keys: int) -> None:
+    """Publish each key as a 2-block segment, free it, and evict it from HBM (in that order)."""
+    for key in keys:
+        kv.alloc(2)
+        kv.register(key, 2)
+        kv.drop(key)
+        kv.alloc(kv.free)  # takes the plain blocks and evicts the segment
+        kv.release(kv.num_blocks)
+
+
+def test_tiers_cascade_nearest_first_and_a_segment_lives_in_one_place() -> None:
+    kv = KVCache(2, tier_blocks=(4, 2))  # host holds two 2-block segments, the SSD one
+    _evicted(kv, 1, 2, 3)  # host [1, 2] is full: 3 pushes 1 down to the SSD
+    assert [list(t.entries) for t in kv.tiers] == [[2, 3], [1]]
+    _evicted(kv, 4)  # 2 goes down, pushing 1 off the end
+    assert [list(t.entries) for t in kv.tiers] == [[3, 4], [2]] and [t.used for t in kv.tiers] == [4, 2]
+    m = kv.match_prefix([3, 2, 9], [2, 4, 6], cap=6)  # 3 from the host, 2 from the SSD, 9 nowhere
+    assert [(k, nb, level) for k, nb, level in m.host_hits] == [(3, 2, 0), (2, 2, 1)]
+    assert (m.tier_blocks, m.searched, m.chained, m.host_blocks) == ([2, 2], 2, False, 4)
+    assert kv.match_prefix([4], [2], cap=2).searched == 1  # found on the first tier: the second is not asked
+    _evicted(kv, 2)  # recomputed while its copy sat on the SSD: the copy goes, the new one is on the host
+    assert [list(t.entries) for t in kv.tiers] == [[4, 2], [3]]
 
 
 def test_private_segment_round_trip() -> None:
