@@ -34,7 +34,7 @@ from llmcap.commands._goodput import SLO
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError
 from llmcap.sim import AutoscaleConfig
-from llmcap.report.autoscale import forecast_lines
+from llmcap.report.autoscale import flat_comparison, forecast_lines
 from llmcap.report.autoscale import summary as report_summary
 from llmcap.sizing.autoscale import AutoscaleWhatIf, PoolRate, autoscale_whatif
 from llmcap.sizing.autoscale_plan import forecast_day
@@ -176,6 +176,9 @@ def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
     counts = ", ".join(f"{role} {n}" for role, n in w.static_counts.items())
     console.print(f"reactive targets: {targets}; static plan: {counts} instances (⌈peak ÷ G⌉).")
     console.print(" ".join(forecast_lines(w)).strip(), highlight=False)
+    versus = flat_comparison(w)
+    if versus:
+        console.print(versus, highlight=False)
     best = w.floor
     if best is None:
         console.print(f"no autoscaled plan keeps attainment {w.attainment_target:g}: raise the floor (--floor-fractions) or plan statically")

@@ -98,16 +98,22 @@ def markdown(w: AutoscaleWhatIf, plot: str | None = None) -> str:
         change = f"{w.saving:.1%} fewer" if (w.saving or 0) > 0 else f"{-(w.saving or 0):.1%} more: autoscaling does not pay here"
         lines.append(f"Smallest floor that keeps attainment {w.attainment_target:g}: **{best.floor_fraction:g} × the forecast floor**, "
                      f"{best.gpu_hours:,.1f} GPU-hours against {w.static.gpu_hours:,.1f} static ({change}).")  # fmt: skip
-    if w.flat is not None:
-        fitted = next((p for p in w.autoscaled if p.floor_fraction == w.flat.floor_fraction), None)
-        if fitted is not None:
-            beats = fitted.gpu_hours < w.flat.gpu_hours and fitted.attainment >= w.flat.attainment
-            lines.append(f"Fitted vs flat forecast at floor × {w.flat.floor_fraction:g}: {fitted.gpu_hours:,.1f} vs {w.flat.gpu_hours:,.1f} "
-                         f"GPU-hours, attainment {fitted.attainment:.4f} vs {w.flat.attainment:.4f} — the fitted floor "
-                         f"{'beats' if beats else 'does NOT beat'} the flat one.")  # fmt: skip
+    versus = flat_comparison(w)
+    if versus:
+        lines.append(versus)
     if plot:
         lines += ["", f"![instances over the day]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def flat_comparison(w: AutoscaleWhatIf) -> str | None:
+    """The fitted floor against the flat one at the same fraction: fewer GPU-hours at no lower attainment beats it."""
+    fitted = next((p for p in w.autoscaled if w.flat is not None and p.floor_fraction == w.flat.floor_fraction), None)
+    if w.flat is None or fitted is None:
+        return None
+    beats = fitted.gpu_hours < w.flat.gpu_hours and fitted.attainment >= w.flat.attainment
+    return (f"Fitted vs flat forecast at floor × {w.flat.floor_fraction:g}: {fitted.gpu_hours:,.1f} vs {w.flat.gpu_hours:,.1f} GPU-hours, "
+            f"attainment {fitted.attainment:.4f} vs {w.flat.attainment:.4f} — the fitted floor {'beats' if beats else 'does NOT beat'} the flat one.")
 
 
 def forecast_lines(w: AutoscaleWhatIf) -> list[str]:
@@ -115,8 +121,9 @@ def forecast_lines(w: AutoscaleWhatIf) -> list[str]:
     if w.forecast_note:
         lines.append(f"{w.forecast_note}.")
     if w.max_total_gpus is not None:
+        static = sum(n * q.gpus_per_instance for q in w.pools for role, n in w.static_counts.items() if role == q.role)
         lines.append(f"The autoscaled pools share a budget of {w.max_total_gpus} GPUs: each keeps what it holds, the rest goes to the pool "
-                     "with the larger unmet share of its target (ties: decode).")  # fmt: skip
+                     f"with the larger unmet share of its target (ties: decode){f'; the static plan needs {static}, above it' if static > w.max_total_gpus else ''}.")  # fmt: skip
     r = ready_points(w)
     if "after_ask_s" in r:
         a = r["after_ask_s"]

@@ -38,6 +38,7 @@ from numpy.typing import ArrayLike
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import AutoscaleConfig, AutoscaleLog, EngineConfig, PDConfig, SimConfig, simulate
+from llmcap.sim.autoscaler import share_budget
 from llmcap.sizing.forecast import Forecast
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.simeval import excerpt
@@ -313,8 +314,12 @@ def autoscale_whatif(
     def start(fc: Forecast) -> dict[str, int]:
         # the day starts where the previous one ended: with what its first minutes need, whatever the policy
         n = {q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9)) for q in pools}
-        if max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus:
-            raise LlmcapError(f"the day's first minutes need {sum(n[r] * gpus[r] for r in n)} GPUs ({n}), above max_total_gpus {max_total_gpus}")
+        if max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus:  # the budget's rule from nothing held
+            order = sorted(n, key=lambda r: r != "prefill")  # prefill (or aggregated) first, decode last: share_budget's order
+            granted = share_budget([0] * len(order), [n[r] for r in order], [gpus[r] for r in order], max_total_gpus)
+            if min(granted) < 1:
+                raise LlmcapError(f"max_total_gpus {max_total_gpus} does not hold one instance of every pool ({gpus} GPUs each)")
+            n = dict(zip(order, granted))
         return n
 
     requests = day.requests(trace, np.random.default_rng(seed))

@@ -116,3 +116,17 @@ def test_ready_phases_sum_to_t_ready_and_move_every_scale_up():
         for u in ups:  # each point at its phases' sum after the target was set
             assert (u["running_s"] - u["target_s"], u["model_ready_s"] - u["target_s"], u["admitted_s"] - u["target_s"]) == (running, ready, admitted)
         assert w.ready_s == (running, ready, admitted)
+
+
+def test_a_gpu_budget_caps_the_autoscaled_plan_not_the_static_one():
+    # the day of the test above needs ⌈4.5 / 1⌉ = 5 instances of 2 GPUs at its peak; a budget of 8 GPUs holds 4
+    day = DiurnalDay(3.0, 0.5, 600.0, 600.0)
+    scaler = AutoscaleConfig(t_ready_s=30.0, interval_s=10.0, min_residency_s=600.0, kv_usage=0.99, waiting_per_replica=1e6)
+    engine = SLOW_ENGINE.model_copy(update={"num_blocks": 4000, "max_num_seqs": 64})
+    pools = [PoolRate("both", 1.0, gpus_per_instance=2)]
+    free = autoscale_whatif(seasonal_trace(1 / 24, mean=5.0), MODEL, engine, SloParams(), pools, day, scaler, (1.0,), forecast_error=0.0)
+    capped = autoscale_whatif(seasonal_trace(1 / 24, mean=5.0), MODEL, engine, SloParams(), pools, day, scaler, (1.0,), forecast_error=0.0,
+                              max_total_gpus=8)  # fmt: skip
+    assert free.autoscaled[0].peak_replicas == 5 and capped.autoscaled[0].peak_replicas == 4
+    assert capped.static_counts == {"both": 5} and capped.max_total_gpus == 8
+    assert capped.autoscaled[0].gpu_hours < free.autoscaled[0].gpu_hours
