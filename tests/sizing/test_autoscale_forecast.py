@@ -130,3 +130,6 @@ def test_a_gpu_budget_caps_the_autoscaled_plan_not_the_static_one():
     assert free.autoscaled[0].peak_replicas == 5 and capped.autoscaled[0].peak_replicas == 4
     assert capped.static_counts == {"both": 5} and capped.max_total_gpus == 8
     assert capped.autoscaled[0].gpu_hours < free.autoscaled[0].gpu_hours
+    from llmcap.report.autoscale import markdown
+
+    assert "share a budget of 8 GPUs" in markdown(capped) and "the static plan needs 10, above it" in markdown(capped)  # 5 × 2 GPUs
