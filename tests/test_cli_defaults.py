@@ -106,7 +106,8 @@ MATCHED: dict[str, dict[str, Spec]] = {
         "t_ready": (AutoscaleParams, "t_ready_s"), "interval": (AutoscaleParams, "interval_s"),
         "min_residency": (AutoscaleParams, "min_residency_s"), "scale_down_window": (AutoscaleParams, "scale_down_window_s"),
         "waiting_target": (AutoscaleParams, "waiting_per_replica"), "utilization": (AutoscaleParams, "utilization"),
-        "forecast_error": (AutoscaleParams, "forecast_error"),
+        "forecast_error": (AutoscaleParams, "forecast_error"), "forecast": (AutoscaleParams, "forecast"),
+        "max_total_gpus": (AutoscaleParams, "max_total_gpus"),
     },
     "twin serve": {k: v for k, v in ENGINE.items() if k != "admission_policy"} | TWIN,
     "profile": {
@@ -153,10 +154,11 @@ OWN: dict[str, set[str]] = {
     "size": _TRACE_INPUT | _OUTPUT | {"model", "goodput", "slo_percentile", "engine", "profile", "step_model", "params_file", "candidates_file", "max_model_len", "out"},
     "replay": _TRACE_INPUT | {"endpoint", "model", "request_rate", "rate_scale", "max_concurrency", "max_requests", "max_failed", "block_tokens", "seed", "api",
                               "processes", "out", "api_key_env", "json_out"},
-    "autoscale": _OUTPUT | {"trace", "model", "gpu", "slo_ttft_p99", "instance_rps", "mean_rps", "kv_usage_target", "seed"},
+    "autoscale": _OUTPUT | {"trace", "model", "gpu", "slo_ttft_p99", "instance_rps", "mean_rps", "kv_usage_target", "seed",
+                            "ready_phases"},  # NAME=S overrides over ReadyPhases' defaults ("" = them all)
     "twin serve": {"model", "gpu", "pd", "num_blocks", "max_model_len", "decode_gpu", "decode_tp", "decode_max_num_seqs",
                    "decode_max_num_batched_tokens", "decode_num_blocks", "host", "port", "served_model_name"},
-    "profile": {"endpoint", "model", "out", "max_failed", "json_out", "api_key_env"},
+    "profile": {"endpoint", "model", "out", "max_failed", "json_out", "api_key_env", "serve_cmd", "ready_timeout"},
     "rollout predict": {"trace", "model", "gpu", "out", "request_rate", "steps", "profile", "client_latency_ms", "seed"},
 }  # fmt: skip
 

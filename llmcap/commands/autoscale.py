@@ -13,6 +13,7 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from pydantic import ValidationError
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
@@ -33,8 +34,11 @@ from llmcap.commands._goodput import SLO
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.errors import LlmcapError
 from llmcap.sim import AutoscaleConfig
-from llmcap.sizing.autoscale import AutoscaleWhatIf, DiurnalDay, PoolRate, autoscale_whatif
-from llmcap.sizing.params import AutoscaleParams, SearchParams, SloParams
+from llmcap.report.autoscale import flat_comparison, forecast_lines
+from llmcap.report.autoscale import summary as report_summary
+from llmcap.sizing.autoscale import AutoscaleWhatIf, PoolRate, autoscale_whatif
+from llmcap.sizing.autoscale_plan import forecast_day
+from llmcap.sizing.params import AutoscaleParams, ReadyPhases, SearchParams, SloParams
 from llmcap.sizing.search import search_max_rate
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.trace import mean_rate
@@ -69,7 +73,12 @@ def autoscale(
     amplitude: Annotated[float, typer.Option(min=0.0, max=0.99, help="diurnal swing: rate = mean × (1 + A sin 2πt/period)")] = DAY.amplitude,
     period: Annotated[float, typer.Option("--period", min=1.0, help="diurnal period, s")] = 86_400.0,
     duration: Annotated[float, typer.Option("--duration", min=1.0, help="simulated span, s")] = 86_400.0,
-    t_ready: Annotated[float, typer.Option("--t-ready", min=0.0, help="scale-up decision to routable, s")] = DAY.t_ready_s,
+    t_ready: Annotated[float | None, typer.Option("--t-ready", min=0.0, help="scale-up decision to routable, s (default: the sum of --ready-phases)")] = DAY.t_ready_s,
+    ready_phases: Annotated[str, typer.Option("--ready-phases", help="scale-up phases, s, as NAME=S,... over the defaults (schedule_s, image_pull_s, "
+                                              "weight_load_s, engine_init_s, compile_s, admission_s); T_ready is their sum")] = "",
+    forecast: Annotated[str, typer.Option("--forecast", help="fit: seasonality fitted on a trace of ≥ 2 days (its held-back part is the day); "
+                                          "synthetic: the synthesized day's own curve")] = DAY.forecast,
+    max_total_gpus: Annotated[int | None, typer.Option("--max-total-gpus", min=1, help="GPU budget of the autoscaled pool(s)")] = DAY.max_total_gpus,
     interval: Annotated[float, typer.Option("--interval", min=0.1, help="autoscaler period, s")] = DAY.interval_s,
     min_residency: Annotated[float, typer.Option("--min-residency", min=0.0, help="a replica serves at least this long, s")] = DAY.min_residency_s,
     scale_down_window: Annotated[float, typer.Option("--scale-down-window", min=0.0, help="HPA stabilization window, s")] = DAY.scale_down_window_s,
@@ -100,20 +109,29 @@ def autoscale(
         instance_rps = search_max_rate(SimEvaluate(source, step, engine, slo), attainment, SearchParams(seeds=(0,), rel_tol=0.05)).max_rate
         if instance_rps <= 0:
             raise LlmcapError(f"one {spec.name} replica on {g.name} TP{tp} meets the SLOs at no rate: nothing to scale")
-    day = DiurnalDay(mean_rps or mean_rate(source), amplitude, period, duration)
+    try:
+        knobs = AutoscaleParams(amplitude=amplitude, period_s=period, duration_s=duration, t_ready_s=t_ready, forecast=forecast,  # type: ignore[arg-type]
+                                ready=ReadyPhases(**_phases(ready_phases)), forecast_error=forecast_error, max_total_gpus=max_total_gpus)  # fmt: skip
+    except ValidationError as exc:
+        raise LlmcapError(f"--ready-phases / --forecast: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}") from None
+    day, fitted, flat, note = forecast_day(source, knobs, mean_rps or mean_rate(source))
+    if output == "table":
+        err_console.print(note)
+    running, ready, routable = knobs.ready_points_s
     scaler = AutoscaleConfig(
-        t_ready_s=t_ready, interval_s=interval, min_residency_s=min_residency, scale_down_window_s=scale_down_window,
-        waiting_per_replica=waiting_target, kv_usage=kv_usage_target, max_replicas=10_000,
+        t_ready_s=routable, pod_running_after_s=running, model_ready_after_s=ready, interval_s=interval, min_residency_s=min_residency,
+        scale_down_window_s=scale_down_window, waiting_per_replica=waiting_target, kv_usage=kv_usage_target, max_replicas=10_000,
     )  # fmt: skip
     w = autoscale_whatif(source, step, engine, slo, [PoolRate("both", instance_rps, tp)], day, scaler, fractions, forecast_error, utilization,
-                         seed=seed, on_plan=lambda name: err_console.print(f"simulating the day: {name}"))  # fmt: skip
+                         seed=seed, on_plan=lambda name: err_console.print(f"simulating the day: {name}"), forecast=fitted, flat=flat,
+                         forecast_note=note, max_total_gpus=max_total_gpus)  # fmt: skip
     rows = _rows(w)
     summary = {
-        "simulated": True, "model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": instance_rps,
-        "day": {"mean_rps": day.mean_rps, "peak_rps": day.peak_rps, "amplitude": amplitude, "period_s": period, "duration_s": duration},
-        "reactive_targets": w.reactive_targets["both"], "t_ready_s": t_ready, "static_replicas": w.static_counts["both"], "plans": rows,
+        "simulated": True, "model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": instance_rps, "day": day.to_dict(),
+        "reactive_targets": w.reactive_targets["both"], "t_ready_s": routable, "ready_phases_s": knobs.ready.model_dump(),
+        "static_replicas": w.static_counts["both"], "plans": rows,
         "floor_that_keeps_attainment": None if w.floor is None else w.floor.floor_fraction, "gpu_hours_saved": w.saving,
-    }  # fmt: skip
+    } | {k: v for k, v in report_summary(w).items() if k in ("forecast", "scale_up", "max_total_gpus")}  # fmt: skip
     if output == "json":
         print_json(summary)
         return
@@ -123,19 +141,30 @@ def autoscale(
     _print(w, rows)
 
 
+def _phases(text: str) -> dict[str, float]:
+    out = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, _, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise LlmcapError(f"--ready-phases takes NAME=SECONDS items, got {item!r}") from None
+    return out
+
+
 def _rows(w: AutoscaleWhatIf) -> list[dict]:
     return [
         {"plan": p.name, "floor_fraction": p.floor_fraction, "gpu_hours": round(p.gpu_hours, 3), "replica_hours": round(p.replica_hours, 3),
          "attainment": round(p.attainment, 5), "worst_window_attainment": round(p.worst_window_attainment, 5),
          "peak_replicas": p.peak_replicas, "scale_ups": p.scale_ups, "keeps_target": p.keeps(w.attainment_target)}
-        for p in (w.static, *w.autoscaled)
+        for p in (w.static, *w.autoscaled, *([w.flat] if w.flat else []))
     ]  # fmt: skip
 
 
 def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
     day = w.day
     rates = ", ".join(f"{q.role if q.role != 'both' else 'replica'} {q.instance_rps:.3g}" for q in w.pools)
-    t = Table(title=f"simulated day (what-if, not a measurement): mean {day.mean_rps:.3g} req/s, peak {day.peak_rps:.3g}; G per instance: {rates} req/s")
+    t = Table(title=f"simulated (what-if, not a measurement): {day.describe()}; G per instance: {rates} req/s")
     for col in ("plan", "GPU-hours", "attainment", "worst window", "peak replicas", "scale-ups", "keeps target"):
         t.add_column(col, justify="left" if col == "plan" else "right")
     for r in rows:
@@ -146,6 +175,10 @@ def _print(w: AutoscaleWhatIf, rows: list[dict]) -> None:
     targets = ", ".join(f"{k} {v:.3g}" for t in w.reactive_targets.values() for k, v in t.items())
     counts = ", ".join(f"{role} {n}" for role, n in w.static_counts.items())
     console.print(f"reactive targets: {targets}; static plan: {counts} instances (⌈peak ÷ G⌉).")
+    console.print(" ".join(forecast_lines(w)).strip(), highlight=False)
+    versus = flat_comparison(w)
+    if versus:
+        console.print(versus, highlight=False)
     best = w.floor
     if best is None:
         console.print(f"no autoscaled plan keeps attainment {w.attainment_target:g}: raise the floor (--floor-fractions) or plan statically")

@@ -48,25 +48,35 @@ def profile(
     out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
     max_failed: Annotated[float, typer.Option("--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5).")] = 0.0,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    serve_cmd: Annotated[str | None, typer.Option(
+        "--serve-cmd", metavar="CMD",
+        help="Start the engine with this command line first (e.g. 'vllm serve MODEL --port 8000'), time its start → first healthy "
+             "ENDPOINT/health (model-ready, recorded in the manifest), profile it, then stop it.")] = None,
+    ready_timeout: Annotated[float, typer.Option("--ready-timeout", min=1.0, help="Seconds --serve-cmd's engine may take to be healthy.")] = 1800.0,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", metavar="NAME",
         help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
              f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).")] = None,
 ) -> None:
     """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT.
+    With --serve-cmd, start the engine first and record its model-ready time (start → first healthy /health).
 
     Exit codes: 0 ok; 2 unusable options; 4 UNREACHABLE (no answer at all); 5 FAILED (more than --max-failed
     of the runs failed: the profile is written from the rest, or not at all when every run failed)."""
+    from contextlib import nullcontext
+
+    from llmcap.live.readiness import given_endpoint, started_engine
     from llmcap.live.served import first_served_model
     from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
     api_key = api_key_from_env(api_key_env)
     base = endpoint.rstrip("/")
     shown = redact_url(base)  # everything printed below names the endpoint by this
-    model = model or first_served_model(base, shown, api_key)
     spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
                             vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
-    m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
+    with started_engine(serve_cmd, base, ready_timeout) if serve_cmd else nullcontext(given_endpoint()) as ready:
+        model = model or first_served_model(base, shown, api_key)
+        m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
     if len(m.failed_runs) == len(m.runs):
         errors = [r.error for run in m.runs for r in run.results if r.error]
         why = f"every request to {shown} failed: {errors[0] if errors else 'no tokens came back'}"
@@ -75,7 +85,7 @@ def profile(
     stated = {"quantization": weight_quant} | ({"kv_dtype": kv_dtype} if kv_dtype is not None else {})
     fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp, **stated)
     try:
-        prof = to_profile(m, fp)
+        prof = to_profile(m, fp, ready=ready.to_dict())
     except ValueError as exc:
         raise LlmcapError(f"nothing to fit: {exc}") from None
     prof.write(out)
@@ -84,7 +94,7 @@ def profile(
     summary = {
         "endpoint": shown, "model": model, "engine_version": m.version, "out": str(out),
         "fingerprint_hash": prof.fingerprint_hash, "wall_s": round(m.wall_s, 2), "failed_runs": len(m.failed_runs),
-        "fit": fit.to_dict(), "points": prof.points.to_pylist(),
+        "fit": fit.to_dict(), "points": prof.points.to_pylist(), "ready": ready.to_dict(),
         "valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why,
     }
     if json_out:
@@ -103,6 +113,8 @@ def profile(
     coef = fit.to_dict()["coefficients"]
     console.print("fit (NNLS): " + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
                   + f"; median |rel err| {fit.median_abs_rel_error:.1%}")
+    console.print(f"model ready {ready.model_ready_s:.1f} s after the engine's start (first healthy /health)" if ready.model_ready_s is not None
+                  else f"model ready: {ready.note}")  # fmt: skip
     console.print(f"profile written to {out} (fingerprint {prof.fingerprint_hash[:12]})")
     if code:
         console.print(f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed", highlight=False)

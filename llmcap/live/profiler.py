@@ -404,8 +404,9 @@ def endpoint_fingerprint(m: EndpointMeasurement, **overrides) -> EnvironmentFing
 
 
 def to_profile(m: EndpointMeasurement, fingerprint: EnvironmentFingerprint, fit_cells: Iterable[tuple[int, int]] | None = None,
-               kv_capacity_tokens: int | None = None) -> Profile:
-    """The profile table, step observations and NNLS fit of a measurement (fit on `fit_cells`, default all)."""
+               kv_capacity_tokens: int | None = None, ready: dict | None = None) -> Profile:
+    """The profile table, step observations and NNLS fit of a measurement (fit on `fit_cells`, default all). `ready`: what
+    was measured of the engine's start-up (`llmcap.live.readiness`), kept in the manifest."""
     cap = kv_capacity_tokens or (m.metrics_after.cache_config.capacity_tokens
                                  if m.metrics_after and m.metrics_after.cache_config else None)
     rows = []
@@ -428,5 +429,5 @@ def to_profile(m: EndpointMeasurement, fingerprint: EnvironmentFingerprint, fit_
         "failed_runs": len(m.failed_runs),
         "wall_s": round(m.wall_s, 3),
         "kv_capacity_tokens": cap,
-    }
+    } | ({"ready": ready} if ready is not None else {})
     return Profile(fingerprint, points_table(rows), steps, fit, manifest)

@@ -20,6 +20,10 @@ Every `interval_s` the cluster reads vLLM's own gauges from each ready replica a
   queue that has not drained yet would keep doubling the count.
 - Removal: replicas still starting are cancelled first (newest first); then the youngest ready replica
   that has served `min_residency_s` stops taking requests and drains.
+- A shared GPU budget (`SimConfig.max_total_gpus`, P/D: both pools): `share_budget` below. Every pool first keeps
+  what it holds up to its own target; the GPUs left go one instance at a time to the pool with the largest unmet
+  share of its target ((target − granted) ÷ target), ties to the decode pool (a short decode pool stalls every
+  prefill's handoff). A drained instance's GPUs count as free once it stops taking requests.
 
 Kubernetes reference: https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/
 ("Algorithm details", "Stabilization window", "Default Behavior").
@@ -106,6 +110,20 @@ class Autoscaler:
         return target
 
 
+def share_budget(current: list[int], wanted: list[int], gpus: list[int], budget: int) -> list[int]:
+    """Each pool's granted count under `budget` GPUs (module docstring): `current` instances held (ready or starting),
+    `wanted` the autoscaler's target, `gpus` per instance; pools in order prefill (or aggregated) then decode."""
+    granted = [min(c, w) for c, w in zip(current, wanted)]
+    free = budget - sum(n * g for n, g in zip(granted, gpus))
+    while True:
+        open_ = [i for i in range(len(wanted)) if granted[i] < wanted[i] and gpus[i] <= free]
+        if not open_:
+            return granted
+        i = max(open_, key=lambda j: ((wanted[j] - granted[j]) / wanted[j], j))  # ties: the later pool (decode)
+        granted[i] += 1
+        free -= gpus[i]
+
+
 class ScaledPool:
     """The replicas of an autoscaled pool: every one ever asked for (`members`, by index), the routable ones
     (`active`: the router's pool, changed in place) and those still starting; and when each was asked for,
@@ -140,6 +158,13 @@ class ScaledPool:
     def tick(self, t: float) -> list[Replica]:
         """Evaluate the autoscaler at t and apply its target; the replicas asked for now (their readiness
         is the caller's event, `t_ready_s` later)."""
+        return self.apply(t, self.want(t))
+
+    def held(self) -> int:
+        return len(self.active) + len(self.starting)
+
+    def want(self, t: float) -> int:
+        """The autoscaler's target at t (from the ready replicas' gauges)."""
         waiting = kv = running = 0.0
         for r in self.active:
             r.sample_until(t)  # (the time series' sampling cursor must pass t first: queries stay monotone)
@@ -148,7 +173,10 @@ class ScaledPool:
             waiting += state[1]
             kv += state[2] / r.kv.num_blocks
         ready = len(self.active)
-        target = self.scaler.decide(t, ready, len(self.starting), waiting / ready, kv / ready, running / ready)
+        return self.scaler.decide(t, ready, len(self.starting), waiting / ready, kv / ready, running / ready)
+
+    def apply(self, t: float, target: int) -> list[Replica]:
+        """Grow or shrink to `target` at t; the replicas asked for now."""
         asked = []
         while len(self.active) + len(self.starting) < target:
             r = self.ask(t)

@@ -108,6 +108,13 @@ class AutoscaleConfig(_Frozen):
     initial_replicas: int | None = Field(default=None, gt=0, description="ready at t=0; None: the floor at t=0")
     interval_s: float = Field(default=15.0, gt=0, description="control period (Kubernetes HPA's sync period)")
     t_ready_s: float = Field(default=600.0, ge=0, description="scale-up decision -> routable (schedule, image, weights, init, graphs, health)")
+    pod_running_after_s: float | None = Field(
+        default=None, ge=0, description="scale-up decision -> pod running (scheduled, image pulled); reported only (None: not known)",
+    )  # fmt: skip
+    model_ready_after_s: float | None = Field(
+        default=None, ge=0, description="scale-up decision -> model ready (weights, init, graphs: first healthy /health); reported only",
+    )  # fmt: skip
+    gpus_per_replica: int = Field(default=1, gt=0, description="GPUs one replica holds (SimConfig.max_total_gpus counts them)")
     waiting_per_replica: float | None = Field(
         default=2.0, gt=0, description="target of vllm:num_requests_waiting averaged over ready replicas (None: not a signal)",
     )  # fmt: skip
@@ -133,6 +140,9 @@ class AutoscaleConfig(_Frozen):
             raise ValueError("floor_times_s and floor_replicas must have the same length")
         if any(b <= a for a, b in zip(self.floor_times_s, self.floor_times_s[1:])):
             raise ValueError("floor_times_s must increase")
+        points = [x for x in (self.pod_running_after_s, self.model_ready_after_s) if x is not None] + [self.t_ready_s]
+        if any(b < a for a, b in zip(points, points[1:])):
+            raise ValueError(f"scale-up points must be ordered: pod running <= model ready <= t_ready_s, got {points}")
         if self.waiting_per_replica is None and self.kv_usage is None and self.running_per_replica is None and not self.floor_replicas:
             raise ValueError("an autoscaler needs a floor or at least one reactive signal (waiting_per_replica, kv_usage, running_per_replica)")
         return self
@@ -150,6 +160,9 @@ class SimConfig(_Frozen):
         default=None, description="the aggregated replicas (P/D: the prefill pool) scaled at run time (`replicas` or the pool size: ignored)",
     )  # fmt: skip
     decode_autoscale: AutoscaleConfig | None = Field(default=None, description="P/D: the decode pool scaled at run time")
+    max_total_gpus: int | None = Field(
+        default=None, gt=0, description="GPUs the autoscaled pools may hold together (llmcap.sim.autoscaler.share_budget); None: no limit",
+    )  # fmt: skip
     reference: bool = False
     timeseries_resolution_s: float = Field(default=1.0, gt=0)
     max_time_s: float = Field(default=math.inf, gt=0, description="stop the clock here; unfinished requests say so")
@@ -166,6 +179,8 @@ class SimConfig(_Frozen):
             raise ValueError("decode_autoscale scales the decode pool of a P/D deployment: set pd")
         if self.autoscale is not None and self.decode_autoscale is not None and self.autoscale.interval_s != self.decode_autoscale.interval_s:
             raise ValueError("the prefill and decode autoscalers run on one control period: give them the same interval_s")
+        if self.max_total_gpus is not None and self.autoscale is None and self.decode_autoscale is None:
+            raise ValueError("max_total_gpus is a budget of autoscaled pools: set autoscale or decode_autoscale")
         if self.autoscale is not None and self.router == "power_of_two":
             raise ValueError("the power_of_two router draws its pairs for a fixed pool: pick another router with autoscale")
         return self

@@ -23,7 +23,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from llmcap.sim.autoscaler import Autoscaler, ScaledPool
+from llmcap.sim.autoscaler import Autoscaler, ScaledPool, share_budget
 from llmcap.sim.config import AutoscaleConfig, EngineConfig, SimConfig
 from llmcap.sim.engine import INF, Replica, Req
 from llmcap.sim.pd import Link
@@ -276,8 +276,12 @@ class ClusterLoop:
             if sp.ready(r, t):
                 self._resized()
             return
-        for sp in self.scaled:
-            for r in sp.tick(t):
+        wanted = [sp.want(t) for sp in self.scaled]
+        if self.cfg.max_total_gpus is not None:
+            gpus = [sp.scaler.cfg.gpus_per_replica for sp in self.scaled]
+            wanted = share_budget([sp.held() for sp in self.scaled], wanted, gpus, self.cfg.max_total_gpus)
+        for sp, target in zip(self.scaled, wanted):
+            for r in sp.apply(t, target):
                 self._schedule(t + sp.scaler.cfg.t_ready_s, (sp, r))
         self._resized()
         if not self.closed:

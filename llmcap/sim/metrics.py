@@ -231,9 +231,19 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
     return out
 
 
+def _scale_up_point(asked: np.ndarray, ready: np.ndarray, stopped: np.ndarray, after_s: float | None) -> np.ndarray:
+    """When each replica reached a scale-up point `after_s` past its ask: 0 for those ready at the start, NaN where the
+    point is not known or the replica was cancelled before it."""
+    if after_s is None:
+        return np.where(ready == 0.0, 0.0, np.nan)
+    at = np.where(ready == 0.0, 0.0, asked + after_s)
+    return np.where(np.isnan(stopped) | (stopped >= at), at, np.nan)
+
+
 def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
     """An autoscaled run's control ticks per pool (what its autoscaler saw and asked for) and its replicas' lives:
-    asked for, routable, stopped taking requests, and released (stopped and drained of its last request — a
+    asked for (the target replica set), its pod running and its model ready (the config's offsets: reported, not
+    simulated), routable (the router admits it), stopped taking requests, and released (stopped and drained of its last request — a
     prefill replica's last handoff sent —, or the run's end while still serving). `held_s` (released − asked)
     is what the replica's GPUs cost, its start-up included. `pool`: "both" (aggregated), "prefill", "decode"."""
     rec = run.recorder
@@ -261,11 +271,16 @@ def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
         stopped = np.array(pool.stopped_s, dtype=np.float64)
         released = np.where(np.isnan(stopped), run.end_s, np.maximum(stopped, last))
         asked = np.array(pool.asked_s, dtype=np.float64)
+        ready = np.array(pool.ready_s, dtype=np.float64)
+        cfg = pool.scaler.cfg
+        running_s, model_ready_s = _scale_up_point(asked, ready, stopped, cfg.pod_running_after_s), _scale_up_point(asked, ready, stopped, cfg.model_ready_after_s)
         lives.append(pa.table({
             "pool": pa.array([pool.role] * n, pa.string()),
             "replica": pa.array(np.arange(n), pa.int32()),
             "asked_s": pa.array(asked, pa.float64()),
-            "ready_s": _col(np.array(pool.ready_s, dtype=np.float64), pa.float64()),
+            "running_s": _col(running_s, pa.float64()),
+            "model_ready_s": _col(model_ready_s, pa.float64()),
+            "ready_s": _col(ready, pa.float64()),
             "stopped_s": _col(stopped, pa.float64()),
             "released_s": pa.array(released, pa.float64()),
             "held_s": pa.array(released - asked, pa.float64()),

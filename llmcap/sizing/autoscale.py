@@ -5,13 +5,19 @@ from the sizing search. The static plan holds N_static = ⌈peak rate ÷ G⌉ in
 An autoscaled plan scales each pool on its own by N_target(t) = max(N_floor(t), N_reactive(t))
 (`llmcap.sim.autoscaler`), in the simulator, with T_ready and a cold prefix cache on every new instance:
 
-- N_floor(t) = ⌈f · max λ(s) over s ∈ [t, t + T_ready + interval] · (1 + forecast_error) ÷ G⌉: what must be
-  asked for now to be routable when the demand comes; the forecast here is the day's own rate curve, off by
-  `forecast_error` at most. `f` (the floor fraction) runs from 0 (purely reactive) to 1 (the full floor).
+- N_floor(t) = ⌈f · max λ̂(s) over s ∈ [t, t + T_ready + interval] · (1 + e) ÷ G⌉: what must be asked for now to
+  be routable when the demand comes. The forecast λ̂ with its error e (`llmcap.sizing.forecast`): by default the
+  synthesized day's own curve, off by `forecast_error` at most; where the trace spans days, the seasonality
+  fitted on it, with e from its held-back part, and the day served is that held-back part as it came (`TraceDay`),
+  beside the flat forecast's floor. `f` (the floor fraction) runs from 0 (purely reactive) to 1 (the full floor).
 - N_reactive(t): HPA's rule on the pool's waiting requests and a utilisation gauge: KV usage (aggregated,
   decode) or requests running (prefill: its KV is freed at the handoff). The gauge's target is what one
   instance shows at `utilization` × G (simulated on the same request mix): "utilisation above the operating
   point", as an operator would set it.
+
+T_ready is the sum of the start-up phases (`llmcap.sizing.params.ReadyPhases`); each scale-up's four points (target set,
+pod running, model ready, router admitted) are in the log (`scale_up_points`). With `max_total_gpus` the pools share
+one GPU budget (`llmcap.sim.autoscaler.share_budget` states who gets GPUs when both want them).
 
 Each plan's cost is its instance-seconds (start-up and drain included) × GPUs per instance, over its pools;
 each is judged by SLO attainment over the whole day and its worst window. The floor that keeps attainment
@@ -26,11 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 from numpy.typing import ArrayLike
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import AutoscaleConfig, AutoscaleLog, EngineConfig, PDConfig, SimConfig, simulate
+from llmcap.sim.autoscaler import share_budget
+from llmcap.sizing.forecast import Forecast
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.simeval import excerpt
 from llmcap.sizing.slo import Window, attainment
@@ -66,6 +75,65 @@ class DiurnalDay:
         spec = ArrivalSpec(rate_rps=self.mean_rps, diurnal_amplitude=self.amplitude, diurnal_period_s=self.period_s)
         return synthesize(trace, n, spec, rng)
 
+    def describe(self) -> str:
+        return (f"a synthesized diurnal day: rate = {self.mean_rps:.4g} × (1 + {self.amplitude:g} sin 2πt/{self.period_s:,.0f} s) req/s "
+                f"over {self.duration_s:,.0f} s (peak {self.peak_rps:.4g} req/s), requests drawn whole from the trace")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"kind": "synthetic", "mean_rps": self.mean_rps, "peak_rps": self.peak_rps, "amplitude": self.amplitude,
+                "period_s": self.period_s, "duration_s": self.duration_s}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TraceDay:
+    """The trace's own requests from `start_s` (trace time) on, as they came, re-based to t = 0: the held-back part a
+    fitted forecast had not seen. Its rate curve is the arrival count per `bin_s`."""
+
+    trace: pa.Table
+    start_s: float
+    bin_s: float = 900.0
+
+    @property
+    def _arrivals(self) -> np.ndarray:
+        a = self.trace.column("arrival_s").to_numpy()
+        return a[a >= self.start_s] - self.start_s
+
+    @property
+    def duration_s(self) -> float:
+        a = self._arrivals
+        return float(a[-1]) if a.size else 0.0
+
+    @property
+    def mean_rps(self) -> float:
+        return self._arrivals.size / max(self.duration_s, 1e-9)
+
+    def _binned(self) -> np.ndarray:
+        n = max(1, math.ceil(self.duration_s / self.bin_s))
+        return np.histogram(self._arrivals, bins=n, range=(0.0, n * self.bin_s))[0] / self.bin_s
+
+    def rate_at(self, t: ArrayLike) -> np.ndarray:
+        rate = self._binned()
+        return rate[np.clip((np.asarray(t) // self.bin_s).astype(np.int64), 0, rate.size - 1)]
+
+    @property
+    def peak_rps(self) -> float:
+        return float(self._binned().max())
+
+    def requests(self, trace: pa.Table, rng: np.random.Generator) -> pa.Table:
+        keep = self.trace.filter(pa.compute.greater_equal(self.trace.column("arrival_s"), self.start_s))
+        return keep.set_column(keep.schema.get_field_index("arrival_s"), "arrival_s", pa.array(self._arrivals))
+
+    def describe(self) -> str:
+        return (f"the trace's held-back final {self.duration_s / 3600:,.3g} h as it came (mean {self.mean_rps:.4g} req/s, peak "
+                f"{self.peak_rps:.4g} req/s per {self.bin_s:g} s)")  # fmt: skip
+
+    def to_dict(self) -> dict:
+        return {"kind": "trace", "mean_rps": self.mean_rps, "peak_rps": self.peak_rps, "start_s": self.start_s, "duration_s": self.duration_s,
+                "bin_s": self.bin_s}  # fmt: skip
+
+
+Day = DiurnalDay | TraceDay
+
 
 
 @dataclass(frozen=True)
@@ -91,6 +159,7 @@ class PlanOutcome:
     peak_replicas: int  # most instances at once (asked for or serving), every pool
     scale_ups: int  # instances asked for after the start
     log: AutoscaleLog | None
+    forecast: str = "synthetic"  # the floor's forecast kind (Forecast.kind); "" for the static plan
 
     def keeps(self, target: float) -> bool:
         return self.attainment >= target
@@ -98,13 +167,18 @@ class PlanOutcome:
 
 @dataclass(frozen=True)
 class AutoscaleWhatIf:
-    day: DiurnalDay
+    day: Day
     pools: tuple[PoolRate, ...]
     static_counts: dict[str, int]  # per pool role
     reactive_targets: dict[str, dict[str, float]]  # per pool role: {AutoscaleConfig field: target}
     static: PlanOutcome
     autoscaled: tuple[PlanOutcome, ...]
     attainment_target: float
+    forecast: Forecast | None = None
+    flat: PlanOutcome | None = None  # the flat forecast's floor at the largest fraction, beside a fitted one
+    forecast_note: str = ""  # what was fitted from the trace, or why nothing was
+    max_total_gpus: int | None = None
+    ready_s: tuple[float, float, float] | None = None  # (pod running, model ready, router admitted) after the ask
 
     @property
     def floor(self) -> PlanOutcome | None:
@@ -119,27 +193,39 @@ class AutoscaleWhatIf:
         return None if best is None else 1.0 - best.gpu_hours / self.static.gpu_hours
 
 
-def forecast_floor(day: DiurnalDay, instance_rps: float, fraction: float, t_ready_s: float, interval_s: float,
-                   forecast_error: float) -> tuple[tuple[float, ...], tuple[int, ...]]:  # fmt: skip
-    """N_floor as steps (module docstring): (times it changes, instances from then on)."""
+def scale_up_points(log: AutoscaleLog) -> list[dict[str, float | str]]:
+    """Every scale-up that reached the router, in order: its pool and four points (s): target replica set (asked), pod
+    running, model ready, router admitted (NaN where the run did not know a phase)."""
+    life = log.replicas.to_pandas()
+    up = life[((life.asked_s > 0) | (life.ready_s > 0)) & life.ready_s.notna()].sort_values(["asked_s", "pool", "replica"])  # not those there at 0
+    return [{"pool": str(r.pool), "target_s": float(r.asked_s), "running_s": float(r.running_s), "model_ready_s": float(r.model_ready_s),
+             "admitted_s": float(r.ready_s)} for r in up.itertuples()]  # fmt: skip
+
+
+def forecast_floor(day: Day, instance_rps: float, fraction: float, t_ready_s: float, interval_s: float,
+                   forecast_error: float, forecast: Forecast | None = None) -> tuple[tuple[float, ...], tuple[int, ...]]:  # fmt: skip
+    """N_floor as steps (module docstring): (times it changes, instances from then on). `forecast`: the curve and
+    error planned for (None: the day's own curve, off by `forecast_error`)."""
+    curve, error = (day.rate_at, forecast_error) if forecast is None else (forecast.rate_at, forecast.error)
     ticks = np.arange(0.0, day.duration_s + interval_s, interval_s)
     ahead = ticks[:, None] + np.linspace(0.0, t_ready_s + interval_s, FORECAST_GRID)[None, :]
-    peak = day.rate_at(ahead).max(axis=1) * (1.0 + forecast_error)
+    peak = curve(ahead).max(axis=1) * (1.0 + error)
     need = np.ceil(fraction * peak / instance_rps - 1e-9).astype(np.int64)
     change = np.flatnonzero(np.diff(need, prepend=-1))
     return tuple(float(t) for t in ticks[change]), tuple(int(n) for n in need[change])
 
 
 def _config(engine: EngineConfig, router: str, counts: Mapping[str, int], pd: PDConfig | None, resolution: float,
-            scalers: Mapping[str, AutoscaleConfig] | None = None) -> SimConfig:  # fmt: skip
-    """The deployment at `counts` instances per pool role, or autoscaled by `scalers` (per role)."""
+            scalers: Mapping[str, AutoscaleConfig] | None = None, max_total_gpus: int | None = None) -> SimConfig:  # fmt: skip
+    """The deployment at `counts` instances per pool role, or autoscaled by `scalers` (per role) under `max_total_gpus`."""
     scalers = scalers or {}
+    budget = max_total_gpus if scalers else None
     if pd is None:
         return SimConfig(engine=engine, replicas=counts["both"], router=router, autoscale=scalers.get("both"),
-                         timeseries_resolution_s=resolution)  # fmt: skip
+                         timeseries_resolution_s=resolution, max_total_gpus=budget)  # fmt: skip
     pools = pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
     return SimConfig(engine=engine, pd=pools, router=router, autoscale=scalers.get("prefill"), decode_autoscale=scalers.get("decode"),
-                     timeseries_resolution_s=resolution)  # fmt: skip
+                     timeseries_resolution_s=resolution, max_total_gpus=budget)  # fmt: skip
 
 
 def reactive_targets(trace: pa.Table, model: StepTimeModel, engine: EngineConfig, pools: Sequence[PoolRate], utilization: float,
@@ -165,7 +251,7 @@ def reactive_targets(trace: pa.Table, model: StepTimeModel, engine: EngineConfig
 
 
 def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: float, gpu_s: float, peak: int, ups: int,
-             slo: SloParams, windows: int, log: AutoscaleLog | None) -> PlanOutcome:  # fmt: skip
+             slo: SloParams, windows: int, log: AutoscaleLog | None, kind: str = "") -> PlanOutcome:  # fmt: skip
     arrival = records.column("arrival_s").to_numpy()
     t0, t1 = float(arrival[0]), float(arrival[-1])
     edges = np.linspace(t0, t1, windows + 1)
@@ -175,7 +261,7 @@ def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: fl
         if ((arrival >= a) & (arrival <= b)).any()
     )
     whole = attainment(records, slo, Window(t0, t1, closed_end=True))
-    return PlanOutcome(name, fraction, replica_s / 3600.0, gpu_s / 3600.0, whole, worst, peak, ups, log)
+    return PlanOutcome(name, fraction, replica_s / 3600.0, gpu_s / 3600.0, whole, worst, peak, ups, log, kind)
 
 
 def autoscale_whatif(
@@ -184,7 +270,7 @@ def autoscale_whatif(
     engine: EngineConfig,
     slo: SloParams,
     pools: Sequence[PoolRate],
-    day: DiurnalDay,
+    day: Day,
     scaler: AutoscaleConfig | None = None,
     fractions: Sequence[float] = (0.0, 0.5, 0.75, 1.0),
     forecast_error: float = 0.1,
@@ -195,11 +281,17 @@ def autoscale_whatif(
     pd: PDConfig | None = None,
     decode_model: StepTimeModel | None = None,
     on_plan: Callable[[str], None] | None = None,
+    forecast: Forecast | None = None,
+    flat: Forecast | None = None,
+    forecast_note: str = "",
+    max_total_gpus: int | None = None,
 ) -> AutoscaleWhatIf:
-    """Serve one synthesized day statically and with each floor fraction (module docstring). `pools`: one
-    PoolRate "both" (aggregated), or "prefill" and "decode" with `pd` (its link and decode engine; its counts
-    are set here) and `decode_model` (the decode pool's step times, when they differ). `scaler`: the
-    autoscaler's knobs (its floor, initial count and, unless given, KV target are set here per pool)."""
+    """Serve one day (synthesized, or the trace's held-back part) statically and with each floor fraction (module
+    docstring). `pools`: one PoolRate "both" (aggregated), or "prefill" and "decode" with `pd` (its link and decode
+    engine; its counts are set here) and `decode_model` (the decode pool's step times, when they differ). `scaler`: the
+    autoscaler's knobs (its floor, initial count, GPUs per instance and, unless given, KV target are set here per pool).
+    `forecast`: what the floor plans for (None: the day's curve × (1 + forecast_error)); `flat`: a second forecast whose
+    floor at the largest fraction is simulated beside it; `max_total_gpus`: one GPU budget for the autoscaled pools."""
     roles = sorted(q.role for q in pools)
     if roles not in (["both"], ["decode", "prefill"]) or (pd is None) != (roles == ["both"]):
         raise LlmcapError(f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})")
@@ -216,11 +308,22 @@ def autoscale_whatif(
     else:
         targets = {role: {"kv_usage": None, "running_per_replica": None} | t
                    for role, t in reactive_targets(trace, model, engine, pools, utilization, pd, decode_model, router, seed).items()}  # fmt: skip
-    # the day starts where the previous one ended: with what its first minutes need, whatever the policy
-    start = {q.role: max(1, math.ceil(float(day.rate_at(0.0)) * (1.0 + forecast_error) / q.instance_rps - 1e-9)) for q in pools}
+    main = forecast or Forecast("synthetic", day, forecast_error, f"the day's own curve × (1 + {forecast_error:g})")
+    gpus = {q.role: q.gpus_per_instance for q in pools}
+
+    def start(fc: Forecast) -> dict[str, int]:
+        # the day starts where the previous one ended: with what its first minutes need, whatever the policy
+        n = {q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9)) for q in pools}
+        if max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus:  # the budget's rule from nothing held
+            order = sorted(n, key=lambda r: r != "prefill")  # prefill (or aggregated) first, decode last: share_budget's order
+            granted = share_budget([0] * len(order), [n[r] for r in order], [gpus[r] for r in order], max_total_gpus)
+            if min(granted) < 1:
+                raise LlmcapError(f"max_total_gpus {max_total_gpus} does not hold one instance of every pool ({gpus} GPUs each)")
+            n = dict(zip(order, granted))
+        return n
+
     requests = day.requests(trace, np.random.default_rng(seed))
     resolution = max(1.0, day.duration_s / 2000.0)  # time series kept coarse: a day has many instances
-    gpus = {q.role: q.gpus_per_instance for q in pools}
 
     def run(config: SimConfig) -> tuple[pa.Table, AutoscaleLog | None]:
         result = simulate(requests, model, config, rng=np.random.default_rng(seed), decode_model=decode_model)
@@ -232,20 +335,28 @@ def autoscale_whatif(
     end = float(np.nanmax(records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)))
     static_plan = _outcome("static", None, records, sum(static.values()) * end, sum(n * gpus[r] * end for r, n in static.items()),
                            sum(static.values()), 0, slo, windows, None)  # fmt: skip
-    plans = []
-    for f in fractions:
+
+    def autoscaled(f: float, fc: Forecast, name: str) -> PlanOutcome:
         if on_plan:
-            on_plan(f"autoscaled, floor × {f:g}")
-        scalers = {}
+            on_plan(f"{name} (floor × {f:g} of the {fc.kind} forecast)")
+        scalers, first = {}, start(fc)
         for q in pools:
-            times, counts = forecast_floor(day, q.instance_rps, f, base.t_ready_s, base.interval_s, forecast_error)
-            scalers[q.role] = base.model_copy(update={"floor_times_s": times, "floor_replicas": counts, "initial_replicas": start[q.role]}
-                                              | targets[q.role])  # fmt: skip
-        records, log = run(_config(engine, router, start, pd, resolution, scalers))
+            times, counts = forecast_floor(day, q.instance_rps, f, base.t_ready_s, base.interval_s, fc.error, fc)
+            scalers[q.role] = base.model_copy(update={"floor_times_s": times, "floor_replicas": counts, "initial_replicas": first[q.role],
+                                                      "gpus_per_replica": gpus[q.role]} | targets[q.role])  # fmt: skip
+        records, log = run(_config(engine, router, first, pd, resolution, scalers, max_total_gpus))
         assert log is not None
         life, ticks = log.replicas.to_pandas(), log.ticks.to_pandas()
         held = sum(log.replica_seconds(role) * gpus[role] for role in gpus)
         peak = int((ticks.ready + ticks.starting).groupby(ticks.t_s).sum().max())
-        plans.append(_outcome(f"auto f={f:g}", f, records, log.replica_seconds(), held, peak, int((life.asked_s > 0).sum()), slo, windows, log))
+        return _outcome(name, f, records, log.replica_seconds(), held, peak, int((life.asked_s > 0).sum()), slo, windows, log, fc.kind)
+
+    plans = [autoscaled(f, main, f"auto f={f:g}") for f in fractions]
+    flat_plan = None
+    if flat is not None and max(fractions) > 0:
+        flat_plan = autoscaled(max(fractions), flat, f"auto flat f={max(fractions):g}")
     set_targets = {role: {k: v for k, v in t.items() if v is not None} for role, t in targets.items()}
-    return AutoscaleWhatIf(day, tuple(pools), static, set_targets, static_plan, tuple(plans), slo.attainment_target)
+    nan = lambda x: math.nan if x is None else x  # noqa: E731
+    ready = (nan(base.pod_running_after_s), nan(base.model_ready_after_s), base.t_ready_s)
+    return AutoscaleWhatIf(day, tuple(pools), static, set_targets, static_plan, tuple(plans), slo.attainment_target, main, flat_plan,
+                           forecast_note, max_total_gpus, ready)  # fmt: skip

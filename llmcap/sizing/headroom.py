@@ -189,7 +189,7 @@ def plan_pool(traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_
         HeadroomItem(
             "control", 0.0, 0,
             f"static plan sized to the planning rate: 0 (an autoscaler would need {growth_rps:.4g} req/s ready ahead — {growth_source} "
-            f"within T_ready {p.t_ready_s:g} s)",
+            f"within T_ready {p.ready_time_s:g} s)",
         ),
     )  # fmt: skip
     return PoolPlan(pool, traffic.target_rps, lam, base, survivors, n, items, placed, p)
@@ -267,9 +267,9 @@ def planning_demand(target_rps: float, params: HeadroomParams, arrival_s: ArrayL
     """`traffic_plan` and the ramp for `target_rps` (`arrival_s`: as in `plan_headroom`)."""
     p = params
     if p.ramp_rps_per_s is not None:
-        growth, src = p.ramp_rps_per_s * p.t_ready_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
+        growth, src = p.ramp_rps_per_s * p.ready_time_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
     elif arrival_s is not None:
-        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.t_ready_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
+        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.ready_time_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
     else:
         growth, src = 0.0, "no ramp given and no arrivals"
     return Demand(traffic_plan(target_rps, p, arrival_s), growth, src)

@@ -132,7 +132,69 @@ class SteadyParams(_Strict):
     """Share of the steady window's arrivals (by arrival order) compared at its start and at its end."""
 
 
-class HeadroomParams(_Strict):
+class ReadyPhases(_Strict):
+    """Worker ready time by phase (s): the autoscaler asks for an instance → the router admits it. T_ready is their sum.
+    The defaults are assumptions for a 70B-class model in FP8 on a GPU node already in the cluster (no node to
+    provision, no warm image or weight cache); each phase says what it rests on. Measure yours: `llmcap profile
+    --serve-cmd` times process start → first healthy /health (the last four phases but admission)."""
+
+    schedule_s: float = Field(default=30.0, ge=0)
+    """Pod bound to a node with free GPUs and its containers created. Assumed: Kubernetes binds in seconds; volume
+    attach and the device plugin's GPU allocation take most of it. A node the cluster autoscaler must add first
+    takes minutes more (cloud VM boot + driver): add it here when your pool starts cold."""
+    image_pull_s: float = Field(default=180.0, ge=0)
+    """The serving image pulled (vLLM's CUDA image is ~10 GB compressed): ~60 MB/s effective from a registry,
+    with layer extraction. 0 when the image is pre-pulled on the node (a DaemonSet or a node image)."""
+    weight_load_s: float = Field(default=240.0, ge=0)
+    """Weights read into HBM: 70 GB (70B parameters in FP8) at ~300 MB/s from network storage or a model hub mirror.
+    A local NVMe cache at ~2 GB/s makes it ~35 s."""
+    engine_init_s: float = Field(default=60.0, ge=0)
+    """Engine start: process and distributed (NCCL) init across the TP group, the memory-profiling forward pass
+    that sizes the KV cache, and the cache's allocation (vLLM logs each)."""
+    compile_s: float = Field(default=60.0, ge=0)
+    """torch.compile and CUDA graph capture (vLLM logs 'Graph capturing finished in N secs'): tens of seconds per
+    batch-size set, less with a warm compile cache."""
+    admission_s: float = Field(default=30.0, ge=0)
+    """First healthy /health → the router sends it traffic: readiness probe period × success threshold (10 s × 1)
+    plus the endpoint slice's propagation to the gateway and its own health check (~20 s)."""
+
+    @property
+    def pod_running_s(self) -> float:
+        """Ask → pod running: scheduled and its image pulled."""
+        return self.schedule_s + self.image_pull_s
+
+    @property
+    def model_ready_s(self) -> float:
+        """Ask → model ready (first healthy /health): pod running, weights, init, graphs."""
+        return self.pod_running_s + self.weight_load_s + self.engine_init_s + self.compile_s
+
+    @property
+    def total_s(self) -> float:
+        """Ask → router admitted: T_ready."""
+        return self.model_ready_s + self.admission_s
+
+
+class _ReadyTime(_Strict):
+    """T_ready as phases (`ready`), or one number (`t_ready_s`) that overrides their sum."""
+
+    ready: ReadyPhases = ReadyPhases()
+    """Scale-up time by phase; T_ready = their sum."""
+    t_ready_s: float | None = Field(default=None, ge=0)
+    """Scale-up decision → routable, as one number: overrides the sum of `ready` (its phases then only apportion it)."""
+
+    @property
+    def ready_time_s(self) -> float:
+        return self.ready.total_s if self.t_ready_s is None else self.t_ready_s
+
+    @property
+    def ready_points_s(self) -> tuple[float, float, float]:
+        """(pod running, model ready, router admitted) after the ask; an override scales the phases to its total."""
+        r = self.ready
+        k = 1.0 if self.t_ready_s is None or r.total_s == 0 else self.t_ready_s / r.total_s
+        return (r.pod_running_s * k, r.model_ready_s * k, self.ready_time_s)
+
+
+class HeadroomParams(_ReadyTime):
     """Headroom per pool as scenarios on the deployment (see `llmcap.sizing.headroom`): traffic at the planning
     rate with the larger of one node lost or one rolling-upgrade step out, under the KV limit."""
 
@@ -158,9 +220,6 @@ class HeadroomParams(_Strict):
     """Rolling upgrade: instances down at once."""
     kv_safe_fraction: float = Field(default=0.9, gt=0, le=1)
     """P99 KV tokens per instance at the operating point must stay below this share of its KV capacity."""
-    t_ready_s: float = Field(default=600.0, ge=0)
-    """Scale-up time (schedule + image + weights + init + graphs + health): reported for an autoscaler, whose
-    job control headroom is; a static plan adds none."""
     ramp_rps_per_s: float | None = Field(default=None, ge=0)
     """Demand growth (req/s per second) an autoscaler must cover during t_ready; None = the trace's largest
     windowed rise. Reported, not added."""
@@ -175,7 +234,7 @@ class ComputeParams(_Strict):
     """Local process workers; 1 runs in-process (no pickling, easiest to debug)."""
 
 
-class AutoscaleParams(_Strict):
+class AutoscaleParams(_ReadyTime):
     """Stage `autoscale`: the chosen plan on a synthesized diurnal day, static vs autoscaled (`llmcap.sizing.autoscale`)."""
 
     enabled: bool = True
@@ -185,8 +244,6 @@ class AutoscaleParams(_Strict):
     """One diurnal cycle. Shorter than a day keeps the simulation short; its ramps are then steeper than a real
     day's for the same T_ready, which is conservative for the autoscaler."""
     duration_s: float = Field(default=14_400.0, gt=0)
-    t_ready_s: float = Field(default=600.0, ge=0)
-    """Scale-up decision to routable instance (schedule, image, weights, init, graphs, health)."""
     interval_s: float = Field(default=15.0, gt=0)
     min_residency_s: float = Field(default=600.0, ge=0)
     scale_down_window_s: float = Field(default=300.0, ge=0)
@@ -195,6 +252,23 @@ class AutoscaleParams(_Strict):
     utilization: float = Field(default=0.8, gt=0, le=1)
     """A pool's KV-usage target is one instance's usage at this share of its max feasible rate."""
     forecast_error: float = Field(default=0.1, ge=0)
+    """The synthesized day's floor margin (0.1: the rate may be 10% above the curve); a fitted forecast measures its own."""
+    forecast: Literal["fit", "synthetic"] = "fit"
+    """`fit`: where the trace spans ≥ 2 days, fit its daily (≥ 2 weeks: and weekly) seasonality on the first part, take the
+    error from the held-back rest, and serve that rest as it came, beside a flat forecast's floor
+    (`llmcap.sizing.forecast`); a shorter trace keeps the synthesized day, and the report says so. `synthetic`: always
+    the synthesized day's own curve × (1 + forecast_error)."""
+    forecast_bin_s: float = Field(default=900.0, gt=0)
+    """The arrival rate is fitted and judged per bin of this width."""
+    forecast_holdout: float = Field(default=0.2, gt=0, lt=1)
+    """Share of the trace's span held back (its end) to measure the forecast error and to serve as the day."""
+    forecast_error_quantile: float = Field(default=0.95, gt=0, le=1)
+    """The error is this quantile of actual ÷ forecast − 1 over the held-back bins."""
+    forecast_harmonics: int = Field(default=3, ge=1, le=12)
+    """Harmonics per seasonal period (daily, weekly)."""
+    max_total_gpus: int | None = Field(default=None, gt=0)
+    """One GPU budget for the autoscaled pools together (P/D: prefill and decode; `llmcap.sim.autoscaler.share_budget`:
+    each keeps what it holds, the rest goes to the pool with the larger unmet share, ties to decode); None: no limit."""
     floor_fractions: tuple[Annotated[float, Field(ge=0, le=1.5)], ...] = Field(default=(0.0, 0.5, 1.0), min_length=1, strict=False)
     """Forecast floors tried, as shares of the full floor (0: purely reactive)."""
     windows: int = Field(default=24, ge=1)

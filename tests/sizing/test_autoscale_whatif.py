@@ -97,13 +97,19 @@ def test_autoscale_command_reports_every_plan_as_simulated(tmp_path):
 
     args = ["autoscale", "--trace", str(TRACES["azure_conv"]), "--model", "Llama-3.1-8B", "--gpu", "H100", "--weight-quant", "fp8",
             "--slo-ttft-p99", "2000", "--max-num-batched-tokens", "2048", "--instance-rps", "30", "--mean-rps", "40",
-            "--duration", "900", "--period", "900", "--t-ready", "60", "--min-residency", "120", "--floor-fractions", "0,1",
+            "--duration", "900", "--period", "900", "--min-residency", "120", "--floor-fractions", "0,1",
+            "--ready-phases", "schedule_s=5,image_pull_s=0,weight_load_s=25,engine_init_s=10,compile_s=10,admission_s=10",
             "--output-format", "json"]  # fmt: skip
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
     assert s["simulated"] is True and s["static_replicas"] == int(np.ceil(s["day"]["peak_rps"] / 30.0))
     assert [p["plan"] for p in s["plans"]] == ["static", "auto f=0", "auto f=1"]
+    # T_ready = 5 + 0 + 25 + 10 + 10 + 10 = 60: pod running at 5 (schedule + image), model ready at 50, admitted at 60
+    assert s["t_ready_s"] == 60 and s["scale_up"]["after_ask_s"] == {"pod_running": 5, "model_ready": 50, "router_admitted": 60}
+    for up in s["scale_up"]["first_scale_up"].values():
+        assert (up["running_s"] - up["target_s"], up["model_ready_s"] - up["target_s"], up["admitted_s"] - up["target_s"]) == (5, 50, 60)
+    assert s["forecast"]["note"].startswith("forecast NOT fitted: the trace spans")  # a short trace: the synthesized day, said
     for p in s["plans"]:
         assert p["gpu_hours"] > 0 and 0.0 <= p["attainment"] <= 1.0
     bad = CliRunner().invoke(app, [*args[:-2], "--floor-fractions", "0,x"])

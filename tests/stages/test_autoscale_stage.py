@@ -45,6 +45,9 @@ def test_the_chosen_plan_on_a_day_static_vs_autoscaled(tmp_path: Path, capsys: p
     static = s["plans"][0]
     assert static["gpu_hours"] == pytest.approx(static["instance_hours"])  # one GPU per instance
     assert s["floor_that_keeps_attainment"] in (None, 0.0, 1.0)
+    # t_ready_s 60 overrides the phases' sum 600 and scales them: pod running at 210/600 × 60 = 21 s, model ready at 570/600 × 60 = 57 s
+    assert s["scale_up"]["after_ask_s"] == {"pod_running": pytest.approx(21.0), "model_ready": pytest.approx(57.0), "router_admitted": 60}
+    assert s["forecast"]["kind"] == "synthetic" and s["forecast"]["note"].startswith("forecast NOT fitted")  # 40 s of trace
     md = (reports / "autoscale.md").read_text()
     assert md.startswith("# Autoscaling what-if (simulated, not a measurement)") and "![instances over the day](instances.png)" in md
     assert (reports / "instances.png").stat().st_size > 10_000
