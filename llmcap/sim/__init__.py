@@ -84,6 +84,7 @@ class SimResult:
     timeseries: pa.Table
     summary: dict
     autoscale: AutoscaleLog | None = None
+    handoff_post_s: np.ndarray | None = None  # P/D, per records row: prefill done -> KV on the link (NaN: no handoff)
 
     def records_parquet(self) -> bytes:
         """The records as Parquet bytes (deterministic: same run -> same bytes)."""
@@ -139,4 +140,5 @@ def simulate(
     wall = time.perf_counter() - start
     log.debug("simulated %d requests on %s in %.3f s wall (%s core)", work.n,
               f"P/D {config.pd.prefill_replicas}:{config.pd.decode_replicas}" if config.pd is not None else f"{config.replicas} replica(s)", wall, CORE)
-    return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling)
+    post = run.recorder.post if config.pd is not None else None
+    return SimResult(records, itl[0], itl[1], series, summary(records, itl, run, wall), scaling, post)
