@@ -24,6 +24,7 @@ from llmcap.perf.model import StepTimeModel
 from llmcap.routing import first_token_from
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
+from llmcap.sizing.planned import sized_blocks
 from llmcap.sizing.units import candidate_key, candidate_row
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
@@ -88,15 +89,6 @@ def _engine_knobs(row: Mapping[str, Any]) -> dict[str, Any]:
             "num_blocks": int(row["kv_tokens_per_instance"]) // block}  # fmt: skip
 
 
-def _sized_blocks(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:
-    """KV blocks per instance of the (prefill or only, decode) pool as the plan was sized (its `deployment` record: the
-    engine's stated KV where `size.kv_budget` used it, `llmcap.sizing.kvbudget`); None where the summary has no record."""
-    config = (summary.get("deployment") or {}).get("sim_config") or {}
-    front = (config.get("engine") or {}).get("num_blocks")
-    back = ((config.get("pd") or {}).get("decode_engine") or {}).get("num_blocks", front)
-    return front, back
-
-
 def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str, pd_link_latency_s: float,
                    ttft_includes_handoff: bool) -> PlanUnit:
     """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table; P/D TTFT ends
@@ -108,7 +100,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     if mode == "aggregated":
         row = candidate_row(candidates, chosen, ("both",))
         knobs = _engine_knobs(row)
-        knobs["num_blocks"] = _sized_blocks(summary)[0] or knobs["num_blocks"]
+        knobs["num_blocks"] = sized_blocks(summary)[0] or knobs["num_blocks"]
         options = EngineOptions(**knobs, quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]), block_size=int(row["block_size"]),
                                 max_model_len=int(row["max_context_len"]))  # fmt: skip
         (pool,) = pools.values()
@@ -121,7 +113,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (decode["weight_quant"], decode["kv_dtype"], decode["block_size"]):
         raise LlmcapError(f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal")
     p, d = _engine_knobs(prefill), _engine_knobs(decode)
-    front, back = _sized_blocks(summary)
+    front, back = sized_blocks(summary)
     p["num_blocks"], d["num_blocks"] = front or p["num_blocks"], back or d["num_blocks"]
     gpu = get_gpu(str(prefill["gpu"]))
     options = EngineOptions(
