@@ -18,6 +18,7 @@ E[payload] is the whole prompt's KV (the decode instance keeps no prefix cache),
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +99,10 @@ def provision(row: SizedRow, mean_isl: float, peak_rps: float, overhead: float) 
     if row.decode is None or row.plan is None:
         return None
     pre = row.unit
-    return Provisioning(pre.engine.kv_bytes_per_token * mean_isl, peak_rps, row.plan.pool("prefill").instances, pre.bounds.prefill_compute,
+    flat_out = pre.bounds.prefill_compute
+    if not math.isfinite(flat_out) and row.pd_roles is not None:  # every prompt cached: no compute bound, its searched rate G_P
+        flat_out = row.pd_roles[0].rate
+    return Provisioning(pre.engine.kv_bytes_per_token * mean_isl, peak_rps, row.plan.pool("prefill").instances, flat_out,
                         overhead, pre.gpus, pre.gpu.nic_bytes_s)  # fmt: skip
 
 
