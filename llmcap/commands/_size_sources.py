@@ -59,3 +59,11 @@ def stated_kv(profile: MeasuredProfile | None, log: Path | None, candidates: pd.
         where = f"profile {profile.directory} (fingerprint {profile.fingerprint_hash[:12]})"
         return (from_fingerprint(profile.kv_capacity_tokens, profile.fingerprint, where),)
     return given
+
+
+def budget_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The console's lines on the KV budget the engine stated (planned, engine, used per configuration) and the P→D link."""
+    out = [f"KV budget of {b['configuration']}: memory plan {', '.join(f'{p:,}' for p in b['planned'])}, engine {b['measured']:,}, "
+           f"sized with {b['used']:,} tokens per instance" for b in summary.get("kv_budget") or []]  # fmt: skip
+    network = summary.get("network")
+    return out + ([network["provisioning"]["line"]] if network else [])

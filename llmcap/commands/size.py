@@ -38,7 +38,7 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt
-from llmcap.commands._size_sources import stated_kv, step_model_summary
+from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
 from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet
 from llmcap.commands._goodput import (
     SIZE,
@@ -486,6 +486,8 @@ def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, ov
     for line in (s["count_range"] or {}).get("lines", []):
         print(f"  range: {line}")
     print(f"  {s['ledger']['line']}")
+    for line in budget_lines(s):
+        print(f"  {line}")
     print(f"  step times: {step_line['line']}")
     if serve and not Path(model).exists():
         print(f"  serve: {model} is llmcap's catalog name; give vllm serve your checkpoint's path or Hugging Face id")

@@ -128,3 +128,6 @@ def test_a_smaller_engine_kv_raises_the_count_and_the_report_shows_both(tmp_path
     logged = runner.invoke(app, [*base, "--profile", str(_write_profile(tmp_path, "plan2", None)), "--kv-from-log", str(log)])
     assert logged.exit_code == 0, logged.output
     assert json.loads(logged.stdout)["instances"] == s["instances"]
+    # the console says it too
+    console = runner.invoke(app, [arg for arg in base if arg != "--json"] + ["--profile", str(tmp_path / "engine")])
+    assert console.exit_code == 0 and f"engine {ENGINE_KV:,}, sized with {ENGINE_KV:,} tokens per instance" in console.stdout
