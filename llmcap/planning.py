@@ -23,6 +23,7 @@ from llmcap.perf import CalibratedFit
 from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity_report
 from llmcap.trace.stats import label_mix
 from llmcap.sizing.executor import Executor
+from llmcap.sizing.kvbudget import EngineKV, apply_engine_kv, from_fingerprint, kv_budget_summary
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.plan import class_pools, size_deployments
@@ -41,6 +42,7 @@ class StepTimes:
     source: str = "roofline"
     info: Mapping[str, Any] = field(default_factory=dict)
     measured: MeasuredModels = field(default_factory=dict)
+    engine_kv: tuple[EngineKV, ...] = ()  # KV capacities engines stated (`llmcap.sizing.kvbudget`)
 
     @classmethod
     def read(cls, path: Path) -> StepTimes:
@@ -56,7 +58,12 @@ class StepTimes:
             measured = measured_models(CalibratedFit.from_dict(info["step_model"]), info["fingerprint"])
         if info.get("corrections"):  # resolved by the profile stage
             measured = with_corrections(measured, info["corrections"], info["model"])
-        return cls(source, info, measured)
+        engine_kv: tuple[EngineKV, ...] = ()
+        if source.startswith("profile") and info.get("kv_capacity_tokens"):  # what the profiled engine stated
+            where = info.get("measured_profile") or info.get("stored_profile") or "the profile"
+            fp = str(info.get("fingerprint_hash") or "")[:12]
+            engine_kv = (from_fingerprint(info["kv_capacity_tokens"], info["fingerprint"], f"profile {where} (fingerprint {fp})"),)
+        return cls(source, info, measured, engine_kv)
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ def plan_capacity(
 ) -> CapacityDecision:
     """The capacity decision for `trace` at `params` over `candidates` (see `size_deployments`)."""
     say = progress or log.info
+    candidates, kv_notes = apply_engine_kv(candidates, step_times.engine_kv, params.kv_budget)
     out = size_deployments(trace, candidates, model, params, executor, workload_id=workload_id, progress=progress,
                            measured=step_times.measured, on_phase=on_phase)  # fmt: skip
     notes: tuple[str, ...] = ()
@@ -94,10 +102,11 @@ def plan_capacity(
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    mixed = [*mixed_traffic(trace, model.name), reservation_note(trace, params.admission_policy)]
+    mixed = [*kv_notes, *mixed_traffic(trace, model.name), reservation_note(trace, params.admission_policy)]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
     fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
+    fields["kv_budget"] = kv_budget_summary(candidates)
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
                "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
     summary = cast(CapacitySummary, fields)

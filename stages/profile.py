@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> str:
     check = None
     if profile is not None:
         out["step_model"] = profile.fit.to_dict() if profile.fit else None
+        if profile.manifest.get("kv_capacity_tokens"):  # what the engine stated: sizing's KV budget (size.kv_budget)
+            out["kv_capacity_tokens"] = int(profile.manifest["kv_capacity_tokens"])
         check = validation.validate(profile.points.to_pandas(), "profile_points", points_suite)
         check.write(args.report_dir / "validation.json")
     out["corrections"] = resolve_all(args.corrections, params.corrections_alias)

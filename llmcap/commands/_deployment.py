@@ -32,6 +32,9 @@ NumBlocksOpt = Annotated[int | None, typer.Option(min=1, help="KV blocks per rep
 ProfileOpt = Annotated[Path | None, typer.Option(
     "--profile", help="a profile directory written by `llmcap profile`: its fitted step model times the configuration "
                       "it was measured on, instead of the roofline")]
+KvFromLogOpt = Annotated[Path | None, typer.Option(
+    "--kv-from-log", help="an engine's startup log (vLLM: 'GPU KV cache size: N tokens'): sizing uses its KV capacity instead of "
+                          "the memory plan's for the configuration it ran (--profile's, else the one this search considers)")]
 GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0)]
 PrefixCachingOpt = Annotated[bool, typer.Option("--prefix-caching/--no-prefix-caching")]
 HostBlocksOpt = Annotated[int, typer.Option(min=0, help="host-memory KV tier, blocks per replica")]

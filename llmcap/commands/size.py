@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,8 @@ from llmcap.commands._common import (
     print_json,
     user_errors,
 )
-from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
+from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt
+from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
 from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet
 from llmcap.commands._goodput import (
     SIZE,
@@ -70,7 +72,7 @@ from llmcap.memory import MemoryParams
 from llmcap.planning import StepTimes, mixed_traffic, plan_capacity
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
-from llmcap.sizing.measured import MeasuredModels, MeasuredProfile, describe_key, load_profile
+from llmcap.sizing.measured import MeasuredProfile, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
@@ -133,19 +135,6 @@ def _catalog_grid(gpu: list[str], weight_quant: list[str], kv_dtype: list[str], 
     for k in kv_dtypes:
         kv_dtype_bytes(k)
     return gpus, quants, kv_dtypes, tps
-
-
-def _step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, step_model: Path | None) -> dict:
-    """Which step-time source timed which candidates."""
-    if step_model is not None:
-        keys = [describe_key(k) for k in measured]
-        return {"source": "step_model", "file": str(step_model), "configurations": keys,
-                "line": f"{step_model} for {'; '.join(keys) or 'no candidate'}; the roofline for every other candidate"}
-    if prof is None:
-        return {"source": "roofline", "line": "the roofline for every candidate"}
-    keys = [describe_key(k) for k in measured]
-    return {"source": "profile", "profile": str(prof.directory), "fingerprint_hash": prof.fingerprint_hash, "configurations": keys,
-            "line": f"{prof.describe()} for {'; '.join(keys)}; the roofline for every other candidate"}
 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
@@ -284,6 +273,7 @@ def size(
     tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = [",".join(map(str, ParallelGrid().tp))],  # noqa: B006
     kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
     profile: ProfileOpt = None,
+    kv_from_log: KvFromLogOpt = None,
     admission_policy: AdmissionOpt = SIZE.admission_policy,
     engine: Annotated[str | None, typer.Option(help="vllm | sglang | trtllm: size for that engine's own defaults on each GPU "
                                                "(admission policy, chunk, max batch, KV block; sources in the output); an "
@@ -345,7 +335,7 @@ def size(
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
         raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
-    plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof,
+    plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof, kv_log=kv_from_log,
                        step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
                        memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
     if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
@@ -364,7 +354,7 @@ def size(
     if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
         paths["summary"] = out / "summary.json"
     serve = serve_commands(outcome.summary, candidates, model_arg, one.gpu_memory_utilization, (max_loras, max_lora_rank))
-    step_line = _step_model_summary(prof, one.step_times.measured, step_model)
+    step_line = step_model_summary(prof, one.step_times.measured, step_model)
     s = outcome.summary
     summary = dict(s) | {
         "vllm_serve": [c.to_dict() for c in serve],
@@ -394,7 +384,7 @@ def size(
 
 
 def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_lists: tuple | None, presets: dict[str, EnginePreset],
-              candidates_file: Path | None, prof: MeasuredProfile | None, step_model: Path | None, max_model_len: int | None,
+              candidates_file: Path | None, prof: MeasuredProfile | None, kv_log: Path | None, step_model: Path | None, max_model_len: int | None,
               output: str, workload_id: str, disaggregated: bool, memory: MemoryParams) -> PlannedModel:  # fmt: skip
     """One model's capacity decision for `table`: its candidates enumerated (or read), step times, the sizing with a progress bar."""
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
@@ -423,6 +413,7 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
     else:
         measured = prof.models_for(candidates[candidates["feasible"]]) if prof is not None else {}
         step_times = StepTimes("roofline") if prof is None else StepTimes("profile", {"fingerprint": prof.fingerprint}, measured)
+    step_times = replace(step_times, engine_kv=stated_kv(prof, kv_log, candidates, step_times.engine_kv))
     console = Console(stderr=True, quiet=output != "table")
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with make_executor(params.compute) as executor, Progress(*columns, console=console, transient=True) as bar:
@@ -495,6 +486,8 @@ def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, ov
     for line in (s["count_range"] or {}).get("lines", []):
         print(f"  range: {line}")
     print(f"  {s['ledger']['line']}")
+    for line in budget_lines(s):
+        print(f"  {line}")
     print(f"  step times: {step_line['line']}")
     if serve and not Path(model).exists():
         print(f"  serve: {model} is llmcap's catalog name; give vllm serve your checkpoint's path or Hugging Face id")

@@ -4,7 +4,8 @@ max feasible rate the plan predicts for it.
 The unit is described as `llmcap twin serve` options (`EngineOptions`), and its prediction is built from
 those same options by the same function the twin uses (`llmcap.deployment.sim_config`), so the
 twin and the prediction cannot drift apart. The engine knobs come from the candidate rows the size stage
-sized: KV blocks from the row's `kv_tokens_per_instance`, `max_model_len` from its `max_context_len`.
+sized: KV blocks as the plan's `deployment` record has them (else the row's `kv_tokens_per_instance`), `max_model_len`
+from its `max_context_len`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import first_token_from
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
+from llmcap.sizing.planned import sized_blocks
 from llmcap.sizing.units import candidate_key, candidate_row
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
@@ -98,6 +100,7 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     if mode == "aggregated":
         row = candidate_row(candidates, chosen, ("both",))
         knobs = _engine_knobs(row)
+        knobs["num_blocks"] = sized_blocks(summary)[0] or knobs["num_blocks"]
         options = EngineOptions(**knobs, quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]), block_size=int(row["block_size"]),
                                 max_model_len=int(row["max_context_len"]))  # fmt: skip
         (pool,) = pools.values()
@@ -110,6 +113,8 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
     if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (decode["weight_quant"], decode["kv_dtype"], decode["block_size"]):
         raise LlmcapError(f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal")
     p, d = _engine_knobs(prefill), _engine_knobs(decode)
+    front, back = sized_blocks(summary)
+    p["num_blocks"], d["num_blocks"] = front or p["num_blocks"], back or d["num_blocks"]
     gpu = get_gpu(str(prefill["gpu"]))
     options = EngineOptions(
         **p, pd="1:1", quant=str(prefill["weight_quant"]), kv_dtype=str(prefill["kv_dtype"]), block_size=int(prefill["block_size"]),

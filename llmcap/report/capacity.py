@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from numpy.typing import ArrayLike
@@ -80,6 +81,7 @@ class CapacityReport:
     sources: Sources | None = None  # what timed the steps and priced the GPUs (None: not stated, no warnings to give)
     count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
     finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each (cheapest analytic plan first)
+    network: Mapping[str, Any] | None = None  # P/D: link provisioning and the replay's handoff percentiles (`SizingEvidence.network`)
 
 
 def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ...] = (), provenance: Provenance | None = None,
@@ -88,7 +90,7 @@ def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ..
     e = outcome.evidence
     return CapacityReport(outcome.table, slo, e.curves, e.chosen, e.plan, e.records, e.kv_usage, notes=notes + e.notes, analytic=e.analytic,
                           fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, sources=sources, count_range=e.count_range,
-                          finalists=e.finalists)  # fmt: skip
+                          finalists=e.finalists, network=e.network)  # fmt: skip
 
 
 def write_report(report: CapacityReport, out_dir: str | Path, stem: str = "capacity") -> dict[str, Path]:

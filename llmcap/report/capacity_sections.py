@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from llmcap.report import capacity_network as kv_network
 from llmcap.report import capacity_plots as plots
 from llmcap.report import replay as replay_check
 from llmcap.sizing.headroom import COMBINATION_RULE
@@ -68,7 +69,7 @@ def html_table(head: Sequence[str], rows: Sequence[Sequence[str]], highlight: in
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _paragraphs(lines: Sequence[str]) -> str:
+def paragraphs(lines: Sequence[str]) -> str:
     return "".join(f"<p>{_esc(s)}</p>" for s in lines)
 
 
@@ -226,7 +227,7 @@ def ledger(report: CapacityReport) -> Section:
         rows.append([name, demand[name], str(floor), fmt(planned), "–" if planned is None else f"{planned / floor:.2f}×"])
     rows.append(["total", "", str(lg.gpus), str(lg.final_gpus), f"{lg.ratio:.2f}×"])
     note = lg.line() + "."
-    return Section("Ledger beside the simulation", f"{md_table(_LEDGER_HEAD, rows)}\n\n{note}", html_table(_LEDGER_HEAD, rows) + _paragraphs([note]))
+    return Section("Ledger beside the simulation", f"{md_table(_LEDGER_HEAD, rows)}\n\n{note}", html_table(_LEDGER_HEAD, rows) + paragraphs([note]))
 
 
 _SCENARIO_HEAD = ["scenario", "serving", "attainment", "KV p99", "verdict", "why"]
@@ -246,7 +247,7 @@ def scenarios(report: CapacityReport) -> Section:
     a = report.analytic or report.plan
     lines.append(f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs ({_answer_role(report)})")
     md = md_table(_SCENARIO_HEAD, rows) + "\n\n" + "\n".join(f"- {s}" for s in lines)
-    return Section("Scenarios and minimality", md, html_table(_SCENARIO_HEAD, rows) + _paragraphs(lines))
+    return Section("Scenarios and minimality", md, html_table(_SCENARIO_HEAD, rows) + paragraphs(lines))
 
 
 def _finalist_role(report: CapacityReport, line: str) -> str:
@@ -263,7 +264,7 @@ _HEADROOM_HEAD = ["pool", "risk", "req/s", "instances", "reasoning"]
 
 def count_range(report: CapacityReport) -> Section:
     lines = list(report.count_range) or ["Not computed."]
-    return Section("Count range", "\n".join(f"- {m}" for m in lines), _paragraphs(lines))
+    return Section("Count range", "\n".join(f"- {m}" for m in lines), paragraphs(lines))
 
 
 def _headroom_rows(report: CapacityReport) -> list[list[str]]:
@@ -282,7 +283,7 @@ def _headroom_rows(report: CapacityReport) -> list[list[str]]:
 def headroom(report: CapacityReport) -> Section:
     rows = _headroom_rows(report)
     rule = f"Combination: {COMBINATION_RULE}."
-    body = figure(plots.plot_headroom(report.plan), "GPUs per pool: base and headroom by risk") + html_table(_HEADROOM_HEAD, rows) + _paragraphs([rule])
+    body = figure(plots.plot_headroom(report.plan), "GPUs per pool: base and headroom by risk") + html_table(_HEADROOM_HEAD, rows) + paragraphs([rule])
     return Section("Headroom per pool", f"{md_table(_HEADROOM_HEAD, rows)}\n\n{rule}", body)
 
 
@@ -293,7 +294,7 @@ def latency(report: CapacityReport) -> Section:
     what = (f"CDFs of each request's TTFT and {plots.itl_shown(report.slo)[1]} replaying {report.replay}, each divided by the request's own target "
             "(TTFT's grows with the prompt when the SLO says so), so 1 (dashed) is every request's target; a statistic "
             "no per-request target bounds is in ms, unmarked.")  # fmt: skip
-    return Section(title, what, _paragraphs([what]) + figure(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs", panels=2))
+    return Section(title, what, paragraphs([what]) + figure(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs", panels=2))
 
 
 def kv_usage(report: CapacityReport) -> Section:
@@ -301,7 +302,7 @@ def kv_usage(report: CapacityReport) -> Section:
     if not report.kv_usage:
         return Section(title, "Not simulated.", "<p>Not simulated.</p>")
     what = f"KV-cache usage (fraction of capacity) replaying {report.replay}."
-    return Section(title, what, _paragraphs([what]) + figure(plots.plot_kv_usage(report.kv_usage), "KV usage over time"))
+    return Section(title, what, paragraphs([what]) + figure(plots.plot_kv_usage(report.kv_usage), "KV usage over time"))
 
 
 _SHOWN = [
@@ -324,7 +325,7 @@ def capacity_table(report: CapacityReport) -> Section:
     rows = [[f"{r['candidate']} ({r['mode']})", *(fmt(r[c]) for c, _ in _SHOWN[1:])] for r in data]
     chosen = 0 if data and data[0]["candidate"] == report.chosen else None
     what = "Each candidate at its max feasible rate (latencies in ms); the chosen configuration first. Binding SLO: the target most requests missed just above that rate."
-    return Section("Capacity table", f"{what}\n\n{md_table(head, rows)}", _paragraphs([what]) + html_table(head, rows, chosen))
+    return Section("Capacity table", f"{what}\n\n{md_table(head, rows)}", paragraphs([what]) + html_table(head, rows, chosen))
 
 
 def attainment(report: CapacityReport) -> Section:
@@ -341,12 +342,12 @@ _COLLAPSED = ("pruned ", "not simulated ")
 
 def notes(report: CapacityReport) -> Section:
     kept = [n for n in report.notes if not n.startswith(_COLLAPSED)]
-    return Section("Notes", "\n".join(f"- {n}" for n in kept) or "None.", _paragraphs(kept) or "<p>None.</p>")
+    return Section("Notes", "\n".join(f"- {n}" for n in kept) or "None.", paragraphs(kept) or "<p>None.</p>")
 
 
 def replay(report: CapacityReport) -> Section:
     text = replay_check.CAPACITY_SECTION_TEXT  # the replay stage runs after this report: a pointer to its own
-    return Section(replay_check.CAPACITY_SECTION_TITLE, text, _paragraphs([text]))
+    return Section(replay_check.CAPACITY_SECTION_TITLE, text, paragraphs([text]))
 
 
 def pruned(report: CapacityReport) -> Section:
@@ -359,7 +360,7 @@ def pruned(report: CapacityReport) -> Section:
 
 BUILDERS: dict[str, Callable[[CapacityReport], Section]] = {
     "provenance": header, "answer": answer, "ledger": ledger, "scenarios": scenarios, "count-range": count_range, "headroom": headroom,
-    "latency-cdfs": latency, "kv-usage": kv_usage, "capacity-table": capacity_table, "attainment": attainment,
+    "latency-cdfs": latency, "kv-usage": kv_usage, "kv-network": kv_network.section, "capacity-table": capacity_table, "attainment": attainment,
     "goodput": goodput, "replay": replay, "notes": notes, "pruned": pruned,
 }  # fmt: skip
 SECTIONS = tuple(BUILDERS)  # the <section id=...> of each, in page order

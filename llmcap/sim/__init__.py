@@ -85,6 +85,7 @@ class SimResult:
     timeseries: pa.Table
     summary: dict
     autoscale: AutoscaleLog | None = None
+    handoff_post_s: np.ndarray | None = None  # P/D, per records row: prefill done -> KV on the link (NaN: no handoff)
 
     def records_parquet(self) -> bytes:
         """The records as Parquet bytes (deterministic: same run -> same bytes)."""
@@ -143,7 +144,8 @@ def simulate(
     s = summary(records, itl, run, wall)
     if "prefix_tiers" in s:
         tier_gains(s["prefix_tiers"], model, config.engine.max_num_batched_tokens)
-    return SimResult(records, itl[0], itl[1], series, s, scaling)
+    post = run.recorder.post if config.pd is not None else None
+    return SimResult(records, itl[0], itl[1], series, s, scaling, post)
 
 
 def tier_gains(tiers: list[dict], model: StepTimeModel, chunk: int) -> None:

@@ -244,8 +244,9 @@ class ClusterLoop:
         d = self.back[self.back_router.choose(req, t, -1)]
         rec.decode_replica[i] = d.index
         d.inbound += osl - 1
-        land, secs = self.links[p.index].send(t, self.kv_bytes * self.isl[i])
+        land, secs, post = self.links[p.index].send(t, self.kv_bytes * self.isl[i])
         rec.transfer[i] = secs
+        rec.post[i] = post
         self.handoffs += 1
         heappush(self.heap, (land, LANDING, self.handoffs, 0, (p, d, req)))
 

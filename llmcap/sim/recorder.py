@@ -17,6 +17,7 @@ class Recorder:
         self.decode_admitted = nan.copy()
         self.finish = nan.copy()
         self.transfer = nan.copy()
+        self.post = nan.copy()  # P/D: prefill done -> its KV starts on the link
         self.itl_p50 = nan.copy()
         self.itl_p99 = nan.copy()
         self.itl_max = nan

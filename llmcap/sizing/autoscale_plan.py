@@ -19,6 +19,7 @@ from llmcap.sizing.autoscale import AutoscaleWhatIf, Day, DiurnalDay, PoolRate, 
 from llmcap.sizing.forecast import Forecast, fit_seasonality
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.params import AutoscaleParams, SizeParams
+from llmcap.sizing.planned import sized_blocks
 from llmcap.sizing.units import Lengths, candidate_row, make_unit
 
 ROLES = {"instances": ("both",), "prefill": ("prefill",), "decode": ("decode",)}  # pool name in the summary -> candidate roles
@@ -32,8 +33,14 @@ def plan_whatif(trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, siz
     if set(pools) not in ({"instances"}, {"prefill", "decode"}):
         raise LlmcapError(f"the capacity summary's pools {sorted(pools)} are neither one aggregated pool nor a prefill and a decode pool")
     lengths = Lengths.of(trace)
-    units = {name: make_unit(model, candidate_row(candidates, q["configuration"], ROLES[name]), lengths, size.slo, measured, size.admission_policy)
-             for name, q in pools.items()}  # fmt: skip
+    blocks = dict(zip(("front", "decode"), sized_blocks(summary), strict=True))  # the KV the plan was sized with (`size.kv_budget`)
+
+    def row(name: str, key: str) -> Mapping[str, Any]:
+        r = candidate_row(candidates, key, ROLES[name])
+        n = blocks["decode" if name == "decode" else "front"]
+        return r if n is None else {**r, "kv_tokens_per_instance": n * int(r["block_size"])}
+
+    units = {name: make_unit(model, row(name, q["configuration"]), lengths, size.slo, measured, size.admission_policy) for name, q in pools.items()}
     rates = [PoolRate(ROLES[name][0], float(q["per_instance_rps"]), int(q["gpus_per_instance"])) for name, q in pools.items()]
     pd_cfg = decode_model = None
     main = units.get("instances") or units["prefill"]

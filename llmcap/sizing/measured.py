@@ -89,6 +89,7 @@ class MeasuredProfile:
     fit: CalibratedFit
     fingerprint: dict[str, Any]
     fingerprint_hash: str
+    kv_capacity_tokens: int | None = None  # the KV capacity the profiled engine stated (manifest; None: not known)
 
     def describe(self) -> str:
         said = stated(self.fingerprint)
@@ -138,4 +139,5 @@ def load_profile(directory: Path) -> MeasuredProfile:
     prof = read_profile(directory)
     if prof.fit is None:
         raise InputFileError(directory / "fit.json", "this profile holds no step-model fit (re-run `llmcap profile`, which writes one)")
-    return MeasuredProfile(directory, prof.fit, prof.fingerprint.model_dump(mode="json"), prof.fingerprint_hash)
+    cap = prof.manifest.get("kv_capacity_tokens")
+    return MeasuredProfile(directory, prof.fit, prof.fingerprint.model_dump(mode="json"), prof.fingerprint_hash, None if cap is None else int(cap))

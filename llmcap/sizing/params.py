@@ -314,6 +314,13 @@ class SizeParams(_Strict):
     """Disaggregated: decode rows whose pool rate G_D is searched (best per layout by analytic decode bound per dollar)."""
     pd_link_latency_s: float = Field(default=20e-6, ge=0)
     """KV-transfer link latency; bandwidth = the prefill instance's NICs (catalog)."""
+    pd_network_overhead: float = Field(default=1.25, ge=1)
+    """P→D provisioning (`llmcap.sizing.network`): a prefill instance's link must carry max(burst, concurrent flows) ×
+    this (transport framing, retransmits, ranks' NICs not evenly loaded). Reported per plan; the count does not use it."""
+    kv_budget: Literal["engine", "plan"] = "engine"
+    """KV tokens per instance: `engine` = what the engine stated for a candidate's configuration (a matching profile's
+    `kv_capacity_tokens`, `llmcap size --kv-from-log`) where it did, else the memory plan's; `plan` = the memory plan's
+    always (the engine's is shown beside it). `llmcap.sizing.kvbudget`."""
     pools_split_isl: int | None = Field(default=None, gt=0)
     """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
     each class sized on its own sub-trace; None = skip."""

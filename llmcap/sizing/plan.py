@@ -46,6 +46,10 @@ from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
 from llmcap.sizing.ledger import Ledger, four_ledgers
 from llmcap.sizing.measured import MeasuredModels
+from llmcap.sizing.analytic import windowed_peak_rate
+from llmcap.sizing.network import Provisioning, provision
+from llmcap.sizing.network import table_columns as network_columns
+from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.scenarios import FitResult
@@ -76,6 +80,7 @@ class SizingEvidence:
     replay: str
     count_range: tuple[str, ...]
     finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each
+    network: dict[str, Any] | None = None  # P/D: the chosen plan's link provisioning and the replay's handoff percentiles
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,8 @@ def ledger_check(lengths: Lengths, row: SizedRow, rate_rps: float, plan: Capacit
     )  # fmt: skip
 
 
-def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow], settled: Mapping[str, bool]) -> list[dict[str, Any]]:
+def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow], settled: Mapping[str, bool],
+                provisioned: Callable[[SizedRow], Provisioning | None]) -> list[dict[str, Any]]:  # fmt: skip
     out = [capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan, scenarios=settled.get(r.key))
            for r in rows if r.mode == "aggregated"]  # fmt: skip
     out += [capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles]
@@ -122,7 +128,7 @@ def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[Role
             assert r.pd_roles is not None
             pr, dr = r.pd_roles
             out.append(pairing_row(workload_id, r.key, r.config, (pr.result, pr.rate, pr.unit.gpus), (dr.result, dr.rate, dr.unit.gpus), r.plan,
-                                   settled.get(r.key)))  # fmt: skip
+                                   settled.get(r.key)) | network_columns(provisioned(r)))  # fmt: skip
     return out
 
 
@@ -226,7 +232,14 @@ def size_deployments(
     assert plan is not None
     phase(4)
     spread = sizer.count_range(chosen, fitted.minimality) if fitted is not None and fitted.ok else None
-    table = capacity_table(_table_rows(workload_id, rows, sizer.roles, settled))
+    # P→D links (`llmcap.sizing.network`): bursts are the planning traffic's windowed peak
+    peak = windowed_peak_rate(sizer.scaled_arrivals, params.headroom.traffic_window_s) * sizer.planning / sizer.target
+    mean_isl = float(sizer.lengths.isl.mean())
+
+    def provisioned(row: SizedRow) -> Provisioning | None:
+        return provision(row, mean_isl, peak, params.pd_network_overhead)
+
+    table = capacity_table(_table_rows(workload_id, rows, sizer.roles, settled, provisioned))
 
     # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
     phase(5)
@@ -236,9 +249,11 @@ def size_deployments(
     replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
     curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
+    link = provisioned(chosen)
+    network = None if link is None else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
     evidence = SizingEvidence(curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes), analytic=analytic, fit=fitted,
                               ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()),
-                              finalists=tuple(f["line"] for f in finalists or ()))  # fmt: skip
+                              finalists=tuple(f["line"] for f in finalists or ()), network=network)  # fmt: skip
     summary: SizingSummary = {
         "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
         "target_rps": sizer.target,
@@ -267,6 +282,7 @@ def size_deployments(
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),
         "ledger": ledger.as_dict(),
+        "network": network,
         "deployment": sizer.planned(chosen, plan).to_dict(),
         "candidates_feasible": len(feasible),
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),

@@ -133,3 +133,12 @@ def step_model_record(step: StepTimeModel, row: Mapping[str, Any]) -> dict[str, 
     if type(step) is not RooflineModel:
         return {"source": "measured profile or corrected step times"}
     return {"source": "roofline"} | {k: (str(row[k]) if k in ("gpu", "weight_quant", "kv_dtype") else int(row[k])) for k in STEP_MODEL_FIELDS}
+
+
+def sized_blocks(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """KV blocks per instance of the (prefill or only, decode) pool as the plan was sized (its `deployment` record: the
+    engine's stated KV where `size.kv_budget` used it, `llmcap.sizing.kvbudget`); None where the summary has no record."""
+    config = (summary.get("deployment") or {}).get("sim_config") or {}
+    front = (config.get("engine") or {}).get("num_blocks")
+    back = ((config.get("pd") or {}).get("decode_engine") or {}).get("num_blocks", front)
+    return front, back

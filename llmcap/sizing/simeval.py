@@ -100,11 +100,36 @@ def run_metrics(
     m["preemptions"] = float(result.summary["preemptions"])
     if disaggregated:  # the whole prompt's KV moves from the prefill to the decode replica
         m["network_payload_mb"] = float(np.mean(_col(rec, "isl", ok)) * kv_bytes_per_token / 1e6) if ok.any() else 0.0
-        wait = _col(rec, "visible_wait_s", ok)
-        if wait.size:
-            m["visible_wait_ms_p99"] = float(np.percentile(wait, 99) * 1e3)
+        m |= handoff_metrics(result, ok)
     else:
         m["network_payload_mb"] = 0.0
+    return m
+
+
+def ok_rows(records: pa.Table) -> np.ndarray:
+    """The records that finished ("ok"), as a mask."""
+    return records.column("status").to_numpy(zero_copy_only=False) == "ok"
+
+
+HANDOFF = (("handoff_post", None), ("handoff_transfer", "transfer_s"), ("visible_wait", "visible_wait_s"))
+"""The P→D handoff's parts, capacity-table name → records column (post: `SimResult.handoff_post_s`)."""
+
+
+def handoff_metrics(result: SimResult, rows: np.ndarray) -> dict[str, float]:
+    """p50 and p99 (ms) of each P→D handoff part over `rows` (a mask of the records) that handed off: post
+    (prefill done → KV on the link), transfer (on the link + latency), visible wait (prefill done → decode admission)."""
+    m: dict[str, float] = {}
+    rec = result.records
+    for name, column in HANDOFF:
+        if column is None:
+            post = result.handoff_post_s
+            x = np.empty(0) if post is None else post[rows]
+            x = x[~np.isnan(x)]
+        else:
+            x = _col(rec, column, rows)
+        if x.size:
+            p50, p99 = np.percentile(x, [50, 99]) * 1e3
+            m[f"{name}_ms_p50"], m[f"{name}_ms_p99"] = float(p50), float(p99)
     return m
 
 

@@ -51,7 +51,8 @@ class Sizer:
         self.lengths = Lengths.of(trace)
         self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
         # the planning traffic, once: every plan's pools are sized from it (`plan`)
-        self.demand = planning_demand(self.target, params.headroom, scale_rate(trace, self.target).column("arrival_s").to_numpy())
+        self.scaled_arrivals = scale_rate(trace, self.target).column("arrival_s").to_numpy()
+        self.demand = planning_demand(self.target, params.headroom, self.scaled_arrivals)
         self.planning = self.demand.traffic.planning_rps
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []

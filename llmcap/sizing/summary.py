@@ -87,6 +87,7 @@ class SizingSummary(TypedDict):
     fit_history: list[str] | None
     count_range: dict[str, Any] | None
     ledger: dict[str, Any]
+    network: dict[str, Any] | None  # P/D: the prefill instances' link provisioning and the replay's handoff percentiles (llmcap.sizing.network)
     deployment: dict[str, Any]  # the planned deployment as `llmcap simulate --plan` replays it (`llmcap.sizing.planned`)
     candidates_feasible: int
     candidates_simulated: int
@@ -103,3 +104,5 @@ class CapacitySummary(SizingSummary):
     roofline_calibrations: dict[str, dict[str, str]]
     # per pool of the chosen plan: its configuration and what sized it (llmcap.planning.pool_provenance)
     pool_provenance: dict[str, dict[str, str]]
+    # per configuration an engine stated a KV capacity for: planned, measured and used tokens per instance (llmcap.sizing.kvbudget)
+    kv_budget: list[dict[str, Any]]

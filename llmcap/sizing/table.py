@@ -12,11 +12,18 @@ Columns (`CAPACITY_SCHEMA`; units in the names: _rps req/s, _ms milliseconds, _m
   monotonicity_violations, binding_slo (`binding_slo`: what stopped the rate from rising; pairings: per role).
   Pairings: max_rps = what gpus_per_unit GPUs carry in pools balanced to the
   measured role rates, (g_P + g_D) / (g_P/G_P + g_D/G_D); attainment, status: the worse role's; metrics:
-  TTFT from the prefill role's search, the rest from the decode role's.
+  TTFT and the handoff from the prefill role's search (its instance's link carries G_P; TTFT includes the
+  handoff), the rest from the decode role's.
 - at max_rps, each the mean over seeds of the evaluate callable's `metrics` of the same name:
   ttft/itl/e2e _p50/_p90/_p99_ms, tokens_per_s (output), mean_active, mean_waiting, preemptions,
   kv_usage_p50 / kv_usage_p99 (fraction of KV capacity), network_payload_mb (mean per request),
-  visible_wait_ms_p99 (P/D handoff). Missing metrics are null.
+  P/D handoff, p50 and p99: handoff_post_ms (prefill done → its KV starts on the prefill instance's link: the
+  queue behind earlier handoffs), handoff_transfer_ms (on the link + its latency), visible_wait_ms (prefill done →
+  decode admission: what the request waited). Missing metrics are null.
+- kv_tokens_planned / kv_tokens_measured / kv_tokens_used: KV tokens per instance by the memory plan, as the engine
+  stated them (a matching profile or engine log; null: none), and the one sizing used (`size.kv_budget`).
+- pd_link_required_gbps, pd_link_gbps, pd_link_verdict (sized P/D pairings): what one prefill instance's handoffs need,
+  max(burst, concurrent flows) × overhead, against its NICs, and "fits (N% of the link)" / "over by N%" (`llmcap.sizing.network`).
 - goodput_rps = max_rps × attainment; goodput_per_gpu = goodput_rps / gpus_per_unit.
 - sizing for target_rps: base_instances, headroom_instances, instances, gpus, gpu_hours_per_day,
   usd_per_hour, operational_margin (headroom ÷ base). Null when the row was not sized. scenarios: "pass" /
@@ -47,12 +54,16 @@ CONFIG_COLUMNS = [
     ("gpu", _STR), ("weight_quant", _STR), ("kv_dtype", _STR),
     ("tp", _I64), ("pp", _I64), ("ep", _I64), ("dp", _I64),
     ("max_num_seqs", _I64), ("max_num_batched_tokens", _I64), ("gpus_per_instance", _I64), ("admission_policy", _STR), ("step_model", _STR),
+    ("kv_tokens_planned", _I64), ("kv_tokens_measured", _I64), ("kv_tokens_used", _I64),
 ]  # fmt: skip
 METRIC_COLUMNS = [
     *(f"{m}_p{q}_ms" for m in ("ttft", "itl", "e2e") for q in (50, 90, 99)),
     "tokens_per_s", "mean_active", "mean_waiting", "preemptions",
     "kv_usage_p50", "kv_usage_p99", "network_payload_mb", "visible_wait_ms_p99",
+    "visible_wait_ms_p50", "handoff_post_ms_p50", "handoff_post_ms_p99", "handoff_transfer_ms_p50", "handoff_transfer_ms_p99",
 ]  # fmt: skip
+HANDOFF_COLUMNS = tuple(m for m in METRIC_COLUMNS if m.startswith(("visible_wait_", "handoff_")))
+NETWORK_COLUMNS = [("pd_link_required_gbps", _F64), ("pd_link_gbps", _F64), ("pd_link_verdict", _STR)]  # P/D pairings (llmcap.sizing.network)
 SIZING_COLUMNS = [
     ("target_rps", _F64), ("base_instances", _I64), ("headroom_instances", _I64), ("instances", _I64),
     ("gpus", _I64), ("gpu_hours_per_day", _F64), ("usd_per_hour", _F64), ("operational_margin", _F64), ("scenarios", _STR),
@@ -75,6 +86,7 @@ CAPACITY_SCHEMA = pa.schema(
         pa.field("goodput_per_gpu", _F64),
         *(pa.field(n, _F64) for n in METRIC_COLUMNS),
         *(pa.field(n, t) for n, t in SIZING_COLUMNS),
+        *(pa.field(n, t) for n, t in NETWORK_COLUMNS),
     ]
 )
 
@@ -129,7 +141,7 @@ def capacity_row(
     for m in METRIC_COLUMNS:
         vals = [] if best is None else [r.metrics[m] for r in best.results if m in r.metrics]
         row[m] = float(np.mean(vals)) if vals else None
-    row.update({n: None for n, _ in SIZING_COLUMNS})
+    row.update({n: None for n, _ in (*SIZING_COLUMNS, *NETWORK_COLUMNS)})
     if plan is not None:
         row.update(
             target_rps=plan.rate_rps,
@@ -176,7 +188,7 @@ def pairing_row(
         binding_slo=f"prefill: {binding_slo(pre_res)}; decode: {binding_slo(dec_res)}",
         goodput_rps=goodput,
         goodput_per_gpu=None if goodput is None else goodput / gpus,
-        **{k: v for k, v in pre.items() if k.startswith("ttft_")},
+        **{k: v for k, v in pre.items() if k.startswith("ttft_") or k in HANDOFF_COLUMNS},
     )
     return row
 

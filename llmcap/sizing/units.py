@@ -33,7 +33,8 @@ from llmcap.sizing.slo import itl_column
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded, reuse_at, stack_distances
 from llmcap.trace.schema import block_size_of
 
-CONFIG_KEYS = ("gpu", "weight_quant", "kv_dtype", "tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "gpus_per_instance")
+CONFIG_KEYS = ("gpu", "weight_quant", "kv_dtype", "tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "gpus_per_instance",
+               "kv_tokens_planned", "kv_tokens_measured")  # fmt: skip
 
 
 def candidate_key(row: Mapping[str, Any]) -> str:
@@ -131,8 +132,9 @@ class Unit:
 
     @property
     def config(self) -> dict[str, Any]:
-        own = {k: (v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
-        return own | {"admission_policy": self.engine.admission_policy, "step_model": self.step_model_source}
+        own = {k: (None if v is pd.NA else v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
+        return own | {"admission_policy": self.engine.admission_policy, "step_model": self.step_model_source,
+                      "kv_tokens_used": int(self.row["kv_tokens_per_instance"])}
 
 
 def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarray:

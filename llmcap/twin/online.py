@@ -120,7 +120,7 @@ class OnlineCluster:
 
     def _reset_slot(self, i: int) -> None:
         rec = self.rec
-        for col in (rec.admitted, rec.first_token, rec.prefill_done, rec.decode_admitted, rec.finish, rec.transfer,
+        for col in (rec.admitted, rec.first_token, rec.prefill_done, rec.decode_admitted, rec.finish, rec.transfer, rec.post,
                     rec.itl_p50, rec.itl_p99, rec.itl_max):  # fmt: skip
             col[i] = math.nan
         rec.cached[i] = rec.host_cached[i] = rec.preemptions[i] = 0

@@ -83,6 +83,16 @@ def test_an_aggregated_unit_and_a_missing_row(candidates) -> None:
     assert config.engine.num_blocks == int(row["kv_tokens_per_instance"]) // int(row["block_size"])
     with pytest.raises(LlmcapError, match="not a feasible row"):
         unit_from_plan(summary | {"chosen": "H100-SXM-80GB/nope"}, candidates, MODEL, 0.0, True)
+    # sized with the engine's stated KV (size.kv_budget): the plan's deployment record holds its blocks, and the unit serves them
+    engine_kv = summary | {"deployment": {"sim_config": {"engine": {"num_blocks": 1000}}}}
+    assert unit_from_plan(engine_kv, candidates, MODEL, 0.0, True).simulation()[0].engine.num_blocks == 1000
+    # P/D: the decode pool's own engine when it has one (else the prefill's), as the autoscale what-if reads them too
+    from llmcap.sizing.planned import sized_blocks
+
+    pd_record = {"engine": {"num_blocks": 1000}, "pd": {"decode_engine": {"num_blocks": 3000}}}
+    assert sized_blocks({"deployment": {"sim_config": pd_record}}) == (1000, 3000)
+    assert sized_blocks({"deployment": {"sim_config": {"engine": {"num_blocks": 1000}, "pd": {}}}}) == (1000, 1000)
+    assert sized_blocks(summary) == (None, None)
 
 
 Z2 = 1.959963984540054**2  # z² of a two-sided 95% interval

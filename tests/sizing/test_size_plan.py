@@ -94,6 +94,34 @@ def test_pd_pairings_size_each_pool_from_its_own_searched_rate(outcome):
         assert n_p >= 1 and n_d >= 1  # pools sized separately: no fixed decode count per unit
 
 
+def test_pd_rows_carry_the_handoff_percentiles_and_the_link_provisioning(outcome):
+    from llmcap.catalog import get_gpu
+    from llmcap.sizing.table import HANDOFF_COLUMNS
+
+    rows = outcome.table.to_pylist()
+    roles = {(r["mode"], r["candidate"]): r for r in rows if r["mode"] in ("prefill", "decode")}
+    nic_gbps = get_gpu("h100").nic_bytes_s * 8 / 1e9
+    for r in (r for r in rows if r["mode"] == "disaggregated"):
+        pre = roles["prefill", r["candidate"].split("]+D[")[0].removeprefix("P[")]
+        # a pairing's handoff is its prefill role's search (whose one link carries G_P), each part p50 ≤ p99
+        assert all(r[c] == pre[c] is not None for c in HANDOFF_COLUMNS)
+        for part in ("handoff_post", "handoff_transfer", "visible_wait"):
+            assert 0 <= r[f"{part}_ms_p50"] <= r[f"{part}_ms_p99"]
+        # the link is the prefill instance's NICs, one per GPU; the verdict states required ÷ link
+        assert r["pd_link_gbps"] == pytest.approx(nic_gbps * pre["gpus_per_instance"])
+        share = r["pd_link_required_gbps"] / r["pd_link_gbps"]
+        assert r["pd_link_verdict"] == (f"fits ({share:.0%} of the link)" if share <= 1 else f"over by {share - 1:.0%}")
+    assert all(r["pd_link_verdict"] is None and r["handoff_post_ms_p50"] is None for r in rows if r["mode"] == "aggregated")
+    network = outcome.summary["network"]
+    md = render_markdown(capacity_report(outcome, PARAMS.slo))
+    assert "## KV budget and P→D network" in md
+    if outcome.summary["mode"] == "aggregated":
+        assert network is None and "P→D network: not disaggregated" in md
+    else:
+        assert network is not None and network["provisioning"]["line"] in md
+        assert 0 <= network["replay_handoff_ms"]["handoff_post_ms_p50"] <= network["replay_handoff_ms"]["handoff_post_ms_p99"]
+
+
 @pytest.fixture(scope="module")
 def busy(trace, candidates):
     """The same trace planned at 10× its rate: pools of several instances, where minimality means something."""

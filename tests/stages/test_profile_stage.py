@@ -30,7 +30,7 @@ def _setup(tmp_path: Path, profile_params: dict) -> list[str]:
             "--step-model", str(tmp_path / "out" / "step_model.json"), "--report-dir", str(tmp_path / "reports")]
 
 
-def _store(tmp_path: Path, **fingerprint_changes) -> Profile:
+def _store(tmp_path: Path, manifest: dict | None = None, **fingerprint_changes) -> Profile:
     params = load_params(tmp_path / "params.yaml")
     fp = stage.target_fingerprint(params.profile, "Llama-3.1-8B", CATALOG).model_copy(update=fingerprint_changes)
     isl = np.array([128.0, 512.0, 2048.0])
@@ -40,7 +40,7 @@ def _store(tmp_path: Path, **fingerprint_changes) -> Profile:
              "tp": 2, "pp": 1, "ep": 1, "dp": 1, "repeats": 3, "requests": 3, "steady_gaps": 100,
              "ttft_s": t, "itl_mean_s": 0.0071, "itl_p50_s": 0.007, "itl_p99_s": 0.009} for i, t in zip(isl, [0.012, 0.020, 0.061])]
     prof = Profile(fp, points_table(rows), steps_table(obs, ["prefill"] * 3 + ["decode"] * 3, [128, 512, 2048, 400, 400, 1200],
-                                                       [1, 1, 1, 1, 4, 16], 3), fit_step_model(obs), {"source": "test"})
+                                                       [1, 1, 1, 1, 4, 16], 3), fit_step_model(obs), {"source": "test", **(manifest or {})})
     prof.write(tmp_path / "stored")
     return prof
 
@@ -84,6 +84,19 @@ def test_a_matching_stored_profile_is_reused(tmp_path: Path, capsys: pytest.Capt
     logged = {a.path for a in mlflow.MlflowClient().list_artifacts(run["run_id"], "profile/roofline_calibration/H100-SXM-80GB")}
     assert logged == {"profile/roofline_calibration/H100-SXM-80GB/roofline.yaml"}
     assert run["tags.roofline.calibrations"].count("@") == len(shipped_calibrations()) >= 5
+
+
+def test_the_kv_capacity_the_profiled_engine_stated_reaches_the_size_stage(tmp_path: Path) -> None:
+    from llmcap.planning import StepTimes
+
+    args = _setup(tmp_path, TARGET)
+    _store(tmp_path, manifest={"kv_capacity_tokens": 123_456})
+    assert stage.main(args) == 0
+    assert _step_model(tmp_path)["kv_capacity_tokens"] == 123_456
+    # the size stage reads it as the engine's KV for the profiled configuration (Llama-3.1-8B on H100 TP2, bf16)
+    (kv,) = StepTimes.read(tmp_path / "out" / "step_model.json").engine_kv
+    assert kv.tokens == 123_456
+    assert dict(kv.match) == {"gpu": "H100-SXM-80GB", "tp": 2, "pp": 1, "ep": 1, "weight_quant": "bf16", "kv_dtype": "bf16"}
 
 
 def test_a_new_engine_version_marks_the_stored_profile_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
