@@ -94,7 +94,8 @@ def plan_capacity(
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    mixed = [*mixed_traffic(trace, model.name), reservation_note(trace, params.admission_policy)]
+    slots = int(candidates["max_loras"].max()) if "max_loras" in candidates.columns and len(candidates) else 0
+    mixed = [*mixed_traffic(trace, model.name, slots), reservation_note(trace, params.admission_policy)]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
     fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
@@ -184,8 +185,9 @@ def describe_provenance(row: Mapping[str, str]) -> str:
     return f"{config} — step times: {model}; environment {row['environment']}: {env}"
 
 
-def mixed_traffic(table: pa.Table, model: str) -> list[str]:
-    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters."""
+def mixed_traffic(table: pa.Table, model: str, lora_slots: int = 0) -> list[str]:
+    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters (`lora_slots`:
+    the adapters the candidates hold resident, 0 = none)."""
     mix = label_mix(table)
     shares = lambda name: ", ".join(f"{k} {v:.0%}" for k, v in mix[name].items())  # noqa: E731
     out = []
@@ -193,7 +195,11 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
         out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
                    "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
                    "label, a pool per model")  # fmt: skip
-    if len(mix.get("adapter", {})) > 1:
+    if len(mix.get("adapter", {})) > 1 and lora_slots:
+        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: {lora_slots} LoRA slots on every rank "
+                   f"(their memory taken from the KV cache) and at most {lora_slots} adapters per batch are planned; their prefix "
+                   "caches are kept apart")  # fmt: skip
+    elif len(mix.get("adapter", {})) > 1:
         out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
                    "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
                    "are planned as if the base model served every request (their prefix caches are kept apart)")  # fmt: skip

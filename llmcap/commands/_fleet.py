@@ -15,9 +15,12 @@ import typer
 from llmcap.catalog import ModelSpec
 from llmcap.commands._common import dumps, err_console, print_csv, print_json
 from llmcap.errors import LlmcapError
+from llmcap.lora import slot_cost
+from llmcap.memory import MemoryParams
 from llmcap.planning import CapacityDecision, StepTimes
 from llmcap.report.capacity import write_report
-from llmcap.sizing.fleet import ClassPlan, Fleet, split_by_model
+from llmcap.sizing.fleet import ClassPlan, Fleet, class_traffic, split_by_model
+from llmcap.sizing.units import candidate_key
 from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.params import SizeParams
 
@@ -52,19 +55,45 @@ def model_classes(models: list[str]) -> dict[str | None, str]:
     return out
 
 
-def _class_plan(label: str, spec: ModelSpec, table: pa.Table, plan_one: PlanOne, params: SizeParams, out: Path | None) -> ClassPlan:
+def adapter_cost(spec: ModelSpec, adapters: dict[str, int], one: PlannedModel, lora: tuple[int, int]) -> str:
+    """What a class's adapters cost its pools: each chosen configuration's LoRA slots (memory per rank, KV displaced) and
+    the limit of max_loras adapters per batch (`llmcap.lora`, the simulator's admission); "" without adapters."""
+    if not adapters:
+        return ""
+    slots, rank = lora
+    served = f"{len(adapters)} adapters ({', '.join(f'{a} {n:,}' for a, n in adapters.items())} requests) inside {spec.name}'s pool"
+    if slots == 0:
+        return f"{served}: their cost is not planned (no --max-loras: no LoRA slot reserved, no per-batch limit)"
+    rows = {candidate_key(r): r for r in one.candidates[one.candidates["feasible"]].to_dict("records")}
+    costs = []
+    for pool, plan in one.outcome.summary["pool_plans"].items():
+        row = rows.get(str(plan["configuration"]))
+        if row is not None:
+            held, tokens = slot_cost(spec, int(row["tp"]), int(row["pp"]), slots, rank, float(row["kv_bytes_per_token_per_rank"]))
+            costs.append(f"{pool}: {held / 1e6:,.1f} MB per rank ({tokens:,} KV tokens fewer)")
+    wait = "; fewer slots than adapters: a request of another adapter waits for a slot" if slots < len(adapters) else ""
+    return (f"{served}: {slots} LoRA slots of rank {rank} on every rank — {'; '.join(costs)}; at most {slots} adapters per batch "
+            f"(max_loras){wait}")  # fmt: skip
+
+
+def _class_plan(label: str, spec: ModelSpec, table: pa.Table, plan_one: PlanOne, params: SizeParams, out: Path | None,
+                lora: tuple[int, int]) -> ClassPlan:  # fmt: skip
+    traffic = class_traffic(table)
+    if not traffic["adapters"]:
+        lora = (0, lora[1])  # a model no adapter runs on reserves no slots
     try:
-        one = plan_one(spec, table, params=params)
+        one = plan_one(spec, table, params=params, memory=MemoryParams(lora_slots=lora[0], lora_rank=lora[1]))
     except NoFeasiblePlan as none:
-        return ClassPlan(label, spec.name, table.num_rows, None, None, None, None, f"no plan: {none.headline}")
+        return ClassPlan(label, spec.name, table.num_rows, None, None, None, None, f"no plan: {none.headline}", **traffic)
     if out is not None:
         write_report(one.outcome.report, out)
         (out / "summary.json").write_text(dumps(dict(one.outcome.summary), indent=2) + "\n", encoding="utf-8")
-    return ClassPlan.of(label, spec.name, table.num_rows, one.outcome.summary)
+    return ClassPlan.of(label, spec.name, table.num_rows, one.outcome.summary, adapter_cost=adapter_cost(spec, traffic["adapters"], one, lora),
+                        **traffic)  # fmt: skip
 
 
 def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec], plan_one: PlanOne, params: SizeParams, output: str,
-               out: Path | None) -> None:  # fmt: skip
+               out: Path | None, lora: tuple[int, int] = (0, 16)) -> None:  # fmt: skip
     """Each model label's requests sized on their own, the whole trace as the most requested model's (the single-model
     view), the fleet printed; exit 1 unless every class has a passing plan."""
     labels = [label for label in specs if label is not None]
@@ -80,10 +109,10 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
     for label in labels:
         say(f"sizing {label} ({specs[label].name}): {parts[label].num_rows:,} of {table.num_rows:,} requests")
         classes.append(_class_plan(label, specs[label], parts[label], plan_one, class_params(parts[label].num_rows),
-                                   None if out is None else out / label))  # fmt: skip
+                                   None if out is None else out / label, lora))  # fmt: skip
     dominant = max(labels, key=lambda label: (parts[label].num_rows, label))
     say(f"sizing the single-model view: all {table.num_rows:,} requests as {specs[dominant].name}")
-    single = _class_plan("(one total)", specs[dominant], table, plan_one, params, None)
+    single = _class_plan("(one total)", specs[dominant], table, plan_one, params, None, lora)
     fleet = Fleet(tuple(classes), single)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -96,6 +125,8 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
         print(f"{trace.name}: a pool per model")
         for c in classes:
             print(f"  {c.line()}")
+            for line in c.details():
+                print(f"    {line}")
         for line in fleet.lines():
             print(f"  {line}")
         if out is not None:

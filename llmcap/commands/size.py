@@ -57,6 +57,7 @@ from llmcap.commands._trace_input import (
     DuplicatesOpt,
     FormatOpt,
     GenerateArrivalsOpt,
+    PrefixScopeOpt,
     TimeUnitOpt,
     account_json,
     plausible_rate,
@@ -313,6 +314,7 @@ def size(
     generate_arrivals: GenerateArrivalsOpt = False,
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
+    scope: PrefixScopeOpt = None,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -340,7 +342,7 @@ def size(
         params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
     specs = {label: load_model(name) for label, name in classes.items()}  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table", scope=scope
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
@@ -349,7 +351,7 @@ def size(
                        step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
                        memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
     if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
-        size_fleet(trace, table, specs, plan_one, params, output, out)
+        size_fleet(trace, table, specs, plan_one, params, output, out, (max_loras, max_lora_rank))
         return
     spec, model_arg = specs[None], classes[None]
     for line in mixed_traffic(table, spec.name):  # said before the minutes of sizing; the plan's notes say it too

@@ -11,7 +11,7 @@ single view prices every request at one model's cost.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from llmcap.errors import LlmcapError
+
+
+def class_traffic(table: pa.Table) -> dict[str, Any]:
+    """A class's adapters (requests each) and its ideal prefix hit ratio, as ClassPlan keeps them."""
+    adapters: dict[str, int] = {}
+    if "adapter" in table.column_names and table.column("adapter").null_count < table.num_rows:
+        adapters = {vc["values"]: vc["counts"] for vc in pc.value_counts(table.column("adapter").drop_null()).to_pylist()}
+    hits = table.column("prefix_hit_tokens") if "prefix_hit_tokens" in table.column_names else None
+    ratio = None
+    if hits is not None and hits.null_count < table.num_rows and table.num_rows:
+        ratio = float(pc.sum(hits).as_py() or 0) / float(pc.sum(table.column("isl")).as_py())
+    return {"adapters": dict(sorted(adapters.items())), "prefix_hit_ratio": ratio}
 
 
 def split_by_model(table: pa.Table, labels: Sequence[str]) -> dict[str, pa.Table]:
@@ -54,11 +66,14 @@ class ClassPlan:
     gpus: int | None
     usd_per_hour: float | None
     verdict: str  # "passes", "fails" (the closest miss), or "no plan: <why>"
+    adapters: dict[str, int] = field(default_factory=dict)  # requests per LoRA adapter served inside this pool
+    adapter_cost: str = ""  # what the adapters cost the pool (slots' memory, the batching limit), "" without adapters
+    prefix_hit_ratio: float | None = None  # Σ reusable prefix tokens ÷ Σ prompt tokens (infinite cache, scoped ids); None: no hashes
 
     @classmethod
-    def of(cls, label: str, model: str, requests: int, summary: Mapping[str, Any]) -> ClassPlan:
+    def of(cls, label: str, model: str, requests: int, summary: Mapping[str, Any], **traffic: Any) -> ClassPlan:
         return cls(label, model, requests, float(summary["target_rps"]), f"{summary['chosen']} ({summary['mode']})", int(summary["gpus"]),
-                   float(summary["usd_per_hour"]), str(summary["verdict"]))  # fmt: skip
+                   float(summary["usd_per_hour"]), str(summary["verdict"]), **traffic)  # fmt: skip
 
     @property
     def passes(self) -> bool:
@@ -70,6 +85,13 @@ class ClassPlan:
         miss = "" if self.passes else " — fails a scenario: not an answer"
         return (f"{self.label} ({self.model}): {self.requests:,} requests at {self.rate_rps:.3g} req/s → {self.chosen}: "
                 f"{self.gpus} GPUs, ${self.usd_per_hour:,.2f}/h{miss}")  # fmt: skip
+
+    def details(self) -> list[str]:
+        """The class's adapters with their cost, and the prefix reuse its own cache can have."""
+        out = [self.adapter_cost] if self.adapter_cost else []
+        if self.prefix_hit_ratio is not None:
+            out.append(f"prefix reuse within the pool's scopes: {self.prefix_hit_ratio:.1%} of prompt tokens (infinite cache)")
+        return out
 
 
 @dataclass(frozen=True)
