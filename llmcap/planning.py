@@ -203,6 +203,10 @@ def mixed_traffic(table: pa.Table, model: str, lora_slots: int = 0) -> list[str]
         out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
                    "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
                    "are planned as if the base model served every request (their prefix caches are kept apart)")  # fmt: skip
+    if mix.get("feature"):
+        out.append(f"request features ({shares('feature')}) are planned at {model}'s plain step times: structured output, logprobs, "
+                   "beam search, speculative decoding and multimodal encoders change a step's cost, which no step model here "
+                   "prices per feature; `llmcap trace clean --exclude feature=REGEX` leaves a feature out to size the rest apart")  # fmt: skip
     return out
 
 

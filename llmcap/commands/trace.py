@@ -92,7 +92,7 @@ def clean(
     max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     window_start: Annotated[float | None, typer.Option("--window-start", help="s from first request")] = None,
     window_end: Annotated[float | None, typer.Option("--window-end", help="s from first request")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session)")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session/feature)")] = None,
     scope: PrefixScopeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
