@@ -84,12 +84,14 @@ def plan_capacity(
                            measured=step_times.measured, on_phase=on_phase)  # fmt: skip
     notes: tuple[str, ...] = ()
     pools: RequestClassPools | None = None
-    if params.pools_split_isl is not None:
-        say(f"request-class pools: sizing prompts ≤ {params.pools_split_isl:,} and longer ones separately")
+    if params.pools_split_isl is not None or params.pools_split_cap is not None:
+        where = f"ISL {params.pools_split_isl:,}" if params.pools_split_isl is not None else f"max_tokens {params.pools_split_cap:g}× the median OSL"
+        say(f"request-class pools: sizing each side of {where} separately")
         try:
-            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured)
+            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured,
+                                   params.pools_split_cap)  # fmt: skip
         except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
-            reason = f"request-class pools at ISL {params.pools_split_isl:,}: split not possible — {exc}"
+            reason = f"request-class pools at {where}: split not possible — {exc}"
             notes, pools = (reason,), {"cheaper": "shared", "reason": reason}
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)

@@ -91,7 +91,7 @@ MATCHED: dict[str, dict[str, Spec]] = {
         "slo_availability": (SloParams, "availability"),
         "max_loras": (MemoryParams, "lora_slots"), "max_lora_rank": (MemoryParams, "lora_rank"),
         "target_rps": (SizeParams, "target_rps"), "admission_policy": (SizeParams, "admission_policy"),
-        "pools_split_isl": (SizeParams, "pools_split_isl"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
+        "pools_split_isl": (SizeParams, "pools_split_isl"), "pools_split_cap": (SizeParams, "pools_split_cap"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
         "shortlist": (SizeParams, "shortlist"), "excerpt": (SizeParams, "excerpt_requests"),
         "pd": (SizeParams, "pd_prefill_shortlist", lambda n: n > 0),  # P/D is sized when prefill rows are shortlisted
         "workers": (ComputeParams, "workers"), "dask_address": (ComputeParams, "dask_address"),

@@ -40,6 +40,17 @@ class PlannedModel:
 PlanOne = Callable[..., PlannedModel]  # (spec, table, params=...) → the plan
 
 
+def with_cap_split(params: SizeParams, split_isl: int | None, split_cap: float | None) -> SizeParams:
+    """`--pools-split-cap`: the requests whose max_tokens is far above the typical output compared as their own pool
+    (`size.pools_split_cap`); one split at a time, so it replaces a params file's ISL split unless --pools-split-isl
+    was given too (an error)."""
+    if split_cap is None:
+        return params
+    if split_isl is not None:
+        raise LlmcapError("--pools-split-isl and --pools-split-cap each split the requests in two: give one")
+    return params.model_copy(update={"pools_split_isl": None, "pools_split_cap": split_cap})
+
+
 def model_classes(models: list[str]) -> dict[str | None, str]:
     """`--model` values: one model for the whole trace ({None: name}), or LABEL=MODEL for each model label."""
     if len(models) == 1 and "=" not in models[0]:

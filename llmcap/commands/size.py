@@ -37,7 +37,7 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.commands._deployment import AdmissionOpt, ProfileOpt
-from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet
+from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet, with_cap_split
 from llmcap.commands._goodput import (
     SIZE,
     SLO,
@@ -293,6 +293,7 @@ def size(
     params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
     pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = SIZE.pools_split_isl,
+    pools_split_cap: Annotated[float | None, typer.Option(min=1.0001, help="Or a pool for requests whose max_tokens exceeds this × the median output vs the rest.")] = SIZE.pools_split_cap,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = SIZE.pd_prefill_shortlist > 0,
     max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = SIZE.max_usd_per_hour,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = SIZE.shortlist,
@@ -336,6 +337,7 @@ def size(
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
                               parse_percentiles(slo_percentile), slo_availability)  # fmt: skip
+    params = with_cap_split(params, pools_split_isl, pools_split_cap)
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):
