@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import typer
 
 from llmcap.catalog import ModelSpec
@@ -103,12 +104,33 @@ def _class_plan(label: str, spec: ModelSpec, table: pa.Table, plan_one: PlanOne,
                         **traffic)  # fmt: skip
 
 
+CLASS_LABELS = ("tenant", "feature")  # what --class-by may split one model's traffic by
+
+
+def by_label(table: pa.Table, specs: dict[str | None, ModelSpec], label: str) -> tuple[pa.Table, dict[str | None, ModelSpec]]:
+    """`--class-by LABEL`: one model's traffic as a class per value of the label (requests without one: "(none)"), most
+    requested first."""
+    if label not in CLASS_LABELS:
+        raise LlmcapError(f"--class-by {label!r}: one of {', '.join(CLASS_LABELS)} (several models: --model LABEL=MODEL)")
+    if list(specs) != [None]:
+        raise LlmcapError("--class-by splits one model's traffic: give one --model (several models are classes already)")
+    column = table.column(label)
+    if column.null_count == table.num_rows:
+        raise LlmcapError(f"--class-by {label}: no request of the trace carries a {label} label")
+    filled = table.set_column(table.schema.get_field_index(label), label, pc.fill_null(column, "(none)"))
+    counts = sorted(pc.value_counts(filled.column(label)).to_pylist(), key=lambda vc: (-vc["counts"], vc["values"]))
+    return filled, {vc["values"]: specs[None] for vc in counts}
+
+
 def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec], plan_one: PlanOne, params: SizeParams, output: str,
-               out: Path | None, lora: tuple[int, int] = (0, 16)) -> None:  # fmt: skip
-    """Each model label's requests sized on their own, the whole trace as the most requested model's (the single-model
-    view), the fleet printed; exit 1 unless every class has a passing plan."""
+               out: Path | None, lora: tuple[int, int] = (0, 16), by: str = "model") -> None:  # fmt: skip
+    """Each class's requests (a model label's, or one model's tenant / feature with `by`) sized on their own, the whole
+    trace as the most requested class's model (the single-model view), the fleet printed; exit 1 unless every class has
+    a passing plan."""
+    if by != "model" or None in specs:
+        table, specs = by_label(table, specs, by)
     labels = [label for label in specs if label is not None]
-    parts = split_by_model(table, labels)
+    parts = split_by_model(table, labels, by)
     say = (lambda text: err_console.print(text, highlight=False, markup=False)) if output == "table" else (lambda text: None)  # noqa: E731
 
     def class_params(rows: int) -> SizeParams:  # a stated total rate is shared as the trace shares its requests
@@ -124,7 +146,7 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
     dominant = max(labels, key=lambda label: (parts[label].num_rows, label))
     say(f"sizing the single-model view: all {table.num_rows:,} requests as {specs[dominant].name}")
     single = _class_plan("(one total)", specs[dominant], table, plan_one, params, None, lora)
-    fleet = Fleet(tuple(classes), single)
+    fleet = Fleet(tuple(classes), single, by)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "fleet.json").write_text(dumps(fleet.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -133,7 +155,7 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
     elif output == "csv":
         print_csv([vars(c) for c in (*classes, single)])
     else:
-        print(f"{trace.name}: a pool per model")
+        print(f"{trace.name}: a pool per {by if by == 'model' else by + ' class'}")
         for c in classes:
             print(f"  {c.line()}")
             for line in c.details():

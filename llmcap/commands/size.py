@@ -269,6 +269,7 @@ def size(
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: "
                      "enumerate.model by default). A trace of several models: LABEL=MODEL for each of its `model` labels, a pool per model "
                      "and the fleet's total.")] = None,  # fmt: skip
+    class_by: Annotated[str | None, typer.Option("--class-by", help="tenant | feature: one model's traffic as a pool per value of that label, the fleet and the one-pool view.")] = None,
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
@@ -352,8 +353,8 @@ def size(
     plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof,
                        step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
                        memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
-    if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
-        size_fleet(trace, table, specs, plan_one, params, output, out, (max_loras, max_lora_rank))
+    if None not in specs or class_by is not None:  # LABEL=MODEL or --class-by: a pool per class, then the fleet
+        size_fleet(trace, table, specs, plan_one, params, output, out, (max_loras, max_lora_rank), class_by or "model")
         return
     spec, model_arg = specs[None], classes[None]
     for line in mixed_traffic(table, spec.name):  # said before the minutes of sizing; the plan's notes say it too

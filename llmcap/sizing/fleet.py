@@ -33,10 +33,10 @@ def class_traffic(table: pa.Table) -> dict[str, Any]:
     return {"adapters": dict(sorted(adapters.items())), "prefix_hit_ratio": ratio}
 
 
-def split_by_model(table: pa.Table, labels: Sequence[str]) -> dict[str, pa.Table]:
-    """Each label's requests (the trace's `model` column), in the order of `labels`; every request must carry one
-    of them, and every label must have requests. Each class is renumbered 0..n−1 with its own arrival times."""
-    column = table.column("model")
+def split_by_model(table: pa.Table, labels: Sequence[str], by: str = "model") -> dict[str, pa.Table]:
+    """Each label's requests (the trace's `by` column, `model` by default), in the order of `labels`; every request must
+    carry one of them, and every label must have requests. Each class is renumbered 0..n−1 with its own arrival times."""
+    column = table.column(by)
     if column.null_count:
         raise LlmcapError(f"{column.null_count:,} requests carry no model label: a pool per model needs every request's `model`")
     counts = {vc["values"]: vc["counts"] for vc in pc.value_counts(column).to_pylist()}
@@ -100,6 +100,7 @@ class Fleet:
 
     classes: tuple[ClassPlan, ...]
     single: ClassPlan | None
+    by: str = "model"  # the label the classes are values of (model, or one model's tenant / feature)
 
     @property
     def passes(self) -> bool:
@@ -115,18 +116,21 @@ class Fleet:
 
     def lines(self) -> list[str]:
         total = "no total: a class has no plan" if self.gpus is None else f"{self.gpus} GPUs, ${self.usd_per_hour:,.2f}/h"
-        out = [f"fleet: {len(self.classes)} models in their own pools: {total}"]
+        noun, why = ("model", "models share no weights, KV or headroom, and each prices its own requests") if self.by == "model" else \
+            (f"{self.by} class", "pools share no instances, KV or headroom, and each is sized for its own requests")  # fmt: skip
+        kind = "models" if self.by == "model" else f"{self.by} classes"
+        out = [f"fleet: {len(self.classes)} {kind} in their own pools: {total}"]
         single = self.single
         if single is not None and single.gpus is not None and self.gpus is not None:
             out.append(f"fragmentation: the whole trace as one total of {single.rate_rps:.3g} req/s for {single.model} alone would "
-                       f"need {single.gpus} GPUs (${single.usd_per_hour:,.2f}/h); a pool per model needs {self.gpus} "
-                       f"({self.gpus - single.gpus:+d} GPUs): models share no weights, KV or headroom, and each prices its own requests")  # fmt: skip
+                       f"need {single.gpus} GPUs (${single.usd_per_hour:,.2f}/h); a pool per {noun} needs {self.gpus} "
+                       f"({self.gpus - single.gpus:+d} GPUs): {why}")  # fmt: skip
         elif single is not None:
             out.append(f"fragmentation: the whole trace as one total for {single.model} alone: {single.verdict}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
         single = self.single
-        return {"classes": [vars(c) for c in self.classes], "gpus": self.gpus, "usd_per_hour": self.usd_per_hour, "passes": self.passes,
+        return {"by": self.by, "classes": [vars(c) for c in self.classes], "gpus": self.gpus, "usd_per_hour": self.usd_per_hour, "passes": self.passes,
                 "single_model_view": None if single is None else vars(single),
                 "fragmentation_gpus": None if single is None or single.gpus is None or self.gpus is None else self.gpus - single.gpus}  # fmt: skip
