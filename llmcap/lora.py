@@ -39,3 +39,12 @@ def lora_slot_bytes(model: ModelSpec, tp: int, layers: int, slots: int, rank: in
         b_out = out if t.split in ("col", "kv_col") else t.out_features
         per_layer += count * rank * (a_in + b_out)
     return slots * layers * per_layer * dtype_bytes
+
+
+def slot_cost(model: ModelSpec, tp: int, pp: int, slots: int, rank: int, kv_bytes_per_token_per_rank: float) -> tuple[int, int]:
+    """(bytes the fullest pipeline stage's rank holds for `slots` adapters of `rank`, the KV tokens per rank they displace)."""
+    from llmcap.memory import pp_stage_layers
+
+    layers = max(len(stage) for stage in pp_stage_layers(model.num_layers, pp))
+    held = lora_slot_bytes(model, tp, layers, slots, rank)
+    return held, int(held // kv_bytes_per_token_per_rank) if kv_bytes_per_token_per_rank > 0 else 0

@@ -92,17 +92,20 @@ def plan_capacity(
                            measured=step_times.measured, on_phase=on_phase)  # fmt: skip
     notes: tuple[str, ...] = ()
     pools: RequestClassPools | None = None
-    if params.pools_split_isl is not None:
-        say(f"request-class pools: sizing prompts ≤ {params.pools_split_isl:,} and longer ones separately")
+    if params.pools_split_isl is not None or params.pools_split_cap is not None:
+        where = f"ISL {params.pools_split_isl:,}" if params.pools_split_isl is not None else f"max_tokens {params.pools_split_cap:g}× the median OSL"
+        say(f"request-class pools: sizing each side of {where} separately")
         try:
-            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured)
+            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured,
+                                   params.pools_split_cap)  # fmt: skip
         except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
-            reason = f"request-class pools at ISL {params.pools_split_isl:,}: split not possible — {exc}"
+            reason = f"request-class pools at {where}: split not possible — {exc}"
             notes, pools = (reason,), {"cheaper": "shared", "reason": reason}
         else:
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
-    mixed = [*kv_notes, *mixed_traffic(trace, model.name), reservation_note(trace, params.admission_policy)]
+    slots = int(candidates["max_loras"].max()) if "max_loras" in candidates.columns and len(candidates) else 0
+    mixed = [*kv_notes, *mixed_traffic(trace, model.name, slots), reservation_note(trace, params.admission_policy)]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
     fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
@@ -193,8 +196,9 @@ def describe_provenance(row: Mapping[str, str]) -> str:
     return f"{config} — step times: {model}; environment {row['environment']}: {env}"
 
 
-def mixed_traffic(table: pa.Table, model: str) -> list[str]:
-    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters."""
+def mixed_traffic(table: pa.Table, model: str, lora_slots: int = 0) -> list[str]:
+    """What sizing one model's pools for the whole trace leaves out, when the trace mixes models or adapters (`lora_slots`:
+    the adapters the candidates hold resident, 0 = none)."""
     mix = label_mix(table)
     shares = lambda name: ", ".join(f"{k} {v:.0%}" for k, v in mix[name].items())  # noqa: E731
     out = []
@@ -202,10 +206,18 @@ def mixed_traffic(table: pa.Table, model: str) -> list[str]:
         out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
                    "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
                    "label, a pool per model")  # fmt: skip
-    if len(mix.get("adapter", {})) > 1:
+    if len(mix.get("adapter", {})) > 1 and lora_slots:
+        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: {lora_slots} LoRA slots on every rank "
+                   f"(their memory taken from the KV cache) and at most {lora_slots} adapters per batch are planned; their prefix "
+                   "caches are kept apart")  # fmt: skip
+    elif len(mix.get("adapter", {})) > 1:
         out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
                    "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
                    "are planned as if the base model served every request (their prefix caches are kept apart)")  # fmt: skip
+    if mix.get("feature"):
+        out.append(f"request features ({shares('feature')}) are planned at {model}'s plain step times: structured output, logprobs, "
+                   "beam search, speculative decoding and multimodal encoders change a step's cost, which no step model here "
+                   "prices per feature; `llmcap trace clean --exclude feature=REGEX` leaves a feature out to size the rest apart")  # fmt: skip
     return out
 
 

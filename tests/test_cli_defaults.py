@@ -91,7 +91,7 @@ MATCHED: dict[str, dict[str, Spec]] = {
         "slo_availability": (SloParams, "availability"),
         "max_loras": (MemoryParams, "lora_slots"), "max_lora_rank": (MemoryParams, "lora_rank"),
         "target_rps": (SizeParams, "target_rps"), "admission_policy": (SizeParams, "admission_policy"),
-        "pools_split_isl": (SizeParams, "pools_split_isl"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
+        "pools_split_isl": (SizeParams, "pools_split_isl"), "pools_split_cap": (SizeParams, "pools_split_cap"), "max_usd_per_hour": (SizeParams, "max_usd_per_hour"),
         "shortlist": (SizeParams, "shortlist"), "excerpt": (SizeParams, "excerpt_requests"),
         "pd": (SizeParams, "pd_prefill_shortlist", lambda n: n > 0),  # P/D is sized when prefill rows are shortlisted
         "workers": (ComputeParams, "workers"), "dask_address": (ComputeParams, "dask_address"),
@@ -151,7 +151,8 @@ _OUTPUT = {"output_fmt", "json_out"}
 OWN: dict[str, set[str]] = {
     "simulate": _TRACE_INPUT | _OUTPUT | {"model", "gpu", "engine_name", "plan", "scenario", "max_model_len", "pd", "request_rate", "rate_scale",
                                           "num_blocks", "profile", "seed", "out", "timeseries_out", "goodput", "tier"},
-    "size": _TRACE_INPUT | _OUTPUT | {"model", "goodput", "slo_percentile", "engine", "profile", "step_model", "params_file", "candidates_file", "max_model_len", "out"},
+    "size": _TRACE_INPUT | _OUTPUT | {"model", "goodput", "slo_percentile", "engine", "profile", "step_model", "params_file", "candidates_file", "max_model_len", "out",
+                                          "scope", "class_by"},  # scope None: CleanParams' own prefix_scope
     "replay": _TRACE_INPUT | {"endpoint", "model", "request_rate", "rate_scale", "max_concurrency", "max_requests", "max_failed", "block_tokens", "seed", "api",
                               "processes", "out", "api_key_env", "json_out"},
     "autoscale": _OUTPUT | {"trace", "model", "gpu", "slo_ttft_p99", "instance_rps", "mean_rps", "kv_usage_target", "seed",

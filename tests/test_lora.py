@@ -69,4 +69,6 @@ def test_size_with_max_loras_plans_the_smaller_kv_and_serves_with_it(tmp_path, m
     kv = lambda s: s["pool_plans"]["instances"]["headroom"]["memory"]["reasoning"]  # noqa: E731
     assert kv(p) != kv(q)  # the memory item states the instance's KV capacity: smaller with the slots
     assert "--enable-lora" in q["vllm_serve"][0]["argv"] and "--enable-lora" not in p["vllm_serve"][0]["argv"]
-    assert any("2 adapters" in n and "--max-loras" in n for n in q["notes"])
+    # the note says what was planned: without slots, that the adapters' cost was not; with them, the slots and the batching limit
+    assert any("2 adapters" in n and "planned only with --max-loras" in n for n in p["notes"])
+    assert any("2 adapters" in n and "4 LoRA slots on every rank" in n and "at most 4 adapters per batch" in n for n in q["notes"])

@@ -41,6 +41,14 @@ DuplicatesOpt = Annotated[
         "ids nothing is dropped) | identical: also without ids | keep",
     ),
 ]
+PrefixScopeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--prefix-scope",
+        help="labels whose values never share prefix KV, a comma list of model, adapter, tenant (default model,adapter: other "
+        "weights; add tenant where tenants are isolated; none = the trace's hashes as given)",
+    ),
+]
 MaxContextOpt = Annotated[int, typer.Option("--max-context", min=1, help="quarantine rows with ISL+OSL above this")]
 
 DEFAULT_MAX_CONTEXT = CleanParams().max_context_tokens
@@ -54,6 +62,14 @@ def validated(model: type[BaseModel], **values: Any) -> Any:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or ", ".join(sorted(values))  # a check across options has no single field
         raise LlmcapError(f"invalid option {where}: {err['msg']}") from None
+
+
+def prefix_scope(value: str | None) -> dict[str, list[str]]:
+    """CleanParams' `prefix_scope` from --prefix-scope (empty: the default)."""
+    if value is None:
+        return {}
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    return {"prefix_scope": [] if items == ["none"] else items}
 
 
 def trace_params(
@@ -98,11 +114,11 @@ def warn(file: Path, report: CleanReport) -> None:
 
 def read_trace_input(
     file: Path, fmt: str, time_unit: str, columns: list[str] | None, block_size: int | None, generate_arrivals: bool,
-    arrival_rate: float, duplicates: str, *, announce: bool,
+    arrival_rate: float, duplicates: str, *, announce: bool, scope: str | None = None,
 ) -> CleanResult:
     """`read_input` from the input options every trace-reading command takes."""
     trace = trace_params(file, fmt, time_unit, columns, block_size, generate_arrivals, arrival_rate)
-    return read_input(file, trace, validated(CleanParams, duplicates=duplicates), announce=announce)
+    return read_input(file, trace, validated(CleanParams, duplicates=duplicates, **prefix_scope(scope)), announce=announce)
 
 
 def account_line(r: CleanReport) -> str:

@@ -9,7 +9,7 @@ on); KV blocks per replica come from the memory plan.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +89,9 @@ from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import definitions, goodput, token_itl_check
 from llmcap.trace import mean_rate, scale_rate, write_table
 from llmcap.trace.synth import spread_ties
+
+if TYPE_CHECKING:
+    from llmcap.sizing.planned import PlannedDeployment
 
 PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth drawing
 
@@ -278,6 +281,9 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise InputFileError(path, f"not a sized plan's summary.json ({type(exc).__name__}: {exc})") from None
     planned = PlannedDeployment.from_dict(record, str(path))
+    if scenario == "availability":  # judged over time on several deployments: not one run's records
+        _plan_availability(planned, summary, path, trace, reading, seed, output, out)
+        return
     name = scenario or "traffic"
     counts = planned.scenario_counts(name) if scenario is not None else planned.counts
     if out is not None:
@@ -293,6 +299,10 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
         "plan_check": {"attainment": verdict.attainment, "target": verdict.target, "run_miss": verdict.run_miss, "passes": verdict.passes},
         "input_accounting": account_json(cleaned.report),
     }  # fmt: skip
+    # the plan's availability target, judged with the plan itself (a scenario names one deployment only)
+    check = planned.judge_availability(cleaned.trace, seed) if scenario is None and planned.availability else None
+    if check is not None:
+        s["availability_check"] = {"availability": check.share, "target": check.target, "states": check.detail, "passes": check.passes}
     if output == "json":
         print_json(s)
     elif output == "csv":
@@ -300,7 +310,30 @@ def _simulate_plan(path: Path, scenario: str | None, trace: Path, reading: tuple
     else:
         out_console().print(f"plan {s['chosen']}, scenario {name!r} ({', '.join(f'{k} {v}' for k, v in counts.items())}) on "
                             f"{s['requests']:,} requests at {planned.planning_rps:.4g} req/s: {verdict.line()}", highlight=False, soft_wrap=True)  # fmt: skip
-    if not verdict.passes:  # a check of the plan: a miss is the exit code every command gives it
+        if check is not None:
+            out_console().print(f"plan {s['chosen']}, scenario 'availability': {check.line()}", highlight=False, soft_wrap=True)
+    if not verdict.passes or (check is not None and not check.passes):  # a check of the plan: a miss is the exit code every command gives it
+        raise typer.Exit(SLO_MISSED)
+
+
+def _plan_availability(planned: PlannedDeployment, summary: dict, path: Path, trace: Path, reading: tuple, seed: int | None, output: str, out: Path | None) -> None:
+    """`--scenario availability`: the plan's availability target alone (each state's whole-trace run, weighted by its time)."""
+    if out is not None:
+        raise LlmcapError("--scenario availability replays several deployments: --out (one run's records) does not apply")
+    cleaned = read_trace_input(trace, *reading, announce=output == "table")
+    check = planned.judge_availability(cleaned.trace, seed)
+    s = {"plan": str(path), "chosen": summary.get("chosen"), "scenario": "availability", "planning_rps": planned.planning_rps,
+         "seed": planned.seed if seed is None else seed,
+         "availability_check": {"availability": check.share, "target": check.target, "states": check.detail, "passes": check.passes},
+         "input_accounting": account_json(cleaned.report)}  # fmt: skip
+    if output == "json":
+        print_json(s)
+    elif output == "csv":
+        print_csv([s])
+    else:
+        out_console().print(f"plan {s['chosen']}, scenario 'availability' at {planned.planning_rps:.4g} req/s: {check.line()}",
+                            highlight=False, soft_wrap=True)  # fmt: skip
+    if not check.passes:
         raise typer.Exit(SLO_MISSED)
 
 

@@ -39,7 +39,7 @@ from llmcap.commands._common import (
 )
 from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt
 from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
-from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet
+from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet, with_cap_split
 from llmcap.commands._goodput import (
     SIZE,
     SLO,
@@ -59,6 +59,7 @@ from llmcap.commands._trace_input import (
     DuplicatesOpt,
     FormatOpt,
     GenerateArrivalsOpt,
+    PrefixScopeOpt,
     TimeUnitOpt,
     account_json,
     plausible_rate,
@@ -257,6 +258,7 @@ def size(
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: "
                      "enumerate.model by default). A trace of several models: LABEL=MODEL for each of its `model` labels, a pool per model "
                      "and the fleet's total.")] = None,  # fmt: skip
+    class_by: Annotated[str | None, typer.Option("--class-by", help="tenant | feature: one model's traffic as a pool per value of that label, the fleet and the one-pool view.")] = None,
     slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
     slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
     goodput: GoodputOpt = None,
@@ -282,6 +284,7 @@ def size(
     params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
     candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
     pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = SIZE.pools_split_isl,
+    pools_split_cap: Annotated[float | None, typer.Option(min=1.0001, help="Or a pool for requests whose max_tokens exceeds this × the median output vs the rest.")] = SIZE.pools_split_cap,
     pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = SIZE.pd_prefill_shortlist > 0,
     max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = SIZE.max_usd_per_hour,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = SIZE.shortlist,
@@ -303,6 +306,7 @@ def size(
     generate_arrivals: GenerateArrivalsOpt = False,
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
+    scope: PrefixScopeOpt = None,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -324,13 +328,14 @@ def size(
         params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
                               parse_percentiles(slo_percentile), slo_availability)  # fmt: skip
+    params = with_cap_split(params, pools_split_isl, pools_split_cap)
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):
         params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
     specs = {label: load_model(name) for label, name in classes.items()}  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table"
+        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table", scope=scope
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
@@ -338,8 +343,8 @@ def size(
     plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof, kv_log=kv_from_log,
                        step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
                        memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
-    if None not in specs:  # LABEL=MODEL: a pool per model, then the fleet
-        size_fleet(trace, table, specs, plan_one, params, output, out)
+    if None not in specs or class_by is not None:  # LABEL=MODEL or --class-by: a pool per class, then the fleet
+        size_fleet(trace, table, specs, plan_one, params, output, out, (max_loras, max_lora_rank), class_by or "model")
         return
     spec, model_arg = specs[None], classes[None]
     for line in mixed_traffic(table, spec.name):  # said before the minutes of sizing; the plan's notes say it too

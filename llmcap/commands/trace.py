@@ -20,12 +20,14 @@ from llmcap.commands._trace_input import (
     FormatOpt,
     GenerateArrivalsOpt,
     MaxContextOpt,
+    PrefixScopeOpt,
     TimeUnitOpt,
     account_json,
     account_line,
     check_outputs,
     plausible_rate,
     positive,
+    prefix_scope,
     read_input,
     read_trace_input,
     trace_params,
@@ -56,11 +58,12 @@ def inspect(
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
     max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
+    scope: PrefixScopeOpt = None,
     lru_blocks: Annotated[list[int] | None, typer.Option("--lru-blocks", help="LRU prefix-cache sizes (blocks)")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Characterise a trace: rates, lengths, correlation, burstiness, prefix reuse (invalid rows left out)."""
-    clean_params = validated(CleanParams, max_context_tokens=max_context, duplicates=duplicates)
+    clean_params = validated(CleanParams, max_context_tokens=max_context, duplicates=duplicates, **prefix_scope(scope))
     trace = trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate)
     result = read_input(file, trace, clean_params, announce=False)
     char = CharacteriseParams() if lru_blocks is None else validated(CharacteriseParams, lru_cache_blocks=lru_blocks)
@@ -89,7 +92,8 @@ def clean(
     max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     window_start: Annotated[float | None, typer.Option("--window-start", help="s from first request")] = None,
     window_end: Annotated[float | None, typer.Option("--window-end", help="s from first request")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session)")] = None,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session/feature)")] = None,
+    scope: PrefixScopeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Clean a trace into the canonical Parquet schema; invalid rows go to a quarantine file with reasons."""
@@ -106,6 +110,7 @@ def clean(
         window_end_s=window_end,
         exclude=rules,
         duplicates=duplicates,
+        **prefix_scope(scope),
     )
     quarantine = quarantine or out.with_name(out.name.removesuffix(".parquet") + ".quarantine.parquet")
     check_outputs([file], [out, quarantine])

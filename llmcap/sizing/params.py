@@ -324,6 +324,10 @@ class SizeParams(_Strict):
     pools_split_isl: int | None = Field(default=None, gt=0)
     """Also compare one shared pool with a pool per request class (prompts ≤ this many tokens vs longer),
     each class sized on its own sub-trace; None = skip."""
+    pools_split_cap: float | None = Field(default=None, gt=1)
+    """Also compare one shared pool with a pool for the requests whose max_tokens is more than this many times the
+    trace's median output (a cap far above the typical output: what reserving admission holds) and one for the rest
+    (no cap stated included), as `pools_split_isl` does; None = skip. One split at a time."""
     count_seeds: tuple[Annotated[int, Field(ge=0)], ...] = Field(default=(1, 2), strict=False)
     """Seeds on which the final plan's scenarios, and each pool with one instance fewer, are simulated again
     for the count's range (`llmcap.sizing.uncertainty`; the search's first seed is the point answer's). () = off."""
@@ -338,3 +342,9 @@ class SizeParams(_Strict):
     (`llmcap.sizing.uncertainty`; two more scenario fits). False: the range is seeds only."""
     max_usd_per_hour: float | None = Field(default=None, gt=0)
     """An absolute cost limit on every plan ($/h); None = only `max_cost_factor`."""
+
+    @model_validator(mode="after")
+    def _one_split(self) -> SizeParams:
+        if self.pools_split_isl is not None and self.pools_split_cap is not None:
+            raise ValueError("pools_split_isl and pools_split_cap each split the requests in two: set one (null the other)")
+        return self

@@ -298,25 +298,26 @@ def class_pools(
     model: ModelSpec,
     params: SizeParams,
     shared: SizingOutcome,
-    split_isl: int,
+    split_isl: int | None = None,
     executor: Executor | None = None,
     measured: MeasuredModels | None = None,
+    split_cap: float | None = None,
 ) -> PoolComparison:
-    """One shared deployment (the plan already sized) against one per request class: prompts of at most
-    `split_isl` tokens vs longer ones, each class sized on its own sub-trace at its share of the target
-    rate with its own best configuration (P/D pools sized separately too). Compared on base GPUs (the
-    bare counts at the mean rate; headroom applies to either, and per-class scenarios are not simulated)."""
-    isl = trace.column("isl").to_numpy()
+    """One shared deployment (the plan already sized) against one per request class (`request_classes`), each class
+    sized on its own sub-trace at its share of the target rate with its own best configuration (P/D pools sized
+    separately too). Compared on base GPUs (the bare counts at the mean rate; headroom applies to either, and
+    per-class scenarios are not simulated)."""
     s = shared.summary
     pools_shared = [Pool("shared", s["target_rps"], s["base_gpus"], _base_usd(s))]
     split = []
-    for name, mask in ((f"ISL ≤ {split_isl:,}", isl <= split_isl), (f"ISL > {split_isl:,}", isl > split_isl)):
+    where, classes = request_classes(trace, split_isl, split_cap)
+    for name, mask in classes:
         n = int(mask.sum())
         if n < 2:
-            raise LlmcapError(f"request-class split at ISL {split_isl:,} leaves {n} request(s) in class '{name}'")
+            raise LlmcapError(f"request-class split at {where} leaves {n} request(s) in class '{name}'")
         sub = trace.filter(pa.array(mask))
         rate = s["target_rps"] * n / trace.num_rows
-        update = {"target_rps": rate, "pools_split_isl": None}
+        update = {"target_rps": rate, "pools_split_isl": None, "pools_split_cap": None}
         try:
             out = size_deployments(sub, candidates, model, params.model_copy(update=update), executor, name, measured=measured, simulate_scenarios=False)
         except LlmcapError as exc:
@@ -324,6 +325,21 @@ def class_pools(
         o = out.summary
         split.append(Pool(f"{name}: {o['chosen']}", rate, o["base_gpus"], _base_usd(o)))
     return compare_pools(pools_shared, split)
+
+
+def request_classes(trace: pa.Table, split_isl: int | None, split_cap: float | None) -> tuple[str, list[tuple[str, np.ndarray]]]:
+    """(where the split is, [(class name, its requests)]): prompts of at most `split_isl` tokens vs longer ones, or
+    requests whose max_tokens exceeds `split_cap` × the median output vs the rest (no cap stated: the rest)."""
+    if split_isl is not None:
+        isl = trace.column("isl").to_numpy()
+        return f"ISL {split_isl:,}", [(f"ISL ≤ {split_isl:,}", isl <= split_isl), (f"ISL > {split_isl:,}", isl > split_isl)]
+    if split_cap is None:
+        raise LlmcapError("a request-class split needs pools_split_isl or pools_split_cap")
+    bound = split_cap * float(np.median(trace.column("osl").to_numpy()))
+    caps = trace.column("max_tokens").to_numpy(zero_copy_only=False).astype(np.float64)  # null: NaN, never above
+    long_cap = np.nan_to_num(caps, nan=0.0) > bound
+    return (f"max_tokens {split_cap:g}× the median OSL ({bound:,.0f})",
+            [(f"max_tokens ≤ {bound:,.0f} or none", ~long_cap), (f"max_tokens > {bound:,.0f}", long_cap)])  # fmt: skip
 
 
 def _base_usd(summary: SizingSummary) -> float:

@@ -4,7 +4,8 @@ own, at its counts or in any of its scenarios, without the sizer (`llmcap simula
 The record holds the simulator config at the plan's counts (engines, router, P→D link and where TTFT ends),
 what timed each pool's steps (a roofline configuration, rebuilt the same way), the planning rate and seed
 of the sizer's whole-trace scenarios, the serving counts of every scenario and the SLO the plan was judged
-by. A plan whose steps were timed by a measured profile or corrected step times cannot be rebuilt from the
+by, and, with an availability target, the states it is judged over (`llmcap.sizing.availability`: every instance
+serving and each pool with its fullest node down, with the share of time of each). A plan whose steps were timed by a measured profile or corrected step times cannot be rebuilt from the
 record alone; it says so instead of substituting the roofline.
 """
 
@@ -22,7 +23,11 @@ from llmcap.perf import RooflineModel, build_step_model
 from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import first_token_from
 from llmcap.sim import SimConfig, SimResult, simulate
+from llmcap.sizing import availability as avail
+from llmcap.sizing.availability import State
 from llmcap.sizing.params import SloParams
+from llmcap.sizing.search import EvalResult
+from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.slo import attainment, run_checks, run_miss, with_deadlines
 from llmcap.trace.synth import scale_rate, spread_ties
 
@@ -38,6 +43,7 @@ class PlannedDeployment:
     step_models: Mapping[str, Mapping[str, Any]]  # pool -> roofline configuration (STEP_MODEL_FIELDS) or {"source": ...}
     scenarios: Mapping[str, Mapping[str, int]]  # scenario name -> serving instances per pool
     slo: SloParams
+    availability: tuple[State, ...] = ()  # with slo.availability: the states judged over time (module docstring)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -86,6 +92,27 @@ class PlannedDeployment:
         missed = run_miss(run_checks(records, result.itl_values, result.itl_weights, self.slo))
         return PlanCheck(share, self.slo.attainment_target, missed, share >= self.slo.attainment_target and not missed)
 
+    def evaluate(self, trace: pa.Table, counts: Mapping[str, int], seed: int | None = None) -> EvalResult:
+        """The sizer's whole-trace evaluation of the deployment at `counts`: attainment over the steady window, the
+        run-level targets and whether the run was overloaded (`llmcap.sizing.simeval`)."""
+        config = self.config_at(counts)
+        step, decode = self.step_times()
+        whole = SimEvaluate(trace, step, config.engine, self.slo, max(trace.num_rows, 2), config.replicas, config.router, config.pd, decode)
+        return whole(self.planning_rps, self.seed if seed is None else seed)
+
+    def judge_availability(self, trace: pa.Table, seed: int | None = None) -> AvailabilityCheck:
+        """The availability target on `trace`: each recorded state replayed once, weighted by its share of the time."""
+        if self.slo.availability is None or not self.availability:
+            raise LlmcapError("the plan has no availability target (size it with --slo-availability)")
+        runs: dict[tuple[tuple[str, int], ...], EvalResult] = {}
+        for state in self.availability:
+            if state.serving not in runs:
+                runs[state.serving] = self.evaluate(trace, dict(state.serving), seed)
+        judged = [(s, runs[s.serving]) for s in self.availability]
+        share = avail.availability(judged)
+        costliest = avail.costliest(judged)[0]
+        return AvailabilityCheck(share, self.slo.availability, avail.describe(judged), costliest.down or "all serving")
+
     def to_dict(self) -> dict[str, Any]:
         config = self.config.model_dump(mode="json", exclude_defaults=True)
         if self.config.pd is not None:  # where TTFT ends is always written: the record must not change meaning with a default
@@ -95,14 +122,17 @@ class PlannedDeployment:
             "model": self.model, "planning_rps": self.planning_rps, "seed": self.seed, "counts": self.counts,
             "sim_config": config, "step_models": {k: dict(v) for k, v in self.step_models.items()},
             "scenarios": {k: dict(v) for k, v in self.scenarios.items()}, "slo": self.slo.model_dump(mode="json"),
-        }  # fmt: skip
+        } | ({"availability": [{"serving": dict(s.serving), "share": s.share, "down": s.down} for s in self.availability]}
+             if self.availability else {})  # fmt: skip
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any], where: str = "summary.json") -> PlannedDeployment:
         try:
             slo = SloParams.model_validate(record["slo"])
+            states = tuple(State(tuple((str(k), int(v)) for k, v in s["serving"].items()), float(s["share"]), str(s["down"]))
+                           for s in record.get("availability") or ())  # fmt: skip
             return cls(str(record["model"]), float(record["planning_rps"]), int(record["seed"]), _sim_config(record["sim_config"], slo),
-                       dict(record["step_models"]), dict(record["scenarios"]), slo)  # fmt: skip
+                       dict(record["step_models"]), dict(record["scenarios"]), slo, states)  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise LlmcapError(f"{where}: no usable `deployment` record ({type(exc).__name__}: {exc}); size the plan again with this version") from None
 
@@ -126,6 +156,22 @@ class PlanCheck:
     def line(self) -> str:
         why = f"; {self.run_miss}" if self.run_miss else ""
         return f"attainment {self.attainment:.4f} vs target {self.target:g}{why} → {'pass' if self.passes else 'FAIL'}"
+
+
+@dataclass(frozen=True)
+class AvailabilityCheck:
+    share: float  # A: requests served within the SLOs over time
+    target: float
+    detail: str  # each state's share of the time and what it serves
+    costliest: str  # the state that loses the most requests ("all serving" or the pool with a node down)
+
+    @property
+    def passes(self) -> bool:
+        return self.share >= self.target
+
+    def line(self) -> str:
+        verdict = "pass" if self.passes else f"FAIL (most lost: {self.costliest})"
+        return f"availability {self.share:.5f} vs target {self.target:g} ({self.detail}) → {verdict}"
 
 
 def step_model_record(step: StepTimeModel, row: Mapping[str, Any]) -> dict[str, Any]:

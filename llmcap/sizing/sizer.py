@@ -26,6 +26,7 @@ from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_mis
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.planned import PlannedDeployment, step_model_record
 from llmcap.sizing.scenarios import FitResult, Judge, Minimality, Parallel
+from llmcap.sizing.availability import states as availability_states
 from llmcap.sizing.scenarios import scenarios as scenario_list
 from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
@@ -286,7 +287,8 @@ class Sizer:
         # a catalog model by its name: an absolute path would differ between checkouts (and break reproduction)
         in_catalog = Path(self.model.source).resolve().parent.parent == (default_catalog_dir() / "models").resolve()
         ref = self.model.name if in_catalog else self.model.source
-        return PlannedDeployment(ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo)
+        states = availability_states(plan) if self.params.slo.availability is not None else ()
+        return PlannedDeployment(ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo, states)
 
     def deployment(self, row: SizedRow) -> tuple[Deployed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and

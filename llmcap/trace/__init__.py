@@ -28,7 +28,7 @@ from llmcap.errors import InputFileError, LlmcapError
 from llmcap.trace.clean import REASONS, CleanReport, CleanResult, clean_trace
 from llmcap.trace.readers import RawTrace, read_trace
 from llmcap.trace.scope import scope_prefix_hashes
-from llmcap.trace.schema import CANONICAL_SCHEMA
+from llmcap.trace.schema import ADDED_SINCE, CANONICAL_SCHEMA
 from llmcap.trace.source import local_file
 from llmcap.trace.stats import characterise
 from llmcap.trace.synth import mean_rate, resample_joint, scale_rate, synthesize
@@ -79,7 +79,6 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
-ADDED_SINCE_TRACE_1 = ("max_tokens",)  # columns a trace/1 file lacks: read as null
 READ_BATCH_ROWS = 1 << 16  # Parquet is decoded this many rows at a time: one huge row group never peaks at several times its size
 
 
@@ -94,7 +93,7 @@ def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
     try:
         pf = pq.ParquetFile(path, pre_buffer=False)
         present = pf.schema_arrow.names
-        missing = [f.name for f in CANONICAL_SCHEMA if f.name not in present and f.name not in ADDED_SINCE_TRACE_1]
+        missing = [f.name for f in CANONICAL_SCHEMA if f.name not in present and f.name not in ADDED_SINCE]
         if missing:
             raise InputFileError(path, "not a canonical llmcap trace", field=missing[0])
         metadata = pf.schema_arrow.metadata

@@ -61,7 +61,9 @@ def sniff(path: Path) -> Sniff:
                 raise InputFileError(path, f"first record is not valid JSON ({exc.msg})", line=first_line_no) from None
             return Sniff("json", document, bom)
         # one JSON document of per-request lists (`vllm bench serve --save-detailed`), not one record per line
-        return Sniff("json" if JSON_DOCUMENT_KEYS <= set(keys) else "jsonl", keys, bom)
+        if JSON_DOCUMENT_KEYS <= set(keys):
+            return Sniff("json", keys, bom)
+        return Sniff("jsonl", flat_keys(json.loads(first)), bom)
     header = next(csv.reader(io.StringIO(first)))
     if len(header) == 1:
         for delim, name in ((";", "semicolon"), ("\t", "tab"), ("|", "pipe")):
@@ -70,6 +72,15 @@ def sniff(path: Path) -> Sniff:
                     path, f"header is {name}-separated; llmcap reads comma-separated CSV", line=first_line_no
                 )
     return Sniff("csv", tuple(h.strip() for h in header), bom, raw_fields=tuple(header))
+
+
+def flat_keys(obj: dict, prefix: str = "") -> tuple[str, ...]:
+    """A JSON record's field names, nested objects' fields by their dotted path (`response.usage.prompt_tokens`)."""
+    out: list[str] = []
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        out.extend(flat_keys(value, name + ".") if isinstance(value, dict) and value else (name,))
+    return tuple(out)
 
 
 #: Keys of a JSON document that holds a trace as per-request lists (vLLM's benchmark results).

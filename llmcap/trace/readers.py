@@ -12,7 +12,6 @@ that cannot be used at all raises one `InputFileError` naming the file, line and
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from llmcap.trace.params import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
 from llmcap.errors import InputFileError
+from llmcap.trace._json import read_json_document, read_jsonl
 from llmcap.trace._lines import LineIndex
 from llmcap.trace.arrivals import generate_arrivals
 from llmcap.trace.detect import Sniff, detect_format
@@ -59,12 +58,15 @@ PRESETS: dict[str, Preset] = {
     ),
     "lengths": Preset("csv", {"isl": "num_prefill_tokens", "osl": "num_decode_tokens"}, "s"),
     # `vllm bench serve --save-result --save-detailed`: start_times are perf_counter seconds at send (newer
-    # vLLM); a failed request has 0 output tokens
+    # vLLM); a failed request has 0 output tokens. The file keeps no request's max_tokens (only the lengths it
+    # measured), so its caps read as unknown
     "vllm-bench": Preset(
         "json", {"arrival": "start_times", "isl": "input_lens", "osl": "output_lens"}, "s", zero_osl_reason="failed_request"
     ),
-    # guidellm's request data (its synthetic/preprocessed datasets): lengths only, arrivals generated
-    "guidellm": Preset("jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count"}, "s"),
+    # guidellm's request data (its synthetic/preprocessed datasets): lengths only, arrivals generated. guidellm sends
+    # output_tokens_count as the request's max_tokens with ignore_eos (backends/openai/request_handlers.py): it is the
+    # cap and, the end of sequence ignored, the output too
+    "guidellm": Preset("jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count", "max_tokens": "output_tokens_count"}, "s"),
 }
 
 _DEFAULT_GENERIC = {"arrival": "arrival_s", **{c: c for c in CANONICAL_MAPPABLE if c != "arrival"}}
@@ -79,7 +81,7 @@ class RawTrace:
     arrival_s: np.ndarray  # float64 seconds from the earliest parseable arrival; NaN when unparseable
     isl: np.ndarray  # float64; NaN when missing/unparseable
     osl: np.ndarray
-    labels: dict[str, pa.Array]  # model/adapter/tenant/session (string), deadline_s and max_tokens (float64), hash_ids (list)
+    labels: dict[str, pa.Array]  # model/adapter/tenant/session/feature (string), deadline_s and max_tokens (float64), hash_ids (list)
     source_row: np.ndarray  # int64, 0-based record index
     line: np.ndarray  # int64 1-based line in the file (row index + 1 for Parquet)
     parse_error: np.ndarray  # object: None, or why the record could not be parsed
@@ -130,13 +132,17 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         if fmt in PRESETS or "arrival" in params.columns:
             raise InputFileError(path, f"the arrival-time column is missing (have: {', '.join(found.fields)})", line=1, field=source_cols["arrival"])
         del source_cols["arrival"]
+    if fmt not in PRESETS and "max_tokens" not in source_cols:
+        cap = _cap_column(path, found)
+        if cap is not None:
+            source_cols["max_tokens"] = cap
     if fmt not in PRESETS and "arrival" not in source_cols:
         clock = _clock_column(path, found, params.generate_arrivals)
         if clock is not None:
             source_cols["arrival"] = clock
 
     _require_unique_columns(path, found, source_cols)
-    reader = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json_document, "parquet": _read_parquet}[preset.container]
+    reader = {"csv": _read_csv, "jsonl": read_jsonl, "json": read_json_document, "parquet": _read_parquet}[preset.container]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
     _require_scalar_types(path, table, source_cols)
     if table.num_rows == 0 and not parse_errors:
@@ -155,7 +161,7 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         return out
 
     labels: dict[str, pa.Array] = {}
-    for name in ("model", "adapter", "tenant", "session", "request_id"):
+    for name in ("model", "adapter", "tenant", "session", "feature", "request_id"):
         if name in source_cols:
             labels[name] = _scatter_arrow(pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string())
     for name in ("deadline_s", "max_tokens"):
@@ -280,6 +286,22 @@ def _clock_column(path: Path, found: Sniff, generate: bool) -> str | None:
     )  # fmt: skip
 
 
+#: What OpenAI-style request bodies call the cap on output tokens: `max_tokens`, and `max_completion_tokens`, which
+#: OpenAI's chat API now documents in its place (vLLM reads either).
+CAP_NAMES = ("max_tokens", "max_completion_tokens")
+
+
+def _cap_column(path: Path, found: Sniff) -> str | None:
+    """A generic file's max_tokens column when it is not named `max_tokens` at the top level: the one field whose
+    name, or the last part of its dotted path (`request.max_completion_tokens`), is a cap's name; None when there is
+    none; an error naming them when there are several (which one the engine honoured is not guessed)."""
+    candidates = [f for f in found.fields if f.rsplit(".", 1)[-1] in CAP_NAMES]
+    if len(candidates) > 1:
+        raise InputFileError(path, f"several columns could be max_tokens ({', '.join(candidates)}): map one with -c max_tokens=COLUMN",
+                             line=1, field=candidates[0])  # fmt: skip
+    return candidates[0] if candidates else None
+
+
 def _canonical_metadata(path: Path, found: Sniff) -> dict[bytes, bytes] | None:
     """The schema metadata of a Parquet trace llmcap wrote (`trace clean`, `trace synth`), else None."""
     if found.container != "parquet":
@@ -396,87 +418,6 @@ def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], 
     keep = np.ones(table.num_rows, dtype=bool)
     keep[list(bad_rows)] = False
     return table.filter(pa.array(keep))
-
-
-def _read_jsonl(path: Path, found: Sniff, cols: dict[str, str]):
-    wanted = list(dict.fromkeys(cols.values()))
-    index = LineIndex(path)
-    record_lines = index.nonempty_lines.astype(np.int64)
-    try:
-        with path.open("rb") as fh:
-            if found.bom:
-                fh.seek(3)
-            table = pajson.read_json(fh, read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24))
-        missing = [c for c in wanted if c not in table.column_names]
-        table = _coerce_json_table(table, wanted, missing)
-        if table is not None and table.num_rows == record_lines.size:
-            return table, {}, {}, index, record_lines
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        pass
-    # Degraded path: some records are not valid JSON objects, or types differ between records.
-    # Parse line by line so each bad record is named and quarantined instead of failing the file.
-    return _read_jsonl_per_line(path, index, record_lines, wanted, list_cols={cols.get("hash_ids")})
-
-
-def _coerce_json_table(table: pa.Table, wanted: list[str], missing: list[str]) -> pa.Table | None:
-    out = {}
-    for name in wanted:
-        if name in missing:
-            out[name] = pa.nulls(table.num_rows)
-            continue
-        col = table.column(name)
-        if pa.types.is_struct(col.type) or (pa.types.is_list(col.type) and not pa.types.is_integer(col.type.value_type) and not pa.types.is_null(col.type.value_type)):
-            return None
-        out[name] = col
-    return pa.table(out)
-
-
-def _read_jsonl_per_line(path: Path, index: LineIndex, record_lines: np.ndarray, wanted: list[str], list_cols: set):
-    values: dict[str, list] = {c: [] for c in wanted}
-    errors: dict[int, str] = {}
-    raw: dict[int, str] = {}
-    for i, ln in enumerate(record_lines.tolist()):
-        text = index.text(ln)
-        try:
-            obj = json.loads(text)
-            if not isinstance(obj, dict):
-                raise ValueError("not a JSON object")
-        except (json.JSONDecodeError, ValueError) as exc:
-            errors[i] = f"malformed record: {getattr(exc, 'msg', str(exc))}"
-            raw[i] = text
-            continue
-        for c in wanted:
-            values[c].append(obj.get(c))
-    columns = {}
-    for c, vals in values.items():
-        if c in list_cols:  # a hash list that is not a list of integers is unusable: null, quarantined later
-            columns[c] = pa.array([_int64_hashes(v) for v in vals], pa.list_(pa.int64()))
-        else:
-            columns[c] = pa.array([None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string())
-    return pa.table(columns), errors, raw, index, record_lines
-
-
-def _read_json_document(path: Path, found: Sniff, cols: dict[str, str]):
-    """One JSON document whose mapped keys are per-request lists of equal length (one record per index;
-    every record's line is the document's first)."""
-    doc = json.loads(path.read_bytes())
-    wanted = list(dict.fromkeys(cols.values()))
-    lengths = {c: len(doc[c]) for c in wanted if isinstance(doc.get(c), list)}
-    bad = [c for c in wanted if c not in lengths]
-    if bad:
-        raise InputFileError(path, "expected a list of per-request values", field=bad[0])
-    if len(set(lengths.values())) > 1:
-        raise InputFileError(path, f"per-request lists differ in length: {lengths}", field=max(lengths, key=lengths.__getitem__))
-    table = pa.table({c: pa.array([None if isinstance(v, (list, dict)) else str(v) for v in doc[c]], pa.string()) for c in wanted})
-    return table, {}, {}, None, np.ones(table.num_rows, dtype=np.int64)
-
-
-def _int64_hashes(value: object) -> list[int] | None:
-    """A JSON hash list as int64 ids (unsigned 64-bit ids keep their bits, as in `_hash_ids_as_int64`);
-    None when it is not a list of integers that fit 64 bits."""
-    if not isinstance(value, list) or not all(type(x) is int and -(1 << 63) <= x < (1 << 64) for x in value):
-        return None
-    return [x - (1 << 64) if x >= (1 << 63) else x for x in value]
 
 
 def _read_parquet(path: Path, found: Sniff, cols: dict[str, str]):

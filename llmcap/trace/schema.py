@@ -15,6 +15,7 @@ One row per request, sorted by arrival. Columns:
 | adapter           | string         | LoRA adapter, null when none/unknown                                    |
 | tenant            | string         | tenant / traffic class, null when unknown                               |
 | session           | string         | conversation/session id, null when unknown                              |
+| feature           | string         | the request's feature class (structured output, logprobs, beam, speculative decoding, multimodal, …), null when none/unknown |
 | deadline_s        | float64        | per-request end-to-end deadline (s), null when none                     |
 | source_row        | int64          | 0-based record index in the source file (header excluded)              |
 
@@ -29,7 +30,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "trace/2"  # trace/2 added max_tokens (a trace/1 file reads with it null)
+SCHEMA_VERSION = "trace/3"  # trace/2 added max_tokens, trace/3 feature (an older file reads with them null)
+
+#: Columns an older canonical trace lacks, by the version that added them: read back as null.
+ADDED_SINCE = {"max_tokens": "trace/2", "feature": "trace/3"}
 
 FIELDS: list[pa.Field] = [
     pa.field("request_id", pa.int64(), nullable=False),
@@ -43,6 +47,7 @@ FIELDS: list[pa.Field] = [
     pa.field("adapter", pa.string()),
     pa.field("tenant", pa.string()),
     pa.field("session", pa.string()),
+    pa.field("feature", pa.string()),
     pa.field("deadline_s", pa.float64()),
     pa.field("source_row", pa.int64(), nullable=False),
 ]
@@ -51,7 +56,7 @@ CANONICAL_SCHEMA = pa.schema(FIELDS)
 CANONICAL_COLUMNS: list[str] = [f.name for f in FIELDS]
 
 #: Optional string columns a reader may fill.
-LABEL_COLUMNS: tuple[str, ...] = ("model", "adapter", "tenant", "session")
+LABEL_COLUMNS: tuple[str, ...] = ("model", "adapter", "tenant", "session", "feature")
 
 #: Quarantine = canonical columns as read (lengths still float, may be null), plus why and the raw text.
 QUARANTINE_SCHEMA = pa.schema(

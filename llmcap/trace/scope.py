@@ -4,8 +4,9 @@ Two requests reuse each other's prefix KV only if they run the same weights: dif
 blocks, LoRA adapters change the keys and values (vLLM and SGLang key their prefix caches by adapter), and a
 tenant's isolation may forbid reuse across the boundary. A trace's hash ids say only that two prompts start
 with the same tokens, so equal blocks of different models, adapters or isolated tenants are re-numbered apart
-here: every consumer (the simulator's cache, the prefix-aware router, the characterisation) then counts only
-reuse that can happen. A trace with one scope keeps its ids unchanged.
+here, and each request's `prefix_hit_tokens` is counted again on the scoped ids: every consumer (the simulator's
+cache, the prefix-aware router, the characterisation, the canonical trace's own column) then counts only reuse that
+can happen. A trace with one scope keeps its ids unchanged.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
+from llmcap.trace.schema import block_size_of
 
 SCOPE_LABELS = ("model", "adapter", "tenant")
 
@@ -44,4 +48,9 @@ def scope_prefix_hashes(trace: pa.Table, labels: Sequence[str]) -> tuple[pa.Tabl
     shared = int(np.unique(values).size)
     line = (f"prefix hashes scoped by {' + '.join(present)}: {scopes} scopes; {shared:,} distinct blocks become "
             f"{int(renumbered.max()) + 1 if renumbered.size else 0:,} (reuse across scopes no longer counts)")  # fmt: skip
-    return trace.set_column(trace.schema.get_field_index("hash_ids"), "hash_ids", scoped), line
+    out = trace.set_column(trace.schema.get_field_index("hash_ids"), "hash_ids", scoped)
+    block_size = block_size_of(trace)
+    if "prefix_hit_tokens" in out.column_names and block_size:  # the hits counted before scoping included reuse across scopes
+        hits = hit_tokens(leading_reuse_unbounded(scoped), out.column("isl").to_numpy(), block_size)
+        out = out.set_column(out.schema.get_field_index("prefix_hit_tokens"), "prefix_hit_tokens", pa.array(hits, pa.int64()))
+    return out, line

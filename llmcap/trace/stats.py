@@ -83,9 +83,11 @@ def joint_distribution(isl: np.ndarray, osl: np.ndarray, base: float) -> dict[st
 
 
 def label_mix(table: pa.Table, top: int = 20) -> dict[str, dict[str, float]]:
-    """Share of requests per model / adapter / tenant (only the labels the trace has)."""
+    """Share of requests per model / adapter / tenant / feature (only the labels the trace has)."""
     mix: dict[str, dict[str, float]] = {}
-    for name in ("model", "adapter", "tenant"):
+    for name in ("model", "adapter", "tenant", "feature"):
+        if name not in table.column_names:
+            continue
         col = table.column(name)
         if col.null_count == len(col):
             continue

@@ -109,3 +109,27 @@ def test_size_plans_a_pool_per_model_as_each_model_alone(tmp_path, monkeypatch) 
     assert fleet["single_model_view"]["gpus"] == whole["gpus"] and fleet["fragmentation_gpus"] == fleet["gpus"] - whole["gpus"]
     assert fleet["fragmentation_gpus"] > 0  # the 70B model's own pool costs more than pricing its requests as 8B ones
     assert json.loads((tmp_path / "out" / "fleet.json").read_text()) == fleet
+
+
+def test_one_models_feature_classes_as_pools(tmp_path, monkeypatch) -> None:
+    """`--class-by feature`: one model's requests with a feature (every fourth: image) and without ("(none)") each
+    sized as a pool, the fleet their sum, the one-pool view the whole trace; a label the command cannot split by, or
+    several models, is a usage error."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,isl,osl,feature\n" + "".join(f"{i * 0.25:.2f},{100 + (i * 37) % 900},{20 + (i * 13) % 150},{'image' if i % 4 == 0 else ''}\n"
+                                                             for i in range(240)))  # fmt: skip
+    r = CliRunner().invoke(app, [*ARGS, "--trace", str(trace), "--model", "Llama-3.1-8B", "--class-by", "feature"])
+    assert r.exit_code == 0, r.output
+    fleet = json.loads(r.stdout)
+    assert fleet["by"] == "feature" and [(c["label"], c["model"], c["requests"]) for c in fleet["classes"]] == [
+        ("(none)", "Llama-3.1-8B", 180), ("image", "Llama-3.1-8B", 60)]  # most requested first: 3 of every 4 carry no feature
+    assert fleet["gpus"] == sum(c["gpus"] for c in fleet["classes"]) and fleet["single_model_view"]["requests"] == 240
+    assert fleet["fragmentation_gpus"] == fleet["gpus"] - fleet["single_model_view"]["gpus"]
+    lines = Fleet(tuple(ClassPlan(**c) for c in fleet["classes"]), ClassPlan(**fleet["single_model_view"]), "feature").lines()
+    assert lines[0].startswith("fleet: 2 feature classes in their own pools: ") and "a pool per feature class needs" in lines[1]
+    for extra, message in ((["--model", "Llama-3.1-8B", "--class-by", "model"], "--class-by 'model': one of tenant, feature"),
+                           (["--model", "a=Llama-3.1-8B", "--model", "b=Llama-3.1-8B", "--class-by", "feature"], "give one --model"),
+                           (["--model", "Llama-3.1-8B", "--class-by", "tenant"], "no request of the trace carries a tenant label")):  # fmt: skip
+        r = CliRunner().invoke(app, [*ARGS, "--trace", str(trace), *extra])
+        assert r.exit_code == 2 and message in r.output, r.output
