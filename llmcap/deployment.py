@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 import llmcap.perf as perf
-from llmcap.policy_names import admission_option
+from llmcap.policy_names import admission_option, queue_option
 from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.engine_presets import EnginePreset
@@ -43,6 +43,7 @@ class EngineOptions:
     replicas: int = model_default(SimConfig, "replicas")
     router: str = model_default(SimConfig, "router")
     admission_policy: str = model_default(EngineConfig, "admission_policy")
+    scheduling_policy: str = model_default(EngineConfig, "scheduling_policy")
     pd: str | None = None
     first_token_from: str = model_default(PDConfig, "first_token_from")  # after the P→D handoff (llmcap.first_token)
     link_gbps: float = model_default(LinkConfig, "bandwidth_bytes_s") / 1e9
@@ -106,6 +107,7 @@ def check_choices(o: EngineOptions) -> None:
     if o.router not in router_names():
         raise LlmcapError(f"--router must be one of {', '.join(router_names())}, got {o.router!r}")
     admission_option(o.admission_policy)
+    queue_option(o.scheduling_policy)
     if o.first_token_from not in FIRST_TOKEN_FROM:
         raise LlmcapError(f"--first-token-from must be {' or '.join(FIRST_TOKEN_FROM)}, got {o.first_token_from!r}")
     parse_pd(o.pd)
@@ -131,6 +133,7 @@ def _engine(spec: ModelSpec, g: GpuSpec, o: EngineOptions, tp: int, max_num_seqs
         enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
         kv_bytes_per_token=kv_bytes, tiers=tuple(parse_tier(t, kv_bytes * o.block_size) for t in o.tiers),
         max_model_len=o.max_model_len or spec.max_position_embeddings, admission_policy=o.admission_policy,
+        scheduling_policy=o.scheduling_policy,
     )  # fmt: skip
 
 

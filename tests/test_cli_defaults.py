@@ -67,6 +67,7 @@ def expected(spec: Spec) -> Any:
 ENGINE: dict[str, Spec] = {
     "tp": (EngineOptions, "tp"), "quant": (EngineOptions, "quant"), "kv_dtype": (EngineOptions, "kv_dtype"),
     "replicas": (SimConfig, "replicas"), "router": (SimConfig, "router"), "admission_policy": (EngineConfig, "admission_policy"),
+    "scheduling_policy": (EngineConfig, "scheduling_policy"),
     "first_token_from": (PDConfig, "first_token_from"),
     "link_gbps": (LinkConfig, "bandwidth_bytes_s", _giga), "link_latency_ms": (LinkConfig, "latency_s", _milli),
     "max_num_seqs": (EngineConfig, "max_num_seqs"), "max_num_batched_tokens": (EngineConfig, "max_num_batched_tokens"),
@@ -109,7 +110,7 @@ MATCHED: dict[str, dict[str, Spec]] = {
         "forecast_error": (AutoscaleParams, "forecast_error"), "forecast": (AutoscaleParams, "forecast"),
         "max_total_gpus": (AutoscaleParams, "max_total_gpus"),
     },
-    "twin serve": {k: v for k, v in ENGINE.items() if k != "admission_policy"} | TWIN,
+    "twin serve": {k: v for k, v in ENGINE.items() if k not in ("admission_policy", "scheduling_policy")} | TWIN,
     "profile": {
         "concurrency": (ProfileParams, "concurrency", _comma_list), "osl": (ProfileParams, "osl"), "repeats": (ProfileParams, "repeats"),
         "vocab_size": (ProfileSpec, "vocab_size"),
@@ -152,7 +153,7 @@ OWN: dict[str, set[str]] = {
     "simulate": _TRACE_INPUT | _OUTPUT | {"model", "gpu", "engine_name", "plan", "scenario", "max_model_len", "pd", "request_rate", "rate_scale",
                                           "num_blocks", "profile", "seed", "out", "timeseries_out", "goodput", "tier"},
     "size": _TRACE_INPUT | _OUTPUT | {"model", "goodput", "slo_percentile", "engine", "profile", "step_model", "params_file", "candidates_file", "max_model_len", "out",
-                                          "scope", "class_by"},  # scope None: CleanParams' own prefix_scope
+                                          "scope", "class_by", "kv_from_log"},  # scope None: CleanParams' own prefix_scope
     "replay": _TRACE_INPUT | {"endpoint", "model", "request_rate", "rate_scale", "max_concurrency", "max_requests", "max_failed", "block_tokens", "seed", "api",
                               "processes", "out", "api_key_env", "json_out"},
     "autoscale": _OUTPUT | {"trace", "model", "gpu", "slo_ttft_p99", "instance_rps", "mean_rps", "kv_usage_target", "seed",

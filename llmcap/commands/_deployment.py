@@ -18,6 +18,8 @@ TpOpt = Annotated[int, typer.Option(min=1, help="tensor parallel degree of one r
 ReplicasOpt = Annotated[int, typer.Option(min=1, help="aggregated replicas (ignored with --pd)")]
 RouterOpt = Annotated[str, typer.Option(help="round_robin | least_outstanding_tokens | power_of_two | prefix_aware")]
 AdmissionOpt = Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang")]
+SchedulingOpt = Annotated[str, typer.Option(help="the waiting queue's order (vLLM --scheduling-policy): fcfs | priority (the "
+                                                  "trace's `priority` column, lower first; it also picks whom to preempt)")]  # fmt: skip
 PdOpt = Annotated[str | None, typer.Option("--pd", help="disaggregated: P:D prefill and decode replicas")]
 FirstTokenFromOpt = Annotated[str, typer.Option(help="P/D: where TTFT ends: 'decode' = the first token the user sees, after the "
                                                      "KV handoff (as `size` judges it), or 'prefill' = when the prefill instance computes it")]

@@ -36,6 +36,7 @@ from llmcap.commands._deployment import (
     GpuMemUtilOpt,
     HostBlocksOpt,
     HostGbpsOpt,
+    SchedulingOpt,
     TierOpt,
     KvBlockSizeOpt,
     KvDtypeOpt,
@@ -97,7 +98,7 @@ PROGRESS_MIN_REQUESTS = 20_000  # shorter runs finish before a bar is worth draw
 
 
 # deployment options a plan (--plan) sets itself
-PLAN_SETS = ("model", "gpu", "tp", "replicas", "router", "admission_policy", "pd", "first_token_from", "link_gbps", "link_latency_ms",
+PLAN_SETS = ("model", "gpu", "tp", "replicas", "router", "admission_policy", "scheduling_policy", "pd", "first_token_from", "link_gbps", "link_latency_ms",
              "request_rate", "rate_scale", "quant", "kv_dtype", "max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks",
              "gpu_memory_utilization", "prefix_caching", "host_blocks", "host_gbps", "tier", "profile", "max_model_len", "goodput", "itl_stat")  # fmt: skip
 
@@ -124,6 +125,7 @@ def simulate(
     replicas: ReplicasOpt = ENGINE.replicas,
     router: RouterOpt = ENGINE.router,
     admission_policy: AdmissionOpt = ENGINE.admission_policy,
+    scheduling_policy: SchedulingOpt = ENGINE.scheduling_policy,
     engine_name: Annotated[str | None, typer.Option("--engine", help="vllm | sglang | trtllm: that engine's own defaults on --gpu for "
                                                     "the admission policy, chunk, max batch and KV block; an option given explicitly wins")] = None,  # fmt: skip
     pd: PdOpt = None,
@@ -169,7 +171,7 @@ def simulate(
     if model is None or gpu is None:
         raise LlmcapError("give --model and --gpu (the deployment to simulate), or --plan summary.json (a sized plan)")
     opts = EngineOptions(
-        tp=tp, replicas=replicas, router=router, admission_policy=admission_policy, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
+        tp=tp, replicas=replicas, router=router, admission_policy=admission_policy, scheduling_policy=scheduling_policy, pd=pd, first_token_from=first_token_from, link_gbps=link_gbps,
         link_latency_ms=link_latency_ms, quant=quant, kv_dtype=kv_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, num_blocks=num_blocks,
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching, host_blocks=host_blocks,

@@ -24,7 +24,7 @@ from llmcap.sim.segments import SegmentIndex
 from llmcap.trace.schema import block_size_of
 
 # what a simulation reads of a canonical trace (`load_trace(path, columns=SIM_COLUMNS)`)
-SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "max_tokens", "adapter", "hash_ids")
+SIM_COLUMNS = ("request_id", "arrival_s", "isl", "osl", "max_tokens", "priority", "adapter", "hash_ids")
 
 
 @dataclass(frozen=True)

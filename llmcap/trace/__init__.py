@@ -84,7 +84,7 @@ READ_BATCH_ROWS = 1 << 16  # Parquet is decoded this many rows at a time: one hu
 
 def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """A canonical trace written by `write_table` (checked against the schema); `columns`: only these
-    canonical columns (a simulation needs five of twelve)."""
+    canonical columns (a simulation reads `llmcap.sim.workload.SIM_COLUMNS`)."""
     path = Path(path)
     names = list(CANONICAL_SCHEMA.names if columns is None else columns)
     unknown = [c for c in names if c not in CANONICAL_SCHEMA.names]

@@ -41,6 +41,7 @@ REASONS: tuple[str, ...] = (
     "osl_below_1",
     "max_tokens_invalid",
     "osl_above_max_tokens",
+    "priority_invalid",
     "hash_ids_invalid",
     "exceeds_max_context",
     "outside_window",
@@ -112,6 +113,10 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
     _flag_lengths(flag, "osl", raw.osl, zero_reason=raw.zero_osl_reason)
     if "max_tokens" in raw.labels:
         _flag_max_tokens(flag, raw.labels["max_tokens"].to_numpy(zero_copy_only=False), raw.osl)
+    if "priority" in raw.labels:
+        priority = raw.labels["priority"].to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            flag(~np.isnan(priority) & (np.isinf(priority) | (priority != np.floor(priority))), "priority_invalid", _fmt("priority=", priority))
     if "hash_ids" in raw.labels:
         flag(pc.is_null(raw.labels["hash_ids"]).to_numpy(zero_copy_only=False), "hash_ids_invalid", "hash_ids missing or not a list of integers")
     with np.errstate(invalid="ignore"):
@@ -297,6 +302,7 @@ def _canonical(raw: RawTrace, order: np.ndarray) -> pa.Table:
         "isl": pa.array(raw.isl[order].astype(np.int64)),
         "osl": pa.array(raw.osl[order].astype(np.int64)),
         "max_tokens": _optional_int(raw.labels.get("max_tokens"), order),
+        "priority": _optional_int(raw.labels.get("priority"), order),
     }
     isl = raw.isl[order].astype(np.int64)
     if "hash_ids" in raw.labels and raw.block_size:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "vllm-bench", "guidellm", "csv", "jsonl", "parquet"]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
-CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "max_tokens", "hash_ids", "model", "adapter", "tenant", "session", "feature", "deadline_s", "request_id")
+CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "max_tokens", "priority", "hash_ids", "model", "adapter", "tenant", "session", "feature", "deadline_s", "request_id")
 
 
 class StrictParams(BaseModel):

@@ -81,7 +81,7 @@ class RawTrace:
     arrival_s: np.ndarray  # float64 seconds from the earliest parseable arrival; NaN when unparseable
     isl: np.ndarray  # float64; NaN when missing/unparseable
     osl: np.ndarray
-    labels: dict[str, pa.Array]  # model/adapter/tenant/session/feature (string), deadline_s and max_tokens (float64), hash_ids (list)
+    labels: dict[str, pa.Array]  # model/adapter/tenant/session/feature (string), deadline_s, max_tokens and priority (float64), hash_ids (list)
     source_row: np.ndarray  # int64, 0-based record index
     line: np.ndarray  # int64 1-based line in the file (row index + 1 for Parquet)
     parse_error: np.ndarray  # object: None, or why the record could not be parsed
@@ -164,7 +164,7 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     for name in ("model", "adapter", "tenant", "session", "feature", "request_id"):
         if name in source_cols:
             labels[name] = _scatter_arrow(pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string())
-    for name in ("deadline_s", "max_tokens"):
+    for name in ("deadline_s", "max_tokens", "priority"):
         if name in source_cols:
             labels[name] = pa.array(scatter_float(name), from_pandas=True)
     block_size = params.block_size or preset.block_size
@@ -229,7 +229,7 @@ def _require_unique_columns(path: Path, found: Sniff, source_cols: dict[str, str
 
 
 #: Canonical columns read as numbers (the arrival clock may also be a date-time).
-NUMERIC = ("arrival", "isl", "osl", "max_tokens", "deadline_s")
+NUMERIC = ("arrival", "isl", "osl", "max_tokens", "priority", "deadline_s")
 
 
 def _require_scalar_types(path: Path, table: pa.Table, source_cols: dict[str, str]) -> None:

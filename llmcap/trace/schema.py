@@ -9,6 +9,7 @@ One row per request, sorted by arrival. Columns:
 | isl               | int64          | input (prompt) tokens, ≥ 1                                             |
 | osl               | int64          | output (generated) tokens, ≥ 1                                          |
 | max_tokens        | int64          | the client's cap on output tokens (≥ osl), null when unknown            |
+| priority          | int64          | scheduling priority (vLLM's request `priority`: lower first), null when none |
 | hash_ids          | list<int64>    | prefix block hashes (one per `block_size` tokens), null when unknown    |
 | prefix_hit_tokens | int64          | leading tokens reusable from earlier requests (infinite cache), null when no hashes |
 | model             | string         | model name, null when unknown                                           |
@@ -30,10 +31,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "trace/3"  # trace/2 added max_tokens, trace/3 feature (an older file reads with them null)
+SCHEMA_VERSION = "trace/3"  # trace/2 added max_tokens, trace/3 feature and priority (an older file reads with them null)
 
 #: Columns an older canonical trace lacks, by the version that added them: read back as null.
-ADDED_SINCE = {"max_tokens": "trace/2", "feature": "trace/3"}
+ADDED_SINCE = {"max_tokens": "trace/2", "feature": "trace/3", "priority": "trace/3"}
 
 FIELDS: list[pa.Field] = [
     pa.field("request_id", pa.int64(), nullable=False),
@@ -41,6 +42,7 @@ FIELDS: list[pa.Field] = [
     pa.field("isl", pa.int64(), nullable=False),
     pa.field("osl", pa.int64(), nullable=False),
     pa.field("max_tokens", pa.int64()),
+    pa.field("priority", pa.int64()),
     pa.field("hash_ids", pa.list_(pa.int64())),
     pa.field("prefix_hit_tokens", pa.int64()),
     pa.field("model", pa.string()),

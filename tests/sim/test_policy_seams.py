@@ -5,10 +5,15 @@ the planning notes know what it reserves, and the scheduler asks it."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
+from llmcap.cli import app
 from llmcap.planning import reservation_note
 from llmcap.policy_names import never_preempts, reserves_output
 from llmcap.sim import EngineConfig, SimConfig, simulate
@@ -142,3 +147,24 @@ def test_the_priority_queue_preempts_the_lowest_priority_not_the_newest() -> Non
 def test_an_unknown_scheduling_policy_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown scheduling policy 'lifo'.*fcfs, priority"):
         EngineConfig(num_blocks=10, scheduling_policy="lifo")
+
+
+def test_a_traces_priority_column_is_cleaned_kept_and_ordered_by_from_the_command_line(tmp_path) -> None:
+    """`priority` read from a generic file, a fractional one quarantined, and `simulate --scheduling-policy
+    priority` serving the kept requests lowest first (one sequence at a time, all at t=0)."""
+    src = tmp_path / "t.csv"
+    src.write_text("arrival_s,isl,osl,priority\n0,30,5,2\n0,30,5,0\n0,30,5,1\n0,30,5,0.5\n")
+    out = tmp_path / "records.parquet"
+    args = ["simulate", "--trace", str(src), "--model", "Llama-3.1-8B", "--gpu", "h100", "--num-blocks", "100", "--max-num-seqs", "1",
+            "--max-num-batched-tokens", "64", "--out", str(out), "--json"]  # fmt: skip
+    r = CliRunner().invoke(app, [*args, "--scheduling-policy", "priority"])
+    assert r.exit_code == 0, r.output
+    accounting = json.loads(r.stdout)["input_accounting"]
+    assert accounting["rows_kept"] == 3 and accounting["by_reason"] == {"priority_invalid": 1}
+    admitted = pq.read_table(out).column("admitted_s").to_pylist()
+    assert sorted(range(3), key=lambda i: admitted[i]) == [1, 2, 0]
+    r = CliRunner().invoke(app, [*args, "--scheduling-policy", "fcfs"])
+    admitted = pq.read_table(out).column("admitted_s").to_pylist()
+    assert sorted(range(3), key=lambda i: admitted[i]) == [0, 1, 2]
+    bad = CliRunner().invoke(app, [*args, "--scheduling-policy", "lifo"])
+    assert bad.exit_code != 0 and "--scheduling-policy must be one of fcfs, priority, got 'lifo'" in bad.output

@@ -19,6 +19,7 @@ def table(arrival, isl, osl, **labels) -> pa.Table:
         "isl": pa.array(np.asarray(isl, np.int64)),
         "osl": pa.array(np.asarray(osl, np.int64)),
         "max_tokens": pa.nulls(n, pa.int64()),
+        "priority": pa.nulls(n, pa.int64()),
         "hash_ids": pa.nulls(n, pa.list_(pa.int64())),
         "prefix_hit_tokens": pa.nulls(n, pa.int64()),
         **{k: pa.array(labels.get(k, [None] * n), pa.string()) for k in schema.LABEL_COLUMNS},
