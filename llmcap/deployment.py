@@ -23,9 +23,11 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.sizing.params import PrefixTier
 from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import FIRST_TOKEN_FROM
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig, router_names
+from llmcap.sim.config import tier_of
 
 
 def model_default(model: type[BaseModel], name: str) -> Any:
@@ -84,9 +86,9 @@ def parse_pd(spec: str | None) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
-def parse_tier(spec: str, block_bytes: float) -> TierConfig:
-    """`--tier NAME:GB:GBps[:lookup_ms]`: an offload tier of GB capacity (in blocks of `block_bytes`), loading
-    at GBps, asked at lookup_ms a time."""
+def tier_spec(spec: str) -> PrefixTier:
+    """`--tier NAME:GB:GBps[:lookup_ms]`: an offload tier of GB capacity per instance, loading at GBps, asked
+    at lookup_ms a time."""
     parts = spec.split(":")
     try:
         if len(parts) not in (3, 4):
@@ -96,10 +98,15 @@ def parse_tier(spec: str, block_bytes: float) -> TierConfig:
             raise ValueError
     except ValueError:
         raise LlmcapError(f"--tier must be NAME:GB:GBps[:lookup_ms] with GB and GBps > 0 (e.g. ssd:2000:6:0.2), got {spec!r}") from None
-    blocks = int(gb * 1e9 // block_bytes)
-    if blocks < 1:
-        raise LlmcapError(f"--tier {spec}: {gb:g} GB holds no KV block of {block_bytes:,.0f} bytes")
-    return TierConfig(name=parts[0], blocks=blocks, bandwidth_bytes_s=gbps * 1e9, lookup_s=lookup_ms / 1e3)
+    return PrefixTier(name=parts[0], gb=gb, gbps=gbps, lookup_ms=lookup_ms)
+
+
+def parse_tier(spec: str, block_bytes: float) -> TierConfig:
+    """`--tier` in the engine's KV blocks of `block_bytes`."""
+    t = tier_spec(spec)
+    if t.gb * 1e9 < block_bytes:
+        raise LlmcapError(f"--tier {spec}: {t.gb:g} GB holds no KV block of {block_bytes:,.0f} bytes")
+    return tier_of(t.name, t.gb, t.gbps, t.lookup_ms, block_bytes)
 
 
 def check_choices(o: EngineOptions) -> None:
@@ -112,7 +119,7 @@ def check_choices(o: EngineOptions) -> None:
         raise LlmcapError(f"--first-token-from must be {' or '.join(FIRST_TOKEN_FROM)}, got {o.first_token_from!r}")
     parse_pd(o.pd)
     for spec in o.tiers:
-        parse_tier(spec, 1.0)
+        tier_spec(spec)
 
 
 def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> StepTimeModel:

@@ -153,7 +153,7 @@ OWN: dict[str, set[str]] = {
     "simulate": _TRACE_INPUT | _OUTPUT | {"model", "gpu", "engine_name", "plan", "scenario", "max_model_len", "pd", "request_rate", "rate_scale",
                                           "num_blocks", "profile", "seed", "out", "timeseries_out", "goodput", "tier"},
     "size": _TRACE_INPUT | _OUTPUT | {"model", "goodput", "slo_percentile", "engine", "profile", "step_model", "params_file", "candidates_file", "max_model_len", "out",
-                                          "scope", "class_by", "kv_from_log"},  # scope None: CleanParams' own prefix_scope
+                                          "scope", "class_by", "kv_from_log", "tier"},  # scope None: CleanParams' own prefix_scope
     "replay": _TRACE_INPUT | {"endpoint", "model", "request_rate", "rate_scale", "max_concurrency", "max_requests", "max_failed", "block_tokens", "seed", "api",
                               "processes", "out", "api_key_env", "json_out"},
     "autoscale": _OUTPUT | {"trace", "model", "gpu", "slo_ttft_p99", "instance_rps", "mean_rps", "kv_usage_target", "seed",

@@ -37,7 +37,7 @@ from llmcap.commands._common import (
     print_json,
     user_errors,
 )
-from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt
+from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt, TierOpt
 from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
 from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet, with_cap_split
 from llmcap.commands._goodput import (
@@ -67,6 +67,7 @@ from llmcap.commands._trace_input import (
     read_trace_input,
 )
 from llmcap.config import Params, load_params
+from llmcap.deployment import tier_spec
 from llmcap.engine_presets import EnginePreset, engine_preset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.memory import MemoryParams
@@ -140,7 +141,7 @@ def _catalog_grid(gpu: list[str], weight_quant: list[str], kv_dtype: list[str], 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
 SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "slo_availability", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
-              "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour")  # fmt: skip
+              "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour", "tier")  # fmt: skip
 
 
 def _from_params(ctx: typer.Context, path: Path) -> Params:
@@ -277,6 +278,7 @@ def size(
     profile: ProfileOpt = None,
     kv_from_log: KvFromLogOpt = None,
     admission_policy: AdmissionOpt = SIZE.admission_policy,
+    tier: TierOpt = None,
     engine: Annotated[str | None, typer.Option(help="vllm | sglang | trtllm: size for that engine's own defaults on each GPU "
                                                "(admission policy, chunk, max batch, KV block; sources in the output); an "
                                                "explicit --admission-policy still wins")] = None,  # fmt: skip
@@ -329,6 +331,8 @@ def size(
                               shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
                               parse_percentiles(slo_percentile), slo_availability)  # fmt: skip
     params = with_cap_split(params, pools_split_isl, pools_split_cap)
+    if tier:
+        params = params.model_copy(update={"prefix_tiers": [tier_spec(t) for t in tier]})
     grid_lists = None if candidates_file is not None else _catalog_grid(gpu, weight_quant, kv_dtype, tp)
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):

@@ -30,6 +30,11 @@ class TierConfig(_Frozen):
                             "by every admission that looks there, found or not)")  # fmt: skip
 
 
+def tier_of(name: str, gb: float, gbps: float, lookup_ms: float, block_bytes: float) -> TierConfig:
+    """A tier given as people give it (GB capacity, GB/s, ms) in the engine's KV blocks of `block_bytes`."""
+    return TierConfig(name=name, blocks=int(gb * 1e9 // block_bytes), bandwidth_bytes_s=gbps * 1e9, lookup_s=lookup_ms / 1e3)
+
+
 class EngineConfig(_Frozen):
     """One replica: scheduler limits, paged KV cache, prefix cache and its optional host-memory tier."""
 

@@ -40,7 +40,7 @@ def plan_whatif(trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, siz
         n = blocks["decode" if name == "decode" else "front"]
         return r if n is None else {**r, "kv_tokens_per_instance": n * int(r["block_size"])}
 
-    units = {name: make_unit(model, row(name, q["configuration"]), lengths, size.slo, measured, size.admission_policy) for name, q in pools.items()}
+    units = {name: make_unit(model, row(name, q["configuration"]), lengths, size.slo, measured, size.admission_policy, size.prefix_tiers) for name, q in pools.items()}
     rates = [PoolRate(ROLES[name][0], float(q["per_instance_rps"]), int(q["gpus_per_instance"])) for name, q in pools.items()]
     pd_cfg = decode_model = None
     main = units.get("instances") or units["prefill"]

@@ -275,6 +275,18 @@ class AutoscaleParams(_ReadyTime):
     """Attainment is also reported for the worst of this many equal windows of the day."""
 
 
+class PrefixTier(_Strict):
+    """An offload tier of the prefix cache, per instance (`size.prefix_tiers`, `size --tier`)."""
+
+    name: str = Field(min_length=1)
+    gb: float = Field(gt=0, description="capacity, GB per instance")
+    gbps: float = Field(gt=0, description="load bandwidth into HBM, GB/s")
+    lookup_ms: float = Field(default=0.0, ge=0, description="latency of asking it for a prefix, paid by every admission that looks")
+
+    def spec(self) -> str:
+        return f"{self.name}:{self.gb:g}:{self.gbps:g}:{self.lookup_ms:g}"
+
+
 class SizeParams(_Strict):
     """Stage `size` (step 4): SLOs, the search, headroom, where evaluations run, and how much to simulate."""
 
@@ -292,6 +304,9 @@ class SizeParams(_Strict):
     """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
     cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
     (more simulation), `off` = excerpts only. Unconfirmed rates are listed in the notes."""
+    prefix_tiers: list[PrefixTier] = []
+    """Offload tiers of each instance's prefix cache below HBM, nearest first (host DRAM, local SSD, a remote
+    store): evicted prefixes are loaded back from them instead of computed, at their bandwidth and lookup cost."""
     admission_policy: Annotated[str, AfterValidator(known_admission)] = DEFAULT_ADMISSION
     """The serving engine's admission policy (`llmcap.sim.admission`): `vllm` (admit what this step's blocks allow,
     preempt and recompute when decodes outgrow the cache), `trtllm-guaranteed-no-evict` (TensorRT-LLM's default:

@@ -251,6 +251,10 @@ def size_deployments(
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     link = provisioned(chosen)
     network = None if link is None else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
+    for t in sim.summary.get("prefix_tiers") or ():
+        sizer.notes.append(f"prefix tier {t['tier']} ({replay}): {t['hit_ratio']:.1%} of prompt tokens loaded from it, "
+                           f"load {t['load_s']:,.1f} s, {t['lookups']:,} lookups {t['lookup_s']:,.1f} s, saved prefill ≈ "
+                           f"{t['saved_prefill_s']:,.1f} s: net {t['net_gain_s']:+,.1f} s")  # fmt: skip
     evidence = SizingEvidence(curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes), analytic=analytic, fit=fitted,
                               ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()),
                               finalists=tuple(f["line"] for f in finalists or ()), network=network)  # fmt: skip
@@ -282,6 +286,7 @@ def size_deployments(
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),
         "ledger": ledger.as_dict(),
+        "prefix_tiers": sim.summary.get("prefix_tiers"),
         "network": network,
         "deployment": sizer.planned(chosen, plan).to_dict(),
         "candidates_feasible": len(feasible),

@@ -97,7 +97,7 @@ class Sizer:
         of each parallel layout first) while their bound can still beat the best goodput per GPU found so
         far (`incumbent` seeds it, e.g. from the P/D search), up to `max_simulated`."""
         p = self.params
-        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy) for _, r in rows.iterrows()]
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers) for _, r in rows.iterrows()]
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
                 self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
@@ -163,7 +163,7 @@ class Sizer:
         (`llmcap.sizing.headroom`) — no fixed P:D unit.
         """
         p = self.params
-        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy) for _, r in rows.iterrows()]
+        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers) for _, r in rows.iterrows()]
         good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
         self.idle_misses += [idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good]
         dec = best_per_layout([u for u in good if u.row["role"] == "decode"], lambda u: rate_per_usd(decode_bound(u), u))

@@ -87,6 +87,7 @@ class SizingSummary(TypedDict):
     fit_history: list[str] | None
     count_range: dict[str, Any] | None
     ledger: dict[str, Any]
+    prefix_tiers: list[dict[str, Any]] | None  # the planned deployment's replay: each offload tier's hits, load, lookups, net gain
     network: dict[str, Any] | None  # P/D: the prefill instances' link provisioning and the replay's handoff percentiles (llmcap.sizing.network)
     deployment: dict[str, Any]  # the planned deployment as `llmcap simulate --plan` replays it (`llmcap.sizing.planned`)
     candidates_feasible: int

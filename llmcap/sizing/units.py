@@ -23,10 +23,11 @@ from llmcap.perf.model import StepTimeModel
 from llmcap.perf.roofline import RooflineModel
 from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import EngineConfig, PDConfig
+from llmcap.sim.config import tier_of
 from llmcap.sizing.analytic import RateBounds, rate_bounds
 from llmcap.sizing.headroom import CapacityPlan
 from llmcap.sizing.measured import MeasuredModels, config_key
-from llmcap.sizing.params import SizeParams, SloParams
+from llmcap.sizing.params import PrefixTier, SizeParams, SloParams
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.slo import itl_column
@@ -161,9 +162,10 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
 
 
 def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None,
-              admission_policy: str = "vllm") -> Unit:  # fmt: skip
+              admission_policy: str = "vllm", tiers: Sequence[PrefixTier] = ()) -> Unit:  # fmt: skip
     """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan,
-    the engine's `admission_policy`) and rate bounds of one candidate row (prefix hits: an LRU cache of the instance's KV size, `Lengths.at_capacity`)."""
+    the engine's `admission_policy`, the prefix cache's offload `tiers`) and rate bounds of one candidate row
+    (prefix hits: an LRU cache of the instance's KV size and its tiers', `Lengths.at_capacity`)."""
     gpu = get_gpu(str(row["gpu"]))
     step = (measured or {}).get(config_key(row)) or build_step_model(
         model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
@@ -171,13 +173,16 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     )  # fmt: skip
     source = step_model_source(step)
     block, kv_tokens = int(row["block_size"]), int(row["kv_tokens_per_instance"])
-    lengths = lengths.at_capacity(kv_tokens)
+    kv_bytes = model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"])))
+    offload = tuple(tier_of(t.name, t.gb, t.gbps, t.lookup_ms, kv_bytes * block) for t in tiers)
+    lengths = lengths.at_capacity(kv_tokens + block * sum(t.blocks for t in offload))  # the tiers hold what HBM evicts
     engine = EngineConfig(
         num_blocks=kv_tokens // block,
         block_size=block,
         max_num_seqs=int(row["max_num_seqs"]),
         max_num_batched_tokens=int(row["max_num_batched_tokens"]),
-        kv_bytes_per_token=model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"]))),
+        kv_bytes_per_token=kv_bytes,
+        tiers=offload,
         max_model_len=int(row["max_context_len"]),  # longer requests are rejected, as the engine would: misses
         admission_policy=admission_policy,
         max_loras=int(row.get("max_loras", 0)),  # a candidates table written before the column: no LoRA
