@@ -160,7 +160,7 @@ OWN: dict[str, set[str]] = {
                             "ready_phases"},  # NAME=S overrides over ReadyPhases' defaults ("" = them all)
     "twin serve": {"model", "gpu", "pd", "num_blocks", "max_model_len", "decode_gpu", "decode_tp", "decode_max_num_seqs",
                    "decode_max_num_batched_tokens", "decode_num_blocks", "host", "port", "served_model_name"},
-    "profile": {"endpoint", "model", "out", "max_failed", "json_out", "api_key_env", "serve_cmd", "ready_timeout"},
+    "profile": {"endpoint", "model", "out", "max_failed", "json_out", "api_key_env", "serve_cmd", "ready_timeout", "cache_hit", "block_size"},
     "rollout predict": {"trace", "model", "gpu", "out", "request_rate", "steps", "profile", "client_latency_ms", "seed"},
 }  # fmt: skip
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median
 from typing import Annotated
 
 import typer
@@ -24,6 +25,16 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
+def _shares(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise LlmcapError(f"--cache-hit takes comma-separated shares, got {text!r}") from None
+    if any(not 0 < v < 1 for v in values):
+        raise LlmcapError(f"--cache-hit shares lie strictly between 0 and 1 (0 is always timed), got {text!r}")
+    return values
+
+
 #: httpx errors that mean nothing answered (refused, no route, no connection in time).
 CONNECT_ERRORS = ("ConnectError", "ConnectTimeout")
 
@@ -35,6 +46,9 @@ def profile(
     model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
     isl: Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")] = "128,512,2048",
     concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,16",
+    cache_hit: Annotated[str, typer.Option(help="Prefix-cache hit shares to time TTFT at besides 0, comma-separated (e.g. 0.5,0.9): "
+                                                "a request alone whose leading blocks the one before it left cached.")] = "",
+    block_size: Annotated[int, typer.Option(min=1, help="The engine's KV block (a cached prefix is whole blocks).")] = 16,
     osl: Annotated[int, typer.Option(min=2, help="Output tokens per request (exact: max_tokens + ignore_eos).")] = 128,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per cell (medians across runs).")] = 3,
     vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
@@ -73,7 +87,8 @@ def profile(
     base = endpoint.rstrip("/")
     shown = redact_url(base)  # everything printed below names the endpoint by this
     spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
-                            vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens)
+                            vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens, cache_hits=_shares(cache_hit),
+                            block_tokens=block_size)  # fmt: skip
     with started_engine(serve_cmd, base, ready_timeout) if serve_cmd else nullcontext(given_endpoint()) as ready:
         model = model or first_served_model(base, shown, api_key)
         m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
@@ -110,6 +125,10 @@ def profile(
         ms = lambda v: "—" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
         table.add_row(str(cell.isl), str(cell.concurrency), ms(cell.ttft_s), ms(cell.itl_mean_s), ms(cell.itl_p99_s), str(cell.repeats))
     console.print(table)
+    for (n, cached), ttfts in sorted(m.hit_probes.items()):
+        cold = m.cells[(n, 1)].ttft_s if (n, 1) in m.cells else None
+        console.print(f"ISL {n} with {cached:,} tokens cached ({cached / n:.0%}): TTFT {median(ttfts) * 1e3:.2f} ms over {len(ttfts)} "
+                      f"probe(s)" + (f" (cold {cold * 1e3:.2f} ms)" if cold else ""), highlight=False)  # fmt: skip
     coef = fit.to_dict()["coefficients"]
     console.print("fit (NNLS): " + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
                   + f"; median |rel err| {fit.median_abs_rel_error:.1%}")

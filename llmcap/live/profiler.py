@@ -52,6 +52,8 @@ class ProfileSpec:
     max_num_batched_tokens: int | None = None  # the engine's chunk size, if known (TTFT of long prompts)
     seed: int | None = None  # prompt seed; None: fresh each session (a re-run must not hit the prefix cache)
     ttft_probes: int = 2  # per repeat and concurrency-1 cell: requests alone with max_tokens 1 (TTFT)
+    cache_hits: tuple[float, ...] = ()  # ... and as many at each of these prefix-cache hit shares (0 < h < 1)
+    block_tokens: int = 16  # the engine's KV block: a cached prefix is whole blocks (vLLM's default size)
     warmup: bool = True
     timeout_s: float = 600.0
 
@@ -64,6 +66,12 @@ class ProfileSpec:
             raise ValueError("cells must be non-empty (isl, concurrency) pairs of positive integers")
         if self.osl < 2 or self.repeats < 1:
             raise ValueError("osl must be >= 2 (gaps need two tokens) and repeats >= 1")
+        if any(not 0 < h < 1 for h in self.cache_hits) or self.block_tokens < 1:
+            raise ValueError("cache_hits are shares strictly between 0 and 1, block_tokens >= 1")
+
+    def cached_tokens(self, isl: int, hit: float) -> int:
+        """The prefix a probe at `hit` finds cached: whole blocks, at least one, and its last token computed."""
+        return max(self.block_tokens, min(int(hit * isl) // self.block_tokens, (isl - 1) // self.block_tokens) * self.block_tokens)
 
 
 @dataclass
@@ -245,6 +253,7 @@ class EndpointMeasurement:
     wall_s: float
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
     ttft_probe_repeats: dict[int, list[int]] = field(default_factory=dict)  # ISL -> the repeat of each TTFT probe
+    hit_probes: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (ISL, cached tokens) -> TTFTs of requests alone
 
     def ttft_by_repeat(self, isl: int) -> dict[int, float]:
         """Repeat -> median TTFT of that repeat's probes at `isl` (requests alone): the cell's run-to-run spread."""
@@ -279,6 +288,11 @@ class EndpointMeasurement:
                 parts.append(decode_observations(cell.concurrency, cell.decode_context_mean, cell.itl_mean_s))
                 kinds.append("decode")
                 keys.append(key)
+        for (isl, cached), ttfts in sorted(self.hit_probes.items()):  # the prefill rows of a prompt partly cached
+            if ttfts and (isl, 1) in chosen:
+                parts.append(prefill_observations(isl, float(np.median(ttfts)), chunk=self.spec.max_num_batched_tokens, cached=cached))
+                kinds.append("prefill")
+                keys.append((isl, 1))
         if not parts:
             raise ValueError("no cell gave a usable TTFT or steady decode window")
         return StepObservations.concat(parts), kinds, keys
@@ -300,6 +314,17 @@ async def _ttft_probe(client: httpx.AsyncClient, base_url: str, model: str, spec
     """TTFT of one request alone that stops at its first token (nothing after it to hold it back)."""
     await _ping(client, base_url, model, spec, seeds)
     r = await stream_completion(client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 1, spec.timeout_s)
+    return r.ttft_s if r.status == "ok" else None
+
+
+async def _hit_probe(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, isl: int, cached: int,
+                     seeds: itertools.count) -> float | None:
+    """TTFT of one request alone whose first `cached` tokens a request just before it left in the prefix cache."""
+    prefix = token_prompt(cached, spec.vocab_size, next(seeds))
+    primed = await stream_completion(client, base_url, model, prefix, 1, spec.timeout_s)
+    if primed.status != "ok":
+        return None
+    r = await stream_completion(client, base_url, model, prefix + token_prompt(isl - cached, spec.vocab_size, next(seeds)), 1, spec.timeout_s)
     return r.ttft_s if r.status == "ok" else None
 
 
@@ -338,6 +363,7 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
         runs: list[Run] = []
         probes: dict[int, list[float]] = {}
         probe_repeats: dict[int, list[int]] = {}
+        hit_probes: dict[tuple[int, int], list[float]] = {}
         with _progress(progress, len(todo)) as advance:
             for rep, isl, c in todo:
                 if c == 1:
@@ -346,11 +372,16 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
                         if t is not None:
                             probes.setdefault(isl, []).append(t)
                             probe_repeats.setdefault(isl, []).append(rep)
+                        for hit in spec.cache_hits:
+                            cached = spec.cached_tokens(isl, hit)
+                            t = await _hit_probe(client, base_url, model, spec, isl, cached, seeds)
+                            if t is not None:
+                                hit_probes.setdefault((isl, cached), []).append(t)
                 runs.append(await _one_run(client, base_url, model, spec, isl, c, rep, seeds, scrape_metrics))
                 advance(f"ISL {isl} x {c}")
         after = await scrape(client, base_url)
     return EndpointMeasurement(shown_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0,
-                               ttft_probe_repeats=probe_repeats)
+                               ttft_probe_repeats=probe_repeats, hit_probes=hit_probes)
 
 
 def measure_endpoint(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,
@@ -416,6 +447,11 @@ def to_profile(m: EndpointMeasurement, fingerprint: EnvironmentFingerprint, fit_
         rows.append({**row, "source": "endpoint", "batch_size": cell.concurrency, "cache_hit": 0.0,
                      "kv_load": cell.concurrency * ctx / cap if cap else None,
                      "tp": fingerprint.tp, "pp": fingerprint.pp, "ep": fingerprint.ep, "dp": fingerprint.dp})
+    for (isl, cached), ttfts in sorted(m.hit_probes.items()):
+        rows.append({"source": "endpoint", "isl": isl, "osl": 1, "concurrency": 1, "batch_size": 1, "cache_hit": cached / isl,
+                     "tp": fingerprint.tp, "pp": fingerprint.pp, "ep": fingerprint.ep, "dp": fingerprint.dp,
+                     "repeats": m.spec.repeats, "requests": len(ttfts), "ttft_s": float(np.median(ttfts)),
+                     "ttft_p90_s": float(np.quantile(ttfts, 0.9)), "steady_gaps": 0})  # fmt: skip
     obs, kinds, keys = m.fit_observations(fit_cells)
     fit = fit_step_model(obs)
     steps = steps_table(obs, kinds, [k[0] for k in keys], [k[1] for k in keys],
