@@ -141,6 +141,8 @@ class ProfileParams(_Strict):
                                            description="profiled concurrency levels")
     osl: int = Field(128, ge=2)
     repeats: int = Field(3, ge=1)
+    cache_hits: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
+        default_factory=list, description="prefix-cache hit shares to time TTFT at besides 0 (with endpoint)")
     corrections_alias: str | None = Field(
         "champion", min_length=1,
         description="the written-back step-time corrections a plan applies: the version this alias names, per "

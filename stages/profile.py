@@ -87,7 +87,8 @@ def run(args: argparse.Namespace) -> str:
         from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
         spec = ProfileSpec.grid(params.isl, params.concurrency, osl=params.osl, repeats=params.repeats,
-                                max_num_batched_tokens=params.max_num_batched_tokens)
+                                max_num_batched_tokens=params.max_num_batched_tokens, cache_hits=tuple(params.cache_hits),
+                                block_tokens=params.block_size)  # fmt: skip
         m = measure_endpoint(params.endpoint, params.served_model or model.name, spec, progress=True,
                              api_key=api_key_from_env(params.api_key_env))
         if len(m.failed_runs) == len(m.runs):
