@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llmcap.catalog.gpus import GIB, GpuCatalog, GpuSpec, load_gpu_catalog
 from llmcap.catalog.models import ModelSpec
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
+from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, Parallelism, parallelism_issues, plan_memory
 
@@ -340,3 +341,20 @@ def _summary(model: ModelSpec, t: pd.DataFrame) -> dict[str, Any]:
         "infeasible_by_reason": dict(sorted(by_reason.items())),
         "most_kv_per_role": best,
     }
+
+
+def enumerate_with_presets(model: ModelSpec, spec: EnumerationSpec, context_lengths: Mapping[str, int],
+                           presets: Mapping[str, EnginePreset], gpu_catalog: GpuCatalog | None = None) -> EnumerationResult:  # fmt: skip
+    """The grid's candidates; with engine presets (by GPU name), each GPU's with that engine's own scheduler knobs
+    in every role instead of the grid's (the summary names them)."""
+    if not presets:
+        return enumerate_candidates(model, spec, context_lengths, gpu_catalog)
+    parts = []
+    for name, p in presets.items():
+        knobs = SchedulerGrid(max_num_seqs=[p.max_num_seqs], max_num_batched_tokens=[p.max_num_batched_tokens], block_sizes=[p.block_size])
+        one = spec.model_copy(update={"gpus": [name], "aggregated": knobs, "prefill": knobs, "decode": knobs})
+        parts.append(enumerate_candidates(model, one, context_lengths, gpu_catalog))
+    table = pd.concat([r.table for r in parts], ignore_index=True)
+    table["row"] = range(len(table))  # one numbering across the GPUs
+    summary = _summary(model, table) | {k: parts[0].summary[k] for k in ("max_context_len", "context_lengths")}
+    return EnumerationResult(table, summary | {"engine_preset": {name: p.to_dict() for name, p in presets.items()}})

@@ -16,10 +16,12 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from llmcap.candidates import EnumerationSpec, workload_context_lengths
+from llmcap.catalog.gpus import GpuCatalog, load_gpu_catalog
 from llmcap.credentials import check_env_name, redact_text, split_userinfo
+from llmcap.engine_presets import ENGINE_ADMISSIONS, EnginePreset, presets_for
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.reconcile.params import ReconcileParams
 from llmcap.sizing.params import AutoscaleParams, SizeParams
@@ -48,6 +50,14 @@ class EnumerateParams(EnumerationSpec):
     max_context_len: int | Literal["model", "workload"] = Field(default="workload")  # type: ignore[assignment]
     """Longest ISL + OSL a deployment must accept: tokens, "model" (max_position_embeddings) or
     "workload" (the trace's longest ISL + longest OSL, from the characterise stage's summary)."""
+    engine: Literal["vllm", "sglang", "trtllm"] | None = None
+    """The serving engine's own defaults on each GPU (`llmcap.engine_presets`: its chunk, max batch and KV block
+    for every role instead of the scheduler grids above, and its admission policy for `size`); null: the grids."""
+
+    def presets(self, catalog: GpuCatalog | None = None) -> dict[str, EnginePreset]:
+        """Each grid GPU's preset of `engine` (none without one)."""
+        gpus = catalog or load_gpu_catalog()
+        return presets_for(self.engine, [gpus.get(g) for g in self.gpus])
 
     @field_validator("max_context_len", mode="before")
     @classmethod
@@ -61,7 +71,7 @@ class EnumerateParams(EnumerationSpec):
 
     def grid(self, workload: Mapping[str, Any] | None = None) -> EnumerationSpec:
         """The plain EnumerationSpec, with max_context_len resolved against the workload summary."""
-        data = self.model_dump(exclude={"model"})
+        data = self.model_dump(exclude={"model", "engine"})
         if self.max_context_len == "model":
             data["max_context_len"] = None
         elif self.max_context_len == "workload":
@@ -297,6 +307,23 @@ class Params(_Strict):
     watch: WatchParams = WatchParams()
     stores: StoresParams = StoresParams()
     approvals: ApprovalsParams = ApprovalsParams()
+
+    @model_validator(mode="after")
+    def _one_admission(self) -> Params:
+        # an engine preset brings its admission policy: a size.admission_policy written beside it must be one of that engine's
+        engine = self.enumerate.engine
+        offered = ENGINE_ADMISSIONS[engine] if engine else ()
+        if offered and "admission_policy" in self.size.model_fields_set and self.size.admission_policy not in offered:
+            raise ValueError(f"size.admission_policy {self.size.admission_policy!r} contradicts enumerate.engine {engine!r}, "
+                             f"whose admission is {' or '.join(offered)}: drop size.admission_policy or set one of those")  # fmt: skip
+        return self
+
+    def sizing(self) -> SizeParams:
+        """`size`, with the engine preset's admission policy where enumerate.engine names one and size sets none."""
+        presets = self.enumerate.presets() if self.enumerate.engine else {}
+        if presets and "admission_policy" not in self.size.model_fields_set:
+            return self.size.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
+        return self.size
 
 
 def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None = None) -> Params:

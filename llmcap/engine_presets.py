@@ -8,6 +8,7 @@ decide them at startup.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmcap.catalog import GpuSpec
@@ -15,6 +16,8 @@ from llmcap.errors import LlmcapError
 
 GIB = 2**30
 ENGINES = ("vllm", "sglang", "trtllm")
+# the admission policies each engine offers, its default first (TensorRT-LLM's capacity scheduler has two)
+ENGINE_ADMISSIONS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm-guaranteed-no-evict", "trtllm-max-utilization")}
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,11 @@ def _trtllm(gpu: GpuSpec) -> EnginePreset:
 
 
 _PRESETS = {"vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+
+
+def presets_for(engine: str | None, gpus: Iterable[GpuSpec]) -> dict[str, EnginePreset]:
+    """Each GPU's preset of `engine`, by GPU name (none without an engine)."""
+    return {} if engine is None else {g.name: engine_preset(engine, g) for g in gpus}
 
 
 def engine_preset(engine: str, gpu: GpuSpec) -> EnginePreset:

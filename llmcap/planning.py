@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from llmcap.policy_names import reserves_output
 from llmcap.catalog import ModelSpec
+from llmcap.engine_presets import EnginePreset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
 from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity_report
@@ -84,8 +85,10 @@ def plan_capacity(
     progress: Callable[[str], None] | None = None,
     on_phase: Callable[[int, int, str], None] | None = None,
     provenance: Provenance | None = None,
+    engine_presets: Mapping[str, EnginePreset] | None = None,
 ) -> CapacityDecision:
-    """The capacity decision for `trace` at `params` over `candidates` (see `size_deployments`)."""
+    """The capacity decision for `trace` at `params` over `candidates` (see `size_deployments`); `engine_presets`:
+    the engine defaults the candidates were enumerated with, by GPU (the notes and the summary name them)."""
     say = progress or log.info
     candidates, kv_notes = apply_engine_kv(candidates, step_times.engine_kv, params.kv_budget)
     out = size_deployments(trace, candidates, model, params, executor, workload_id=workload_id, progress=progress,
@@ -105,11 +108,14 @@ def plan_capacity(
             notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
     slots = int(candidates["max_loras"].max()) if "max_loras" in candidates.columns and len(candidates) else 0
-    mixed = [*kv_notes, *mixed_traffic(trace, model.name, slots), reservation_note(trace, params.admission_policy)]
+    presets = [f"engine preset on {gpu}: {p.line()}" for gpu, p in (engine_presets or {}).items()]
+    mixed = [*presets, *kv_notes, *mixed_traffic(trace, model.name, slots), reservation_note(trace, params.admission_policy)]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
     fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
     fields["kv_budget"] = kv_budget_summary(candidates)
+    if engine_presets:
+        fields["engine_preset"] = {gpu: p.to_dict() for gpu, p in engine_presets.items()}
     fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
                "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
     summary = cast(CapacitySummary, fields)

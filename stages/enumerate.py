@@ -29,7 +29,7 @@ ARGUMENTS = [
 def run(args: argparse.Namespace) -> str:
     import pyarrow as pa
 
-    from llmcap.candidates import enumerate_candidates, workload_context_lengths
+    from llmcap.candidates import enumerate_with_presets, workload_context_lengths
     from llmcap.catalog import load_gpu_catalog, load_model
     from llmcap.config import load_params
     from llmcap.errors import InputFileError
@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> str:
         raise InputFileError(args.workload, f"not a readable workload summary ({exc})") from None
     model = load_model(params.model, models_dir=args.catalog_dir / "models")
     contexts = workload_context_lengths(workload)
-    result = enumerate_candidates(
-        model, params.grid(workload), contexts, gpu_catalog=load_gpu_catalog(args.catalog_dir / "gpus.yaml")
-    )
+    catalog = load_gpu_catalog(args.catalog_dir / "gpus.yaml")
+    # with enumerate.engine, each GPU's candidates take that engine's own scheduler knobs instead of the grids
+    result = enumerate_with_presets(model, params.grid(workload), contexts, params.presets(catalog), catalog)
     table, summary = result.table, result.summary
 
     arrow = pa.Table.from_pandas(table, preserve_index=False)

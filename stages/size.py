@@ -66,14 +66,15 @@ def run(args: argparse.Namespace) -> str:
     from stages import tracking, validation
 
     params = load_params(args.params)
-    size = params.size
+    size = params.sizing()  # with enumerate.engine: that engine's admission policy unless size names one
     trace = load_trace(args.trace)
     candidates = pq.read_table(args.candidates).to_pandas()
     step_times = StepTimes.read(args.step_model)
     model = load_model(params.enumerate.model)
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
-        out = plan_capacity(trace, candidates, model, size, step_times, executor, workload_id=params.trace.file, progress=say)
+        out = plan_capacity(trace, candidates, model, size, step_times, executor, workload_id=params.trace.file, progress=say,
+                            engine_presets=params.enumerate.presets())  # fmt: skip
     write_parquet(out.table, args.capacity)
     report = dataclasses.replace(out.report, provenance=_provenance(args, params))
     paths = write_report(report, args.report_dir)

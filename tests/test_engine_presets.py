@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from llmcap.policy_names import admission_option
 from llmcap.catalog import get_gpu
 from llmcap.cli import app
-from llmcap.engine_presets import ENGINES, GIB, engine_preset
+from llmcap.engine_presets import ENGINE_ADMISSIONS, ENGINES, GIB, engine_preset
 from tests.conftest import TRACES
 
 # (engine, GPU) → (chunk, max batch, KV block), from the cited sources' rules. The GPUs' driver-reported memory:
@@ -46,6 +46,7 @@ def test_sglang_keeps_a_small_chunk_below_35_gib() -> None:
 def test_the_admission_each_engine_uses() -> None:
     assert {e: engine_preset(e, get_gpu("h100")).admission_policy for e in ENGINES} == {
         "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm-guaranteed-no-evict"}  # fmt: skip
+    assert {e: offered[0] for e, offered in ENGINE_ADMISSIONS.items()} == {e: engine_preset(e, get_gpu("a100")).admission_policy for e in ENGINES}
 
 
 @pytest.fixture

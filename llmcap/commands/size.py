@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_candidates, workload_context_lengths
+from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_with_presets, workload_context_lengths
 from llmcap.catalog import ModelSpec, get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.commands._common import (
@@ -68,7 +68,7 @@ from llmcap.commands._trace_input import (
 )
 from llmcap.config import Params, load_params
 from llmcap.deployment import tier_spec
-from llmcap.engine_presets import EnginePreset, engine_preset
+from llmcap.engine_presets import EnginePreset, presets_for
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.memory import MemoryParams
 from llmcap.planning import StepTimes, mixed_traffic, plan_capacity
@@ -179,21 +179,7 @@ def _presets(engine: str | None, gpus: list[str] | None, candidates_file: Path |
         return {}
     if gpus is None:
         raise LlmcapError(f"--engine sets the candidates' scheduler knobs; --candidates {candidates_file} already fixes them: give one")
-    return {get_gpu(g).name: engine_preset(engine, get_gpu(g)) for g in gpus}
-
-
-def _enumerate(spec: ModelSpec, grid: EnumerationSpec, lengths: dict[str, int], presets: dict[str, EnginePreset]) -> pd.DataFrame:
-    """The grid's candidates; with presets, each GPU's with that engine's own scheduler knobs in every role."""
-    if not presets:
-        return enumerate_candidates(spec, grid, lengths).table
-    parts = []
-    for name, p in presets.items():
-        knobs = SchedulerGrid(max_num_seqs=[p.max_num_seqs], max_num_batched_tokens=[p.max_num_batched_tokens], block_sizes=[p.block_size])
-        parts.append(enumerate_candidates(spec, grid.model_copy(update={"gpus": [name], "aggregated": knobs, "prefill": knobs, "decode": knobs}),
-                                          lengths).table)  # fmt: skip
-    table = pd.concat(parts, ignore_index=True)
-    table["row"] = range(len(table))  # one numbering across the GPUs
-    return table
+    return presets_for(engine, [get_gpu(g) for g in gpus])
 
 
 def read_candidates(path: Path) -> pd.DataFrame:
@@ -372,7 +358,7 @@ def size(
         "max_model_len": context,
         "rejected_over_max_model_len": one.over,
         "input_accounting": account_json(cleaned.report),
-    } | ({"engine_preset": {gpu_name: p.to_dict() for gpu_name, p in presets.items()}} if presets else {})
+    }
     if out is not None:
         paths["summary"].write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
     fails = s["verdict"] == "fails"
@@ -412,7 +398,7 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
             parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if disaggregated else ["aggregated"],
             aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context, memory=memory,
         )  # fmt: skip
-        candidates = _enumerate(spec, grid, workload_context_lengths(workload), presets)
+        candidates = enumerate_with_presets(spec, grid, workload_context_lengths(workload), presets).table
         gpu_memory_utilization = grid.memory.gpu_memory_utilization
     if not candidates["feasible"].any():
         _ruled_out_report(candidates, output)
@@ -429,7 +415,8 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
         task = bar.add_task("sizing", total=None)
         phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
         step = lambda message: bar.update(task, description=message)  # noqa: E731
-        outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=workload_id, progress=step, on_phase=phase)
+        outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=workload_id, progress=step, on_phase=phase,
+                                engine_presets=presets)  # fmt: skip
     return PlannedModel(outcome, candidates, context, int((isl + reach > context).sum()), gpu_memory_utilization, step_times)
 
 

@@ -107,3 +107,4 @@ class CapacitySummary(SizingSummary):
     pool_provenance: dict[str, dict[str, str]]
     # per configuration an engine stated a KV capacity for: planned, measured and used tokens per instance (llmcap.sizing.kvbudget)
     kv_budget: list[dict[str, Any]]
+    engine_preset: NotRequired[dict[str, dict[str, Any]]]  # by GPU: the engine defaults the candidates took (llmcap.engine_presets)

@@ -123,3 +123,25 @@ def test_a_broken_table_fails_the_suite_readably(tmp_path: Path) -> None:
     assert "column=kv_tokens_per_rank, row_condition=feasible == True" in text and "e.g. ['-16']" in text
     with pytest.raises(validation.ValidationFailed, match="3 of .* expectations failed"):
         validation.require(record)
+
+
+def test_an_engine_preset_sets_each_gpus_scheduler_knobs_and_the_admission(tmp_path: Path) -> None:
+    """`enumerate.engine: trtllm`: every role on every GPU takes TensorRT-LLM's own defaults (llmcap.engine_presets:
+    chunk 8192, max batch 2048, KV block 32) instead of the grids; `size` then admits as it does, unless
+    size.admission_policy says otherwise, which must then be TensorRT-LLM's or the params fail."""
+    from llmcap.config import Params
+
+    grid = ACCEPTANCE | {"gpus": ["h100", "h200"], "modes": ["aggregated", "disaggregated"], "engine": "trtllm",
+                         "aggregated": {"max_num_seqs": [256], "max_num_batched_tokens": [512, 2048]}}  # fmt: skip
+    assert stage.main(_setup(tmp_path, grid)) == 0
+    t = pd.read_parquet(tmp_path / "out" / "candidates.parquet")
+    assert set(t["gpu"]) == {"H100-SXM-80GB", "H200-SXM-141GB"} and list(t["row"]) == list(range(len(t)))
+    assert set(zip(t["max_num_seqs"], t["max_num_batched_tokens"], t["block_size"], strict=True)) == {(2048, 8192, 32)}
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert {g: p["engine"] for g, p in summary["engine_preset"].items()} == {"H100-SXM-80GB": "trtllm", "H200-SXM-141GB": "trtllm"}
+
+    base = {"trace": {"file": "t.jsonl"}, "enumerate": grid}
+    assert Params.model_validate(base).sizing().admission_policy == "trtllm-guaranteed-no-evict"
+    assert Params.model_validate(base | {"size": {"admission_policy": "trtllm-max-utilization"}}).sizing().admission_policy == "trtllm-max-utilization"
+    with pytest.raises(ValueError, match="size.admission_policy 'vllm' contradicts enumerate.engine 'trtllm'"):
+        Params.model_validate(base | {"size": {"admission_policy": "vllm"}})
