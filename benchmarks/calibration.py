@@ -1,6 +1,7 @@
 """`make bench`: the roofline's shipped calibrations (llmcap.perf.calibration): for each GPU with one, the
 median error of the documented default efficiencies, of the fit, and of each group of timed operations
-predicted by a fit that left it out (leave-one-group-out cross-validation), per operation; then, where this
+predicted by a fit that left it out (leave-one-group-out cross-validation), per operation, without the
+step-time terms (the efficiencies alone) and with the terms the calibration keeps; then, where this
 project timed a GPU itself (`measured_ops.json`), how the calibration fitted to public data predicts those
 operations it never saw."""
 
@@ -49,7 +50,9 @@ def main() -> None:
         rows, env = cal.load_rows(c.path.parent / "ops.json")
         console.print(f"roofline calibration of {gpu.name}: {len(rows)} operations timed on {env.get('device')} "
                       f"({env.get('source') or env.get('measured_at')})", highlight=False)
-        console.print(cross_validation_table(cal.cross_validate(rows, gpu, c.fitted or c.fit)))
+        shipped = c.fitted or c.fit
+        console.print(f"step-time terms kept: {', '.join(shipped.terms) or 'none'}", highlight=False)
+        console.print(cross_validation_table(cal.cross_validate(rows, gpu, shipped), cal.cross_validate(rows, gpu, terms=())))
         if (t := transfer_table(gpu.name, c)) is not None:
             console.print(t)
 

@@ -34,6 +34,7 @@ class AttentionCoefficients:
     kv: float  # KV bytes one token adds to the layer on the rank
     c_pf: float  # bytes per new token: its KV written, its Q read, its output written
     bw: float  # achieved HBM bytes/s
+    bw_kv: float  # achieved HBM bytes/s of decode attention's KV reads (kv_hbm_efficiency; else bw)
 
     @property
     def dec_peak(self) -> float:
@@ -58,6 +59,7 @@ def attention_coefficients(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: st
         kv=float(kv),
         c_pf=float(kv + 2 * (heads * model.head_dim) * params.activation_bytes),
         bw=float(gpu.hbm_bandwidth_bytes_s * params.hbm_efficiency),
+        bw_kv=float(gpu.hbm_bandwidth_bytes_s * (params.hbm_efficiency if params.kv_hbm_efficiency is None else params.kv_hbm_efficiency)),
     )
 
 
@@ -87,12 +89,13 @@ def prefill_attention(c: AttentionCoefficients, tokens: F64, pairs: F64, window:
 
 def decode_attention(c: AttentionCoefficients, seqs: float | F64, context: F64, window: int | None) -> AttentionTerms:
     """Decode attention of `seqs` sequences over `context` tokens in all: every context token's KV read
-    (a sliding window reads at most `window` tokens a sequence), plus each new token's own bytes."""
+    (a sliding window reads at most `window` tokens a sequence), plus each new token's own bytes, at the
+    KV-read bandwidth."""
     if window is not None:
         context = np.minimum(context, seqs * window)
     flops = c.per_pair * context
     nbytes = context * c.kv + seqs * c.c_pf
-    return AttentionTerms(flops, nbytes, flops / c.dec_peak, nbytes / c.bw)
+    return AttentionTerms(flops, nbytes, flops / c.dec_peak, nbytes / c.bw_kv)
 
 
 def decode_attention_time(c: AttentionCoefficients, seqs: float | F64, context: F64, window: int | None) -> F64:

@@ -11,14 +11,18 @@ max(FLOPs / (peak x eff), bytes / (HBM bandwidth x hbm_efficiency)) with
 - decode attention: eff = attention_efficiency_max (the bytes side binds);
 - copy: the bytes side alone;
 and an all-reduce over n GPUs as llmcap.perf.comm's ring: 2(n-1) steps of `scale_up_latency_s` plus
-2(n-1)/n of the bytes at the link's bandwidth x comm_efficiency.
+2(n-1)/n of the bytes at the link's bandwidth x comm_efficiency. Three step-time terms (`TERMS`) may be
+added, each kept only where it lowers the held-out error (llmcap.perf.calibration_terms.select_terms):
+vLLM's one-shot all-reduce for small messages (llmcap.perf.allreduce), a fixed cost per GEMM and per
+attention kernel added to its roofline time, and decode attention's own KV-read efficiency in place of
+hbm_efficiency.
 `fit` finds the knobs by robust least squares on log time (soft-L1) over the rows in the roofline's scope:
 operations with at least `MIN_WORK_S` of work at the datasheet peaks, and every all-reduce. Smaller
-kernels spend much of their time on a fixed cost the roofline does not model (launch, setup, tail), and
-fitting them would pass that cost off as low efficiency for every large kernel; their error is reported
-apart. `cross_validate` refits with each group of in-scope rows (one GEMM shape or model layer, one head
-layout and prompt length, one decode batch, one all-reduce width) left out and predicts it: the error to
-expect on an operation the fit has not seen. The fitted knobs are data
+kernels spend much of their time on a fixed cost, and without that term fitting them would pass it off as
+low efficiency for every large kernel: they are fitted only with the fixed cost, at `BELOW_SCOPE_WEIGHT`,
+and their error is reported apart. `cross_validate` refits with each group of fitted rows (one GEMM shape or
+model layer, one head layout and prompt length, one decode batch, one all-reduce width) left out and
+predicts it: the error to expect on an operation the fit has not seen. The fitted knobs are data
 (`llmcap/catalog/data/calibration/<GPU>/roofline.yaml`, with their sources and the set's sha256), applied
 by `calibrated_params` to every roofline of that GPU — except a knob group that predicts the GPU's
 independent timings (`measured_ops.json`, never fitted) worse than the defaults do: there the defaults stay.
@@ -38,7 +42,8 @@ import yaml
 from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec, get_gpu
-from llmcap.perf.comm import link_for, ring_allreduce_time
+from llmcap.perf.allreduce import allreduce_time
+from llmcap.perf.comm import link_for
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
 
 F64 = NDArray[np.float64]
@@ -49,6 +54,13 @@ OPS = ("gemm", "attn_prefill", "attn_decode", "copy", "allreduce")
 _MATMUL_BOUNDS = ((0.02, 1.0), (0.0, 8192.0))
 _CORE_BOUNDS = ((0.02, 1.0), (0.0, 65536.0), (0.05, 1.0))
 _COMM_BOUNDS = ((0.05, 1.0), (0.0, 50e-6))
+_KV_BOUNDS = ((0.05, 1.0),)
+_FIXED_BOUNDS = ((0.0, 50e-6), (0.0, 50e-6))
+_ONESHOT_BOUNDS = ((0.0, 50e-6),)
+#: The step-time terms beyond the efficiencies, each fitted and kept only where held-out error improves
+#: (`select_terms`): decode attention's own KV-read efficiency, vLLM's one-shot all-reduce, a fixed cost per kernel.
+TERMS = ("oneshot", "fixed", "kv")
+TERM_TARGET = {"oneshot": "allreduce", "fixed": "all", "kv": "attn_decode"}  # the held-out figure each term must lower
 _ROBUST_SCALE = 0.1  # log-time residual where soft-L1 turns from quadratic to linear (~10%)
 MIN_WORK_S = 50e-6  # the roofline's scope: operations whose work takes this long at the datasheet peaks
 
@@ -111,24 +123,37 @@ class RooflineFit:
     attention_half_tokens: float
     hbm_efficiency: float
     comm: tuple[float, float] | None = None
+    kv_efficiency: float | None = None  # decode attention's KV reads; None: hbm_efficiency
+    fixed_s: tuple[float, float] | None = None  # fixed cost per kernel: (GEMM, attention); None: none
+    oneshot_latency_s: float | None = None  # vLLM's one-shot all-reduce; None: the ring at every size
 
     @classmethod
     def from_params(cls, p: RooflineParams) -> RooflineFit:
         """The uncalibrated defaults in the same shape (one matmul curve for every dtype)."""
+        fixed = (p.gemm_kernel_s, p.attention_kernel_s) if p.gemm_kernel_s or p.attention_kernel_s else None
         return cls({d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES}, p.attention_efficiency_max,
-                   attention_half(p), p.hbm_efficiency, (p.comm_efficiency, p.scale_up_latency_s))
+                   attention_half(p), p.hbm_efficiency, (p.comm_efficiency, p.scale_up_latency_s), p.kv_hbm_efficiency, fixed,
+                   p.allreduce_oneshot_latency_s)
+
+    @property
+    def terms(self) -> tuple[str, ...]:
+        """The step-time terms (`TERMS`) this fit has."""
+        have = {"kv": self.kv_efficiency is not None, "oneshot": self.oneshot_latency_s is not None, "fixed": self.fixed_s is not None}
+        return tuple(t for t in TERMS if have[t])
 
     def vector(self) -> F64:
         """Every knob it has, in the fit's order."""
-        return _Layout(tuple(d for d in MATMUL_DTYPES if d in self.matmul), self.comm is not None).vector(self)
+        return _Layout(tuple(d for d in MATMUL_DTYPES if d in self.matmul), self.comm is not None, self.terms).vector(self)
 
     def params(self, compute_dtype: str, base: RooflineParams | None = None) -> RooflineParams:
         """RooflineParams for rooflines whose GEMMs run in `compute_dtype` (bf16's curve for a dtype not fitted)."""
         mm_max, mm_half = self.matmul.get(compute_dtype, self.matmul["bf16"])
-        update = {"matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
+        update: dict[str, float | None] = {"matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
                   "attention_half_tokens": self.attention_half_tokens, "hbm_efficiency": self.hbm_efficiency}
         if self.comm is not None:
             update |= {"comm_efficiency": self.comm[0], "scale_up_latency_s": self.comm[1]}
+        update |= {"kv_hbm_efficiency": self.kv_efficiency, "allreduce_oneshot_latency_s": self.oneshot_latency_s,
+                   "gemm_kernel_s": (self.fixed_s or (0.0, 0.0))[0], "attention_kernel_s": (self.fixed_s or (0.0, 0.0))[1]}
         return (base or RooflineParams()).model_copy(update=update)
 
 
@@ -138,29 +163,45 @@ class _Layout:
 
     dtypes: tuple[str, ...]
     comm: bool
+    terms: tuple[str, ...] = ()  # of TERMS, in that order ("oneshot" only with `comm`)
 
     @classmethod
-    def of(cls, rows: OpRows) -> _Layout:
-        return cls(tuple(d for d in MATMUL_DTYPES if ((rows.op == "gemm") & (rows.dtype == d)).any()), bool((rows.op == "allreduce").any()))
+    def of(cls, rows: OpRows, terms: Iterable[str] = ()) -> _Layout:
+        comm = bool((rows.op == "allreduce").any())
+        return cls(tuple(d for d in MATMUL_DTYPES if ((rows.op == "gemm") & (rows.dtype == d)).any()), comm,
+                   tuple(t for t in TERMS if t in set(terms) and (comm or t != "oneshot")))
 
     def bounds(self) -> tuple[list[float], list[float]]:
-        b = [*_MATMUL_BOUNDS * len(self.dtypes), *_CORE_BOUNDS, *(_COMM_BOUNDS if self.comm else ())]
+        b = [*_MATMUL_BOUNDS * len(self.dtypes), *_CORE_BOUNDS, *(_KV_BOUNDS if "kv" in self.terms else ()),
+             *(_FIXED_BOUNDS if "fixed" in self.terms else ()), *(_COMM_BOUNDS if self.comm else ()),
+             *(_ONESHOT_BOUNDS if "oneshot" in self.terms else ())]
         return [lo for lo, _ in b], [hi for _, hi in b]
 
     def vector(self, f: RooflineFit) -> F64:
-        return np.array([v for d in self.dtypes for v in f.matmul[d]]
-                        + [f.attention_efficiency_max, f.attention_half_tokens, f.hbm_efficiency] + list(f.comm or () if self.comm else ()))
+        kv = [f.kv_efficiency if f.kv_efficiency is not None else f.hbm_efficiency] if "kv" in self.terms else []
+        fixed = list(f.fixed_s or (0.0, 0.0)) if "fixed" in self.terms else []
+        oneshot = [f.oneshot_latency_s or 0.0] if "oneshot" in self.terms else []
+        return np.array([v for d in self.dtypes for v in f.matmul[d]] + [f.attention_efficiency_max, f.attention_half_tokens, f.hbm_efficiency]
+                        + kv + fixed + list(f.comm or () if self.comm else ()) + oneshot)
 
     def fit(self, x: F64) -> RooflineFit:
-        n = 2 * len(self.dtypes)
-        return RooflineFit({d: (float(x[2 * i]), float(x[2 * i + 1])) for i, d in enumerate(self.dtypes)},
-                           float(x[n]), float(x[n + 1]), float(x[n + 2]), (float(x[n + 3]), float(x[n + 4])) if self.comm else None)
+        it = iter(float(v) for v in x)
+        matmul = {d: (next(it), next(it)) for d in self.dtypes}
+        core = (next(it), next(it), next(it))
+        kv = next(it) if "kv" in self.terms else None
+        fixed = (next(it), next(it)) if "fixed" in self.terms else None
+        comm = (next(it), next(it)) if self.comm else None
+        oneshot = next(it) if "oneshot" in self.terms else None
+        return RooflineFit(matmul, *core, comm, kv, fixed, oneshot)
 
 
 def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
     """The roofline's time for each row under `fit` (the formulas of the module docstring)."""
     bw = gpu.hbm_bandwidth_bytes_s * fit.hbm_efficiency
     memory = rows.nbytes / bw
+    dec = rows.op == "attn_decode"
+    if fit.kv_efficiency is not None:
+        memory[dec] = rows.nbytes[dec] / (gpu.hbm_bandwidth_bytes_s * fit.kv_efficiency)
     compute = np.zeros(len(rows))
     for d in MATMUL_DTYPES:
         sel = (rows.op == "gemm") & (rows.dtype == d)
@@ -170,20 +211,21 @@ def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
     pre = rows.op == "attn_prefill"
     eff = matmul_efficiency(rows.tokens[pre], fit.attention_efficiency_max, fit.attention_half_tokens)
     compute[pre] = rows.flops[pre] / (bf16 * eff)
-    dec = rows.op == "attn_decode"
     compute[dec] = rows.flops[dec] / (bf16 * fit.attention_efficiency_max)
     time = np.maximum(compute, memory)
+    if fit.fixed_s is not None:
+        time = time + np.where(rows.op == "gemm", fit.fixed_s[0], 0.0) + np.where(pre | dec, fit.fixed_s[1], 0.0)
     ar = rows.op == "allreduce"
     if ar.any():
         params = fit.params("bf16")
         for n in np.unique(rows.ranks[ar]):
             sel = ar & (rows.ranks == n)
-            time[sel] = ring_allreduce_time(rows.nbytes[sel], int(n), link_for(gpu, int(n), params))
+            time[sel] = allreduce_time(rows.nbytes[sel], int(n), link_for(gpu, int(n), params), fit.oneshot_latency_s)
     return time
 
 
 def ideal_time(rows: OpRows, gpu: GpuSpec) -> F64:
-    """Each row's time at the datasheet peaks (every efficiency 1, no latency): the size of its work."""
+    """Each row's time at the datasheet peaks (every efficiency 1, no latency, no fixed cost): the size of its work."""
     return predict(rows, RooflineFit({d: (1.0, 0.0) for d in MATMUL_DTYPES}, 1.0, 0.0, 1.0, (1.0, 0.0)), gpu)
 
 
@@ -194,23 +236,45 @@ def in_scope(rows: OpRows, gpu: GpuSpec) -> NDArray[np.bool_]:
     return (ideal_time(rows, gpu) >= MIN_WORK_S) | (rows.op == "allreduce")
 
 
-def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None) -> RooflineFit:
-    """The knobs that best predict the in-scope `rows` (robust least squares on log time, bounded to physical ranges)."""
+def fitted_rows(rows: OpRows, gpu: GpuSpec, terms: Iterable[str] = ()) -> NDArray[np.bool_]:
+    """The rows a fit with `terms` uses: the in-scope ones; with the fixed cost per kernel, which models what
+    dominates small kernels, every row."""
+    return np.ones(len(rows), dtype=bool) if "fixed" in set(terms) else in_scope(rows, gpu)
+
+
+# With the fixed cost, rows below the scope are fitted too, each at this weight on its log residual: the small
+# kernels outnumber the large ones ~3:1, and at full weight they would trade the large ones' accuracy for theirs
+# (H100, in-scope held-out error: 12.1% without the fixed cost, 13.9% with it at weight 1; with the one-shot
+# all-reduce too, 10.6% at weight 0.3 and 9.2% at 0.1).
+BELOW_SCOPE_WEIGHT = 0.1
+
+
+def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None, terms: Iterable[str] = ()) -> RooflineFit:
+    """The knobs (with the step-time `terms` named, of TERMS) that best predict `rows` (the in-scope ones, or all
+    with the fixed cost: `fitted_rows`), by robust least squares on log time, bounded to physical ranges."""
     from scipy.optimize import least_squares  # only fitting needs it; every roofline imports this module
 
-    rows = rows.subset(in_scope(rows, gpu))
+    terms = tuple(terms)
+    rows = rows.subset(fitted_rows(rows, gpu, terms))
     if len(rows) == 0:
         raise ValueError(f"no timed operation has {MIN_WORK_S * 1e6:g} us of work or more at the datasheet peaks")
-    layout = _Layout.of(rows)
+    layout = _Layout.of(rows, terms)
     lower, upper = layout.bounds()
     defaults = RooflineFit.from_params(RooflineParams())
-    if start is not None:
-        start = replace(start, matmul=defaults.matmul | start.matmul, comm=start.comm or defaults.comm)
-    x0 = np.clip(layout.vector(start or defaults), np.array(lower) + 1e-12, np.array(upper) - 1e-12)
+    seed = start or defaults
+    seed = replace(seed, matmul=defaults.matmul | seed.matmul, comm=seed.comm or defaults.comm,
+                   kv_efficiency=seed.kv_efficiency or seed.hbm_efficiency, fixed_s=seed.fixed_s or _FIXED_START,
+                   oneshot_latency_s=seed.oneshot_latency_s or _ONESHOT_START)
+    x0 = np.clip(layout.vector(seed), np.array(lower) + 1e-12, np.array(upper) - 1e-12)
     log_t = np.log(rows.time_s)
-    res = least_squares(lambda x: np.log(predict(rows, layout.fit(x), gpu)) - log_t, x0,
+    weight = np.where(in_scope(rows, gpu), 1.0, BELOW_SCOPE_WEIGHT)
+    res = least_squares(lambda x: (np.log(predict(rows, layout.fit(x), gpu)) - log_t) * weight, x0,
                         bounds=(lower, upper), loss="soft_l1", f_scale=_ROBUST_SCALE, x_scale="jac")
     return layout.fit(res.x)
+
+
+_FIXED_START = (3e-6, 8e-6)  # where a fit of the fixed costs starts (s): GEMM, attention
+_ONESHOT_START = 4e-6
 
 
 def relative_errors(rows: OpRows, fit_: RooflineFit, gpu: GpuSpec) -> F64:
@@ -238,61 +302,32 @@ class CrossValidation:
 BELOW_SCOPE = "below scope"
 
 
-def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None) -> CrossValidation:
-    """Leave-one-group-out over the in-scope rows: each group predicted by a fit on all the others."""
-    full = full or fit(rows, gpu)
+def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None, terms: Iterable[str] | None = None) -> CrossValidation:
+    """Leave-one-group-out over the fitted rows: each group predicted by a fit (with `terms`; default: `full`'s)
+    on all the others."""
+    terms = tuple(full.terms if terms is None and full is not None else terms or ())
+    full = full or fit(rows, gpu, terms=terms)
     scope = in_scope(rows, gpu)
+    fitted = fitted_rows(rows, gpu, terms)
     held = np.full(len(rows), np.nan)
-    groups = np.unique(rows.group[scope])
+    groups = np.unique(rows.group[fitted])
     for g in groups:
-        out = scope & (rows.group == g)
-        held[out] = relative_errors(rows.subset(out), fit(rows.subset(~out), gpu, start=full), gpu)
+        out = fitted & (rows.group == g)
+        held[out] = relative_errors(rows.subset(out), fit(rows.subset(~out), gpu, start=full, terms=terms), gpu)
     base = relative_errors(rows, RooflineFit.from_params(RooflineParams()), gpu)
-    cal = relative_errors(rows, full, gpu)
+    cal_ = relative_errors(rows, full, gpu)
     sets = [(o, scope & (rows.op == o)) for o in OPS if (scope & (rows.op == o)).any()] + [("all", scope), (BELOW_SCOPE, ~scope)]
     sets = [(name, sel) for name, sel in sets if sel.any()]
 
     def med(e: F64) -> tuple[float, ...]:
-        return tuple(float(np.median(np.abs(e[sel]))) for _, sel in sets)
+        return tuple(float(np.median(np.abs(e[sel]))) if not np.isnan(e[sel]).all() else float("nan") for _, sel in sets)
 
-    return CrossValidation(tuple(n for n, _ in sets), tuple(int(sel.sum()) for _, sel in sets), med(base), med(cal), med(held),
+    return CrossValidation(tuple(n for n, _ in sets), tuple(int(sel.sum()) for _, sel in sets), med(base), med(cal_), med(held),
                            int(groups.size))
-
-
-def _rounded(v: float | int | str) -> float | int | str | None:
-    """A figure for the YAML: 4 decimals, None for no figure (NaN)."""
-    if isinstance(v, float):
-        return None if np.isnan(v) else round(v, 4)
-    return v
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def calibration_doc(gpu: GpuSpec, measurements: Path, environment: dict, fit_: RooflineFit, cv: CrossValidation) -> dict:
-    """The YAML document of a calibration: the knobs, where they come from (each source's URL and licence), how well they predict."""
-    header = json.loads(Path(measurements).read_text())
-    source: dict = {"measurements": measurements.name, "sha256": sha256(measurements), "environment": environment,
-                    "script": header.get("script", "benchmarks/gpu/measure_ops.py"), "fitted_by": "llmcap.perf.calibration.fit"}
-    if "sources" in header:
-        source["sources"] = [{"name": k, **{f: v[f] for f in ("url", "licence", "package", "file", "sha256", "engine", "kernel")}}
-                             for k, v in header["sources"].items()]
-    doc: dict = {
-        "gpu": gpu.name,
-        "source": source,
-        "matmul": {d: {"efficiency_max": round(m, 6), "half_tokens": round(h, 4)} for d, (m, h) in fit_.matmul.items()},
-        "attention": {"efficiency_max": round(fit_.attention_efficiency_max, 6), "half_tokens": round(fit_.attention_half_tokens, 4)},
-        "hbm_efficiency": round(fit_.hbm_efficiency, 6),
-    }
-    if fit_.comm is not None:
-        doc["comm"] = {"efficiency": round(fit_.comm[0], 6), "scale_up_latency_s": float(f"{fit_.comm[1]:.4g}")}
-    return doc | {
-        "scope": {"min_work_s": MIN_WORK_S, "note": "operations with less work at the datasheet peaks are dominated by a kernel's "
-                  "fixed cost, which the roofline does not model: not fitted (all-reduces excepted: their latency per step is a knob)"},
-        "median_abs_error": {r["op"]: {k: _rounded(v) for k, v in r.items() if k != "op"} for r in cv.rows()},
-        "cross_validation_groups": cv.groups,
-    }
 
 
 #: A fit's knob groups and the operations that judge each on independent timings.
@@ -302,7 +337,12 @@ KNOB_GROUPS: dict[str, Callable[[OpRows], NDArray[np.bool_]]] = {
     "attention": lambda r: r.op == "attn_prefill",
     "hbm": lambda r: (r.op == "attn_decode") | (r.op == "copy"),  # decode attention and copies are bound by HBM bytes
     "comm": lambda r: r.op == "allreduce",
+    # the step-time terms: the fixed cost per kernel on every GEMM and attention kernel, the KV-read efficiency on decode
+    # attention (the one-shot all-reduce goes with "comm")
+    "kernel": lambda r: (r.op == "gemm") | (r.op == "attn_prefill") | (r.op == "attn_decode"),
+    "kv": lambda r: r.op == "attn_decode",
 }
+_GROUP_TERM = {"kernel": "fixed", "kv": "kv"}  # a fit without the term has no such group to judge
 INDEPENDENT_FILE = "measured_ops.json"  # timings of the GPU from another source than the fitted set, never fitted
 
 
@@ -322,12 +362,26 @@ class GroupCheck:
 
 
 def independent_check(fit_: RooflineFit, rows: OpRows, gpu: GpuSpec) -> tuple[GroupCheck, ...]:
-    """Each knob group with in-scope independent rows, judged on them (the fit against the documented defaults)."""
+    """Each knob group with in-scope independent rows, judged on them: an efficiency group as the fit against the
+    documented defaults; a step-time term's group, in turn, as what it adds: the fit as applied so far (the
+    efficiency groups and earlier terms that hold) with the term against the same without it."""
     rows = rows.subset(in_scope(rows, gpu))
-    fitted = np.abs(relative_errors(rows, fit_, gpu))
-    defaults = np.abs(relative_errors(rows, RooflineFit.from_params(RooflineParams()), gpu))
-    return tuple(GroupCheck(g, int(sel.sum()), float(np.median(fitted[sel])), float(np.median(defaults[sel])))
-                 for g, judged in KNOB_GROUPS.items() if (sel := judged(rows)).any())  # fmt: skip
+
+    def errors(f: RooflineFit) -> F64:
+        return np.abs(relative_errors(rows, f, gpu))
+
+    judged = {g: sel for g, pick in KNOB_GROUPS.items() if (sel := pick(rows)).any() and _GROUP_TERM.get(g, "") in ("", *fit_.terms)}
+    fitted, defaults = errors(fit_), errors(RooflineFit.from_params(RooflineParams()))
+    checks = [GroupCheck(g, int(sel.sum()), float(np.median(fitted[sel])), float(np.median(defaults[sel])))
+              for g, sel in judged.items() if g not in _GROUP_TERM]
+    base = with_defaults(fit_, (c.group for c in checks if not c.applied))
+    for g, sel in judged.items():
+        if g in _GROUP_TERM:
+            without = with_defaults(base, [g])
+            check = GroupCheck(g, int(sel.sum()), float(np.median(errors(base)[sel])), float(np.median(errors(without)[sel])))
+            checks.append(check)
+            base = base if check.applied else without
+    return tuple(checks)
 
 
 def with_defaults(fit_: RooflineFit, groups: Iterable[str]) -> RooflineFit:
@@ -343,7 +397,11 @@ def with_defaults(fit_: RooflineFit, groups: Iterable[str]) -> RooflineFit:
         elif g == "hbm":
             out = replace(out, hbm_efficiency=d.hbm_efficiency)
         elif g == "comm":
-            out = replace(out, comm=d.comm)
+            out = replace(out, comm=d.comm, oneshot_latency_s=d.oneshot_latency_s)
+        elif g == "kernel":
+            out = replace(out, fixed_s=d.fixed_s)
+        elif g == "kv":
+            out = replace(out, kv_efficiency=d.kv_efficiency)
     return out
 
 
@@ -376,10 +434,12 @@ class Calibration:
 def read_calibration(path: Path) -> Calibration:
     doc = yaml.safe_load(Path(path).read_text())
     try:
-        comm = doc.get("comm")
+        comm, kv, fixed = doc.get("comm"), doc.get("kv_hbm_efficiency"), doc.get("kernel_fixed_s")
         f = RooflineFit({d: (float(v["efficiency_max"]), float(v["half_tokens"])) for d, v in doc["matmul"].items()},
                         float(doc["attention"]["efficiency_max"]), float(doc["attention"]["half_tokens"]), float(doc["hbm_efficiency"]),
-                        None if comm is None else (float(comm["efficiency"]), float(comm["scale_up_latency_s"])))
+                        None if comm is None else (float(comm["efficiency"]), float(comm["scale_up_latency_s"])),
+                        None if kv is None else float(kv), None if fixed is None else (float(fixed["gemm"]), float(fixed["attention"])),
+                        None if comm is None or comm.get("oneshot_latency_s") is None else float(comm["oneshot_latency_s"]))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a roofline calibration ({type(e).__name__}: {e})") from e
     return Calibration(str(doc["gpu"]), f, sha256(path), Path(path))

@@ -38,12 +38,28 @@ class RooflineParams(BaseModel):
     """Fraction of datasheet HBM bandwidth that weight / KV streaming kernels reach. Assumption: STREAM-like
     copies reach ~90% on H100, skinny decode GEMMs less; vLLM Llama-3.1-8B decode at batch 1 on A100-40GB
     ran at 77% of the bandwidth ceiling, per-step overheads included (johnmusgrave.com, vLLM 0.23)."""
+    kv_hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    """Fraction of datasheet HBM bandwidth decode attention reaches reading the KV cache; None:
+    `hbm_efficiency`. A calibrated GPU sets its own where it predicts held-out timings better: split-KV
+    decode kernels stream long contiguous pages (~0.9 of peak at large sizes in vLLM's FlashAttention 3
+    timings on H100), while skinny decode GEMMs reach ~0.7 streaming weights."""
+    gemm_kernel_s: float = Field(default=0.0, ge=0)
+    """Fixed cost of one GEMM kernel (setup, wave tail, epilogue) added to its roofline time, once per GEMM
+    a layer launches (llmcap.perf.kernels). 0: none. Fitted per GPU where it predicts held-out timings
+    better (vLLM's GEMMs in CUDA graphs take 4-8 us for 1-3 us of work on H100)."""
+    attention_kernel_s: float = Field(default=0.0, ge=0)
+    """Fixed cost of one attention kernel (one per layer and step with any tokens). 0: none. Fitted per GPU
+    as `gemm_kernel_s` (FlashAttention 3 decode / prefill calls take ~12 us with next to no work on H100)."""
     comm_efficiency: float = Field(default=0.80, gt=0, le=1)
     """Fraction of one-direction link bandwidth a collective reaches (nccl-tests all_reduce bus bandwidth
     on 8xH100 NVSwitch is ~360 of 450 GB/s). Assumption for the other links too."""
     scale_up_latency_s: float = Field(default=1e-6, ge=0)
     """Latency per ring step on NVLink / Infinity Fabric / PCIe. Assumption: makes a small-message TP8
     all-reduce cost 2·7·1 µs = 14 µs, in the 10-20 µs range of vLLM's custom all-reduce / NCCL LL."""
+    allreduce_oneshot_latency_s: float | None = Field(default=None, ge=0)
+    """Latency of vLLM's one-shot custom all-reduce (every rank reads every peer's whole message after one
+    barrier: its latency barely depends on the GPU count), used where vLLM picks that kernel; its two-stage
+    kernel above takes twice it (llmcap.perf.allreduce). None: the ring at every size. Fitted per GPU."""
     scale_out_latency_s: float = Field(default=5e-6, ge=0)
     """Latency per step across nodes (RDMA NIC). Assumption."""
     pcie_bytes_s: float = Field(default=25e9, gt=0)
@@ -55,6 +71,11 @@ class RooflineParams(BaseModel):
     a shard of every expert, so imbalance only moves work between experts inside one grouped GEMM."""
     activation_bytes: float = Field(default=2.0, gt=0)
     """Bytes per activation element and per element of TP / PP / EP messages (bf16, vLLM's default dtype)."""
+    cuda_graph_max_tokens: int = Field(default=0, ge=0)
+    """The largest step (token rows) the engine runs as a captured CUDA graph; smaller steps are padded to
+    the next captured size (llmcap.perf.cuda_graphs: vLLM's ladder 1, 2, 4, 8, 16, ..., 256, 272, ...).
+    vLLM's default is min(2 x max_num_seqs, 512). 0 (default): no padding. Not fitted: operation timings
+    are taken at their own row counts, so they cannot judge it."""
     step_overhead_s: float = Field(default=5e-4, ge=0)
     """Fixed cost per engine iteration: scheduling, input preparation, sampling, launch gaps. Assumption
     (vLLM V1 with CUDA graphs: a few hundred µs to ~1 ms); calibration should refit it."""

@@ -7,6 +7,11 @@ rank; communication ops cost an alpha-beta time on the link they use (llmcap.per
                   dense MLP | (router, shared experts, routed experts, EP all-to-all), TP all-reduce]
           -> final norm, lm_head (+ logits gather over TP) ; + fixed per-step overhead
 
+plus, where the GPU's calibration keeps them (llmcap.perf.calibration.select_terms), a fixed cost per GEMM
+kernel and per layer's attention kernel, decode attention's own KV-read bandwidth, and vLLM's one-shot
+all-reduce for small messages (llmcap.perf.allreduce); and, where the engine pads steps to captured CUDA
+graphs (`cuda_graph_max_tokens`), the padded rows (llmcap.perf.cuda_graphs).
+
 What each op reads and computes, per rank (tensor shapes and sharding from llmcap.catalog / llmcap.memory,
 so the weights read are exactly the weights held, quantisation scales included):
 - matmuls: weight bytes + activations in and out (rows x (in + out) x activation bytes); 2 x rows x out x in
@@ -23,7 +28,7 @@ so the weights read are exactly the weights held, quantisation scales included):
 - lm_head: only rows that produce logits (one per decode sequence and per prefill chunk); the embedding is
   a gather of T rows, not a read of the table. vLLM's vocab-parallel embedding adds one all-reduce and the
   sharded lm_head a logits gather when TP > 1.
-- TP: 2 ring all-reduces of T x hidden activations per layer (after attention and after the MLP). With EP
+- TP: 2 all-reduces of T x hidden activations per layer (after attention and after the MLP). With EP
   the MoE output returns through the combine all-to-all instead of the second all-reduce.
 - PP: the step's sequences are spread over m = min(pp, sequences) micro-batches in flight (vLLM's virtual
   engines). A micro-batch crosses all stages (sum of stage times + (pp-1) send/recv of hidden states and
@@ -52,40 +57,21 @@ from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weig
 
 # The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
 from llmcap.memory import QUANTIZED_COMPONENTS, VOCAB_PADDING, Parallelism, pp_stage_layers, rank_shard, rank_tensor_bytes, validate_parallelism
+from llmcap.perf.allreduce import allreduce_time
 from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
-from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time, ring_allreduce_time
+from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time
 from llmcap.perf.calibration import Calibration, calibrated_params
+from llmcap.perf.cuda_graphs import padded_rows
 from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
+from llmcap.perf.ops import COMM_OPS, OPS, Bound, OpAccumulator, OpCost
+
+__all__ = ["COMM_OPS", "OPS", "OpAccumulator", "OpCost", "RooflineModel", "build_step_model"]
 
 if TYPE_CHECKING:
     from llmcap.perf.roofline_compiled import CompiledRoofline
 
 F64 = NDArray[np.float64]
-Bound = Literal["compute", "memory", "communication", "overhead"]
-
-# Breakdown order (ops absent from a configuration are left out).
-OPS = (
-    "embed", "norms", "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "router", "shared_experts", "moe_experts",
-    "lm_head", "tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv", "pp_bubble", "overhead",
-)  # fmt: skip
-COMM_OPS = ("tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv")
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One op of one step on one rank: its time, FLOPs and bytes (summed over the layers of all stages for
-    one micro-batch; with pp = 1 that is exactly what one GPU of the TP group does), and what bounds it."""
-
-    op: str
-    time_s: float
-    flops: float
-    bytes: float  # HBM bytes for compute ops; bytes each rank sends for communication ops
-    bound: Bound
-
-    def as_dict(self) -> dict[str, object]:
-        return {"op": self.op, "time_s": self.time_s, "flops": self.flops, "bytes": self.bytes, "bound": self.bound}
-
 
 @dataclass(frozen=True)
 class _Gemm:
@@ -95,6 +81,7 @@ class _Gemm:
     flops_per_row: float
     act_bytes_per_row: float
     peak_flops: float
+    kernels: int = 1  # GEMM kernels the group launches (vLLM merges q/k/v and gate/up): each pays gemm_kernel_s
 
 
 @dataclass(frozen=True)
@@ -110,24 +97,6 @@ class _LayerKind:
     router: _Gemm | None
     shared: _Gemm | None
     expert: _Gemm | None  # ONE local expert: its weights; FLOPs / activations per (token, expert) pair
-
-
-class OpAccumulator:
-    """Per-op arrays over batches: time, compute-time, memory-time, FLOPs, bytes."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.ops: dict[str, list[F64]] = {}
-
-    def add(self, op: str, t: F64, tc: F64, tm: F64, flops: F64, nbytes: F64, scale: float | F64 = 1.0) -> None:
-        vals = [np.broadcast_to(np.asarray(v, dtype=np.float64) * scale, (self.n,)) for v in (t, tc, tm, flops, nbytes)]
-        if op in self.ops:
-            self.ops[op] = [a + b for a, b in zip(self.ops[op], vals)]
-        else:
-            self.ops[op] = [np.array(v) for v in vals]
-
-    def time(self) -> F64:
-        return sum((v[0] for v in self.ops.values()), np.zeros(self.n))
 
 
 class RooflineModel:
@@ -178,7 +147,7 @@ class RooflineModel:
 
     # ---------------------------------------------------------------- construction
 
-    def _gemm(self, tensors: list[Tensor]) -> _Gemm:
+    def _gemm(self, tensors: list[Tensor], kernels: int = 1) -> _Gemm:
         wb = flops = act = 0.0
         quantized = False
         for t in tensors:
@@ -188,7 +157,7 @@ class RooflineModel:
                 flops += 2.0 * cnt * out * inn
                 act += self.params.activation_bytes * cnt * (out + inn)
                 quantized |= t.quantizable and t.component in QUANTIZED_COMPONENTS and self.policy.weights.is_quantized
-        return _Gemm(wb, flops, act, self._peak_q if quantized else self._peak_bf16)
+        return _Gemm(wb, flops, act, self._peak_q if quantized else self._peak_bf16, kernels)
 
     def _layer_kinds(self) -> tuple[list[_LayerKind], NDArray[np.int64]]:
         m, par = self.model, self.parallelism
@@ -217,9 +186,9 @@ class RooflineModel:
         is_moe = self.model.layer_is_moe[layer]
         expert = None
         if is_moe and "routed_experts" in by:
-            g = self._gemm(by["routed_experts"])
+            g = self._gemm(by["routed_experts"], 2)  # fused MoE: the gate/up and the down kernel
             local = -(-self.model.moe.num_experts // self.parallelism.ep)  # type: ignore[union-attr]
-            expert = _Gemm(g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops)
+            expert = _Gemm(g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops, g.kernels)
         norm_bytes = sum(rank_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
         return _LayerKind(
             is_moe=is_moe,
@@ -227,18 +196,19 @@ class RooflineModel:
             qkv=self._gemm(by["qkv"]),
             o=self._gemm(by["o"]),
             norm_weight_bytes=float(norm_bytes),
-            mlp=self._gemm(by["dense_mlp"]) if "dense_mlp" in by else None,
+            mlp=self._gemm(by["dense_mlp"], 2) if "dense_mlp" in by else None,  # gate/up merged, down
             router=self._gemm(by["router"]) if "router" in by else None,
-            shared=self._gemm(by["shared_experts"]) if "shared_experts" in by else None,
+            shared=self._gemm(by["shared_experts"], 2) if "shared_experts" in by else None,
             expert=expert,
         )
 
     # ---------------------------------------------------------------- costing
 
-    def _roofline(self, acc: OpAccumulator, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0) -> F64:
+    def _roofline(self, acc: OpAccumulator, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0,
+                  fixed: F64 | float = 0.0) -> F64:
         tc = flops / (peak * eff)
         tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * self.params.hbm_efficiency)
-        t = np.maximum(tc, tm)
+        t = np.maximum(tc, tm) + fixed
         acc.add(op, t, tc, tm, flops, nbytes, scale)
         return t
 
@@ -248,7 +218,14 @@ class RooflineModel:
         flops = g.flops_per_row * rows
         nbytes = np.where(live, g.weight_bytes + g.act_bytes_per_row * rows, 0.0)
         eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
-        return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale)
+        return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale, np.where(live, g.kernels * p.gemm_kernel_s, 0.0))
+
+    def _rows(self, tokens: F64) -> F64:
+        """Token rows the step's GEMMs, norms and collectives run with: CUDA-graph padded (llmcap.perf.cuda_graphs)."""
+        return padded_rows(tokens, self.params.cuda_graph_max_tokens) if self.params.cuda_graph_max_tokens else tokens
+
+    def _allreduce(self, message_bytes: F64) -> F64:
+        return allreduce_time(message_bytes, self.parallelism.tp, self._link_tp, self.params.allreduce_oneshot_latency_s)
 
     def _attention(self, acc: OpAccumulator, op: str, a: AttentionTerms, scale: float) -> F64:
         t = a.time()  # the same max(compute, memory) as `_roofline`
@@ -263,7 +240,7 @@ class RooflineModel:
         """Cost one layer of kind `k` for micro-batch `mb`, added to `acc` x scale (layers of this kind)."""
         m, p, par = self.model, self.params, self.parallelism
         act, h = p.activation_bytes, m.hidden_size
-        rows = mb.tokens
+        rows = self._rows(mb.tokens)
         total = np.zeros(len(mb))
         # two RMSNorms: weights + read and write of T x hidden each
         nb = np.where(rows > 0, k.norm_weight_bytes + 2 * 2 * act * h * rows, 0.0)
@@ -272,11 +249,14 @@ class RooflineModel:
         a = self.attention
         total += self._attention(acc, "attn_prefill", prefill_attention(a, mb.prefill_tokens, mb.prefill_pairs, k.window), scale)
         total += self._attention(acc, "attn_decode", decode_attention(a, mb.decode_seqs, mb.decode_context, k.window), scale)
+        if p.attention_kernel_s:  # one attention kernel a layer in a step with tokens: a function of the rows, so tabulated
+            fixed = np.where(rows > 0, p.attention_kernel_s, 0.0)
+            total += self._comm(acc, "attn_kernel", fixed, np.zeros_like(fixed), scale)
         total += self._matmul(acc, "o_proj", k.o, rows, scale)
         msg = rows * h * act
         n_ar = 1 if (k.is_moe and par.ep > 1) else 2
         if par.tp > 1:
-            total += self._comm(acc, "tp_allreduce", n_ar * ring_allreduce_time(msg, par.tp, self._link_tp), n_ar * msg, scale)
+            total += self._comm(acc, "tp_allreduce", n_ar * self._allreduce(msg), n_ar * msg, scale)
         if k.mlp is not None:
             total += self._matmul(acc, "mlp", k.mlp, rows, scale)
         if k.router is not None:
@@ -302,7 +282,7 @@ class RooflineModel:
         eff = matmul_efficiency(per_expert_rows, p.matmul_efficiency_max, p.matmul_half_tokens)
         tc = imb * flops / (g.peak_flops * eff)
         tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * p.hbm_efficiency)
-        t = np.maximum(tc, tm)
+        t = np.maximum(tc, tm) + np.where(rows > 0, g.kernels * p.gemm_kernel_s, 0.0)
         acc.add("moe_experts", t, tc, tm, flops, nbytes, scale)
         if par.ep > 1:
             # dispatch + combine: each rank sends its T/ep tokens' k copies, (ep-1)/ep of them off-rank
@@ -317,15 +297,15 @@ class RooflineModel:
     def _first_stage_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Embedding gather (read + write T rows) and, with TP, vLLM's vocab-parallel all-reduce."""
         h, act, par = self.model.hidden_size, self.params.activation_bytes, self.parallelism
-        zeros, ones = np.zeros(acc.n), np.ones(acc.n)
+        zeros, ones, rows = np.zeros(acc.n), np.ones(acc.n), self._rows(rows)
         out = [self._roofline(acc, "embed", zeros, 2 * rows * h * act, self._peak_bf16, ones)]
         if par.tp > 1:
-            out.append(self._comm(acc, "tp_allreduce", ring_allreduce_time(rows * h * act, par.tp, self._link_tp), rows * h * act))
+            out.append(self._comm(acc, "tp_allreduce", self._allreduce(rows * h * act), rows * h * act))
         return out
 
     def _last_stage_row_terms(self, acc: OpAccumulator, rows: F64) -> list[F64]:
         """Final norm over the step's T rows."""
-        h, act = self.model.hidden_size, self.params.activation_bytes
+        h, act, rows = self.model.hidden_size, self.params.activation_bytes, self._rows(rows)
         nb = np.where(rows > 0, h * act + 2 * act * h * rows, 0.0)
         return [self._roofline(acc, "norms", np.zeros(acc.n), nb, self._peak_bf16, np.ones(acc.n))]
 
@@ -341,7 +321,7 @@ class RooflineModel:
     def _pp_hops(self, acc: OpAccumulator, rows: F64) -> F64:
         """(pp - 1) stage-to-stage sends of hidden states + residual."""
         par = self.parallelism
-        msg = 2 * rows * self.model.hidden_size * self.params.activation_bytes
+        msg = 2 * self._rows(rows) * self.model.hidden_size * self.params.activation_bytes
         hops = (par.pp - 1) * p2p_time(msg, self._link_pp)
         return self._comm(acc, "pp_send_recv", hops, (par.pp - 1) * msg)
 
@@ -437,7 +417,7 @@ class RooflineModel:
                 continue
             if op in COMM_OPS:
                 bound: Bound = "communication"
-            elif op in ("overhead", "pp_bubble"):
+            elif op in ("overhead", "pp_bubble", "attn_kernel"):
                 bound = "overhead"
             else:
                 bound = "compute" if tc > tm else "memory"

@@ -26,6 +26,7 @@ class ScalarRoofline:
         self.kv = attention.kv
         self.c_pf = attention.c_pf
         self.bw = attention.bw
+        self.bw_kv = attention.bw_kv
         self.dec_peak = attention.dec_peak
         self.overhead = overhead
         self.factor = factor
@@ -58,7 +59,7 @@ class ScalarRoofline:
         te = _max(pt, 1.0)
         eff = self.amax * te / (te + self.half)
         ap = _max(self.per_pair * pr / (self.peak * eff), pt * self.c_pf / self.bw)
-        ad = _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + dq * self.c_pf) / self.bw)
+        ad = _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + dq * self.c_pf) / self.bw_kv)
         return ap + ad
 
     def step(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float) -> float:
@@ -88,7 +89,7 @@ class ScalarRoofline:
         for g in range(len(layers)):
             w = windows[g]
             cx = _min(ctx, fb * w) if w >= 0.0 else ctx
-            t = t + layers[g] * _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + fb * self.c_pf) / self.bw)
+            t = t + layers[g] * _max(self.per_pair * cx / self.dec_peak, (cx * self.kv + fb * self.c_pf) / self.bw_kv)
         return (t + self.overhead) * self.factor
 
     def decode_scan(self, t: float, fb: float, ctx: float, j: int, k: int, until: float) -> tuple[int, float]:
@@ -98,7 +99,7 @@ class ScalarRoofline:
         operations per step: `decode_attention`'s with one full-attention group), so a step costs a few flops."""
         i = int(fb)
         base, over, f = self.ta1[i] + self.la1[i], self.overhead, self.factor
-        pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw, fb * self.c_pf
+        pp, dp, kv, bw, fixed = self.per_pair, self.dec_peak, self.kv, self.bw_kv, fb * self.c_pf
         simple = len(self.g_layers) == 1 and self.g_window[0] < 0.0
         lay = self.g_layers[0] if simple else 0.0
         while j < k:

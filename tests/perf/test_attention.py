@@ -18,7 +18,7 @@ def _coefficients(rng: np.random.Generator) -> list[AttentionCoefficients]:
         AttentionCoefficients(
             per_pair=float(rng.uniform(1e3, 1e5)), peak=float(rng.uniform(1e14, 5e15)), amax=float(rng.uniform(0.05, 1.0)),
             half=float(rng.uniform(0.0, 5000.0)), kv=float(rng.uniform(64, 1e5)), c_pf=float(rng.uniform(64, 1e6)),
-            bw=float(rng.uniform(1e11, 8e12)),
+            bw=float(rng.uniform(1e11, 8e12)), bw_kv=float(rng.uniform(1e11, 8e12)),
         )
         for _ in range(5)
     ]  # fmt: skip
