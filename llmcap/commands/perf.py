@@ -3,10 +3,13 @@ published numbers before trusting any capacity plan built on them.
 
 Max throughput is the steady state at the largest batch B the KV cache (and max_num_seqs) allows: every
 sequence decodes OSL tokens at a mean context of ISL + OSL/2, and for every B·OSL tokens decoded the engine
-also prefills B prompts of ISL tokens, packed into steps of max_num_batched_tokens as chunked prefill packs
-them (several short prompts to a step; a long one over several), not piggy-backed on decode steps:
+also prefills B prompts of ISL tokens, packed into n_p steps of max_num_batched_tokens as chunked prefill packs
+them (several short prompts to a step; a long one over several). The prompts finish prefill one after another
+over those steps, and the ones done decode along in the rest of them; they finish decoding as staggered, and the
+next cycle's prefill takes the slots they leave: the cycle's pure-decode steps are OSL less that triangle,
+min(n_p, OSL)/2:
 
-    tokens/s = B·OSL / (OSL · t_decode(B, ISL + OSL/2) + T_prefill(B × ISL in steps of max_num_batched_tokens))
+    tokens/s = B·OSL / ((OSL − min(n_p, OSL)/2) · t_decode(B, ISL + OSL/2) + T_prefill(B × ISL in steps of max_num_batched_tokens))
 
 B counts whole lives (ISL + OSL each), which is what TensorRT-LLM's guaranteed-no-evict admission runs. When
 the KV binds, vLLM's admission (TensorRT-LLM's max-utilization, SGLang's) starts more sequences by their
@@ -18,6 +21,7 @@ models, TP 1–8 and 128/128 to 20000/2000 (tests/perf/test_perf_simulate_grid.p
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 import numpy as np
@@ -51,11 +55,19 @@ def batched_prefill_time(model: RooflineModel, batch: int, isl: int, chunk: int)
     return full * float(times[0]) + (float(times[1]) if rest else 0.0)
 
 
-def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int, t_prefill_batch: float) -> float:
+def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int, t_prefill_batch: float, chunk: int) -> float:
     """Output tokens/s at `batch` concurrent sequences of ISL/OSL, their prompts prefilled in `t_prefill_batch`
-    (`batched_prefill_time`; formula in the module docstring)."""
+    (`batched_prefill_time`, in steps of `chunk`; formula in the module docstring)."""
     t_dec = float(decode_step_time(model, batch, isl + osl / 2)[0])
-    return batch * osl / (osl * t_dec + t_prefill_batch)
+    return batch * osl / (decode_steps(batch, isl, osl, chunk) * t_dec + t_prefill_batch)
+
+
+def decode_steps(batch: int, isl: int, osl: int, chunk: int) -> float:
+    """Pure-decode steps per cycle: OSL, less the triangle where one cycle's prompts, finishing their prefill one
+    after another over its n_p = ⌈B·ISL / chunk⌉ steps, decode along in the rest of them (and finish decoding
+    as staggered, while the next cycle's prefill fills the slots they leave)."""
+    prefill_steps = math.ceil(batch * isl / chunk)
+    return osl - min(prefill_steps, osl) / 2
 
 
 @user_errors
@@ -120,10 +132,10 @@ def perf(
         "max_num_seqs": max_num_seqs,
         "throughput": {
             "batch": batch,
-            "output_tokens_per_s": steady_throughput(rm, batch, isl, osl, t_prefill_batch),
+            "output_tokens_per_s": steady_throughput(rm, batch, isl, osl, t_prefill_batch, max_num_batched_tokens),
             "prefill_time_batch_s": t_prefill_batch,
             "max_num_batched_tokens": max_num_batched_tokens,
-            "formula": "B*OSL / (OSL*t_decode(B, ISL+OSL/2) + T_prefill(B x ISL in steps of max_num_batched_tokens))",
+            "formula": "B*OSL / ((OSL - min(n_p, OSL)/2)*t_decode(B, ISL+OSL/2) + T_prefill(B x ISL in n_p steps of max_num_batched_tokens))",
             "limited_by": "kv" if max_batch_kv < max_num_seqs else "max_num_seqs",
             "estimate": "ceiling" if preempts(admission_policy, max_batch_kv, max_num_seqs) else "steady state",
             "admission_policy": admission_policy,

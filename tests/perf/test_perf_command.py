@@ -35,10 +35,13 @@ def test_json_keys_and_numbers_for_llama_8b():
     assert [d["batch"] for d in out["decode"]] == [1, 2, 4, 8, 16, 32, 64, 128, b]
     # decode rows at the steady-state mean context ISL + OSL/2 = 2560
     assert out["decode"][0]["step_time_s"] == decode_step_time(m, 1, 2560)[0]
-    # throughput = B·OSL / (OSL·t_decode(B, 2560) + T_prefill): B prompts of 2048 packed four to a step of 8192 tokens
+    # throughput = B·OSL / ((OSL − n_p/2)·t_decode(B, 2560) + T_prefill): B prompts of 2048 packed four to a step of
+    # 8192 tokens, n_p = ⌈B·2048 / 8192⌉ steps (fewer than OSL here), along which the prompts done decode
     full, rest = divmod(b * 2048, 8192)
     steps = m.step_time(StepBatch.build(np.array([8192.0, rest]), np.array([8192.0, rest]) * 2049 / 2, np.array([8192.0, rest]) / 2048))
-    expected = b * 1024 / (1024 * decode_step_time(m, b, 2560)[0] + full * steps[0] + (steps[1] if rest else 0.0))
+    n_p = full + (1 if rest else 0)
+    assert n_p < 1024
+    expected = b * 1024 / ((1024 - n_p / 2) * decode_step_time(m, b, 2560)[0] + full * steps[0] + (steps[1] if rest else 0.0))
     assert out["throughput"]["output_tokens_per_s"] == pytest.approx(expected, rel=1e-12)
     dec1 = {o["op"]: o for o in out["breakdown"]["decode_batch_1"]}
     assert dec1["mlp"]["bound"] == "memory"
