@@ -36,11 +36,16 @@ def reuse(tmp_path_factory):
     return d, trace, log
 
 
-def _size(reuse, *tier: str) -> dict:
+EIGHT_B = ("Llama-3.1-8B", "1", "bf16", "1000")
+SEVENTY_B = ("Llama-3.1-70B", "2", "fp8", "2000")
+
+
+def _size(reuse, *tier: str, model: tuple[str, str, str, str] = EIGHT_B) -> dict:
     d, trace, log = reuse
-    out = d / ("plan-" + "-".join(t.replace(":", "_") for t in tier) if tier else "plan-none")
-    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "bf16",
-            "--kv-dtype", "bf16", "--goodput", "ttft:1000", "--kv-from-log", str(log), "--out", str(out), "--json"]  # fmt: skip
+    name, tp, fmt, ttft_ms = model
+    out = d / ("-".join(["plan", name, *(t.replace(":", "_") for t in tier)]))
+    args = ["size", "--trace", str(trace), "--model", name, "--gpu", "h100", "--tp", tp, "--weight-quant", fmt,
+            "--kv-dtype", fmt, "--goodput", f"ttft:{ttft_ms}", "--kv-from-log", str(log), "--out", str(out), "--json"]  # fmt: skip
     for t in tier:
         args += ["--tier", t]
     r = CliRunner().invoke(app, args)
@@ -66,3 +71,13 @@ def test_a_host_tier_lowers_the_gpus_and_a_slow_lookup_raises_them_and_the_ttft(
     assert fast_run["prefix_tiers"][0]["hit_tokens"] == fast_tier["hit_tokens"]
     assert slow_run["ttft_ms"]["p50"] >= 100 > fast_run["ttft_ms"]["p50"]
     assert any(n.startswith("prefix tier host") for n in host["notes"])
+
+
+def test_an_ssd_tier_lowers_the_gpus_where_loading_beats_computing(reuse) -> None:
+    """Llama-3.1-70B's prompt tokens take longer to compute at TP2 than their fp8 KV (160 KB a token) takes to load
+    from an SSD at 5 GB/s: there the SSD's hits save more than they cost, and the plan needs fewer GPUs."""
+    none, ssd = _size(reuse, model=SEVENTY_B), _size(reuse, "ssd:1000:5:0.2", model=SEVENTY_B)
+    (tier,) = ssd["prefix_tiers"]
+    assert tier["tier"] == "ssd" and tier["hit_tokens"] > 0 and tier["net_gain_s"] > 0
+    assert ssd["gpus"] < none["gpus"]
+
