@@ -72,9 +72,10 @@ def test_a_slower_twin_is_corrected_written_back_and_used_by_the_replan(tmp_path
     # the same configuration (GPU, weights, KV dtype, parallelism): the one the correction was written for; the
     # engine knobs after it (max_num_seqs, max_num_batched_tokens, block size) may be re-tuned for slower steps
     assert after["chosen"].split("/")[:4] == before["chosen"].split("/")[:4], (before["chosen"], after["chosen"])
-    (pool,) = after["pool_plans"]  # every step 1.3x longer: each instance holds less, more are needed
+    (pool,) = after["pool_plans"]  # every step 1.3x longer: each instance holds less
     assert after["pool_plans"][pool]["per_instance_rps"] < before["pool_plans"][pool]["per_instance_rps"]
-    assert after["gpus"] > before["gpus"]
+    # never fewer GPUs; as many where the whole instances planned before already had the room (40 on H200 TP8)
+    assert after["gpus"] >= before["gpus"]
     rec_b = _read(root, "data/processed/reconcile.json")["reconciliation"]
     for bucket in rec_b["buckets"]:  # the corrected predictions match the slowed twin's decode steps
         assert abs(bucket["errors"]["itl"]["p50"]["e"]) < 0.05, bucket["reasoning"]

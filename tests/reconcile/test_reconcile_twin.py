@@ -72,8 +72,8 @@ def quantile(t: pa.Table, col: str, q: float) -> float:
 def test_a_twin_20pct_slower_is_one_global_correction_that_then_matches() -> None:
     model, gpu, tp, dilation = "Llama-3.1-70B", "A100-SXM-80GB", 2, 2.0
     rng = np.random.default_rng(3)
-    n = 40  # at 2 req/s: well below the knee even 20% slower (the prefills alone keep the engine ~50% busy)
-    trace = pa.table({"request_id": np.arange(n), "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / 2.0, n - 1))]),
+    n, rate = 80, 2.0  # well below the knee even 20% slower (the prefills alone keep the engine ~50% busy); 40 a bucket
+    trace = pa.table({"request_id": np.arange(n), "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate, n - 1))]),
                       "isl": rng.integers(100, 800, n), "osl": rng.integers(5, 20, n)})  # fmt: skip
     with twin_process(model, gpu, tp, dilation, "--slowdown", "1.2") as url:
         measured = measure(url, trace, dilation)
