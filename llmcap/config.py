@@ -320,9 +320,9 @@ class Params(_Strict):
 
     def sizing(self) -> SizeParams:
         """`size`, with the engine preset's admission policy where enumerate.engine names one and size sets none."""
-        presets = self.enumerate.presets() if self.enumerate.engine else {}
-        if presets and "admission_policy" not in self.size.model_fields_set:
-            return self.size.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
+        engine = self.enumerate.engine
+        if engine and "admission_policy" not in self.size.model_fields_set:
+            return self.size.model_copy(update={"admission_policy": ENGINE_ADMISSIONS[engine][0]})  # its default first
         return self.size
 
 
