@@ -31,8 +31,10 @@ class CompiledCore(BuildHookInterface):
         missing = [m for m in native.NATIVE_MODULES if not native.extension_files(m)]
         stale = native.stale_modules()
         if missing or stale or not native.MANIFEST.is_file():
-            raise RuntimeError(f"LLMCAP_WHEEL_COMPILED=1 but the compiled core is not built from these sources "
-                               f"(missing {missing}, stale {stale}): run `make setup` first")  # fmt: skip
+            raise RuntimeError(
+                f"LLMCAP_WHEEL_COMPILED=1 but the compiled core is not built from these sources "
+                f"(missing {missing}, stale {stale}): run `make setup` first"
+            )
         files = [p for m in native.NATIVE_MODULES for p in native.extension_files(m)] + [native.MANIFEST]
         build_data["artifacts"].extend(str(p.relative_to(ROOT)) for p in files)
         build_data["pure_python"] = False

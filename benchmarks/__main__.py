@@ -39,18 +39,25 @@ def make_inputs() -> dict[str, Path]:
         ns = np.datetime64("2023-11-16T18:00:00", "ns") + np.cumsum(rng.exponential(2e8, n)).astype("timedelta64[ns]")
         stamps = np.datetime_as_string(ns, unit="ns")
         stamps = np.char.replace(stamps, "T", " ")
-        text = "\r\n".join(f"{s[:-2]},{i},{o}" for s, i, o in zip(stamps.tolist(), isl.tolist(), osl.tolist(), strict=True))
+        text = "\r\n".join(
+            f"{s[:-2]},{i},{o}" for s, i, o in zip(stamps.tolist(), isl.tolist(), osl.tolist(), strict=True)
+        )
         path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\r\n" + text)
     n = ROWS["burstgpt"]
     path = files["burstgpt"] = OUT / "burstgpt.csv"
     if not path.exists():
         isl, osl = _lengths(rng, n)
         pacsv.write_csv(
-            pa.table({
-                "Timestamp": np.cumsum(rng.exponential(0.2, n)).round(3), "Model": np.where(rng.random(n) < 0.8, "ChatGPT", "GPT-4"),
-                "Request tokens": isl, "Response tokens": osl, "Total tokens": isl + osl,
-                "Log Type": np.where(rng.random(n) < 0.5, "Conversation log", "API log"),
-            }),
+            pa.table(
+                {
+                    "Timestamp": np.cumsum(rng.exponential(0.2, n)).round(3),
+                    "Model": np.where(rng.random(n) < 0.8, "ChatGPT", "GPT-4"),
+                    "Request tokens": isl,
+                    "Response tokens": osl,
+                    "Total tokens": isl + osl,
+                    "Log Type": np.where(rng.random(n) < 0.5, "Conversation log", "API log"),
+                }
+            ),
             path,
         )
     n = ROWS["lengths"]
@@ -85,14 +92,18 @@ def main() -> None:
         read_s, raw = best_of(lambda p=path: read_trace(p))
         clean_s, result = best_of(lambda r=raw: clean_trace(r, CleanParams()))
         rows = raw.rows
-        print(f"{fmt:<10} {rows:>10,} {path.stat().st_size / 1e6:>8.1f} {read_s:>8.3f} {clean_s:>8.3f} {rows / (read_s + clean_s):>20,.0f}")
+        print(
+            f"{fmt:<10} {rows:>10,} {path.stat().st_size / 1e6:>8.1f} {read_s:>8.3f} {clean_s:>8.3f} {rows / (read_s + clean_s):>20,.0f}"
+        )
     from llmcap.trace import ingest
 
     conv = Path(__file__).resolve().parent.parent / "data/raw/mooncake/conversation_trace.jsonl"
     table = ingest(conv).trace
     t, _ = best_of(lambda: characterise(table, CharacteriseParams(lru_cache_blocks=[])))
     t_lru, _ = best_of(lambda: characterise(table, CharacteriseParams()))
-    print(f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes")
+    print(
+        f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes"
+    )
     from benchmarks import calibration, cli, loadgen, plan, sim, size, wheel
 
     cli.main()

@@ -28,8 +28,10 @@ def transfer_table(gpu_name: str, c: cal.Calibration) -> Table | None:
     base = cal.relative_errors(rows, cal.RooflineFit.from_params(cal.RooflineParams()), gpu)
     ours = cal.relative_errors(rows, c.fitted or c.fit, gpu)
     applied = cal.relative_errors(rows, c.fit, gpu)
-    t = Table(title=f"{gpu_name}: the public calibration on {len(rows)} operations this project timed itself "
-                    f"({env.get('device')}, torch {env.get('torch')}, {env.get('measured_at')}), median |predicted / measured - 1|")
+    t = Table(
+        title=f"{gpu_name}: the public calibration on {len(rows)} operations this project timed itself "
+        f"({env.get('device')}, torch {env.get('torch')}, {env.get('measured_at')}), median |predicted / measured - 1|"
+    )
     t.caption = f"not applied (the defaults predict these better): {', '.join(c.not_applied) or 'none'}"
     for col in ("op", "rows", "defaults", "public calibration", "applied"):
         t.add_column(col, justify="right" if col != "op" else "left")
@@ -48,11 +50,16 @@ def main() -> None:
     for c in shipped:
         gpu = get_gpu(c.gpu)
         rows, env = cal.load_rows(c.path.parent / "ops.json")
-        console.print(f"roofline calibration of {gpu.name}: {len(rows)} operations timed on {env.get('device')} "
-                      f"({env.get('source') or env.get('measured_at')})", highlight=False)
+        console.print(
+            f"roofline calibration of {gpu.name}: {len(rows)} operations timed on {env.get('device')} "
+            f"({env.get('source') or env.get('measured_at')})",
+            highlight=False,
+        )
         shipped = c.fitted or c.fit
         console.print(f"step-time terms kept: {', '.join(shipped.terms) or 'none'}", highlight=False)
-        console.print(cross_validation_table(cal.cross_validate(rows, gpu, shipped), cal.cross_validate(rows, gpu, terms=())))
+        console.print(
+            cross_validation_table(cal.cross_validate(rows, gpu, shipped), cal.cross_validate(rows, gpu, terms=()))
+        )
         if (t := transfer_table(gpu.name, c)) is not None:
             console.print(t)
 

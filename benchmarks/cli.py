@@ -21,7 +21,9 @@ def _median_wall(args: list[str]) -> tuple[float, str]:
     walls, out = [], ""
     for _ in range(RUNS):
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "llmcap", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "llmcap", *args], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
         walls.append(time.perf_counter() - start)
     return statistics.median(walls), out
 
@@ -30,9 +32,11 @@ def main() -> None:
     help_s, _ = _median_wall(["--help"])
     sim_s, out = _median_wall(SIMULATE)
     summary = json.loads(out)
-    print(f"command line, whole process (median of {RUNS}): `llmcap --help` {help_s:.2f} s (target ≤ 0.5 s); "
-          f"`llmcap simulate` Mooncake conversation ({summary['requests']:,} requests) {sim_s:.2f} s (target ≤ 2 s), "
-          f"of which simulating {summary['wall_s']:.2f} s")
+    print(
+        f"command line, whole process (median of {RUNS}): `llmcap --help` {help_s:.2f} s (target ≤ 0.5 s); "
+        f"`llmcap simulate` Mooncake conversation ({summary['requests']:,} requests) {sim_s:.2f} s (target ≤ 2 s), "
+        f"of which simulating {summary['wall_s']:.2f} s"
+    )
 
 
 if __name__ == "__main__":

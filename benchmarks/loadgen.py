@@ -30,7 +30,10 @@ def run_at(url: str, rate: float, seconds: float = SECONDS) -> ReplayResult:
     """The best (lowest lateness p99) of REPEATS runs at `rate`."""
     n = int(rate * seconds)
     arrival = np.arange(n) / rate
-    runs = [asyncio.run(replay_async(url, "loopback", arrival, np.full(n, 16), np.full(n, 4), timeout_s=30.0)) for _ in range(REPEATS)]
+    runs = [
+        asyncio.run(replay_async(url, "loopback", arrival, np.full(n, 16), np.full(n, 4), timeout_s=30.0))
+        for _ in range(REPEATS)
+    ]
     return min(runs, key=lambda r: float(np.percentile(r.lateness_s, 99)))
 
 
@@ -39,9 +42,11 @@ def _line(rate: float, r: ReplayResult) -> tuple[str, float]:
     p50, p99, mx = np.percentile(late, 50), np.percentile(late, 99), late.max()
     status = r.requests.column("status").to_pylist()
     ok = status.count("ok")
-    text = (f"{rate:>7,.0f} req/s: lateness p50 {p50:6.2f} ms, p99 {p99:7.2f} ms, max {mx:7.2f} ms; "
-            f"{len(status):,} requests in {r.wall_s:.2f} s (scheduled {len(status) / rate:.2f} s), ok {ok:,}; "
-            f"{r.processes} process(es), client CPU {r.client_cpu_s / len(status) * 1e6:,.0f} us/request")  # fmt: skip
+    text = (
+        f"{rate:>7,.0f} req/s: lateness p50 {p50:6.2f} ms, p99 {p99:7.2f} ms, max {mx:7.2f} ms; "
+        f"{len(status):,} requests in {r.wall_s:.2f} s (scheduled {len(status) / rate:.2f} s), ok {ok:,}; "
+        f"{r.processes} process(es), client CPU {r.client_cpu_s / len(status) * 1e6:,.0f} us/request"
+    )
     return text, float(p99)
 
 
@@ -64,7 +69,9 @@ def max_rate_held(url: str, start: float) -> float:
 
 
 def main() -> None:
-    print(f"load generator vs a loopback SSE server ({SECONDS:.0f} s of evenly spaced requests per rate, 16 in / 4 out tokens)")
+    print(
+        f"load generator vs a loopback SSE server ({SECONDS:.0f} s of evenly spaced requests per rate, 16 in / 4 out tokens)"
+    )
     with serving_loopback() as url:
         for rate in RATES:
             print(_line(rate, run_at(url, rate))[0])

@@ -31,8 +31,8 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.memory import Parallelism, plan_memory
 from llmcap.perf import build_step_model
 from llmcap.sim import EngineConfig, SimConfig, simulate
-from llmcap.sim.workload import SIM_COLUMNS
 from llmcap.sim.standin import analytic_step_model
+from llmcap.sim.workload import SIM_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 CONVERSATION = ROOT / "data/raw/mooncake/conversation_trace.jsonl"
@@ -74,8 +74,17 @@ def synthetic_child() -> None:
     r = simulate(trace, analytic_step_model(MODEL, GPU), _config(8), rng=np.random.default_rng(0))
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"wall_s": wall, "sim_s": r.summary["duration_s"], "completed": r.summary["completed"], "peak_bytes": peak,
-                      "core": CORE}))
+    print(
+        json.dumps(
+            {
+                "wall_s": wall,
+                "sim_s": r.summary["duration_s"],
+                "completed": r.summary["completed"],
+                "peak_bytes": peak,
+                "core": CORE,
+            }
+        )
+    )
 
 
 def mooncake_rows() -> list[dict]:
@@ -90,14 +99,30 @@ def mooncake_rows() -> list[dict]:
             cfg = _config(replicas)
             wall, r = best_of(lambda m=model, c=cfg: simulate(trace, m, c, rng=np.random.default_rng(0)))
             s = r.summary
-            rows.append({"core": CORE, "model": name, "replicas": replicas, "wall_s": wall, "requests": trace.num_rows,
-                         "sim_s": s["duration_s"], "completed": s["completed"], "ttft_p99_ms": s["ttft_ms"]["p99"]})
+            rows.append(
+                {
+                    "core": CORE,
+                    "model": name,
+                    "replicas": replicas,
+                    "wall_s": wall,
+                    "requests": trace.num_rows,
+                    "sim_s": s["duration_s"],
+                    "completed": s["completed"],
+                    "ttft_p99_ms": s["ttft_ms"]["p99"],
+                }
+            )
     return rows
 
 
 def _child(flag: str, **env: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.sim", flag], capture_output=True, text=True, cwd=ROOT,
-                         check=True, env={**os.environ, **env})
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.sim", flag],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, **env},
+    )
     return out.stdout.strip().splitlines()[-1]
 
 

@@ -19,8 +19,26 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / ".work" / "bench" / "wheel"
 TRACE = ROOT / "data/raw/mooncake/conversation_trace.jsonl"
 SIMULATE = ["simulate", "--trace", str(TRACE), "--model", "Llama-3.1-70B", "--gpu", "h200", "--tp", "4", "--json"]
-SIZE = ["size", "--trace", str(TRACE), "--model", "Llama-3.1-70B", "--gpu", "h100,h200", "--weight-quant", "fp8", "--kv-dtype", "fp8",
-        "--slo-ttft-p99", "2000", "--slo-ttft-per-1k-isl", "200", "--slo-itl-p99", "100", "--json"]  # the pipeline's SLOs; fmt: skip
+SIZE = [
+    "size",
+    "--trace",
+    str(TRACE),
+    "--model",
+    "Llama-3.1-70B",
+    "--gpu",
+    "h100,h200",
+    "--weight-quant",
+    "fp8",
+    "--kv-dtype",
+    "fp8",
+    "--slo-ttft-p99",
+    "2000",
+    "--slo-ttft-per-1k-isl",
+    "200",
+    "--slo-itl-p99",
+    "100",
+    "--json",
+]  # the pipeline's SLOs; fmt: skip
 
 
 def _walls(clis: dict[str, list[str]], args: list[str], runs: int) -> dict[str, tuple[float, str]]:
@@ -45,7 +63,9 @@ def main() -> None:
     OUT.mkdir(parents=True)
     clis = {"checkout": [sys.executable, "-m", "llmcap"]}
     for name, compiled in (("compiled wheel", True), ("pure wheel", False)):
-        venv = install(build_wheel(OUT / "dist", compiled), OUT / name.replace(" ", "-"), locked=True)  # the checkout's versions
+        venv = install(
+            build_wheel(OUT / "dist", compiled), OUT / name.replace(" ", "-"), locked=True
+        )  # the checkout's versions
         clis[name] = [str(venv / "llmcap-planner")]
     sims = _walls(clis, SIMULATE, 3)
     sizes = _walls({k: v for k, v in clis.items() if k != "pure wheel"}, SIZE, 3)  # the pure one would take minutes

@@ -25,12 +25,17 @@ from ops import approvals
 from ops.common import OpsError
 from stages.env import ROOT, apply_defaults
 
-
 FLOWS = ("promote", "rollout")  # the flows that pause for a person
 
 
 def _paused_runs(client) -> list:
-    from prefect.client.schemas.filters import FlowFilter, FlowFilterName, FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
     from prefect.client.schemas.objects import StateType
 
     return client.read_flow_runs(
@@ -61,7 +66,9 @@ def _find(client, run: str):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flows.approve", description=__doc__.splitlines()[0])
     ap.add_argument("run", nargs="?", help="the paused `promote` or `rollout` flow run id")
-    ap.add_argument("--by", help="who decides: must be this process's git user.name or user.email (the approver is who runs this)")
+    ap.add_argument(
+        "--by", help="who decides: must be this process's git user.name or user.email (the approver is who runs this)"
+    )
     ap.add_argument("--reject", action="store_true", help="reject: the plan is not promoted")
     ap.add_argument("--comment", "--reason", dest="comment", default="", help="why (recorded)")
     ap.add_argument("--list", action="store_true", help="list the runs waiting for a decision")
@@ -76,13 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.list or not args.run:
             runs = _paused_runs(client)
             for r in runs:
-                print(f"{r.id}  {r.name}  paused since {r.state.timestamp:%Y-%m-%d %H:%M:%S} UTC  {r.parameters.get('reason', '')}")
+                print(
+                    f"{r.id}  {r.name}  paused since {r.state.timestamp:%Y-%m-%d %H:%M:%S} UTC  {r.parameters.get('reason', '')}"
+                )
             print(f"{len(runs)} run(s) waiting for a decision on {url}")
             return 0
         run = _find(client, args.run)
         if run.state is None or not run.state.is_paused():
-            raise _fail(f"flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
-                        "it cannot be resumed (decided, timed out, or not a promotion or rollout)")
+            raise _fail(
+                f"flow run {run.id} is {run.state.name if run.state else 'unknown'}, not paused: "
+                "it cannot be resumed (decided, timed out, or not a promotion or rollout)"
+            )
         decision = "reject" if args.reject else "approve"
         flow_name = client.read_flow(run.flow_id).name
         try:
@@ -92,19 +103,29 @@ def main(argv: list[str] | None = None) -> int:
         result = client.resume_flow_run(run.id, run_input=run_input)
     if result.status.value != "ACCEPT":
         raise _fail(f"Prefect refused to resume {run.id}: {result.details}")
-    what = {("promote", "approve"): "commits the plan", ("promote", "reject"): "restores the old plan",
-            ("rollout", "approve"): "takes its next step", ("rollout", "reject"): "rolls back"}  # fmt: skip
+    what = {
+        ("promote", "approve"): "commits the plan",
+        ("promote", "reject"): "restores the old plan",
+        ("rollout", "approve"): "takes its next step",
+        ("rollout", "reject"): "rolls back",
+    }
     print(f"{decision}d {run.id} ({run.name}) as {who.ident}; the run now {what.get((flow_name, decision), 'goes on')}")
     return 0
 
 
-def _signed(root: Path, run_id: str, flow_name: str, by: str | None, decision: str, comment: str) -> tuple[approvals.Identity, dict]:
+def _signed(
+    root: Path, run_id: str, flow_name: str, by: str | None, decision: str, comment: str
+) -> tuple[approvals.Identity, dict]:
     """(the approver, the resume input): the decision signed with the project's approval key, after the same
     checks the flow makes (it makes them again: this only saves a refused round trip)."""
     who = approvals.current_identity(root)
     if by is not None and by not in (who.name, who.email):
-        raise OpsError(f"--by {by!r}, but this process's git identity is {who.ident}: the approver is who runs the command")
-    policy = approvals.policy_at(root, "HEAD")  # what the flow reads (a promotion: at its base commit, HEAD until it commits)
+        raise OpsError(
+            f"--by {by!r}, but this process's git identity is {who.ident}: the approver is who runs the command"
+        )
+    policy = approvals.policy_at(
+        root, "HEAD"
+    )  # what the flow reads (a promotion: at its base commit, HEAD until it commits)
     if not approvals.allowed(who.email, policy.approvers):
         raise OpsError(f"{who.ident} is not an approver (params approvals.approvers: {', '.join(policy.approvers)})")
     return who, approvals.signed_input(approvals.approval_key(root), run_id, who, decision, comment)

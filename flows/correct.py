@@ -34,8 +34,12 @@ from prefect import flow  # noqa: E402
 from ops import registry  # noqa: E402
 from stages import tracking  # noqa: E402
 
-RECONCILE, SUMMARY, CANDIDATES, REPLAY = ("data/processed/reconcile.json", "data/reports/capacity/summary.json",
-                                          "data/processed/candidates.parquet", "data/reports/replay/summary.json")  # fmt: skip
+RECONCILE, SUMMARY, CANDIDATES, REPLAY = (
+    "data/processed/reconcile.json",
+    "data/reports/capacity/summary.json",
+    "data/processed/candidates.parquet",
+    "data/reports/replay/summary.json",
+)
 
 
 def corrections_dir(root: Path) -> Path:
@@ -87,16 +91,28 @@ def correct(root: str = str(ROOT), alias: str = "champion") -> dict:
         history.record_registry(v.version, run_id, number)
         write_history(corrections_dir(base), history)
         factors = describe_factors([c.model_dump() for c in v.corrections])
-        written.append({"registered_model": history.registered_model, "version": v.version, "mlflow_version": number,
-                        "mlflow_run_id": run_id, "file": str(path.relative_to(base)), "alias": alias,
-                        "text": f"{history.registered_model}: v{v.version} ({factors}; registry version {number}, alias {alias})"})  # fmt: skip
+        written.append(
+            {
+                "registered_model": history.registered_model,
+                "version": v.version,
+                "mlflow_version": number,
+                "mlflow_run_id": run_id,
+                "file": str(path.relative_to(base)),
+                "alias": alias,
+                "text": f"{history.registered_model}: v{v.version} ({factors}; registry version {number}, alias {alias})",
+            }
+        )
     return {"written": written, "decisions": decisions}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="flows.correct", description=__doc__.splitlines()[0])
     ap.add_argument("--project", type=Path, default=ROOT, help="the project directory")
-    ap.add_argument("--alias", default="champion", help="the alias the new versions get (params.yaml profile.corrections_alias applies one)")
+    ap.add_argument(
+        "--alias",
+        default="champion",
+        help="the alias the new versions get (params.yaml profile.corrections_alias applies one)",
+    )
     args = ap.parse_args(argv)
     missing = [rel for rel in (RECONCILE, SUMMARY, CANDIDATES, REPLAY) if not (args.project / rel).is_file()]
     if missing:
@@ -104,12 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = correct(str(args.project.resolve()), args.alias)
     if not result["written"]:
-        print(f"nothing to write back: reconciliation decided no correction (bucket decisions: {', '.join(result['decisions']) or 'none'})")
+        print(
+            f"nothing to write back: reconciliation decided no correction (bucket decisions: {', '.join(result['decisions']) or 'none'})"
+        )
         return 0
     for w in result["written"]:
         print(f"{w['text']} → {w['file']}")
-    print("re-plan to apply them (`make plan` or `llmcap plan`), commit the files with dvc.lock, and compare the "
-          "decisions with `llmcap diff`")
+    print(
+        "re-plan to apply them (`make plan` or `llmcap plan`), commit the files with dvc.lock, and compare the "
+        "decisions with `llmcap diff`"
+    )
     return 0
 
 

@@ -38,9 +38,8 @@ from prefect.flow_runs import pause_flow_run  # noqa: E402
 from prefect.input import RunInput  # noqa: E402
 from pydantic import Field  # noqa: E402
 
-from llmcap.config import ApprovalsParams  # noqa: E402
-
 from flows.replan import replan  # noqa: E402
+from llmcap.config import ApprovalsParams  # noqa: E402
 from ops import approvals, decisions_log  # noqa: E402
 from ops.common import OpsError, git, sha256, show  # noqa: E402
 
@@ -57,7 +56,9 @@ class Approval(RunInput):
     email: str = Field("", description="the approver's git email (params approvals.approvers)")
     os_user: str = ""
     signed_at: str = ""
-    signature: str = Field("", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused")
+    signature: str = Field(
+        "", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused"
+    )
 
 
 def pending(root: Path) -> str | None:
@@ -70,7 +71,10 @@ def gates(capacity: dict) -> list[str]:
     """Cheap checks before a person is asked: what would make approving pointless."""
     failed = []
     if not capacity.get("scenarios_pass", False):
-        failed.append("a headroom scenario failed: " + "; ".join(s for s in capacity.get("scenarios", []) if "pass" not in s.split("→")[-1]))
+        failed.append(
+            "a headroom scenario failed: "
+            + "; ".join(s for s in capacity.get("scenarios", []) if "pass" not in s.split("→")[-1])
+        )
     if not capacity.get("gpus"):
         failed.append("the plan has no GPUs")
     return failed
@@ -91,8 +95,12 @@ def write_diff(root: Path, base_commit: str, run_id: str) -> dict:
     client = mlflow.MlflowClient()
     client.log_artifact(run_id, str(out / "diff.md"), "decision")
     client.log_artifact(run_id, str(out / "diff.json"), "decision")
-    return {"markdown": text, "explanation": result["explanation"], "path": str(out / "diff.md"),
-            "decision_changed": "note" in result["decision"] or bool(result["decision"]["changed"])}  # fmt: skip
+    return {
+        "markdown": text,
+        "explanation": result["explanation"],
+        "path": str(out / "diff.md"),
+        "decision_changed": "note" in result["decision"] or bool(result["decision"]["changed"]),
+    }
 
 
 def unmeasured_and_unchanged(decision_changed: bool, capacity: dict, endpoint: str | None) -> str | None:
@@ -101,14 +109,22 @@ def unmeasured_and_unchanged(decision_changed: bool, capacity: dict, endpoint: s
     are the roofline's): only the recorded environment (an upgrade's new versions) changed. Says why it could
     not re-measure."""
     pools = (capacity.get("pool_provenance") or {}).values()
-    measured = str(capacity.get("step_model_source", "")).startswith("profile") or any(p.get("step_model") == "profile-measured" for p in pools)
+    measured = str(capacity.get("step_model_source", "")).startswith("profile") or any(
+        p.get("step_model") == "profile-measured" for p in pools
+    )
     if decision_changed or measured or not pools:
         return None
     from llmcap.credentials import redact_url
 
-    why = "no profile.endpoint to re-profile" if endpoint is None else f"profiling {redact_url(endpoint)} gave no profile: the roofline stands in"
-    return (f"could not re-measure ({why}): every pool's step times are the roofline's and the decision is unchanged; "
-            "the new environment is recorded without asking for approval")  # fmt: skip
+    why = (
+        "no profile.endpoint to re-profile"
+        if endpoint is None
+        else f"profiling {redact_url(endpoint)} gave no profile: the roofline stands in"
+    )
+    return (
+        f"could not re-measure ({why}): every pool's step times are the roofline's and the decision is unchanged; "
+        "the new environment is recorded without asking for approval"
+    )
 
 
 def conclude(root: Path, record: dict, capacity: dict) -> dict:
@@ -121,17 +137,23 @@ def conclude(root: Path, record: dict, capacity: dict) -> dict:
     label = decisions_log.label(line)
     decisions_log.append(root, line)
     if record["decision"] == "recorded":  # an unchanged decision: the refreshed params.yaml and dvc.lock, no approval
-        record["commit"] = decisions_log.commit(root, ("params.yaml", "dvc.lock", decisions_log.LOG),
-                                                f"plan: {record['reason']} (decision unchanged, recorded without approval)")  # fmt: skip
+        record["commit"] = decisions_log.commit(
+            root,
+            ("params.yaml", "dvc.lock", decisions_log.LOG),
+            f"plan: {record['reason']} (decision unchanged, recorded without approval)",
+        )
     elif record["decision"] == "approved":
         path = root / APPROVAL_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        record["commit"] = decisions_log.commit(root, PROMOTED_PATHS, f"plan: {record['reason']} (approved by {record['by']})", _author(record))
+        record["commit"] = decisions_log.commit(
+            root, PROMOTED_PATHS, f"plan: {record['reason']} (approved by {record['by']})", _author(record)
+        )
     else:  # the old plan stays in force; the decision still reaches git
         restore(root, record["base_commit"])
-        record["commit"] = decisions_log.commit(root, (decisions_log.LOG,), f"decision: {record['reason']} ({label}; plan in force kept)",
-                                                _author(record))  # fmt: skip
+        record["commit"] = decisions_log.commit(
+            root, (decisions_log.LOG,), f"decision: {record['reason']} ({label}; plan in force kept)", _author(record)
+        )
     tags = {"approval": label, **{f"approval.{k}": str(v) for k, v in record.items() if v is not None}}
     client = mlflow.MlflowClient()
     for key, value in tags.items():
@@ -161,9 +183,15 @@ def restore(root: Path, commit: str) -> None:
 
 
 @flow(name="promote", log_prints=True)
-def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_timeout_s: int | None = None,
-            poll_interval_s: int = 5, fingerprint: str | None = None, reminder: str | None = None,
-            triggered_by: str | None = None) -> dict:  # fmt: skip
+def promote(
+    root: str = str(ROOT),
+    reason: str = "scheduled re-plan",
+    approval_timeout_s: int | None = None,
+    poll_interval_s: int = 5,
+    fingerprint: str | None = None,
+    reminder: str | None = None,
+    triggered_by: str | None = None,
+) -> dict:
     """Re-plan and promote the result only through an approval; returns the decision record. `fingerprint`: the
     upgrade's id (flows.watch) for the decisions log; `reminder`: shown with the approval hint (an upgrade that
     timed out before); `triggered_by`: `Name <email>` of who asked (default: this process's git identity)."""
@@ -181,46 +209,97 @@ def promote(root: str = str(ROOT), reason: str = "scheduled re-plan", approval_t
     triggered_by = triggered_by or _identity(base)
     planned = replan(root)
     lock = (base / "dvc.lock").read_bytes()
-    record = {"reason": reason, "base_commit": base_commit, "dvc_lock_sha256": sha256(lock), "mlflow_run_id": planned["run_id"],
-              "flow_run_id": str(runtime.flow_run.id), "decision": None, "by": None, "email": None, "os_user": None,
-              "comment": None, "at": None, "fingerprint": fingerprint, "triggered_by": triggered_by}  # fmt: skip
+    record = {
+        "reason": reason,
+        "base_commit": base_commit,
+        "dvc_lock_sha256": sha256(lock),
+        "mlflow_run_id": planned["run_id"],
+        "flow_run_id": str(runtime.flow_run.id),
+        "decision": None,
+        "by": None,
+        "email": None,
+        "os_user": None,
+        "comment": None,
+        "at": None,
+        "fingerprint": fingerprint,
+        "triggered_by": triggered_by,
+    }
     if lock == show(base, base_commit, "dvc.lock") and not pending(base):
         logger.info("the re-plan reproduced HEAD's plan (%s): nothing to promote", base_commit[:10])
         return {**record, "decision": "unchanged"}
     changes = write_diff(base, base_commit, planned["run_id"])
     failed = gates(planned["capacity"])
     k = planned["capacity"]
-    summary = (f"**Re-plan**: {reason}\n\n**Plan**: {k['chosen']} ({k['mode']}), {k['gpus']} GPUs, ${k['usd_per_hour']:,.0f}/h "
-               f"for {k['target_rps']:.3g} req/s. MLflow run `{planned['run_id']}`.\n\n{changes['markdown']}")
-    unchanged = None if failed else unmeasured_and_unchanged(changes["decision_changed"], k, load_params(base / "params.yaml").profile.endpoint)
+    summary = (
+        f"**Re-plan**: {reason}\n\n**Plan**: {k['chosen']} ({k['mode']}), {k['gpus']} GPUs, ${k['usd_per_hour']:,.0f}/h "
+        f"for {k['target_rps']:.3g} req/s. MLflow run `{planned['run_id']}`.\n\n{changes['markdown']}"
+    )
+    unchanged = (
+        None
+        if failed
+        else unmeasured_and_unchanged(
+            changes["decision_changed"], k, load_params(base / "params.yaml").profile.endpoint
+        )
+    )
     if unchanged is not None:
         logger.info("%s", unchanged)
         create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Recorded without approval**: {unchanged}.")
         return conclude(base, {**record, "decision": "recorded", "by": "llmcap", "comment": unchanged, "at": _now()}, k)
     if failed:
         create_markdown_artifact(key="promotion", markdown=summary + "\n\n**Gates failed**: " + "; ".join(failed))
-        return conclude(base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()}, k)
-    hint = (f"plan awaits approval: llmcap approve {record['flow_run_id']} [--reject] [--comment TEXT] "
-            f"(as an approver's git identity) within {timeout} s; diff: {changes['path']}")
+        return conclude(
+            base, {**record, "decision": "rejected", "by": "gates", "comment": "; ".join(failed), "at": _now()}, k
+        )
+    hint = (
+        f"plan awaits approval: llmcap approve {record['flow_run_id']} [--reject] [--comment TEXT] "
+        f"(as an approver's git identity) within {timeout} s; diff: {changes['path']}"
+    )
     if reminder:
         summary += f"\n\n**Reminder**: {reminder}."
         print(reminder)
     create_markdown_artifact(key="promotion", markdown=f"{summary}\n\nGates passed. **Waiting for approval**: `{hint}`")
     print(hint)
-    given = await_decision(base, record, timeout, poll_interval_s, approvals.policy_at(base, base_commit), lambda why: create_markdown_artifact(
-        key="promotion", markdown=f"{summary}\n\n**Refused**: {why}.\n\nStill **waiting for approval**: `{hint}`"))  # fmt: skip
+    given = await_decision(
+        base,
+        record,
+        timeout,
+        poll_interval_s,
+        approvals.policy_at(base, base_commit),
+        lambda why: create_markdown_artifact(
+            key="promotion", markdown=f"{summary}\n\n**Refused**: {why}.\n\nStill **waiting for approval**: `{hint}`"
+        ),
+    )
     if given is None:
         comment = f"no approval within {timeout} s"
         running_again(f"approval timed out ({comment}): the plan in force is kept")
-        create_markdown_artifact(key="promotion", markdown=f"{summary}\n\n**Timed out**: {comment}; the plan in force is kept.")
+        create_markdown_artifact(
+            key="promotion", markdown=f"{summary}\n\n**Timed out**: {comment}; the plan in force is kept."
+        )
         return conclude(base, {**record, "decision": "timed out", "comment": comment, "at": _now()}, k)
     decision = "approved" if given.decision == "approve" else "rejected"
-    return conclude(base, {**record, "decision": decision, "by": given.approver, "email": given.email, "os_user": given.os_user,
-                           "comment": given.comment, "at": _now()}, k)  # fmt: skip
+    return conclude(
+        base,
+        {
+            **record,
+            "decision": decision,
+            "by": given.approver,
+            "email": given.email,
+            "os_user": given.os_user,
+            "comment": given.comment,
+            "at": _now(),
+        },
+        k,
+    )
 
 
-def await_decision(root: Path, record: dict, timeout: int, poll_interval_s: int, policy: ApprovalsParams,
-                   refused: Callable[[str], object]) -> Approval | None:  # fmt: skip
+def await_decision(
+    root: Path,
+    record: dict,
+    timeout: int,
+    poll_interval_s: int,
+    policy: ApprovalsParams,
+    refused: Callable[[str], object],
+) -> Approval | None:
     """Pause until a valid decision (ops.approvals.refusal finds nothing wrong) or the timeout (None). A refused
     input is logged, shown (`refused(why)`) and the run pauses again for what is left of the timeout."""
     logger = get_run_logger()
@@ -231,8 +310,14 @@ def await_decision(root: Path, record: dict, timeout: int, poll_interval_s: int,
             given = pause_flow_run(wait_for_input=Approval, timeout=left, poll_interval=poll_interval_s)
         except FlowPauseTimeout:
             return None
-        why = approvals.refusal(given.model_dump(), record["flow_run_id"], key, policy.approvers, policy.distinct_from_trigger,
-                                record["triggered_by"])  # fmt: skip
+        why = approvals.refusal(
+            given.model_dump(),
+            record["flow_run_id"],
+            key,
+            policy.approvers,
+            policy.distinct_from_trigger,
+            record["triggered_by"],
+        )
         if why is None:
             return given
         logger.warning("refused %s from %r: %s; waiting for a valid decision", given.decision, given.approver, why)
@@ -258,4 +343,4 @@ def running_again(message: str) -> None:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

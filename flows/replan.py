@@ -92,7 +92,9 @@ def reproduce_stage(root: str, stage: str, force: bool) -> bool:
         return bool(repo.reproduce(stage, single_item=True, force=force, run_cache=False))
 
 
-def stage_times(walls: dict[str, float], phases: dict[str, dict[str, float | None]]) -> dict[str, dict[str, float | None]]:
+def stage_times(
+    walls: dict[str, float], phases: dict[str, dict[str, float | None]]
+) -> dict[str, dict[str, float | None]]:
     """Each stage's wall time in the flow (`total`) and where it went: DVC's own checks and bookkeeping (`dvc`:
     the total less the stage process's time), the process's start, its work, MLflow and GX (stages.timing). A
     stage DVC found up to date has only `total` and `dvc`."""
@@ -116,8 +118,10 @@ def times_table(stage_times: dict[str, dict[str, float | None]], total_s: float)
         cells = "".join(f"{'—' if row.get(c) is None else format(row[c], '.1f'):>8}" for c in cols)
         lines.append(f"  {stage:<17} {cells}")
     in_stages = sum(row["total"] or 0.0 for row in stage_times.values())
-    lines.append(f"  the flow: {total_s:.1f} s, of which {total_s - in_stages:.1f} s outside the stages (Prefect's start, "
-                 "recording the decision, the DVC push)")  # fmt: skip
+    lines.append(
+        f"  the flow: {total_s:.1f} s, of which {total_s - in_stages:.1f} s outside the stages (Prefect's start, "
+        "recording the decision, the DVC push)"
+    )
     return "\n".join(lines)
 
 
@@ -154,7 +158,9 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
     tags = {**tracking.git_state(base), "llmcap.kind": "replan"}
     with mlflow.start_run(run_name="replan (running)", tags=tags) as run:
         params = yaml.safe_load((base / "params.yaml").read_text())
-        mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in tracking.flatten_params(params).items()})
+        mlflow.log_params(
+            {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in tracking.flatten_params(params).items()}
+        )
         stages = stage_order(root)
         os.environ[tracking.PARENT_ENV] = run.info.run_id
         ran, walls = [], {}
@@ -172,28 +178,56 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
             phases = timing.read(Path(phases_file))
         results = collect(root)
         results["stage_times"] = stage_times(walls, phases)
-        mlflow.log_metrics({f"time.{stage}.{k}_s": v for stage, row in results["stage_times"].items() for k, v in row.items() if v is not None})
+        mlflow.log_metrics(
+            {
+                f"time.{stage}.{k}_s": v
+                for stage, row in results["stage_times"].items()
+                for k, v in row.items()
+                if v is not None
+            }
+        )
         skipped = [s for s in stages if s not in ran]
         mlflow.set_tags({"dvc.stages_ran": ",".join(ran) or "none", "dvc.stages_skipped": ",".join(skipped) or "none"})
         mlflow.log_artifact(str(base / "dvc.lock"))
         w, c = results["workload"], results["clean"]
         e = results["candidates"]
-        mlflow.log_metrics({"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]})
+        mlflow.log_metrics(
+            {"rows_kept": c["rows_kept"], "rows_quarantined": c["rows_quarantined"], "mean_rps": w["mean_rps"]}
+        )
         mlflow.log_metrics({"candidates": e["rows"], "candidates_feasible": e["feasible"]})
         k = results["capacity"]
-        mlflow.log_metrics({"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]})
-        mlflow.log_metrics({f"plan.{pool}.{m}": q[m] for pool, q in k["pool_plans"].items() for m in ("instances", "gpus", "per_instance_rps")})
-        mlflow.set_tags({"plan.chosen": k["chosen"], "plan.mode": k["mode"], "mlflow.runName": tracking.decision_name(k)})
+        mlflow.log_metrics(
+            {"plan.gpus": k["gpus"], "plan.usd_per_hour": k["usd_per_hour"], "plan.target_rps": k["target_rps"]}
+        )
+        mlflow.log_metrics(
+            {
+                f"plan.{pool}.{m}": q[m]
+                for pool, q in k["pool_plans"].items()
+                for m in ("instances", "gpus", "per_instance_rps")
+            }
+        )
+        mlflow.set_tags(
+            {"plan.chosen": k["chosen"], "plan.mode": k["mode"], "mlflow.runName": tracking.decision_name(k)}
+        )
         r = results["replay"]
         v = r["verdict"]["measured"]
-        mlflow.set_tags({"replay.source": r["source"], "replay.verdict": v["text"], "replay.valid": str(r["valid"]).lower(),
-                         "decision.confirmed": str(v["knee_in_band"]).lower()})  # fmt: skip
+        mlflow.set_tags(
+            {
+                "replay.source": r["source"],
+                "replay.verdict": v["text"],
+                "replay.valid": str(r["valid"]).lower(),
+                "decision.confirmed": str(v["knee_in_band"]).lower(),
+            }
+        )
         tags, artifacts = decision.record(base)
         mlflow.set_tags(tags)
         applied = artifacts["step_model.json"].get("corrections") or []
         unlinked = registry.link_plan(applied, run.info.run_id, tracking.decision_name(k))
         if unlinked:
-            logger.warning("corrections %s are not in this MLflow registry (registered elsewhere): the plan's tags still name them", unlinked)
+            logger.warning(
+                "corrections %s are not in this MLflow registry (registered elsewhere): the plan's tags still name them",
+                unlinked,
+            )
         results["diff"] = _diff_from_recorded(base)
         if results["diff"] is not None:
             mlflow.log_text(results["diff"]["markdown"], "decision/diff.md")
@@ -205,14 +239,24 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
         if raw.is_file():
             tracking.log_dataset(mlflow, raw, tags["trace.sha256"], tags["trace.file"], "trace")
         canonical = base / OUTPUTS["canonical trace"]
-        tracking.log_dataset(mlflow, canonical, tracking.file_sha256(canonical), f"{tags['trace.file']} (canonical)", "canonical trace")
+        tracking.log_dataset(
+            mlflow, canonical, tracking.file_sha256(canonical), f"{tags['trace.file']} (canonical)", "canonical trace"
+        )
         pushed = push(root)
         mlflow.set_tags({"dvc.remote": pushed["name"], "dvc.remote.url": pushed["url"]})
         mlflow.log_metric("dvc.pushed_files", pushed["pushed"])
         results["stored"] = pushed
         logger.info("stages run: %s; up to date: %s", ran or "none", skipped or "none")
-        create_markdown_artifact(key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan")
-        return {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id, "ran": ran, "skipped": skipped, **results}
+        create_markdown_artifact(
+            key="replan-summary", markdown=_markdown(results, ran, run.info.run_id), description="llmcap replan"
+        )
+        return {
+            "run_id": run.info.run_id,
+            "experiment_id": run.info.experiment_id,
+            "ran": ran,
+            "skipped": skipped,
+            **results,
+        }
 
 
 def _diff_from_recorded(base: Path) -> dict | None:
@@ -228,7 +272,11 @@ def _diff_from_recorded(base: Path) -> dict | None:
         result = diff(load_side(base, "HEAD"), load_side(base, str(base)))
     except OpsError as exc:
         return {"changed": [], "explanation": [str(exc)], "markdown": f"not compared: {exc}\n"}
-    return {"changed": result["decision"]["changed"], "explanation": result["explanation"], "markdown": markdown(result)}
+    return {
+        "changed": result["decision"]["changed"],
+        "explanation": result["explanation"],
+        "markdown": markdown(result),
+    }
 
 
 def _markdown(results: dict, ran: list[str], run_id: str) -> str:
@@ -243,12 +291,20 @@ def _markdown(results: dict, ran: list[str], run_id: str) -> str:
         f"{k['instances'] - k['base_instances']} headroom instances) for {k['target_rps']:.3g} req/s, ${k['usd_per_hour']:,.0f}/h.\n\n"
         f"**Replay check** against {_replay_source(results['replay'])}: {results['replay']['verdict']['measured']['text']}.\n\n"
         f"Stages run: {', '.join(ran) or 'none (all up to date)'}. MLflow run `{run_id}`."
-        + (f"\n\n**Against the decision recorded at HEAD** (`llmcap diff HEAD .`):\n\n{results['diff']['markdown']}" if results.get("diff") else "")
+        + (
+            f"\n\n**Against the decision recorded at HEAD** (`llmcap diff HEAD .`):\n\n{results['diff']['markdown']}"
+            if results.get("diff")
+            else ""
+        )
     )
 
 
 def _replay_source(r: dict) -> str:
-    return "the DIGITAL TWIN (simulated, not a measurement of a real engine)" if r["source"] == "digital-twin" else str(r["endpoint"])
+    return (
+        "the DIGITAL TWIN (simulated, not a measurement of a real engine)"
+        if r["source"] == "digital-twin"
+        else str(r["endpoint"])
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<18} {ROOT / rel}")
     print(f"  plots              {ROOT / 'data/reports/workload'}/*.png")
     e = result["candidates"]
-    print(f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}")
+    print(
+        f"  candidates: {e['model']}, {e['rows']:,} rows, {e['feasible']:,} feasible; by reason {e['infeasible_by_reason']}"
+    )
     from llmcap.credentials import redact_text
 
     uri = redact_text(os.environ["MLFLOW_TRACKING_URI"])
@@ -272,30 +330,52 @@ def main(argv: list[str] | None = None) -> int:
     browse = uri if uri.startswith(("http://", "https://")) else f"mlflow ui --backend-store-uri {uri} --workers 1"
     print(f"                     browse: {browse}")
     k = result["capacity"]
-    print(f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
-          f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})")
+    print(
+        f"plan: {k['chosen']} ({k['mode']}{', P:D ' + k['pd_ratio'] if k['pd_ratio'] else ''}): {k['gpus']} GPUs, "
+        f"${k['usd_per_hour']:,.0f}/h for {k['target_rps']:.3g} req/s (step times: {k['step_model_source']})"
+    )
     print(f"report: {ROOT / OUTPUTS['capacity report']}")
     a = result["autoscale"]
     if a.get("enabled"):
         floor, saved = a["floor_that_keeps_attainment"], a["gpu_hours_saved"]
-        verdict = "no autoscaled plan keeps attainment" if floor is None else f"floor × {floor:g} keeps attainment, GPU-hours {-saved:+.1%} vs static"
+        verdict = (
+            "no autoscaled plan keeps attainment"
+            if floor is None
+            else f"floor × {floor:g} keeps attainment, GPU-hours {-saved:+.1%} vs static"
+        )
         print(f"autoscaling what-if (SIMULATED day): {verdict} → {ROOT / OUTPUTS['autoscale report']}")
     d = result.get("diff")
     if d is not None:
-        changed = ", ".join(f"{c['field']} {c['a']} → {c['b']}" for c in d["changed"] if c["field"] in ("gpus", "usd_per_hour", "chosen")) or "same GPUs, configuration and cost"
-        print(f"against the decision recorded at HEAD: {changed} (`llmcap diff HEAD .`; because: {'; '.join(d['explanation'][:3])})")
+        changed = (
+            ", ".join(
+                f"{c['field']} {c['a']} → {c['b']}"
+                for c in d["changed"]
+                if c["field"] in ("gpus", "usd_per_hour", "chosen")
+            )
+            or "same GPUs, configuration and cost"
+        )
+        print(
+            f"against the decision recorded at HEAD: {changed} (`llmcap diff HEAD .`; because: {'; '.join(d['explanation'][:3])})"
+        )
     print(times_table(result["stage_times"], total_s))
     r = result["replay"]
     confirmed = "confirmed" if r["verdict"]["measured"]["knee_in_band"] else "UNCONFIRMED"
-    print(f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}")
+    print(
+        f"replay check against {_replay_source(r)}: {r['verdict']['measured']['text']} → {ROOT / OUTPUTS['replay report']}"
+    )
     stored = result["stored"]
-    print(f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
-          "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)")
+    print(
+        f"stored: DVC remote '{stored['name']}' ({stored['url']}), {stored['pushed']} new file(s) pushed; "
+        "commit dvc.lock to record this decision (`llmcap history`, `llmcap reproduce REV`, `dvc pull` at REV)"
+    )
     from llmcap.config import load_params  # validated: a misspelt `replay.require` is an error, not "none"
 
     require = load_params(ROOT / "params.yaml").replay.require
     missing = {"valid": not r["valid"], "confirmed": confirmed != "confirmed" or not r["valid"]}.get(require, False)
-    print(f"decision: {confirmed} by the replay check (replay.require: {require})" + ("" if not missing else " — not met: exit 1"))
+    print(
+        f"decision: {confirmed} by the replay check (replay.require: {require})"
+        + ("" if not missing else " — not met: exit 1")
+    )
     return 1 if missing else 0
 
 

@@ -63,11 +63,13 @@ class StepApproval(RunInput):
     email: str = ""
     os_user: str = ""
     signed_at: str = ""
-    signature: str = Field("", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused")
+    signature: str = Field(
+        "", description="`llmcap approve`'s HMAC with the project's approval key: without it the input is refused"
+    )
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _audit(root: Path, record: dict[str, Any], mlflow_run_id: str) -> None:
@@ -90,7 +92,9 @@ async def _unpause(run_id: str) -> None:
         await client.set_flow_run_state(run_id, Running(message="approval timed out: rolling back"), force=True)
 
 
-async def _valid_decision(root: Path, run_id: str, key: str, timeout_s: int, poll_interval_s: int) -> StepApproval | None:
+async def _valid_decision(
+    root: Path, run_id: str, key: str, timeout_s: int, poll_interval_s: int
+) -> StepApproval | None:
     """Pause until a signed decision by an allowed approver (ops.approvals.refusal), or None after `timeout_s`.
     A refused input is printed and the step pauses again (a new pause key) for what is left of the timeout."""
     secret = approvals.approval_key(root, create=True)
@@ -99,8 +103,12 @@ async def _valid_decision(root: Path, run_id: str, key: str, timeout_s: int, pol
     attempt = 0
     while (left := math.ceil(deadline - time.monotonic())) > 0:
         try:
-            given = await apause_flow_run(wait_for_input=StepApproval, timeout=left, poll_interval=poll_interval_s,
-                                          key=key if attempt == 0 else f"{key}-{attempt}")  # fmt: skip
+            given = await apause_flow_run(
+                wait_for_input=StepApproval,
+                timeout=left,
+                poll_interval=poll_interval_s,
+                key=key if attempt == 0 else f"{key}-{attempt}",
+            )
         except FlowPauseTimeout:
             return None
         why = approvals.refusal(given.model_dump(), run_id, secret, policy.approvers, False, None)
@@ -112,12 +120,24 @@ async def _valid_decision(root: Path, run_id: str, key: str, timeout_s: int, pol
 
 
 @flow(name="rollout", log_prints=True)
-async def rollout(gateway_url: str, candidate_metrics_url: str, predictions: str,
-                  steps: list[float] = [0.01, 0.05, 0.25, 0.5, 1.0], hold_s: float = 60.0, interval_s: float = 5.0,  # noqa: B006
-                  approve_before: list[float] = [], approval_timeout_s: int = 3600, ttft_target_ms: float = 2000.0,  # noqa: B006
-                  tolerances: dict | None = None, prometheus_url: str | None = None, gateway_job: str = "gateway",
-                  engine_job: str = "candidate", out: str | None = None, root: str = str(ROOT),
-                  poll_interval_s: int = 2) -> dict:  # fmt: skip
+async def rollout(
+    gateway_url: str,
+    candidate_metrics_url: str,
+    predictions: str,
+    steps: list[float] = [0.01, 0.05, 0.25, 0.5, 1.0],
+    hold_s: float = 60.0,
+    interval_s: float = 5.0,
+    approve_before: list[float] = [],
+    approval_timeout_s: int = 3600,
+    ttft_target_ms: float = 2000.0,
+    tolerances: dict | None = None,
+    prometheus_url: str | None = None,
+    gateway_job: str = "gateway",
+    engine_job: str = "candidate",
+    out: str | None = None,
+    root: str = str(ROOT),
+    poll_interval_s: int = 2,
+) -> dict:
     """Gradual traffic with automatic rollback and approvals; returns the outcome (also in OUT/outcome.json)."""
     import mlflow
 
@@ -126,33 +146,66 @@ async def rollout(gateway_url: str, candidate_metrics_url: str, predictions: str
     plan = RolloutPlan(tuple(steps), hold_s, interval_s, tuple(approve_before), ttft_target_ms / 1000.0)
     tol = Tolerances.model_validate(tolerances or {})
     preds = load_predictions(Path(predictions))
-    source = (PromQLSource(prometheus_url, gateway_job, engine_job) if prometheus_url
-              else ScrapeSource(gateway_url, candidate_metrics_url))  # fmt: skip
+    source = (
+        PromQLSource(prometheus_url, gateway_job, engine_job)
+        if prometheus_url
+        else ScrapeSource(gateway_url, candidate_metrics_url)
+    )
     mlflow.set_experiment("rollout")
     with mlflow.start_run(run_name=f"rollout {run_id[:8]}") as active:
         mlflow_run_id = active.info.run_id
-        mlflow.log_params({"steps": ",".join(f"{w:g}" for w in steps), "hold_s": hold_s, "interval_s": interval_s,
-                           "approve_before": ",".join(f"{w:g}" for w in approve_before), "approval_timeout_s": approval_timeout_s,
-                           "ttft_target_ms": ttft_target_ms, "gateway": gateway_url, "metrics": "promql" if prometheus_url else "scrape"})  # fmt: skip
+        mlflow.log_params(
+            {
+                "steps": ",".join(f"{w:g}" for w in steps),
+                "hold_s": hold_s,
+                "interval_s": interval_s,
+                "approve_before": ",".join(f"{w:g}" for w in approve_before),
+                "approval_timeout_s": approval_timeout_s,
+                "ttft_target_ms": ttft_target_ms,
+                "gateway": gateway_url,
+                "metrics": "promql" if prometheus_url else "scrape",
+            }
+        )
         mlflow.set_tags({"rollout.flow_run_id": run_id, "rollout.predictions": predictions})
         mlflow.log_artifact(predictions, "predictions")
 
         async def approve(weight: float, evidence: dict[str, Any]) -> dict[str, Any]:
             shown = "\n".join(f"- {g}" for g in evidence.get("gates") or ["(no step judged yet)"])
-            await acreate_markdown_artifact(key=f"approval-{round(weight * 100)}pct", markdown=(
-                f"**Rollout {run_id}** waits for approval before **{weight:.0%}** of traffic.\n\n"
-                f"Evidence (step {evidence.get('previous_step')}):\n{shown}"))  # fmt: skip
-            print(f"rollout awaits approval before {weight:.0%}: llmcap approve {run_id} [--reject] "
-                  f"[--reason TEXT] (as an approver's git identity) within {approval_timeout_s} s")  # fmt: skip
-            record: dict[str, Any] = {"kind": "rollout-step", "flow_run_id": run_id, "mlflow_run_id": mlflow_run_id,
-                                      "weight": weight, "evidence": evidence, "requested_at": _now()}  # fmt: skip
-            given = await _valid_decision(base, run_id, f"approve-{round(weight * 100)}pct", approval_timeout_s, poll_interval_s)
+            await acreate_markdown_artifact(
+                key=f"approval-{round(weight * 100)}pct",
+                markdown=(
+                    f"**Rollout {run_id}** waits for approval before **{weight:.0%}** of traffic.\n\n"
+                    f"Evidence (step {evidence.get('previous_step')}):\n{shown}"
+                ),
+            )
+            print(
+                f"rollout awaits approval before {weight:.0%}: llmcap approve {run_id} [--reject] "
+                f"[--reason TEXT] (as an approver's git identity) within {approval_timeout_s} s"
+            )
+            record: dict[str, Any] = {
+                "kind": "rollout-step",
+                "flow_run_id": run_id,
+                "mlflow_run_id": mlflow_run_id,
+                "weight": weight,
+                "evidence": evidence,
+                "requested_at": _now(),
+            }
+            given = await _valid_decision(
+                base, run_id, f"approve-{round(weight * 100)}pct", approval_timeout_s, poll_interval_s
+            )
             if given is not None:
-                record.update(decision="approved" if given.decision == "approve" else "rejected", by=given.approver,
-                              email=given.email, comment=given.comment, at=_now())  # fmt: skip
+                record.update(
+                    decision="approved" if given.decision == "approve" else "rejected",
+                    by=given.approver,
+                    email=given.email,
+                    comment=given.comment,
+                    at=_now(),
+                )
             else:
                 await _unpause(run_id)
-                record.update(decision="timed out", by=None, comment=f"no decision within {approval_timeout_s} s", at=_now())
+                record.update(
+                    decision="timed out", by=None, comment=f"no decision within {approval_timeout_s} s", at=_now()
+                )
             _audit(base, record, mlflow_run_id)
             decision = {"approved": "approve", "rejected": "reject"}.get(record["decision"], "timeout")
             return {"decision": decision, "by": record["by"], "reason": record["comment"]}
@@ -198,9 +251,25 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     try:
-        doc = asyncio.run(rollout(a.gateway, a.candidate_metrics, str(Path(a.predictions).resolve()), a.steps, a.hold_s, a.interval_s,
-                                  a.approve_before, a.approval_timeout_s, a.ttft_target_ms, a.tolerances, a.prometheus, a.gateway_job,
-                                  a.engine_job, str(Path(a.out).resolve()) if a.out else None, str(a.project.resolve())))  # fmt: skip
+        doc = asyncio.run(
+            rollout(
+                a.gateway,
+                a.candidate_metrics,
+                str(Path(a.predictions).resolve()),
+                a.steps,
+                a.hold_s,
+                a.interval_s,
+                a.approve_before,
+                a.approval_timeout_s,
+                a.ttft_target_ms,
+                a.tolerances,
+                a.prometheus,
+                a.gateway_job,
+                a.engine_job,
+                str(Path(a.out).resolve()) if a.out else None,
+                str(a.project.resolve()),
+            )
+        )
     except httpx.TransportError as exc:  # the gateway's admin API or a metrics endpoint does not answer
         where = getattr(getattr(exc, "request", None), "url", "an endpoint")
         print(f"error: {where}: no answer ({type(exc).__name__}: {exc or 'no response'}): is it up?", file=sys.stderr)

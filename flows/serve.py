@@ -28,11 +28,23 @@ def deployments(root: Path) -> list:
     from llmcap.config import load_params
 
     params = load_params(root / "params.yaml").watch
-    out = [watch.to_deployment(name="watch", interval=params.interval_s, parameters={"root": str(root)},
-                               description="re-plan when an endpoint's environment changes (params watch.*)")]  # fmt: skip
+    out = [
+        watch.to_deployment(
+            name="watch",
+            interval=params.interval_s,
+            parameters={"root": str(root)},
+            description="re-plan when an endpoint's environment changes (params watch.*)",
+        )
+    ]
     if params.replan_cron:
-        out.append(promote.to_deployment(name="replan", cron=params.replan_cron, parameters={"root": str(root), "reason": "scheduled re-plan"},
-                                         description="scheduled re-plan, promoted through an approval"))  # fmt: skip
+        out.append(
+            promote.to_deployment(
+                name="replan",
+                cron=params.replan_cron,
+                parameters={"root": str(root), "reason": "scheduled re-plan"},
+                description="scheduled re-plan, promoted through an approval",
+            )
+        )
     return out
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ops.background import BackgroundServer, alive
 from stages.env import ROOT
 
+
 def home(root: Path) -> Path:
     return root / ".work" / "prefect-server"
 
@@ -37,7 +38,9 @@ def start(root: Path = ROOT, port: int = 4200, host: str = "127.0.0.1", timeout_
     record = server.running()
     if record:
         return {**record, "seconds": 0.0, "already_running": True}
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the server must not try to be a client of itself
+    env = {
+        k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"
+    }  # the server must not try to be a client of itself
     env.update(PREFECT_HOME=str(server.home), PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_LOGGING_LEVEL="WARNING")
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", host, "--port", str(port)]
     return server.launch(argv, f"http://{host}:{port}/api", env, root, timeout_s)
@@ -79,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.project.resolve()
     if args.action == "start":
         r = start(root, args.port)
-        print(f"prefect server {'already running' if r.get('already_running') else 'started'} (pid {r['pid']}) "
-              f"at {r['url']} in {r['seconds']} s; UI {r['url'].removesuffix('/api')}; log {r['log']}")
+        print(
+            f"prefect server {'already running' if r.get('already_running') else 'started'} (pid {r['pid']}) "
+            f"at {r['url']} in {r['seconds']} s; UI {r['url'].removesuffix('/api')}; log {r['log']}"
+        )
         print(f"export PREFECT_API_URL={r['url']}")
     elif args.action == "stop":
         print("stopped" if stop(root) else "not running")

@@ -32,10 +32,22 @@ from llmcap.rollout.shadow import ImpactBound, run_shadow  # noqa: E402
 
 
 @flow(name="shadow", log_prints=True)
-def shadow(baseline: str, candidate: str, trace: str, predictions: str, share: float, model: str | None = None,
-           request_rate: float | None = None, max_requests: int | None = None, ttft_target_ms: float = 2000.0,
-           tolerances: dict | None = None, impact_rel: float = 0.10, impact_abs_ms: float = 10.0, max_in_flight: int = 256,
-           out: str | None = None) -> dict:  # fmt: skip
+def shadow(
+    baseline: str,
+    candidate: str,
+    trace: str,
+    predictions: str,
+    share: float,
+    model: str | None = None,
+    request_rate: float | None = None,
+    max_requests: int | None = None,
+    ttft_target_ms: float = 2000.0,
+    tolerances: dict | None = None,
+    impact_rel: float = 0.10,
+    impact_abs_ms: float = 10.0,
+    max_in_flight: int = 256,
+    out: str | None = None,
+) -> dict:
     import mlflow
     import pyarrow.parquet as pq
 
@@ -45,9 +57,13 @@ def shadow(baseline: str, candidate: str, trace: str, predictions: str, share: f
 
     preds = load_predictions(Path(predictions))
     if share not in preds:
-        raise LlmcapError(f"{predictions} has no prediction for share {share:g} (it has {sorted(preds)}): "
-                          f"`llmcap rollout predict --steps {share:g}`")  # fmt: skip
-    cleaned = ingest(Path(trace))  # any format, the library's defaults (as `llmcap replay` reads it with no input options)
+        raise LlmcapError(
+            f"{predictions} has no prediction for share {share:g} (it has {sorted(preds)}): "
+            f"`llmcap rollout predict --steps {share:g}`"
+        )
+    cleaned = ingest(
+        Path(trace)
+    )  # any format, the library's defaults (as `llmcap replay` reads it with no input options)
     cleaned.require_rows()
     for warning in cleaned.report.warnings:
         print(f"warning: {trace}: {warning}")
@@ -58,10 +74,30 @@ def shadow(baseline: str, candidate: str, trace: str, predictions: str, share: f
         table = scale_rate(table, request_rate)
     served = model or _served_model(baseline)
     arrays = [table.column(c).to_numpy() for c in ("arrival_s", "isl", "osl")]
-    print(f"shadow: {table.num_rows} requests, {share:.0%} mirrored to {candidate}; production on {baseline} (model {served})")
-    result = asyncio.run(run_shadow(baseline, candidate, served, *arrays, share, preds[share], Tolerances.model_validate(tolerances or {}),
-                                    ttft_target_ms / 1000.0, ImpactBound(impact_rel, impact_abs_ms / 1000.0), max_in_flight))  # fmt: skip
-    summary = {**result.summary(), "flow_run_id": str(runtime.flow_run.id), "trace": trace, "baseline": baseline, "candidate": candidate}
+    print(
+        f"shadow: {table.num_rows} requests, {share:.0%} mirrored to {candidate}; production on {baseline} (model {served})"
+    )
+    result = asyncio.run(
+        run_shadow(
+            baseline,
+            candidate,
+            served,
+            *arrays,
+            share,
+            preds[share],
+            Tolerances.model_validate(tolerances or {}),
+            ttft_target_ms / 1000.0,
+            ImpactBound(impact_rel, impact_abs_ms / 1000.0),
+            max_in_flight,
+        )
+    )
+    summary = {
+        **result.summary(),
+        "flow_run_id": str(runtime.flow_run.id),
+        "trace": trace,
+        "baseline": baseline,
+        "candidate": candidate,
+    }
     md = result.markdown()
     outdir = Path(out) if out else Path(".work") / "shadow" / str(runtime.flow_run.id)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -71,13 +107,29 @@ def shadow(baseline: str, candidate: str, trace: str, predictions: str, share: f
         pq.write_table(rows, outdir / f"{name}.parquet")
     mlflow.set_experiment("shadow")
     with mlflow.start_run(run_name=f"shadow {share:.0%}"):
-        mlflow.log_params({"share": share, "baseline": baseline, "candidate": candidate, "trace": trace, "requests": table.num_rows})
-        mlflow.log_metrics({f"production_{phase}_{k}": v for phase, d in result.production.items() for k, v in d.items() if v is not None})
-        mlflow.set_tags({"shadow.production_unharmed": str(result.production_unharmed), "shadow.as_predicted": str(result.as_predicted),
-                         "shadow.flow_run_id": str(runtime.flow_run.id)})  # fmt: skip
+        mlflow.log_params(
+            {"share": share, "baseline": baseline, "candidate": candidate, "trace": trace, "requests": table.num_rows}
+        )
+        mlflow.log_metrics(
+            {
+                f"production_{phase}_{k}": v
+                for phase, d in result.production.items()
+                for k, v in d.items()
+                if v is not None
+            }
+        )
+        mlflow.set_tags(
+            {
+                "shadow.production_unharmed": str(result.production_unharmed),
+                "shadow.as_predicted": str(result.as_predicted),
+                "shadow.flow_run_id": str(runtime.flow_run.id),
+            }
+        )
         mlflow.log_artifacts(str(outdir), "shadow")
     create_markdown_artifact(key="shadow", markdown=md)
-    print(f"production unharmed: {result.production_unharmed}; candidate as predicted (simulated prediction): {result.as_predicted} → {outdir}")
+    print(
+        f"production unharmed: {result.production_unharmed}; candidate as predicted (simulated prediction): {result.as_predicted} → {outdir}"
+    )
     return summary
 
 
@@ -109,9 +161,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-in-flight", type=int, default=256)
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
-    summary = shadow(a.baseline, a.candidate, str(Path(a.trace).resolve()), str(Path(a.predictions).resolve()), a.share, a.model,
-                     a.request_rate, a.max_requests, a.ttft_target_ms, a.tolerances, a.impact_rel, a.impact_abs_ms, a.max_in_flight,
-                     str(Path(a.out).resolve()) if a.out else None)  # fmt: skip
+    summary = shadow(
+        a.baseline,
+        a.candidate,
+        str(Path(a.trace).resolve()),
+        str(Path(a.predictions).resolve()),
+        a.share,
+        a.model,
+        a.request_rate,
+        a.max_requests,
+        a.ttft_target_ms,
+        a.tolerances,
+        a.impact_rel,
+        a.impact_abs_ms,
+        a.max_in_flight,
+        str(Path(a.out).resolve()) if a.out else None,
+    )
     return 0 if summary["production_unharmed"] and summary["shadow_as_predicted"] else 1
 
 

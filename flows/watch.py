@@ -71,13 +71,18 @@ def watch(root: str = str(ROOT), approval_timeout_s: int | None = None) -> dict:
         logger.warning("%s seen (%s) but %s; re-plan on a later run", kind, why, busy)
         return {**result, "action": "waiting", "pending": busy}
     print(f"{kind}: {why} -> re-plan" + (f" ({reminder})" if reminder else ""))
-    create_markdown_artifact(key="upgrade", markdown=f"**{kind.capitalize()} seen**, re-planning:\n\n" + "\n".join(
-        f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes))  # fmt: skip
+    create_markdown_artifact(
+        key="upgrade",
+        markdown=f"**{kind.capitalize()} seen**, re-planning:\n\n"
+        + "\n".join(f"- `{c['field']}`: {c['planned']!r} → {c['observed']!r} ({c['source']})" for c in changes),
+    )
     head = git(base, "rev-parse", "HEAD")
     if upgraded:  # a new trace needs no mark: its changed bytes make DVC re-run the pipeline from `clean`
         upgrade.mark_stale(base / "params.yaml", upgraded)
     try:
-        record = promote(root, reason=f"{kind}: {why}", approval_timeout_s=approval_timeout_s, fingerprint=key, reminder=reminder)
+        record = promote(
+            root, reason=f"{kind}: {why}", approval_timeout_s=approval_timeout_s, fingerprint=key, reminder=reminder
+        )
     except BaseException:
         restore(base, head)  # a failed re-plan must not leave the next runs 'waiting' on its half-written state
         raise

@@ -31,10 +31,24 @@ PACKAGE = Path(__file__).resolve().parent  # llmcap/
 COMPILED = PACKAGE / "_compiled"  # the extensions, laid out like the package (scripts/build_native.py)
 # in dependency order: a module comes after the compiled modules it imports
 NATIVE_MODULES = (
-    "sim.recorder", "sim.segments", "sim.kvcache", "sim.request", "sim.queues", "sim.admission", "sim.pd", "perf.roofline_scalar", "sim.steptime", "sim.state", "sim.steplog",
-    "sim.decoding", "sim.engine", "sim.routers", "sim.loop",
-    "sim.cluster", "trace.lru",
-)  # fmt: skip
+    "sim.recorder",
+    "sim.segments",
+    "sim.kvcache",
+    "sim.request",
+    "sim.queues",
+    "sim.admission",
+    "sim.pd",
+    "perf.roofline_scalar",
+    "sim.steptime",
+    "sim.state",
+    "sim.steplog",
+    "sim.decoding",
+    "sim.engine",
+    "sim.routers",
+    "sim.loop",
+    "sim.cluster",
+    "trace.lru",
+)
 # compiled code calls into these packages' compiled modules: they are loaded first
 NEEDS = {"sim": ("perf",)}
 MANIFEST = PACKAGE / "native.json"

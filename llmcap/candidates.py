@@ -37,7 +37,9 @@ Mode = Literal["aggregated", "disaggregated"]
 
 class _Grid(BaseModel):
     # strict: a YAML `true` is no 1 and "4" no 4 (ints still pass for floats); no .inf/.nan knob means anything
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False
+    )
 
 
 Positive = Annotated[int, Field(ge=1)]
@@ -192,7 +194,22 @@ def enumerate_candidates(
                                         for batched in _unique(knobs.max_num_batched_tokens):
                                             for bs in _unique(knobs.block_sizes):
                                                 rows.append(
-                                                    _row(model, spec, gpu, price, mode, role, quant, kv, par, seqs, batched, bs, max_ctx, contexts)
+                                                    _row(
+                                                        model,
+                                                        spec,
+                                                        gpu,
+                                                        price,
+                                                        mode,
+                                                        role,
+                                                        quant,
+                                                        kv,
+                                                        par,
+                                                        seqs,
+                                                        batched,
+                                                        bs,
+                                                        max_ctx,
+                                                        contexts,
+                                                    )
                                                 )
     for i, r in enumerate(rows):
         r["row"] = i
@@ -226,11 +243,11 @@ def _row(
 ) -> dict[str, Any]:
     reasons: list[tuple[str, str]] = []
     if min(seqs, batched, bs) < 1:
-        reasons.append(("bad_scheduler_knobs", f"scheduler knobs must be >= 1 (seqs={seqs}, batched={batched}, block={bs})"))
-    elif batched < seqs:
         reasons.append(
-            ("batched_tokens_below_num_seqs", f"max_num_batched_tokens={batched} < max_num_seqs={seqs}")
+            ("bad_scheduler_knobs", f"scheduler knobs must be >= 1 (seqs={seqs}, batched={batched}, block={bs})")
         )
+    elif batched < seqs:
+        reasons.append(("batched_tokens_below_num_seqs", f"max_num_batched_tokens={batched} < max_num_seqs={seqs}"))
     reasons += parallelism_issues(model, par)
     nodes = -(-par.gpus // gpu.gpus_per_node)
     if nodes > 1 and not spec.allow_multi_node:
@@ -267,7 +284,7 @@ def _row(
         usable = int(gpu.hbm_bytes * params.gpu_memory_utilization)
         fit = plan.max_concurrent_sequences([max_ctx, *contexts.values()])
         fit_seqs = int(fit[0])
-        for label, n_fit in zip(contexts, fit[1:]):
+        for label, n_fit in zip(contexts, fit[1:], strict=True):
             row[f"max_seqs_{label}"] = min(int(n_fit), seqs * par.dp)
         row.update(
             weights_bytes_per_rank=plan.weights_bytes_per_rank,
@@ -343,15 +360,22 @@ def _summary(model: ModelSpec, t: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def enumerate_with_presets(model: ModelSpec, spec: EnumerationSpec, context_lengths: Mapping[str, int],
-                           presets: Mapping[str, EnginePreset], gpu_catalog: GpuCatalog | None = None) -> EnumerationResult:  # fmt: skip
+def enumerate_with_presets(
+    model: ModelSpec,
+    spec: EnumerationSpec,
+    context_lengths: Mapping[str, int],
+    presets: Mapping[str, EnginePreset],
+    gpu_catalog: GpuCatalog | None = None,
+) -> EnumerationResult:
     """The grid's candidates; with engine presets (by GPU name), each GPU's with that engine's own scheduler knobs
     in every role instead of the grid's (the summary names them)."""
     if not presets:
         return enumerate_candidates(model, spec, context_lengths, gpu_catalog)
     parts = []
     for name, p in presets.items():
-        knobs = SchedulerGrid(max_num_seqs=[p.max_num_seqs], max_num_batched_tokens=[p.max_num_batched_tokens], block_sizes=[p.block_size])
+        knobs = SchedulerGrid(
+            max_num_seqs=[p.max_num_seqs], max_num_batched_tokens=[p.max_num_batched_tokens], block_sizes=[p.block_size]
+        )
         one = spec.model_copy(update={"gpus": [name], "aggregated": knobs, "prefill": knobs, "decode": knobs})
         parts.append(enumerate_candidates(model, one, context_lengths, gpu_catalog))
     table = pd.concat([r.table for r in parts], ignore_index=True)

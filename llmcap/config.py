@@ -121,8 +121,9 @@ class ProfileParams(_Strict):
 
     endpoint: str | None = Field(None, description="OpenAI-compatible base URL to profile, e.g. http://127.0.0.1:8000")
     api_key_env: str | None = Field(
-        None, description="environment variable holding the endpoint's API key (sent as a Bearer token); "
-        "null: LLMCAP_API_KEY if set, else no key"
+        None,
+        description="environment variable holding the endpoint's API key (sent as a Bearer token); "
+        "null: LLMCAP_API_KEY if set, else no key",
     )
     served_model: str | None = Field(None, description="model name the endpoint serves (default: enumerate.model)")
     engine: str = "vllm"
@@ -145,18 +146,23 @@ class ProfileParams(_Strict):
     enable_chunked_prefill: bool | None = True
     enable_prefix_caching: bool | None = True
     scheduler: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
-    isl: list[PositiveInt] = Field(default_factory=lambda: [128, 512, 2048, 8192], min_length=1,
-                                   description="profiled prompt lengths")
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 16], min_length=1,
-                                           description="profiled concurrency levels")
+    isl: list[PositiveInt] = Field(
+        default_factory=lambda: [128, 512, 2048, 8192], min_length=1, description="profiled prompt lengths"
+    )
+    concurrency: list[PositiveInt] = Field(
+        default_factory=lambda: [1, 4, 16], min_length=1, description="profiled concurrency levels"
+    )
     osl: int = Field(128, ge=2)
     repeats: int = Field(3, ge=1)
     cache_hits: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
-        default_factory=list, description="prefix-cache hit shares to time TTFT at besides 0 (with endpoint)")
+        default_factory=list, description="prefix-cache hit shares to time TTFT at besides 0 (with endpoint)"
+    )
     corrections_alias: str | None = Field(
-        "champion", min_length=1,
+        "champion",
+        min_length=1,
         description="the written-back step-time corrections a plan applies: the version this alias names, per "
-                    "configuration (`llmcap correct`); null applies none")  # fmt: skip
+        "configuration (`llmcap correct`); null applies none",
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -175,7 +181,9 @@ class ProfileParams(_Strict):
         if isinstance(value, dict):
             for key, knob in value.items():
                 if not (knob is None or isinstance(knob, (str, int, float, bool))):
-                    raise ValueError(f"knob {key!r} must be a string, number, boolean or null (got {type(knob).__name__})")
+                    raise ValueError(
+                        f"knob {key!r} must be a string, number, boolean or null (got {type(knob).__name__})"
+                    )
                 if isinstance(knob, float) and not math.isfinite(knob):
                     raise ValueError(f"knob {key!r} must be a finite number (got {knob})")
         return value
@@ -188,31 +196,55 @@ class ReplayParams(_Strict):
     its figures are the simulator's, not a measurement of a real engine.
     """
 
-    endpoint: str | None = Field(None, description="OpenAI-compatible base URL of one instance (or one P+D pair) of the "
-                                 "chosen configuration; null: the unit's digital twin")  # fmt: skip
-    api_key_env: str | None = Field(None, description="environment variable holding the endpoint's API key; null: LLMCAP_API_KEY if set")
+    endpoint: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL of one instance (or one P+D pair) of the "
+        "chosen configuration; null: the unit's digital twin",
+    )
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the endpoint's API key; null: LLMCAP_API_KEY if set"
+    )
     served_model: str | None = Field(None, description="model name the endpoint serves (default: its first model)")
     rate_scales: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=lambda: [0.8, 1.0, 1.2], min_length=2,
+        default_factory=lambda: [0.8, 1.0, 1.2],
+        min_length=2,
         description="multiples of the predicted max feasible rate; the lowest must hold, the highest must fail",
-    )  # fmt: skip
-    excerpt_requests: int = Field(40, ge=2, description="consecutive trace requests replayed per run (each run's attainment is "
-                                  "judged with a 95% bound: a 99% target needs ≥ 381 judged requests to hold)")
-    excerpt_seeds: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1,
-                                                              description="each seed replays a different excerpt at every rate")  # fmt: skip
-    isl_buckets: list[PositiveInt] = Field(default_factory=lambda: [4096, 16384], description="ISL bucket edges (tokens)")
+    )
+    excerpt_requests: int = Field(
+        40,
+        ge=2,
+        description="consecutive trace requests replayed per run (each run's attainment is "
+        "judged with a 95% bound: a 99% target needs ≥ 381 judged requests to hold)",
+    )
+    excerpt_seeds: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=lambda: [0], min_length=1, description="each seed replays a different excerpt at every rate"
+    )
+    isl_buckets: list[PositiveInt] = Field(
+        default_factory=lambda: [4096, 16384], description="ISL bucket edges (tokens)"
+    )
     osl_buckets: list[PositiveInt] = Field(default_factory=lambda: [256], description="OSL bucket edges (tokens)")
-    twin_dilation: float = Field(0.2, gt=0, description="twin only: wall seconds per simulated second (0.2: five times faster)")
-    twin_slowdown: float = Field(1.0, gt=0, description="twin only, a fault: every engine step takes this many times its simulated "
-                                 "time (exercises reconciliation and the corrections it writes back)")  # fmt: skip
+    twin_dilation: float = Field(
+        0.2, gt=0, description="twin only: wall seconds per simulated second (0.2: five times faster)"
+    )
+    twin_slowdown: float = Field(
+        1.0,
+        gt=0,
+        description="twin only, a fault: every engine step takes this many times its simulated "
+        "time (exercises reconciliation and the corrections it writes back)",
+    )
     max_lateness_ms: float = Field(50.0, gt=0, description="a send later than this (wall clock) makes a run invalid")
-    timeout_s: float = Field(120.0, gt=0, description="per-read timeout of a stream, simulated seconds (a miss, not a retry)")
-    max_drain_s: float = Field(120.0, gt=0, description="requests still streaming this long after the last send are cut (unfinished)")
+    timeout_s: float = Field(
+        120.0, gt=0, description="per-read timeout of a stream, simulated seconds (a miss, not a retry)"
+    )
+    max_drain_s: float = Field(
+        120.0, gt=0, description="requests still streaming this long after the last send are cut (unfinished)"
+    )
     vocab_size: int = Field(1000, ge=8, description="prompt token ids are drawn from [4, vocab_size)")
     require: Literal["none", "valid", "confirmed"] = Field(
-        "none", description="what `make plan` (flows.replan) requires of this check to exit 0: none (the decision is recorded either "
+        "none",
+        description="what `make plan` (flows.replan) requires of this check to exit 0: none (the decision is recorded either "
         "way, marked confirmed or not), valid (no INVALID run), confirmed (valid, and the verdict confirmed)",
-    )  # fmt: skip
+    )
 
     @field_validator("endpoint")
     @classmethod
@@ -227,7 +259,7 @@ class ReplayParams(_Strict):
     @field_validator("rate_scales", "isl_buckets", "osl_buckets")
     @classmethod
     def _increasing(cls, value: list) -> list:
-        if any(b <= a for a, b in zip(value, value[1:])):
+        if any(b <= a for a, b in zip(value, value[1:], strict=True)):
             raise ValueError(f"must be strictly increasing (got {value})")
         return value
 
@@ -240,8 +272,12 @@ class WatchParams(_Strict):
 
     interval_s: int = Field(3600, ge=10, description="seconds between two `watch` runs")
     replan_cron: str | None = Field("0 6 * * 1", description="cron of the scheduled re-plan (null: none)")
-    endpoints: list[str] = Field(default_factory=list, description="base URLs whose environment is watched (default: profile.endpoint)")
-    fingerprint_file: str | None = Field(None, description="operator-written JSON/YAML of fingerprint fields, e.g. driver_version")
+    endpoints: list[str] = Field(
+        default_factory=list, description="base URLs whose environment is watched (default: profile.endpoint)"
+    )
+    fingerprint_file: str | None = Field(
+        None, description="operator-written JSON/YAML of fingerprint fields, e.g. driver_version"
+    )
     approval_timeout_s: int = Field(86400, ge=1, description="a plan not approved within this is left unpromoted")
 
     @field_validator("replan_cron")
@@ -260,15 +296,21 @@ class StoresParams(_Strict):
     LLMCAP_DVC_REMOTE and MLFLOW_TRACKING_URI override it.
     """
 
-    dvc_remote: str = Field("", description="DVC remote URL or path (relative: to the project); '': .dvc/config's default remote")
-    mlflow_tracking_uri: str = Field("", description="MLflow tracking URI, e.g. http://host:5000; '': sqlite .work/mlflow.db")
+    dvc_remote: str = Field(
+        "", description="DVC remote URL or path (relative: to the project); '': .dvc/config's default remote"
+    )
+    mlflow_tracking_uri: str = Field(
+        "", description="MLflow tracking URI, e.g. http://host:5000; '': sqlite .work/mlflow.db"
+    )
 
     @field_validator("dvc_remote", "mlflow_tracking_uri")
     @classmethod
     def _no_credential(cls, value: str) -> str:
         # params.yaml is committed: credentials belong in DVC's config.local or MLFLOW_TRACKING_USERNAME/PASSWORD
         if split_userinfo(value)[1] is not None or redact_text(value) != value:
-            raise ValueError("carries a credential (user:password@ or a token); put it in the environment, not params.yaml")
+            raise ValueError(
+                "carries a credential (user:password@ or a token); put it in the environment, not params.yaml"
+            )
         return value
 
 
@@ -279,7 +321,10 @@ class ApprovalsParams(_Strict):
     approval key (ops.approvals): a name typed into the Prefect UI or posted to its API is not an approver.
     """
 
-    approvers: list[str] = Field(default_factory=list, description="git emails allowed to approve or reject ([]: anyone holding the approval key)")
+    approvers: list[str] = Field(
+        default_factory=list,
+        description="git emails allowed to approve or reject ([]: anyone holding the approval key)",
+    )
     distinct_from_trigger: bool = Field(False, description="the approver must not be whoever triggered the re-plan")
 
     @field_validator("approvers")
@@ -314,8 +359,10 @@ class Params(_Strict):
         engine = self.enumerate.engine
         offered = ENGINE_ADMISSIONS[engine] if engine else ()
         if offered and "admission_policy" in self.size.model_fields_set and self.size.admission_policy not in offered:
-            raise ValueError(f"size.admission_policy {self.size.admission_policy!r} contradicts enumerate.engine {engine!r}, "
-                             f"whose admission is {' or '.join(offered)}: drop size.admission_policy or set one of those")  # fmt: skip
+            raise ValueError(
+                f"size.admission_policy {self.size.admission_policy!r} contradicts enumerate.engine {engine!r}, "
+                f"whose admission is {' or '.join(offered)}: drop size.admission_policy or set one of those"
+            )
         return self
 
     def sizing(self) -> SizeParams:
@@ -341,7 +388,9 @@ def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         # one line: the problem, not PyYAML's quoted snippet (that line may hold an endpoint's password)
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise InputFileError(path, f"not valid YAML: {redact_text(problem)}", line=None if line is None else line + 1) from None
+        raise InputFileError(
+            path, f"not valid YAML: {redact_text(problem)}", line=None if line is None else line + 1
+        ) from None
     if not isinstance(raw, dict):
         raise InputFileError(path, f"must be a mapping of sections (trace, clean, ...), not a {type(raw).__name__}")
     try:
@@ -351,8 +400,11 @@ def load_params(path: str | Path = "params.yaml", catalog_dir: str | Path | None
         raise InputFileError(path, message, field=field) from None
     search = params.size.search
     if search.min_rate >= search.max_rate:  # here, not in SearchParams: the search itself reports it for callers
-        raise InputFileError(path, f"must be below size.search.max_rate ({search.max_rate:g}) (got {search.min_rate:g})",
-                             field="size.search.min_rate")
+        raise InputFileError(
+            path,
+            f"must be below size.search.max_rate ({search.max_rate:g}) (got {search.min_rate:g})",
+            field="size.search.min_rate",
+        )
     for field, message in catalog_problems(params, catalog_dir):
         raise InputFileError(path, message, field=field)
     return params
@@ -391,8 +443,11 @@ def catalog_problems(params: Params, catalog_dir: str | Path | None = None) -> I
     checks += [(f"enumerate.weight_quants.{i}", weight_format, q) for i, q in enumerate(enum.weight_quants)]
     checks += [(f"enumerate.kv_dtypes.{i}", kv_dtype_bytes, k) for i, k in enumerate(enum.kv_dtypes)]
     checks += [(f"enumerate.usd_per_gpu_hour.{g}", gpus.get, g) for g in enum.usd_per_gpu_hour]
-    checks += [("profile.gpu", gpus.get, prof.gpu), ("profile.weight_quant", weight_format, prof.weight_quant),
-               ("profile.kv_dtype", kv_dtype_bytes, prof.kv_dtype)]
+    checks += [
+        ("profile.gpu", gpus.get, prof.gpu),
+        ("profile.weight_quant", weight_format, prof.weight_quant),
+        ("profile.kv_dtype", kv_dtype_bytes, prof.kv_dtype),
+    ]
     for field, lookup, name in checks:
         try:
             lookup(name)

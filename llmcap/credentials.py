@@ -24,8 +24,22 @@ DEFAULT_API_KEY_ENV = "LLMCAP_API_KEY"
 
 # Query parameters whose values are credentials (compared case-insensitively, '-' as '_').
 SECRET_QUERY_KEYS = frozenset(
-    {"api_key", "apikey", "key", "token", "access_token", "auth", "auth_token", "password", "passwd", "pwd",
-     "secret", "client_secret", "signature", "sig"}
+    {
+        "api_key",
+        "apikey",
+        "key",
+        "token",
+        "access_token",
+        "auth",
+        "auth_token",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "client_secret",
+        "signature",
+        "sig",
+    }
 )
 # Header names whose values are credentials.
 SECRET_HEADERS = frozenset({"authorization", "proxy_authorization", "x_api_key", "api_key", "cookie", "set_cookie"})

@@ -17,17 +17,17 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 import llmcap.perf as perf
-from llmcap.policy_names import admission_option, queue_option
 from llmcap.catalog import GpuSpec, ModelSpec, get_gpu
 from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
-from llmcap.sizing.params import PrefixTier
-from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import FIRST_TOKEN_FROM
+from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.perf.model import StepTimeModel
+from llmcap.policy_names import admission_option, queue_option
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig, router_names
 from llmcap.sim.config import tier_of
+from llmcap.sizing.params import PrefixTier
 
 
 def model_default(model: type[BaseModel], name: str) -> Any:
@@ -70,8 +70,16 @@ class EngineOptions:
 
     @property
     def decode_differs(self) -> bool:
-        return any(v is not None for v in (self.decode_gpu, self.decode_tp, self.decode_max_num_seqs,
-                                            self.decode_max_num_batched_tokens, self.decode_num_blocks))  # fmt: skip
+        return any(
+            v is not None
+            for v in (
+                self.decode_gpu,
+                self.decode_tp,
+                self.decode_max_num_seqs,
+                self.decode_max_num_batched_tokens,
+                self.decode_num_blocks,
+            )
+        )
 
 
 ENGINE = EngineOptions()  # the commands' option defaults (`tp: TpOpt = ENGINE.tp`)
@@ -97,7 +105,9 @@ def tier_spec(spec: str) -> PrefixTier:
         if not parts[0] or min(gb, gbps) <= 0 or lookup_ms < 0:
             raise ValueError
     except ValueError:
-        raise LlmcapError(f"--tier must be NAME:GB:GBps[:lookup_ms] with GB and GBps > 0 (e.g. ssd:2000:6:0.2), got {spec!r}") from None
+        raise LlmcapError(
+            f"--tier must be NAME:GB:GBps[:lookup_ms] with GB and GBps > 0 (e.g. ssd:2000:6:0.2), got {spec!r}"
+        ) from None
     return PrefixTier(name=parts[0], gb=gb, gbps=gbps, lookup_ms=lookup_ms)
 
 
@@ -126,26 +136,50 @@ def step_model(model: str, gpu: str, tp: int, quant: str, kv_dtype: str) -> Step
     return perf.build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
 
 
-def _engine(spec: ModelSpec, g: GpuSpec, o: EngineOptions, tp: int, max_num_seqs: int, max_num_batched_tokens: int,
-            num_blocks: int | None) -> EngineConfig:  # fmt: skip
+def _engine(
+    spec: ModelSpec,
+    g: GpuSpec,
+    o: EngineOptions,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    num_blocks: int | None,
+) -> EngineConfig:
     """One replica's engine (KV blocks from the memory plan unless given)."""
-    mem = MemoryParams(gpu_memory_utilization=o.gpu_memory_utilization, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+    mem = MemoryParams(
+        gpu_memory_utilization=o.gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
     plan = plan_memory(spec, g, Parallelism(tp=tp), o.quant, o.kv_dtype, o.block_size, mem)
     blocks = num_blocks if num_blocks is not None else plan.kv_blocks_per_rank
     if blocks < 1:
         raise LlmcapError(f"{spec.name} does not fit on {g.name} with TP={tp}: no memory left for KV blocks")
     kv_bytes = spec.kv_bytes_per_token(kv_dtype_bytes(o.kv_dtype))
     return EngineConfig(
-        num_blocks=blocks, block_size=o.block_size, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        enable_prefix_caching=o.prefix_caching, host_blocks=o.host_blocks, host_bandwidth_bytes_s=o.host_gbps * 1e9,
-        kv_bytes_per_token=kv_bytes, tiers=tuple(parse_tier(t, kv_bytes * o.block_size) for t in o.tiers),
-        max_model_len=o.max_model_len or spec.max_position_embeddings, admission_policy=o.admission_policy,
+        num_blocks=blocks,
+        block_size=o.block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=o.prefix_caching,
+        host_blocks=o.host_blocks,
+        host_bandwidth_bytes_s=o.host_gbps * 1e9,
+        kv_bytes_per_token=kv_bytes,
+        tiers=tuple(parse_tier(t, kv_bytes * o.block_size) for t in o.tiers),
+        max_model_len=o.max_model_len or spec.max_position_embeddings,
+        admission_policy=o.admission_policy,
         scheduling_policy=o.scheduling_policy,
-    )  # fmt: skip
+    )
 
 
 def sim_config(
-    spec: ModelSpec, g: GpuSpec, o: EngineOptions, *, reference: bool = False, resolution: float = 1.0, max_time: float | None = None
+    spec: ModelSpec,
+    g: GpuSpec,
+    o: EngineOptions,
+    *,
+    reference: bool = False,
+    resolution: float = 1.0,
+    max_time: float | None = None,
 ) -> SimConfig:
     """The simulator's config of this deployment (KV blocks from the memory plan unless given)."""
     pools = parse_pd(o.pd)
@@ -156,15 +190,31 @@ def sim_config(
             link = LinkConfig(bandwidth_bytes_s=o.link_gbps * 1e9, latency_s=o.link_latency_ms / 1e3)
             decode = None
             if o.decode_differs:
-                decode = _engine(spec, get_gpu(o.decode_gpu) if o.decode_gpu else g, o, o.decode_tp or o.tp,
-                                 o.decode_max_num_seqs or o.max_num_seqs, o.decode_max_num_batched_tokens or o.max_num_batched_tokens,
-                                 o.decode_num_blocks)  # fmt: skip
-            pd_cfg = PDConfig(prefill_replicas=pools[0], decode_replicas=pools[1], link=link, first_token_from=o.first_token_from,
-                              decode_engine=decode)  # fmt: skip
+                decode = _engine(
+                    spec,
+                    get_gpu(o.decode_gpu) if o.decode_gpu else g,
+                    o,
+                    o.decode_tp or o.tp,
+                    o.decode_max_num_seqs or o.max_num_seqs,
+                    o.decode_max_num_batched_tokens or o.max_num_batched_tokens,
+                    o.decode_num_blocks,
+                )
+            pd_cfg = PDConfig(
+                prefill_replicas=pools[0],
+                decode_replicas=pools[1],
+                link=link,
+                first_token_from=o.first_token_from,
+                decode_engine=decode,
+            )
         return SimConfig(
-            engine=engine, replicas=o.replicas, router=o.router, pd=pd_cfg, reference=reference,
-            timeseries_resolution_s=resolution, max_time_s=max_time if max_time else math.inf,
-        )  # fmt: skip
+            engine=engine,
+            replicas=o.replicas,
+            router=o.router,
+            pd=pd_cfg,
+            reference=reference,
+            timeseries_resolution_s=resolution,
+            max_time_s=max_time if max_time else math.inf,
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
         raise LlmcapError(f"invalid option {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
@@ -181,7 +231,12 @@ def deployment_label(cfg: SimConfig) -> str:
     return f"P/D {cfg.pd.prefill_replicas}:{cfg.pd.decode_replicas}" if cfg.pd else f"{cfg.replicas} replica(s)"
 
 
-PRESET_FIELDS = ("admission_policy", "max_num_seqs", "max_num_batched_tokens", "block_size")  # what an engine preset sets
+PRESET_FIELDS = (
+    "admission_policy",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+)  # what an engine preset sets
 
 
 def with_preset(o: EngineOptions, preset: EnginePreset, given: set[str]) -> EngineOptions:

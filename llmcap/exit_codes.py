@@ -22,9 +22,16 @@ REJECTED = 8
 TIMED_OUT = 9
 
 NAMES: dict[int, str] = {
-    OK: "ok", USAGE: "USAGE", INVALID: "INVALID", UNREACHABLE: "UNREACHABLE", FAILED: "FAILED", SLO_MISSED: "SLO MISSED",
-    ROLLED_BACK: "ROLLED BACK", REJECTED: "REJECTED", TIMED_OUT: "TIMED OUT",
-}  # fmt: skip
+    OK: "ok",
+    USAGE: "USAGE",
+    INVALID: "INVALID",
+    UNREACHABLE: "UNREACHABLE",
+    FAILED: "FAILED",
+    SLO_MISSED: "SLO MISSED",
+    ROLLED_BACK: "ROLLED BACK",
+    REJECTED: "REJECTED",
+    TIMED_OUT: "TIMED OUT",
+}
 
 #: Codes after which the run's numbers do not describe the server's service (`valid: false` in JSON).
 NOT_VALID = frozenset({INVALID, UNREACHABLE, FAILED})
@@ -36,5 +43,10 @@ def served(requests: int, ok: int, max_failed: float, what: str = "requests") ->
     if requests and ok == 0:
         return UNREACHABLE, f"not one of {requests:,} {what} was served: is the server up?"
     if failed > max_failed * requests:
-        return FAILED, f"{failed:,} of {requests:,} {what} rejected or unfinished ({failed / requests:.1%} > --max-failed {max_failed:.1%})"
-    return OK, f"every one of {requests:,} {what} accounted for" + (f" ({failed:,} failed, within --max-failed {max_failed:.1%})" if failed else " and served")
+        return (
+            FAILED,
+            f"{failed:,} of {requests:,} {what} rejected or unfinished ({failed / requests:.1%} > --max-failed {max_failed:.1%})",
+        )
+    return OK, f"every one of {requests:,} {what} accounted for" + (
+        f" ({failed:,} failed, within --max-failed {max_failed:.1%})" if failed else " and served"
+    )

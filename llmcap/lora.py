@@ -23,7 +23,9 @@ def lora_slot_bytes(model: ModelSpec, tp: int, layers: int, slots: int, rank: in
     if slots == 0:
         return 0
     if model.is_moe:
-        raise LlmcapError(f"{model.name}: LoRA slots of a MoE model's experts are not modelled; size it without adapters")
+        raise LlmcapError(
+            f"{model.name}: LoRA slots of a MoE model's experts are not modelled; size it without adapters"
+        )
     if rank < 1:
         raise LlmcapError(f"LoRA rank must be >= 1, got {rank}")
     from llmcap.memory import Parallelism, rank_shard  # memory imports this module
@@ -41,7 +43,9 @@ def lora_slot_bytes(model: ModelSpec, tp: int, layers: int, slots: int, rank: in
     return slots * layers * per_layer * dtype_bytes
 
 
-def slot_cost(model: ModelSpec, tp: int, pp: int, slots: int, rank: int, kv_bytes_per_token_per_rank: float) -> tuple[int, int]:
+def slot_cost(
+    model: ModelSpec, tp: int, pp: int, slots: int, rank: int, kv_bytes_per_token_per_rank: float
+) -> tuple[int, int]:
     """(bytes the fullest pipeline stage's rank holds for `slots` adapters of `rank`, the KV tokens per rank they displace)."""
     from llmcap.memory import pp_stage_layers
 

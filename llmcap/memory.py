@@ -40,7 +40,9 @@ class MemoryParams(BaseModel):
     """Memory knobs, each with a documented default. Bytes are per rank (GPU)."""
 
     # strict + finite: read from params.yaml, where `true` for a byte count or .nan for a fraction is a mistake
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False
+    )
 
     gpu_memory_utilization: float = Field(default=0.90, gt=0, le=1)
     """Fraction of the driver-reported HBM the engine may use (vLLM's default 0.90)."""
@@ -106,9 +108,7 @@ def parallelism_issues(model: ModelSpec, par: Parallelism) -> list[tuple[str, st
                 ("kv_heads_incompatible_with_tp", f"{kv} KV heads: TP={tp} must divide them or be a multiple of them")
             )
     if model.intermediate_size and model.intermediate_size % tp:
-        issues.append(
-            ("mlp_not_divisible_by_tp", f"MLP width {model.intermediate_size} is not divisible by TP={tp}")
-        )
+        issues.append(("mlp_not_divisible_by_tp", f"MLP width {model.intermediate_size} is not divisible by TP={tp}"))
     if par.pp > model.num_layers:
         issues.append(("pp_exceeds_layers", f"PP={par.pp} exceeds the {model.num_layers} layers"))
     if model.moe is None or not model.is_moe:
@@ -124,7 +124,10 @@ def parallelism_issues(model: ModelSpec, par: Parallelism) -> list[tuple[str, st
     etp = par.expert_tp
     if e.expert_intermediate_size % etp:
         issues.append(
-            ("mlp_not_divisible_by_tp", f"expert width {e.expert_intermediate_size} is not divisible by expert TP={etp}")
+            (
+                "mlp_not_divisible_by_tp",
+                f"expert width {e.expert_intermediate_size} is not divisible by expert TP={etp}",
+            )
         )
     if e.shared_intermediate_size and e.shared_intermediate_size % tp:
         issues.append(
@@ -217,9 +220,7 @@ def rank_tensor_bytes(t: Tensor, model: ModelSpec, par: Parallelism, policy: Qua
     return cnt * out * inn * policy.unquantized_dtype_bytes
 
 
-def stage_weight_bytes(
-    model: ModelSpec, par: Parallelism, policy: QuantPolicy, stage: int
-) -> dict[str, int]:
+def stage_weight_bytes(model: ModelSpec, par: Parallelism, policy: QuantPolicy, stage: int) -> dict[str, int]:
     """Weight bytes by component on one rank of PP stage `stage`."""
     out: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
     layers = pp_stage_layers(model.num_layers, par.pp)[stage]
@@ -232,7 +233,9 @@ def stage_weight_bytes(
         if model.tie_word_embeddings and par.pp > 1:
             # The last stage cannot borrow stage 0's embedding: it keeps its own copy as lm_head.
             emb = first[0]
-            tensors.append(Tensor("lm_head", "lm_head(tied copy)", emb.out_features, emb.in_features, "vocab", quantizable=False))
+            tensors.append(
+                Tensor("lm_head", "lm_head(tied copy)", emb.out_features, emb.in_features, "vocab", quantizable=False)
+            )
     # Layers of one kind share a structure: compute each distinct layer once.
     cache: dict[bool, list[tuple[str, int]]] = {}
     for layer in layers:
@@ -406,13 +409,17 @@ def plan_memory(
     ]
     runtime_total = sum(b for _, b in runtime)
 
-    best: tuple[int, int, dict[str, int], int, float, int] | None = None  # (blocks, stage, weights, budget, kv/token, LoRA slots)
+    best: tuple[int, int, dict[str, int], int, float, int] | None = (
+        None  # (blocks, stage, weights, budget, kv/token, LoRA slots)
+    )
     stage_totals: list[int] = []
     stages = pp_stage_layers(model.num_layers, par.pp)
     for s, layers in enumerate(stages):
         w = stage_weight_bytes(model, par, policy, s)
         stage_totals.append(sum(w.values()))
-        lora = lora_slot_bytes(model, par.tp, len(layers), params.lora_slots, params.lora_rank, policy.unquantized_dtype_bytes)
+        lora = lora_slot_bytes(
+            model, par.tp, len(layers), params.lora_slots, params.lora_rank, policy.unquantized_dtype_bytes
+        )
         budget = usable - sum(w.values()) - runtime_total - lora - params.safety_margin_bytes
         kv_tok = len(layers) * per_layer_kv
         blocks = max(0, budget) // int(block_size * kv_tok) if kv_tok > 0 else 0
@@ -424,13 +431,17 @@ def plan_memory(
     rows = [BreakdownRow(f"HBM ({gpu.name}, driver-reported)", gpu.hbm_bytes, "capacity")]
     rows.append(
         BreakdownRow(
-            f"reserved (1 - gpu_memory_utilization={params.gpu_memory_utilization:g})", gpu.hbm_bytes - usable, "reserved"
+            f"reserved (1 - gpu_memory_utilization={params.gpu_memory_utilization:g})",
+            gpu.hbm_bytes - usable,
+            "reserved",
         )
     )
     rows += [BreakdownRow(f"weights: {c}", b, "weights") for c, b in weights.items() if b]
     rows += [BreakdownRow(label, b, "runtime") for label, b in runtime if b]
     if lora:
-        rows.append(BreakdownRow(f"LoRA slots ({params.lora_slots} adapters × rank {params.lora_rank})", lora, "runtime"))
+        rows.append(
+            BreakdownRow(f"LoRA slots ({params.lora_slots} adapters × rank {params.lora_rank})", lora, "runtime")
+        )
     rows.append(BreakdownRow("safety margin", params.safety_margin_bytes, "margin"))
     rows.append(BreakdownRow(f"KV cache ({kv_dtype}, {kv_b} B/elem)", budget, "kv"))
     return MemoryPlan(

@@ -16,13 +16,12 @@ from typing import Any, cast
 import pandas as pd
 import pyarrow as pa
 
-from llmcap.policy_names import reserves_output
 from llmcap.catalog import ModelSpec
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.perf import CalibratedFit
+from llmcap.policy_names import reserves_output
 from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity_report
-from llmcap.trace.stats import label_mix
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.kvbudget import EngineKV, apply_engine_kv, from_fingerprint, kv_budget_summary
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
@@ -30,6 +29,7 @@ from llmcap.sizing.params import SizeParams
 from llmcap.sizing.plan import class_pools, size_deployments
 from llmcap.sizing.pools import PoolComparison
 from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools, SizingSummary
+from llmcap.trace.stats import label_mix
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,11 @@ class StepTimes:
         if source.startswith("profile") and info.get("kv_capacity_tokens"):  # what the profiled engine stated
             where = info.get("measured_profile") or info.get("stored_profile") or "the profile"
             fp = str(info.get("fingerprint_hash") or "")[:12]
-            engine_kv = (from_fingerprint(info["kv_capacity_tokens"], info["fingerprint"], f"profile {where} (fingerprint {fp})"),)
+            engine_kv = (
+                from_fingerprint(
+                    info["kv_capacity_tokens"], info["fingerprint"], f"profile {where} (fingerprint {fp})"
+                ),
+            )
         return cls(source, info, measured, engine_kv)
 
 
@@ -91,16 +95,38 @@ def plan_capacity(
     the engine defaults the candidates were enumerated with, by GPU (the notes and the summary name them)."""
     say = progress or log.info
     candidates, kv_notes = apply_engine_kv(candidates, step_times.engine_kv, params.kv_budget)
-    out = size_deployments(trace, candidates, model, params, executor, workload_id=workload_id, progress=progress,
-                           measured=step_times.measured, on_phase=on_phase)  # fmt: skip
+    out = size_deployments(
+        trace,
+        candidates,
+        model,
+        params,
+        executor,
+        workload_id=workload_id,
+        progress=progress,
+        measured=step_times.measured,
+        on_phase=on_phase,
+    )
     notes: tuple[str, ...] = ()
     pools: RequestClassPools | None = None
     if params.pools_split_isl is not None or params.pools_split_cap is not None:
-        where = f"ISL {params.pools_split_isl:,}" if params.pools_split_isl is not None else f"max_tokens {params.pools_split_cap:g}× the median OSL"
+        where = (
+            f"ISL {params.pools_split_isl:,}"
+            if params.pools_split_isl is not None
+            else f"max_tokens {params.pools_split_cap:g}× the median OSL"
+        )
         say(f"request-class pools: sizing each side of {where} separately")
         try:
-            compared = class_pools(trace, candidates, model, params, out, params.pools_split_isl, executor, step_times.measured,
-                                   params.pools_split_cap)  # fmt: skip
+            compared = class_pools(
+                trace,
+                candidates,
+                model,
+                params,
+                out,
+                params.pools_split_isl,
+                executor,
+                step_times.measured,
+                params.pools_split_cap,
+            )
         except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
             reason = f"request-class pools at {where}: split not possible — {exc}"
             notes, pools = (reason,), {"cheaper": "shared", "reason": reason}
@@ -109,17 +135,31 @@ def plan_capacity(
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
     slots = int(candidates["max_loras"].max()) if "max_loras" in candidates.columns and len(candidates) else 0
     presets = [f"engine preset on {gpu}: {p.line()}" for gpu, p in (engine_presets or {}).items()]
-    mixed = [*presets, *kv_notes, *mixed_traffic(trace, model.name, slots), reservation_note(trace, params.admission_policy)]
+    mixed = [
+        *presets,
+        *kv_notes,
+        *mixed_traffic(trace, model.name, slots),
+        reservation_note(trace, params.admission_policy),
+    ]
     notes = (step_times_note(step_times, calibrations), *mixed, *notes)
     fields: dict[str, Any] = dict(out.summary) | ({"pools": pools} if pools is not None else {})
-    fields["notes"] = [*out.summary["notes"], *mixed]  # the summary says them too, as the size stage and `llmcap size` write it
+    fields["notes"] = [
+        *out.summary["notes"],
+        *mixed,
+    ]  # the summary says them too, as the size stage and `llmcap size` write it
     fields["kv_budget"] = kv_budget_summary(candidates)
     if engine_presets:
         fields["engine_preset"] = {gpu: p.to_dict() for gpu, p in engine_presets.items()}
-    fields |= {"step_model_source": step_times.source, "step_model_corrections": list(step_times.info.get("corrections") or []),
-               "roofline_calibrations": calibrations, "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations)}  # fmt: skip
+    fields |= {
+        "step_model_source": step_times.source,
+        "step_model_corrections": list(step_times.info.get("corrections") or []),
+        "roofline_calibrations": calibrations,
+        "pool_provenance": pool_provenance(step_times, out.summary["pool_plans"], calibrations),
+    }
     summary = cast(CapacitySummary, fields)
-    report = capacity_report(out, params.slo, notes=notes, provenance=provenance, sources=report_sources(step_times, summary, calibrations))
+    report = capacity_report(
+        out, params.slo, notes=notes, provenance=provenance, sources=report_sources(step_times, summary, calibrations)
+    )
     return CapacityDecision(out.table, report, summary)
 
 
@@ -127,10 +167,17 @@ def _pools_summary(compared: PoolComparison) -> RequestClassPools:
     def sizes(pools) -> list[PoolSizes]:
         return [{"name": p.name, "rate_rps": p.rate_rps, "gpus": p.gpus, "usd_per_hour": p.usd_per_hour} for p in pools]
 
-    return {"cheaper": compared.cheaper, "saving_usd_per_hour": compared.saving_usd_per_hour, "shared": sizes(compared.shared), "split": sizes(compared.split)}
+    return {
+        "cheaper": compared.cheaper,
+        "saving_usd_per_hour": compared.saving_usd_per_hour,
+        "shared": sizes(compared.shared),
+        "split": sizes(compared.split),
+    }
 
 
-def report_sources(step_times: StepTimes, summary: SizingSummary, calibrations: Mapping[str, Mapping[str, str]]) -> Sources:
+def report_sources(
+    step_times: StepTimes, summary: SizingSummary, calibrations: Mapping[str, Mapping[str, str]]
+) -> Sources:
     """What timed the plan's steps and priced its GPUs, for the report's header and its warnings: the one place
     they are decided, so `llmcap size --out` and the size stage warn alike. `calibrations`: by GPU, as
     `roofline_calibrations` gives them (summary.json's `roofline_calibrations`)."""
@@ -140,20 +187,29 @@ def report_sources(step_times: StepTimes, summary: SizingSummary, calibrations: 
     gpus = {g.name: g for g in (get_gpu(key.split("/")[0]) for key in configs)}
     source, detail = _step_source(step_times, configs)
     return Sources(
-        step_model=source, step_model_detail=detail,
+        step_model=source,
+        step_model_detail=detail,
         prices=tuple((g.name, g.usd_per_gpu_hour, g.sources.get("cost", "catalog")) for _, g in sorted(gpus.items())),
-        calibrations=tuple((gpu, c["file"], c["sha256"], _kept_defaults(c)) for gpu, c in sorted(calibrations.items()) if gpu in gpus),
+        calibrations=tuple(
+            (gpu, c["file"], c["sha256"], _kept_defaults(c)) for gpu, c in sorted(calibrations.items()) if gpu in gpus
+        ),
         uncalibrated=tuple(sorted(set(gpus) - set(calibrations))),
-        pools=tuple((pool, describe_provenance(row)) for pool, row in pool_provenance(step_times, summary["pool_plans"], calibrations).items()),
-    )  # fmt: skip
+        pools=tuple(
+            (pool, describe_provenance(row))
+            for pool, row in pool_provenance(step_times, summary["pool_plans"], calibrations).items()
+        ),
+    )
 
 
 ENVIRONMENT = ("engine", "engine_version", "engine_commit", "driver_version", "runtime_version", "model_revision")
-_CONFIGURATION = re.compile(r"^(?P<gpu>[^/]+)/(?P<weights>[^/]+)/kv-(?P<kv_dtype>[^/]+)/tp(?P<tp>\d+)pp(?P<pp>\d+)ep(?P<ep>\d+)(/|$)")
+_CONFIGURATION = re.compile(
+    r"^(?P<gpu>[^/]+)/(?P<weights>[^/]+)/kv-(?P<kv_dtype>[^/]+)/tp(?P<tp>\d+)pp(?P<pp>\d+)ep(?P<ep>\d+)(/|$)"
+)
 
 
-def pool_provenance(step_times: StepTimes, pool_plans: Mapping[str, Mapping[str, Any]],
-                    calibrations: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:  # fmt: skip
+def pool_provenance(
+    step_times: StepTimes, pool_plans: Mapping[str, Mapping[str, Any]], calibrations: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
     """Per pool of the chosen plan, as text fields: its GPU, parallelism, weights and KV dtype, the step model that
     sized it (`profile-measured` with the profile's fingerprint hash where the measured profile is of this very
     configuration, else `roofline` with the GPU's calibration), the written-back corrections applied to it, and
@@ -173,14 +229,31 @@ def pool_provenance(step_times: StepTimes, pool_plans: Mapping[str, Mapping[str,
         key = None
         if m is not None:
             row |= {k: m.group(k) for k in ("gpu", "tp", "pp", "ep", "weights", "kv_dtype")}
-            key = config_key({"gpu": m["gpu"], "tp": m["tp"], "pp": m["pp"], "ep": m["ep"], "weight_quant": m["weights"], "kv_dtype": m["kv_dtype"]})
+            key = config_key(
+                {
+                    "gpu": m["gpu"],
+                    "tp": m["tp"],
+                    "pp": m["pp"],
+                    "ep": m["ep"],
+                    "weight_quant": m["weights"],
+                    "kv_dtype": m["kv_dtype"],
+                }
+            )
         if key is not None and key == profiled:
-            row |= {"step_model": "profile-measured", "profile_fingerprint_hash": str(info.get("fingerprint_hash") or "unknown"),
-                    "environment": "measured by the profile"}  # fmt: skip
+            row |= {
+                "step_model": "profile-measured",
+                "profile_fingerprint_hash": str(info.get("fingerprint_hash") or "unknown"),
+                "environment": "measured by the profile",
+            }
         else:
             calibration = calibrations.get(row.get("gpu", ""))
-            row |= {"step_model": "roofline", "roofline_calibration": f"{calibration['file']} sha256 {calibration['sha256'][:12]}"
-                    if calibration else "documented default efficiencies", "environment": "planned for (params.yaml profile), not measured"}  # fmt: skip
+            row |= {
+                "step_model": "roofline",
+                "roofline_calibration": f"{calibration['file']} sha256 {calibration['sha256'][:12]}"
+                if calibration
+                else "documented default efficiencies",
+                "environment": "planned for (params.yaml profile), not measured",
+            }
         if key in corrections:
             row["corrections"] = describe([corrections[key]])
         row |= {f: "unknown" if fingerprint.get(f) is None else str(fingerprint[f]) for f in ENVIRONMENT}
@@ -190,15 +263,20 @@ def pool_provenance(step_times: StepTimes, pool_plans: Mapping[str, Mapping[str,
 
 def describe_provenance(row: Mapping[str, str]) -> str:
     """One line of a pool's provenance, for the report."""
-    config = (f"{row['gpu']} TP{row['tp']} PP{row['pp']} EP{row['ep']}, weights {row['weights']}, KV {row['kv_dtype']}" if "gpu" in row
-              else row["configuration"])  # fmt: skip
+    config = (
+        f"{row['gpu']} TP{row['tp']} PP{row['pp']} EP{row['ep']}, weights {row['weights']}, KV {row['kv_dtype']}"
+        if "gpu" in row
+        else row["configuration"]
+    )
     if row["step_model"] == "profile-measured":
         model = f"measured profile (fingerprint {row['profile_fingerprint_hash'][:12]})"
     else:
         model = f"roofline, not measured ({row['roofline_calibration']})"
     model += f", corrected {row['corrections']}" if row.get("corrections") else ""
-    env = f"{row['engine']} {row['engine_version']} (commit {row['engine_commit']}), driver {row['driver_version']}, runtime {row['runtime_version']}, " \
-          f"model revision {row['model_revision']}"  # fmt: skip
+    env = (
+        f"{row['engine']} {row['engine_version']} (commit {row['engine_commit']}), driver {row['driver_version']}, runtime {row['runtime_version']}, "
+        f"model revision {row['model_revision']}"
+    )
     return f"{config} — step times: {model}; environment {row['environment']}: {env}"
 
 
@@ -209,21 +287,29 @@ def mixed_traffic(table: pa.Table, model: str, lora_slots: int = 0) -> list[str]
     shares = lambda name: ", ".join(f"{k} {v:.0%}" for k, v in mix[name].items())  # noqa: E731
     out = []
     if len(mix.get("model", {})) > 1:
-        out.append(f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
-                   "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
-                   "label, a pool per model")  # fmt: skip
+        out.append(
+            f"the trace mixes {len(mix['model'])} models ({shares('model')}); this plan is {model}'s pools for all of their "
+            "traffic, but different models share no weights or KV: give llmcap size --model LABEL=MODEL for each "
+            "label, a pool per model"
+        )
     if len(mix.get("adapter", {})) > 1 and lora_slots:
-        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: {lora_slots} LoRA slots on every rank "
-                   f"(their memory taken from the KV cache) and at most {lora_slots} adapters per batch are planned; their prefix "
-                   "caches are kept apart")  # fmt: skip
+        out.append(
+            f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: {lora_slots} LoRA slots on every rank "
+            f"(their memory taken from the KV cache) and at most {lora_slots} adapters per batch are planned; their prefix "
+            "caches are kept apart"
+        )
     elif len(mix.get("adapter", {})) > 1:
-        out.append(f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
-                   "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
-                   "are planned as if the base model served every request (their prefix caches are kept apart)")  # fmt: skip
+        out.append(
+            f"{len(mix['adapter'])} adapters ({shares('adapter')}) share {model}'s pools: their slots' memory and the limit of "
+            "max_loras adapters per batch are planned only with --max-loras (enumerate.memory.lora_slots); without it the pools "
+            "are planned as if the base model served every request (their prefix caches are kept apart)"
+        )
     if mix.get("feature"):
-        out.append(f"request features ({shares('feature')}) are planned at {model}'s plain step times: structured output, logprobs, "
-                   "beam search, speculative decoding and multimodal encoders change a step's cost, which no step model here "
-                   "prices per feature; `llmcap trace clean --exclude feature=REGEX` leaves a feature out to size the rest apart")  # fmt: skip
+        out.append(
+            f"request features ({shares('feature')}) are planned at {model}'s plain step times: structured output, logprobs, "
+            "beam search, speculative decoding and multimodal encoders change a step's cost, which no step model here "
+            "prices per feature; `llmcap trace clean --exclude feature=REGEX` leaves a feature out to size the rest apart"
+        )
     return out
 
 
@@ -233,8 +319,10 @@ def reservation_note(trace: pa.Table, policy: str) -> str:
     caps = trace.column("max_tokens")
     n, stated = len(caps), len(caps) - caps.null_count
     if not reserves_output(policy):
-        return (f"output lengths: admission {policy} reserves nothing ahead; max_tokens ({stated:,} of {n:,} requests state one) "
-                "only bounds max_model_len")  # fmt: skip
+        return (
+            f"output lengths: admission {policy} reserves nothing ahead; max_tokens ({stated:,} of {n:,} requests state one) "
+            "only bounds max_model_len"
+        )
     if stated == n:
         return f"output lengths: admission {policy} reserves each request's max_tokens (every request states one), not the output to come"
     real = "real output length, which no engine knows in advance (optimistic)"
@@ -258,10 +346,16 @@ def _step_source(step_times: StepTimes, configs: list[str]) -> tuple[str, str]:
         return source, "no measured profile given"
     if not source.startswith("profile"):
         stored = info.get("stored_profile")
-        why = "none stored" if info.get("stored_fingerprint_hash") is None else f"stale: {', '.join(info.get('stale_fields') or [])}"
+        why = (
+            "none stored"
+            if info.get("stored_fingerprint_hash") is None
+            else f"stale: {', '.join(info.get('stale_fields') or [])}"
+        )
         return source, f"no matching measured profile ({f'{stored}: ' if stored else ''}{why})"
     key = fingerprint_key(info.get("fingerprint") or {})
-    profiled = "an unmatched configuration" if key is None else f"{key[0]}/{key[4]}/kv-{key[5]}/tp{key[1]}pp{key[2]}ep{key[3]}"
+    profiled = (
+        "an unmatched configuration" if key is None else f"{key[0]}/{key[4]}/kv-{key[5]}/tp{key[1]}pp{key[2]}ep{key[3]}"
+    )
     if key is not None and all(c.startswith(profiled + "/") for c in configs):
         return source, f"profiled {profiled}"
     return f"roofline for the chosen configuration (profile stage: {source})", f"the profile covers {profiled} only"
@@ -284,7 +378,11 @@ def step_times_note(step_times: StepTimes, calibrations: dict[str, dict[str, str
     corrected = {config_key(e["configuration"]) for e in info.get("corrections") or []}
     profiled = fingerprint_key(info["fingerprint"]) if source.startswith("profile") else None
     fitted = ", ".join(f"{g} ({c['file']}, sha256 {c['sha256'][:12]})" for g, c in calibrations.items()) or "none"
-    uses = f"roofline per candidate (efficiencies fitted to timed operations for: {fitted}; other GPUs: documented defaults)" + "".join(
-        f", {'the calibrated profile' if k == profiled else 'the roofline'}{' corrected' if k in corrected else ''} for {describe_key(k)}"
-        for k in step_times.measured)
+    uses = (
+        f"roofline per candidate (efficiencies fitted to timed operations for: {fitted}; other GPUs: documented defaults)"
+        + "".join(
+            f", {'the calibrated profile' if k == profiled else 'the roofline'}{' corrected' if k in corrected else ''} for {describe_key(k)}"
+            for k in step_times.measured
+        )
+    )
     return f"step times: {uses} (profile stage source: {source}; written-back corrections: {describe(info.get('corrections') or [])})"

@@ -58,7 +58,9 @@ def current_identity(root: Path) -> Identity:
     raw = git(root, "var", "GIT_AUTHOR_IDENT", check=False)
     m = re.match(r"^(.*?) <([^>]*)> \d+ [+-]\d{4}$", raw)
     if not m or not m.group(1).strip() or not m.group(2).strip():
-        raise OpsError("no git identity: set `git config user.name` and `git config user.email` (the approver is who runs the command)")
+        raise OpsError(
+            "no git identity: set `git config user.name` and `git config user.email` (the approver is who runs the command)"
+        )
     return Identity(m.group(1).strip(), m.group(2).strip(), pwd.getpwuid(os.getuid()).pw_name)
 
 
@@ -68,8 +70,10 @@ def approval_key(root: Path, create: bool = False) -> bytes:
     path = root / KEY_FILE
     if not path.is_file():
         if not create:
-            raise OpsError(f"{path}: no approval key (the flow `promote` creates it when it first pauses; "
-                           "approve as the OS user that runs the flows)")  # fmt: skip
+            raise OpsError(
+                f"{path}: no approval key (the flow `promote` creates it when it first pauses; "
+                "approve as the OS user that runs the flows)"
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -82,7 +86,9 @@ def approval_key(root: Path, create: bool = False) -> bytes:
         mode = path.stat().st_mode & 0o777
         key = path.read_bytes().strip()
     except PermissionError:
-        raise OpsError(f"{path}: not readable by {pwd.getpwuid(os.getuid()).pw_name}: only the OS user that runs the flows can approve") from None
+        raise OpsError(
+            f"{path}: not readable by {pwd.getpwuid(os.getuid()).pw_name}: only the OS user that runs the flows can approve"
+        ) from None
     if mode & 0o077:
         raise OpsError(f"{path} has mode {mode:04o}: others could sign approvals; `chmod 600 {path}`")
     if len(key) < 32:
@@ -100,8 +106,15 @@ def signature(key: bytes, fields: dict[str, Any]) -> str:
 
 def signed_input(key: bytes, flow_run_id: str, who: Identity, decision: str, comment: str) -> dict[str, str]:
     """The resume input `llmcap approve` sends (flows.promote.Approval's fields)."""
-    fields = {"flow_run_id": flow_run_id, "approver": who.name, "email": who.email, "os_user": who.os_user, "decision": decision,
-              "comment": comment, "signed_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}  # fmt: skip
+    fields = {
+        "flow_run_id": flow_run_id,
+        "approver": who.name,
+        "email": who.email,
+        "os_user": who.os_user,
+        "decision": decision,
+        "comment": comment,
+        "signed_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
     return {**{k: v for k, v in fields.items() if k != "flow_run_id"}, "signature": signature(key, fields)}
 
 
@@ -116,8 +129,14 @@ def allowed(email: str, approvers: list[str]) -> bool:
     return not approvers or email.casefold() in {a.casefold() for a in approvers}
 
 
-def refusal(given: dict[str, Any], flow_run_id: str, key: bytes, approvers: list[str], distinct_from_trigger: bool,
-            triggered_by: str | None) -> str | None:  # fmt: skip
+def refusal(
+    given: dict[str, Any],
+    flow_run_id: str,
+    key: bytes,
+    approvers: list[str],
+    distinct_from_trigger: bool,
+    triggered_by: str | None,
+) -> str | None:
     """Why the flow refuses a resume input, or None when it is a valid decision. `given`: the input's fields;
     `triggered_by`: the `Name <email>` of whoever triggered the re-plan."""
     if not given.get("signature"):

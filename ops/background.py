@@ -57,7 +57,9 @@ class BackgroundServer:
         log = self.home / "server.log"
         began = time.monotonic()
         with log.open("ab") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+            proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True
+            )
         _children[proc.pid] = proc
         record = {"pid": proc.pid, "url": url, **extra, "log": str(log)}
         self.record_file.write_text(json.dumps(record) + "\n")

@@ -117,7 +117,9 @@ def lock_params(lock: dict) -> dict[str, dict[str, Any]]:
 
 def lock_deps(lock: dict) -> dict[str, dict[str, str]]:
     """Dependency hashes per stage: stage -> {path: md5}."""
-    return {stage: {d["path"]: d.get("md5", "") for d in spec.get("deps", [])} for stage, spec in lock["stages"].items()}
+    return {
+        stage: {d["path"]: d.get("md5", "") for d in spec.get("deps", [])} for stage, spec in lock["stages"].items()
+    }
 
 
 def input_changes(a: dict, b: dict) -> dict[str, list[dict]]:
@@ -140,7 +142,9 @@ def input_changes(a: dict, b: dict) -> dict[str, list[dict]]:
         for path in sorted(p for p in set(da.get(stage, {})) | set(db.get(stage, {})) if not _produced(p, produced)):
             ma, mb = da.get(stage, {}).get(path), db.get(stage, {}).get(path)
             if ma != mb:
-                deps.setdefault(path, {"path": path, "kind": dep_kind(path), "a": ma, "b": mb, "stages": []})["stages"].append(stage)
+                deps.setdefault(path, {"path": path, "kind": dep_kind(path), "a": ma, "b": mb, "stages": []})[
+                    "stages"
+                ].append(stage)
     return {"params": list(params.values()), "deps": list(deps.values()), "cmds": cmds}
 
 

@@ -55,7 +55,11 @@ def step_model_tags(step_model: dict) -> dict[str, str]:
 def pool_tags(summary: dict) -> dict[str, str]:
     """`plan.<pool>.<field>`: each pool's GPU, parallelism, weights, KV dtype, the step model that sized it and the
     environment (engine, driver, runtime versions) from the capacity summary's `pool_provenance`."""
-    return {f"plan.{pool}.{field}": _text(value) for pool, row in (summary.get("pool_provenance") or {}).items() for field, value in row.items()}
+    return {
+        f"plan.{pool}.{field}": _text(value)
+        for pool, row in (summary.get("pool_provenance") or {}).items()
+        for field, value in row.items()
+    }
 
 
 def outputs_manifest(root: Path, lock: dict) -> dict[str, str]:

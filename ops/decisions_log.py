@@ -22,15 +22,37 @@ from typing import Any
 from ops.common import git, show
 
 LOG = "decisions/log.jsonl"
-WHAT = {"approved": "approved", "rejected": "rejected", "timed out": "timed_out", "recorded": "recorded_without_approval"}
-LABEL = {"approved": "{by}", "rejected": "rejected by {by}", "timed_out": "timed out", "recorded_without_approval": "not needed: decision unchanged"}
+WHAT = {
+    "approved": "approved",
+    "rejected": "rejected",
+    "timed out": "timed_out",
+    "recorded": "recorded_without_approval",
+}
+LABEL = {
+    "approved": "{by}",
+    "rejected": "rejected by {by}",
+    "timed_out": "timed out",
+    "recorded_without_approval": "not needed: decision unchanged",
+}
 
 
 def entry(record: dict[str, Any], capacity: dict[str, Any]) -> dict[str, Any]:
     """The log line of a decision record of flows.promote and the capacity summary of its re-plan."""
     plan = {k: capacity.get(k) for k in ("chosen", "mode", "gpus", "usd_per_hour", "target_rps")}
-    keys = ("at", "by", "email", "os_user", "comment", "reason", "base_commit", "dvc_lock_sha256", "flow_run_id",
-            "mlflow_run_id", "fingerprint", "triggered_by")  # fmt: skip
+    keys = (
+        "at",
+        "by",
+        "email",
+        "os_user",
+        "comment",
+        "reason",
+        "base_commit",
+        "dvc_lock_sha256",
+        "flow_run_id",
+        "mlflow_run_id",
+        "fingerprint",
+        "triggered_by",
+    )
     return {"what": WHAT[record["decision"]], **{k: record.get(k) for k in keys}, "plan": plan}
 
 
@@ -71,5 +93,7 @@ def label(line: dict[str, Any]) -> str:
 
 def reminder(line: dict[str, Any]) -> str:
     """The line a watch prints when it raises an upgrade that timed out before."""
-    return (f"reminder: this was raised before and timed out undecided at {line['at']} (flow run {line['flow_run_id']}); "
-            "the plan in force is still the old one")  # fmt: skip
+    return (
+        f"reminder: this was raised before and timed out undecided at {line['at']} (flow run {line['flow_run_id']}); "
+        "the plan in force is still the old one"
+    )

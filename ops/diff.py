@@ -21,14 +21,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from ops.common import CAPACITY_SUMMARY, STEP_MODEL, OpsError, input_changes, lock_outs, parse_lock, resolve_commit, run_main
 from llmcap.perf.corrections import describe as describe_corrections
+from ops.common import (
+    CAPACITY_SUMMARY,
+    STEP_MODEL,
+    OpsError,
+    input_changes,
+    lock_outs,
+    parse_lock,
+    resolve_commit,
+    run_main,
+)
 from ops.decision import step_model_version
 
 CAPACITY_TABLE = "data/processed/capacity.parquet"
-SCALARS = ("chosen", "mode", "pd_ratio", "target_rps", "max_rps_per_unit", "gpus_per_unit", "base_instances", "instances", "gpus",
-           "usd_per_hour", "step_model_source", "candidates_feasible", "candidates_simulated")
+SCALARS = (
+    "chosen",
+    "mode",
+    "pd_ratio",
+    "target_rps",
+    "max_rps_per_unit",
+    "gpus_per_unit",
+    "base_instances",
+    "instances",
+    "gpus",
+    "usd_per_hour",
+    "step_model_source",
+    "candidates_feasible",
+    "candidates_simulated",
+)
 
 
 @dataclass
@@ -65,7 +86,9 @@ def _dvc_read(root: Path, commit: str, path: str, side: Side) -> bytes | None:
     try:
         return dvc.api.read(path, repo=str(root), rev=commit, mode="rb")
     except Exception as exc:  # noqa: BLE001 - not in the cache nor the remote, or not an output at that commit
-        side.notes.append(f"{path}: not retrievable at {commit[:10]} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})")
+        side.notes.append(
+            f"{path}: not retrievable at {commit[:10]} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        )
         return None
 
 
@@ -77,7 +100,11 @@ def load_side(root: Path, spec: str) -> Side:
         side = Side(spec, "directory")
         read = lambda rel: (directory / rel).read_bytes() if (directory / rel).is_file() else None  # noqa: E731
         side.lock = parse_lock(read("dvc.lock"))
-        side.summary, side.step_model, side.capacity = _json(read(CAPACITY_SUMMARY)), _json(read(STEP_MODEL)), _table(read(CAPACITY_TABLE))
+        side.summary, side.step_model, side.capacity = (
+            _json(read(CAPACITY_SUMMARY)),
+            _json(read(STEP_MODEL)),
+            _table(read(CAPACITY_TABLE)),
+        )
         return side
     commit = resolve_commit(root, spec)
     if commit is not None:
@@ -114,7 +141,10 @@ def load_run(run_id: str) -> Side:
     if lock is None:
         raise OpsError(f"MLflow run {run_id} has no dvc.lock artifact: not a replan run")
     side.lock = parse_lock(lock)
-    side.summary, side.step_model = _json(artifact("decision/summary.json")), _json(artifact("decision/step_model.json"))
+    side.summary, side.step_model = (
+        _json(artifact("decision/summary.json")),
+        _json(artifact("decision/step_model.json")),
+    )
     side.notes.append("max feasible rates: the capacity table is not among a run's decision artifacts")
     return side
 
@@ -138,7 +168,9 @@ def decision_fields(summary: dict) -> dict[str, Any]:
 
 def pool_provenance(summary: dict) -> dict[str, Any]:
     """Each pool's provenance field as `pool.field` (what sized the pool: GPU, formats, step model, versions)."""
-    return {f"{pool}.{k}": v for pool, fields in (summary.get("pool_provenance") or {}).items() for k, v in fields.items()}
+    return {
+        f"{pool}.{k}": v for pool, fields in (summary.get("pool_provenance") or {}).items() for k, v in fields.items()
+    }
 
 
 def _changed(a: dict, b: dict) -> list[dict]:
@@ -155,15 +187,20 @@ def diff(a: Side, b: Side) -> dict:
     if a.capacity is not None and b.capacity is not None:
         ra = {(r["candidate"], r["mode"]): r["max_rps"] for r in a.capacity}
         rb = {(r["candidate"], r["mode"]): r["max_rps"] for r in b.capacity}
-        decision["max_rps"] = [{"candidate": c, "mode": m, "a": ra.get((c, m)), "b": rb.get((c, m))}
-                               for c, m in dict.fromkeys([*ra, *rb]) if ra.get((c, m)) != rb.get((c, m))]
+        decision["max_rps"] = [
+            {"candidate": c, "mode": m, "a": ra.get((c, m)), "b": rb.get((c, m))}
+            for c, m in dict.fromkeys([*ra, *rb])
+            if ra.get((c, m)) != rb.get((c, m))
+        ]
     changes = input_changes(a.lock, b.lock)
     by_kind: dict[str, list] = {"code": [], "data": [], "environment": []}
     for d in changes["deps"]:
         by_kind[d["kind"]].append(d)
     outs_a, outs_b = lock_outs(a.lock), lock_outs(b.lock)
-    trace = {k: {"a": outs_a.get(p, {}).get("md5"), "b": outs_b.get(p, {}).get("md5")}
-             for k, p in (("canonical", "data/interim/trace.parquet"),)}
+    trace = {
+        k: {"a": outs_a.get(p, {}).get("md5"), "b": outs_b.get(p, {}).get("md5")}
+        for k, p in (("canonical", "data/interim/trace.parquet"),)
+    }
     trace["file"] = {"a": _param(a.lock, "trace.file"), "b": _param(b.lock, "trace.file")}
     step: dict[str, Any] = {}
     if a.step_model and b.step_model:
@@ -172,12 +209,27 @@ def diff(a: Side, b: Side) -> dict:
             "source": {"a": a.step_model.get("source"), "b": b.step_model.get("source")},
             "version": {"a": step_model_version(a.step_model), "b": step_model_version(b.step_model)},
             "fingerprint": _changed(fa, fb),
-            "corrections": {"a": describe_corrections(a.step_model.get("corrections") or []),
-                            "b": describe_corrections(b.step_model.get("corrections") or [])},
+            "corrections": {
+                "a": describe_corrections(a.step_model.get("corrections") or []),
+                "b": describe_corrections(b.step_model.get("corrections") or []),
+            },
         }
     provenance = _changed(pool_provenance(a.summary), pool_provenance(b.summary)) if a.summary and b.summary else []
-    inputs = {"params": changes["params"], **by_kind, "cmds": changes["cmds"], "trace": trace, "step_model": step, "provenance": provenance}
-    return {"a": a.describe(), "b": b.describe(), "decision": decision, "inputs": inputs, "explanation": explain(inputs)}
+    inputs = {
+        "params": changes["params"],
+        **by_kind,
+        "cmds": changes["cmds"],
+        "trace": trace,
+        "step_model": step,
+        "provenance": provenance,
+    }
+    return {
+        "a": a.describe(),
+        "b": b.describe(),
+        "decision": decision,
+        "inputs": inputs,
+        "explanation": explain(inputs),
+    }
 
 
 def _param(lock: dict, key: str) -> Any:
@@ -221,7 +273,9 @@ def markdown(result: dict) -> str:
     lines = [f"# llmcap diff: A = {label(a)}, B = {label(b)}", "", "## Decision", ""]
     d = result["decision"]
     if d["changed"]:
-        lines += ["| field | A | B |", "|---|---|---|"] + [f"| {c['field']} | {_fmt(c['a'])} | {_fmt(c['b'])} |" for c in d["changed"]]
+        lines += ["| field | A | B |", "|---|---|---|"] + [
+            f"| {c['field']} | {_fmt(c['a'])} | {_fmt(c['b'])} |" for c in d["changed"]
+        ]
     else:
         lines.append(d.get("note", "unchanged"))
     if d["max_rps"]:
@@ -252,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.project.resolve()
     apply_defaults(root)
     result = diff(load_side(root, args.a), load_side(root, args.b))
-    print(json.dumps(result, indent=1, default=str) if args.json else markdown(result), end="" if not args.json else "\n")
+    print(
+        json.dumps(result, indent=1, default=str) if args.json else markdown(result), end="" if not args.json else "\n"
+    )
     return 0
 
 

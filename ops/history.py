@@ -58,21 +58,23 @@ def decisions(root: Path, tracking_uri: str | None = None) -> list[dict]:
     for run in replan_runs(tracking_uri):
         tags, metrics = run.data.tags, run.data.metrics
         lock_sha = tags.get("dvc.lock.sha256")
-        rows.append({
-            "date": dt.datetime.fromtimestamp(run.info.start_time / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds"),
-            "run_id": run.info.run_id,
-            "commit": tags.get("git.commit"),
-            "dirty": tags.get("git.dirty") == "true",
-            "recorded_in": commits.get(lock_sha) if lock_sha else None,
-            "target_rps": metrics.get("plan.target_rps"),
-            "chosen": tags.get("plan.chosen"),
-            "mode": tags.get("plan.mode"),
-            "gpus": None if metrics.get("plan.gpus") is None else int(metrics["plan.gpus"]),
-            "usd_per_hour": metrics.get("plan.usd_per_hour"),
-            "approved_by": tags.get("approval", "none"),
-            "dvc_lock_sha256": lock_sha,
-            "remote": tags.get("dvc.remote.url"),
-        })
+        rows.append(
+            {
+                "date": dt.datetime.fromtimestamp(run.info.start_time / 1000, tz=dt.UTC).isoformat(timespec="seconds"),
+                "run_id": run.info.run_id,
+                "commit": tags.get("git.commit"),
+                "dirty": tags.get("git.dirty") == "true",
+                "recorded_in": commits.get(lock_sha) if lock_sha else None,
+                "target_rps": metrics.get("plan.target_rps"),
+                "chosen": tags.get("plan.chosen"),
+                "mode": tags.get("plan.mode"),
+                "gpus": None if metrics.get("plan.gpus") is None else int(metrics["plan.gpus"]),
+                "usd_per_hour": metrics.get("plan.usd_per_hour"),
+                "approved_by": tags.get("approval", "none"),
+                "dvc_lock_sha256": lock_sha,
+                "remote": tags.get("dvc.remote.url"),
+            }
+        )
     return with_log(rows, decisions_log.read(root), commits)
 
 
@@ -91,11 +93,24 @@ def with_log(rows: list[dict], log: list[dict], commits: dict[str, str]) -> list
             continue
         plan = line.get("plan") or {}
         sha = line.get("dvc_lock_sha256")
-        rows.append({"date": line["at"], "run_id": run_id, "commit": line.get("base_commit"), "dirty": False,
-                     "recorded_in": commits.get(sha) if sha else None, "target_rps": plan.get("target_rps"),
-                     "chosen": plan.get("chosen"), "mode": plan.get("mode"), "gpus": plan.get("gpus"),
-                     "usd_per_hour": plan.get("usd_per_hour"), "approved_by": decisions_log.label(line),
-                     "dvc_lock_sha256": sha, "remote": None, "decision": {k: line.get(k) for k in ("what", "by", "email", "at")}})  # fmt: skip
+        rows.append(
+            {
+                "date": line["at"],
+                "run_id": run_id,
+                "commit": line.get("base_commit"),
+                "dirty": False,
+                "recorded_in": commits.get(sha) if sha else None,
+                "target_rps": plan.get("target_rps"),
+                "chosen": plan.get("chosen"),
+                "mode": plan.get("mode"),
+                "gpus": plan.get("gpus"),
+                "usd_per_hour": plan.get("usd_per_hour"),
+                "approved_by": decisions_log.label(line),
+                "dvc_lock_sha256": sha,
+                "remote": None,
+                "decision": {k: line.get(k) for k in ("what", "by", "email", "at")},
+            }
+        )
     return sorted(rows, key=lambda r: r["date"], reverse=True)
 
 
@@ -108,14 +123,21 @@ def render(rows: list[dict]) -> None:
         table.add_column(col, justify="right" if col in ("target req/s", "GPUs", "$/h") else "left")
     for r in rows:
         table.add_row(
-            r["date"].replace("+00:00", ""), r["run_id"][:8], (r["commit"] or "?")[:10] + ("+dirty" if r["dirty"] else ""),
-            (r["recorded_in"] or "not committed")[:10], _num(r["target_rps"], "{:.3g}"),
-            f"{r['chosen']} ({r['mode']})" if r["chosen"] else "?", _num(r["gpus"], "{}"), _num(r["usd_per_hour"], "{:,.0f}"),
+            r["date"].replace("+00:00", ""),
+            r["run_id"][:8],
+            (r["commit"] or "?")[:10] + ("+dirty" if r["dirty"] else ""),
+            (r["recorded_in"] or "not committed")[:10],
+            _num(r["target_rps"], "{:.3g}"),
+            f"{r['chosen']} ({r['mode']})" if r["chosen"] else "?",
+            _num(r["gpus"], "{}"),
+            _num(r["usd_per_hour"], "{:,.0f}"),
             r["approved_by"],
         )
     Console(width=200).print(table)
     if any(r["recorded_in"] is None for r in rows):
-        print("'not committed': no commit's dvc.lock matches the run's; commit dvc.lock after a plan to record the decision.")
+        print(
+            "'not committed': no commit's dvc.lock matches the run's; commit dvc.lock after a plan to record the decision."
+        )
 
 
 def _num(value, fmt: str) -> str:

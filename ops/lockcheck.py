@@ -63,14 +63,18 @@ def stale_deps(root: Path) -> list[str]:
                 continue
             for path, what in (change.get("changed deps") or {}).items():
                 if isinstance(what, dict):  # params.yaml: {key: modified|new|deleted}
-                    problems += [f"{name}: param {key} {how} (params.yaml differs from the lock)" for key, how in what.items()]
+                    problems += [
+                        f"{name}: param {key} {how} (params.yaml differs from the lock)" for key, how in what.items()
+                    ]
                 elif _produced(path, outs) is None:
                     problems.append(f"{name}: dep {path} {what}")
     for name, spec in lock["stages"].items():
         for dep in spec.get("deps", []):
             producer = _produced(dep["path"], outs)
             if producer is not None and producer == dep["path"] and dep.get("md5") != outs[producer]:
-                problems.append(f"{name}: dep {dep['path']} md5 {dep.get('md5')} but its stage recorded {outs[producer]}")
+                problems.append(
+                    f"{name}: dep {dep['path']} md5 {dep.get('md5')} but its stage recorded {outs[producer]}"
+                )
     return problems
 
 
@@ -82,10 +86,15 @@ def recorded_after_code(root: Path, rev: str, tree: Path) -> list[str]:
     """For every stage whose outputs name its code's commit: its entry in `rev`'s dvc.lock was recorded after
     that commit. `tree`: `rev`'s files (its dvc.yaml and stages/)."""
     if git(root, "rev-parse", "--is-shallow-repository", check=False) != "false":
-        print("ops.lockcheck: a shallow clone: the code-commit order is not checked (fetch the history: git fetch --unshallow)", file=sys.stderr)
+        print(
+            "ops.lockcheck: a shallow clone: the code-commit order is not checked (fetch the history: git fetch --unshallow)",
+            file=sys.stderr,
+        )
         return []
     stages = yaml.safe_load((tree / "dvc.yaml").read_text())["stages"]
-    embedding = sorted({m for f in (tree / "stages").glob("*.py") for m in _EMBEDS_COMMIT.findall(f.read_text())} & set(stages))
+    embedding = sorted(
+        {m for f in (tree / "stages").glob("*.py") for m in _EMBEDS_COMMIT.findall(f.read_text())} & set(stages)
+    )
     problems = []
     for stage in embedding:
         code = git(root, "log", "-1", "--format=%H", rev, "--", *stages[stage].get("deps", []))
@@ -98,9 +107,11 @@ def recorded_after_code(root: Path, rev: str, tree: Path) -> list[str]:
         if not code or introduced is None:
             continue
         if introduced == code or not _is_ancestor(root, code, introduced):
-            problems.append(f"{stage}: dvc.lock's entry was recorded at {introduced[:12]}, not after {code[:12]} (the last change to its "
-                            f"code): its outputs name an older commit than a re-run of {rev} would; commit the code first, then re-run "
-                            f"{stage} (make plan, or dvc repro --force {stage}) and commit dvc.lock")  # fmt: skip
+            problems.append(
+                f"{stage}: dvc.lock's entry was recorded at {introduced[:12]}, not after {code[:12]} (the last change to its "
+                f"code): its outputs name an older commit than a re-run of {rev} would; commit the code first, then re-run "
+                f"{stage} (make plan, or dvc repro --force {stage}) and commit dvc.lock"
+            )
     return problems
 
 
@@ -120,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ops.lockcheck", description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=ROOT, help="the git repository (default: this checkout)")
     ap.add_argument("--rev", default="HEAD", help="the commit whose dvc.lock is checked (default HEAD)")
-    ap.add_argument("--worktree", action="store_true", help="check the files in --root as they are (deps and lock only), not a commit")
+    ap.add_argument(
+        "--worktree",
+        action="store_true",
+        help="check the files in --root as they are (deps and lock only), not a commit",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     root = args.root.resolve()
@@ -140,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"stale": problems}, indent=1))
     else:
-        print("\n".join(problems) if problems else f"dvc.lock {'in ' + str(root) if args.worktree else 'at ' + args.rev} matches its code, params and data")
+        print(
+            "\n".join(problems)
+            if problems
+            else f"dvc.lock {'in ' + str(root) if args.worktree else 'at ' + args.rev} matches its code, params and data"
+        )
     return 1 if problems else 0
 
 

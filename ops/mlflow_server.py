@@ -26,6 +26,7 @@ from pathlib import Path
 from ops.background import BackgroundServer
 from stages.env import ROOT
 
+
 def home(root: Path) -> Path:
     return root / ".work" / "mlflow-server"
 
@@ -35,11 +36,27 @@ def _server(root: Path) -> BackgroundServer:
 
 
 def command(store: Path, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
-            "--artifacts-destination", str(store / "mlartifacts"), "--host", host, "--port", str(port), "--workers", "1"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{store / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(store / "mlartifacts"),
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
-def start(root: Path = ROOT, store: Path | None = None, port: int = 5000, host: str = "127.0.0.1", timeout_s: float = 180.0) -> dict:
+def start(
+    root: Path = ROOT, store: Path | None = None, port: int = 5000, host: str = "127.0.0.1", timeout_s: float = 180.0
+) -> dict:
     """Start `mlflow server` in the background and wait for /health; returns {pid, url, store, log, seconds}."""
     server = _server(root)
     record = server.running()
@@ -60,7 +77,12 @@ def stop(root: Path = ROOT, timeout_s: float = 20.0) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ops.mlflow_server", description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["start", "stop", "status"])
-    ap.add_argument("--dir", type=Path, default=None, help="the shared store directory (default $LLMCAP_STORE_DIR, else .work/store)")
+    ap.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="the shared store directory (default $LLMCAP_STORE_DIR, else .work/store)",
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=int(os.environ.get("LLMCAP_MLFLOW_PORT", "5000")))
     ap.add_argument("--project", type=Path, default=ROOT)
@@ -68,10 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     root = args.project.resolve()
     if args.action == "start":
         r = start(root, args.dir, args.port, args.host)
-        print(f"mlflow server {'already running' if r.get('already_running') else 'started'} (pid {r['pid']}) at {r['url']} "
-              f"in {r['seconds']} s; store {r['store']}; log {r['log']}")
-        print(f"params.yaml, for every clone:\n  stores:\n    dvc_remote: {Path(r['store']) / 'dvc-remote'}\n"
-              f"    mlflow_tracking_uri: {r['url']}")
+        print(
+            f"mlflow server {'already running' if r.get('already_running') else 'started'} (pid {r['pid']}) at {r['url']} "
+            f"in {r['seconds']} s; store {r['store']}; log {r['log']}"
+        )
+        print(
+            f"params.yaml, for every clone:\n  stores:\n    dvc_remote: {Path(r['store']) / 'dvc-remote'}\n"
+            f"    mlflow_tracking_uri: {r['url']}"
+        )
     elif args.action == "stop":
         print("stopped" if stop(root) else "not running")
     else:

@@ -24,18 +24,35 @@ def register(history: CorrectionHistory, version: int, files: list[Path], tags: 
     v = history.versions[version - 1]
     name = history.registered_model
     config_tags = {f"configuration.{k}": str(val) for k, val in history.configuration.items()}
-    with mlflow.start_run(run_name=f"correct: {name} v{version}", tags={"llmcap.kind": "correct", **tags, **config_tags}) as run:
+    with mlflow.start_run(
+        run_name=f"correct: {name} v{version}", tags={"llmcap.kind": "correct", **tags, **config_tags}
+    ) as run:
         for f in files:
             mlflow.log_artifact(str(f), artifact_path="step_model")
         mlflow.log_metrics({f"correction.{c.min_context}": c.factor for c in v.added})
     try:
         client.get_registered_model(name)
     except MlflowException:
-        client.create_registered_model(name, tags=config_tags, description=f"llmcap step-time corrections for {name.removeprefix('llmcap-step-model-')}")
-    version_tags = {**config_tags, **tags, "llmcap.version": str(version), "reconcile.sha256": v.reconcile_sha256, "measured_on": v.measured_on,
-                    "corrections": json.dumps([c.model_dump(mode="json") for c in v.corrections], sort_keys=True)}  # fmt: skip
-    mv = client.create_model_version(name, source=f"{run.info.artifact_uri}/step_model", run_id=run.info.run_id, tags=version_tags,
-                                     description="; ".join(c.reasoning for c in v.added))  # fmt: skip
+        client.create_registered_model(
+            name,
+            tags=config_tags,
+            description=f"llmcap step-time corrections for {name.removeprefix('llmcap-step-model-')}",
+        )
+    version_tags = {
+        **config_tags,
+        **tags,
+        "llmcap.version": str(version),
+        "reconcile.sha256": v.reconcile_sha256,
+        "measured_on": v.measured_on,
+        "corrections": json.dumps([c.model_dump(mode="json") for c in v.corrections], sort_keys=True),
+    }
+    mv = client.create_model_version(
+        name,
+        source=f"{run.info.artifact_uri}/step_model",
+        run_id=run.info.run_id,
+        tags=version_tags,
+        description="; ".join(c.reasoning for c in v.added),
+    )
     for alias, number in history.aliases.items():
         if number == version:
             client.set_registered_model_alias(name, alias, mv.version)

@@ -31,7 +31,18 @@ from pathlib import Path
 import yaml
 
 from ops.common import (
-    OpsError, dir_manifest, git, input_changes, lock_outs, md5_file, out_md5, parse_lock, resolve_commit, run_main, sha256, show,
+    OpsError,
+    dir_manifest,
+    git,
+    input_changes,
+    lock_outs,
+    md5_file,
+    out_md5,
+    parse_lock,
+    resolve_commit,
+    run_main,
+    sha256,
+    show,
 )
 
 
@@ -40,15 +51,22 @@ def venv_for(root: Path, worktree: Path, uv_lock: bytes) -> tuple[Path, str]:
     digest = sha256(uv_lock)[:16]
     current = root / "uv.lock"
     if current.is_file() and sha256(current.read_bytes())[:16] == digest:
-        return Path(sys.executable), f"this interpreter's environment ({sys.prefix}): REV's uv.lock {digest} is the project's"
-    cache = Path(os.environ.get("LLMCAP_VENV_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llmcap" / "venvs")
+        return Path(
+            sys.executable
+        ), f"this interpreter's environment ({sys.prefix}): REV's uv.lock {digest} is the project's"
+    cache = Path(
+        os.environ.get("LLMCAP_VENV_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llmcap" / "venvs"
+    )
     venv = cache / digest
     python, marker = venv / "bin" / "python", venv / ".llmcap-synced"
     if marker.is_file() and python.exists():
         return python, f"cached venv {venv} (uv.lock {digest})"
     uv = os.environ.get("UV") or shutil.which("uv") or str(root / ".tools" / "bin" / "uv")
     if not Path(uv).exists() and not shutil.which(uv):
-        raise OpsError(f"REV's uv.lock ({digest}) differs from the project's and no `uv` to build its venv (run `make setup`)")
+        raise OpsError(
+            f"REV's uv.lock ({digest}) differs from the project's and no `uv` to build its venv (run `make setup`)"
+        )
     env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     print(f"[reproduce] building REV's environment: uv sync --frozen into {venv}", file=sys.stderr)
@@ -71,7 +89,9 @@ def native_core(root: Path, worktree: Path) -> str:
         if not src.is_file() or sha256(src.read_bytes()) != digest:
             return f"Python sources (REV's {name} differs from the compiled one)"
     # REV's loader finds the extensions in llmcap/_compiled/ or, before that directory existed, beside the sources
-    into = worktree / "llmcap" / ("_compiled" if "_compiled" in (worktree / "llmcap" / "_native.py").read_text() else "")
+    into = (
+        worktree / "llmcap" / ("_compiled" if "_compiled" in (worktree / "llmcap" / "_native.py").read_text() else "")
+    )
     for name in modules:
         rel = Path(*name.split("."))
         (into / rel.parent).mkdir(parents=True, exist_ok=True)
@@ -108,10 +128,12 @@ def use_project_remote(root: Path, worktree: Path) -> str:
     return remote["url"]
 
 
-def expected_files(root: Path, worktree: Path, path: str, md5: str, manifest: dict[str, str] | None) -> dict[str, str] | None:
+def expected_files(
+    root: Path, worktree: Path, path: str, md5: str, manifest: dict[str, str] | None
+) -> dict[str, str] | None:
     """Per-file md5s a directory output should have: its `.dir` object in a DVC cache or local remote, else the MLflow manifest."""
     if manifest is not None and any(k.startswith(path + "/") for k in manifest):
-        return {k[len(path) + 1:]: v for k, v in manifest.items() if k.startswith(path + "/")}
+        return {k[len(path) + 1 :]: v for k, v in manifest.items() if k.startswith(path + "/")}
     value = md5.removesuffix(".dir")
     for base in (root / ".dvc" / "cache", worktree / ".dvc" / "cache"):
         obj = base / "files" / "md5" / value[:2] / (value[2:] + ".dir")
@@ -180,16 +202,28 @@ def compare(root: Path, worktree: Path, lock: dict, dvc_yaml: dict, run: dict | 
                 row["files"].append({"path": f"{path}/*", "expected": "unknown (no .dir manifest cached)", "got": None})
             for rel in sorted(set(want or {}) | (set(have) if want is not None else set())):
                 if (want or {}).get(rel) != have.get(rel):
-                    row["files"].append({"path": f"{path}/{rel}", "expected": (want or {}).get(rel), "got": have.get(rel)})
+                    row["files"].append(
+                        {"path": f"{path}/{rel}", "expected": (want or {}).get(rel), "got": have.get(rel)}
+                    )
         rows.append(row)
     return rows
 
 
 def compare_mlflow(worktree: Path, run: dict | None, rows: list[dict]) -> dict:
     if run is None:
-        return {"run_id": None, "compared": 0, "differences": [], "note": "no finished replan run with REV's dvc.lock in this MLflow store"}
+        return {
+            "run_id": None,
+            "compared": 0,
+            "differences": [],
+            "note": "no finished replan run with REV's dvc.lock in this MLflow store",
+        }
     if run["manifest"] is None:
-        return {"run_id": run["run_id"], "compared": 0, "differences": [], "note": "the run has no decision/outputs.json"}
+        return {
+            "run_id": run["run_id"],
+            "compared": 0,
+            "differences": [],
+            "note": "the run has no decision/outputs.json",
+        }
     skip = {r["path"] for r in rows if r["status"].startswith("not stored") or r["status"] == MEASURED}
     diffs = []
     compared = 0
@@ -217,19 +251,34 @@ def reproduce(root: Path, rev: str, pull: bool, keep: bool) -> dict:
     worktree = tmp / "tree"
     git(root, "worktree", "add", "--detach", str(worktree), commit)
     try:
-        result: dict = {"rev": rev, "commit": commit, "mode": "pull" if pull else "recompute", "worktree": str(worktree) if keep else None}
+        result: dict = {
+            "rev": rev,
+            "commit": commit,
+            "mode": "pull" if pull else "recompute",
+            "worktree": str(worktree) if keep else None,
+        }
         if pull:
             result["remote"] = use_project_remote(root, worktree)
-            proc = subprocess.run([sys.executable, "-m", "dvc", "pull"], cwd=worktree, env=isolated_env(tmp / "state", Path(sys.executable)),
-                                  stdout=sys.stderr, stderr=sys.stderr)
+            proc = subprocess.run(
+                [sys.executable, "-m", "dvc", "pull"],
+                cwd=worktree,
+                env=isolated_env(tmp / "state", Path(sys.executable)),
+                stdout=sys.stderr,
+                stderr=sys.stderr,
+            )
             result["environment"] = {"dvc pull exit": proc.returncode}
             rerun_lock = None
         else:
             python, how = venv_for(root, worktree, show(root, commit, "uv.lock") or b"")
             result["environment"] = {"python": how, "simulator": native_core(root, worktree)}
             print(f"[reproduce] {commit[:10]}: dvc repro --force in {worktree} ({how})", file=sys.stderr)
-            proc = subprocess.run([str(python), "-m", "dvc", "repro", "--force"], cwd=worktree, env=isolated_env(tmp / "state", python),
-                                  stdout=sys.stderr, stderr=sys.stderr)
+            proc = subprocess.run(
+                [str(python), "-m", "dvc", "repro", "--force"],
+                cwd=worktree,
+                env=isolated_env(tmp / "state", python),
+                stdout=sys.stderr,
+                stderr=sys.stderr,
+            )
             result["environment"]["dvc repro exit"] = proc.returncode
             rerun = worktree / "dvc.lock"
             rerun_lock = parse_lock(rerun.read_bytes()) if rerun.is_file() else None
@@ -239,8 +288,7 @@ def reproduce(root: Path, rev: str, pull: bool, keep: bool) -> dict:
         result["mlflow"] = compare_mlflow(worktree, run, rows)
         result["inputs_changed"] = input_changes(lock, rerun_lock) if rerun_lock else None
         result["identical"] = (
-            proc.returncode == 0 and all(r["status"] in SKIPPED for r in rows)
-            and not result["mlflow"]["differences"]
+            proc.returncode == 0 and all(r["status"] in SKIPPED for r in rows) and not result["mlflow"]["differences"]
         )
         return result
     finally:
@@ -256,7 +304,13 @@ def render(result: dict) -> None:
 
     console = Console(width=200)
     table = Table(title=f"reproduce {result['rev']} ({result['commit'][:10]}, {result['mode']})")
-    for col in ("output", "stage", "dvc.lock md5", "re-run md5" if result["mode"] == "recompute" else "pulled md5", "status"):
+    for col in (
+        "output",
+        "stage",
+        "dvc.lock md5",
+        "re-run md5" if result["mode"] == "recompute" else "pulled md5",
+        "status",
+    ):
         table.add_column(col)
     for r in result["outputs"]:
         table.add_row(r["path"], r["stage"], r["expected"] or "", r["got"] or "-", r["status"])
@@ -267,8 +321,10 @@ def render(result: dict) -> None:
         console.print(f"{key}: {value}")
     m = result["mlflow"]
     if m["run_id"]:
-        console.print(f"MLflow run {m['run_id']}: {m['compared']} output files compared with decision/outputs.json, "
-                      f"{len(m['differences'])} differ" + ("" if "note" not in m else f" ({m['note']})"))
+        console.print(
+            f"MLflow run {m['run_id']}: {m['compared']} output files compared with decision/outputs.json, "
+            f"{len(m['differences'])} differ" + ("" if "note" not in m else f" ({m['note']})")
+        )
         for d in m["differences"]:
             console.print(f"  {d['path']}: run {d['expected']}, now {d['got']}")
     else:
@@ -293,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ops.reproduce", description=__doc__.splitlines()[0])
     ap.add_argument("rev", help="the commit (sha, branch, tag) whose dvc.lock records the decision")
     ap.add_argument("--project", type=Path, default=Path("."))
-    ap.add_argument("--pull", action="store_true", help="fetch REV's outputs from the DVC remote instead of recomputing")
+    ap.add_argument(
+        "--pull", action="store_true", help="fetch REV's outputs from the DVC remote instead of recomputing"
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the worktree (its path is printed)")
     args = ap.parse_args(argv)

@@ -24,14 +24,19 @@ def sandbox_env(dest: Path) -> dict[str, str]:
         "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
         "DVC_SITE_CACHE_DIR": str(work / "dvc-site-cache"),
         "MPLCONFIGDIR": str(work / "matplotlib"),
-        "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost",
-    }  # fmt: skip
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@localhost",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@localhost",
+    }
 
 
 def copy_checkout(dest: Path, native: bool = False) -> None:
     """Copy the checkout's tracked and new files to `dest`. `native`: also the compiled simulator core when it
     was built from exactly these sources (`make setup`; llmcap._native checks the record and else runs the sources)."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     for rel in filter(None, files.decode().split("\0")):
         src = ROOT / rel
         if src.is_file():

@@ -54,7 +54,9 @@ def push(root: Path) -> dict:
 
     remote = default_remote(root)
     if remote is None:
-        raise OpsError("no DVC remote: set params.yaml stores.dvc_remote or `dvc remote add -d NAME URL` (README, 'Decisions')")
+        raise OpsError(
+            "no DVC remote: set params.yaml stores.dvc_remote or `dvc remote add -d NAME URL` (README, 'Decisions')"
+        )
     with Repo(str(root), config=dvc_config(remote)) as repo:
         pushed = repo.push(remote=remote["name"])
     return {"name": remote["name"], "url": remote["url"], "pushed": int(pushed or 0)}
@@ -62,7 +64,18 @@ def push(root: Path) -> dict:
 
 def configure_dvc(root: Path, remote: dict[str, str]) -> None:
     """Make `remote` the default of plain `dvc` commands in the checkout at `root` (its untracked `.dvc/config.local`)."""
-    cmd = [sys.executable, "-m", "dvc", "remote", "add", "--local", "--force", "--default", remote["name"], remote["url"]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dvc",
+        "remote",
+        "add",
+        "--local",
+        "--force",
+        "--default",
+        remote["name"],
+        remote["url"],
+    ]
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
         raise OpsError(f"dvc remote add --local failed: {proc.stderr.strip()[-300:]}")
@@ -71,7 +84,9 @@ def configure_dvc(root: Path, remote: dict[str, str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ops.store", description=__doc__.splitlines()[0])
     ap.add_argument("--project", type=Path, default=Path("."))
-    ap.add_argument("--configure-dvc", action="store_true", help="write the remote into .dvc/config.local for plain `dvc` commands")
+    ap.add_argument(
+        "--configure-dvc", action="store_true", help="write the remote into .dvc/config.local for plain `dvc` commands"
+    )
     args = ap.parse_args(argv)
     from llmcap.credentials import redact_text
     from stages.env import apply_defaults, stores
@@ -82,8 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     remote = default_remote(root)
     if remote is not None and args.configure_dvc:
         configure_dvc(root, remote)
-    print(json.dumps({"dvc_remote": remote, "mlflow_tracking_uri": redact_text(setting["mlflow_tracking_uri"]),
-                      "mlflow_tracking_uri_from": setting["mlflow_tracking_uri_from"]}, indent=1))
+    print(
+        json.dumps(
+            {
+                "dvc_remote": remote,
+                "mlflow_tracking_uri": redact_text(setting["mlflow_tracking_uri"]),
+                "mlflow_tracking_uri_from": setting["mlflow_tracking_uri_from"],
+            },
+            indent=1,
+        )
+    )
     return 0 if remote is not None else 1
 
 

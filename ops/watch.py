@@ -30,8 +30,16 @@ from llmcap.credentials import redact_url
 from ops.common import CLEAN_REPORT, RAW_DIR, STEP_MODEL, OpsError
 
 # Fingerprint fields an observation may carry, all of them params.yaml `profile.<field>` knobs.
-WATCHED = ("engine_version", "engine_commit", "driver_version", "runtime_version", "interconnect", "model_revision",
-           "block_size", "enable_prefix_caching")
+WATCHED = (
+    "engine_version",
+    "engine_commit",
+    "driver_version",
+    "runtime_version",
+    "interconnect",
+    "model_revision",
+    "block_size",
+    "enable_prefix_caching",
+)
 _CACHE_INFO = "vllm:cache_config_info"
 
 
@@ -116,10 +124,15 @@ def upgrade_changes(planned: dict[str, Any], observations: dict[str, dict[str, A
             if observed.get(field) is None:
                 continue
             if field in seen and seen[field][0] != observed[field]:
-                raise OpsError(f"watch: {field} differs between {seen[field][1]} ({seen[field][0]!r}) and {source} ({observed[field]!r})")
+                raise OpsError(
+                    f"watch: {field} differs between {seen[field][1]} ({seen[field][0]!r}) and {source} ({observed[field]!r})"
+                )
             seen[field] = (observed[field], source)
-    return [{"field": f, "planned": planned.get(f), "observed": v, "source": s}
-            for f, (v, s) in seen.items() if planned.get(f) != v]  # fmt: skip
+    return [
+        {"field": f, "planned": planned.get(f), "observed": v, "source": s}
+        for f, (v, s) in seen.items()
+        if planned.get(f) != v
+    ]
 
 
 def trace_changes(root: Path) -> list[dict[str, Any]]:
@@ -141,7 +154,14 @@ def trace_changes(root: Path) -> list[dict[str, Any]]:
     if (digest == was) if was else (Path(name).name == planned["source_file"]):
         return []
     show = lambda file, sha: f"{file} (sha256 {sha[:12]})" if sha else file  # noqa: E731
-    return [{"field": "trace", "planned": show(planned["source_file"], was), "observed": show(name, digest), "source": RAW_DIR}]
+    return [
+        {
+            "field": "trace",
+            "planned": show(planned["source_file"], was),
+            "observed": show(name, digest),
+            "source": RAW_DIR,
+        }
+    ]
 
 
 def changes_key(changes: list[dict[str, Any]]) -> str:
@@ -170,7 +190,10 @@ def mark_stale(params_path: Path, changes: list[dict[str, Any]]) -> None:
                 lines[i] = f"{m.group(1)} {value}{m.group(3) or ''}{m.group(4) or ''}"
                 break
         else:  # not written yet: add it as the section's first key
-            indent = re.match(r"\s*", next((ln for ln in lines[start + 1:end] if ln.strip() and not ln.lstrip().startswith("#")), "  x")).group(0)
+            indent = re.match(
+                r"\s*",
+                next((ln for ln in lines[start + 1 : end] if ln.strip() and not ln.lstrip().startswith("#")), "  x"),
+            ).group(0)
             lines.insert(start + 1, f"{indent}{c['field']}: {value}\n")
             end += 1
     params_path.write_text("".join(lines), encoding="utf-8")

@@ -61,7 +61,9 @@ def main() -> int:
         except (SystemExit, Exception) as exc2:
             print(f"[build_native] FAILED ({exc2}); llmcap.sim runs its Python sources", file=sys.stderr)
             return 1
-    for name in native.NATIVE_MODULES:  # built in place (mypyc names modules by path): move them out of the sources' way
+    for (
+        name
+    ) in native.NATIVE_MODULES:  # built in place (mypyc names modules by path): move them out of the sources' way
         target = native.COMPILED.joinpath(*name.split(".")).parent
         target.mkdir(parents=True, exist_ok=True)
         for path in _in_place(native, name):
@@ -83,7 +85,15 @@ def _build(sources: list[str]) -> None:
         name="llmcap-sim-native",
         packages=[],
         py_modules=[],
-        script_args=["--quiet", "build_ext", "--inplace", "--build-temp", str(BUILD / "temp"), "--build-lib", str(BUILD / "lib")],
+        script_args=[
+            "--quiet",
+            "build_ext",
+            "--inplace",
+            "--build-temp",
+            str(BUILD / "temp"),
+            "--build-lib",
+            str(BUILD / "lib"),
+        ],
         ext_modules=mypycify(
             ["--ignore-missing-imports", "--follow-imports=silent", "--cache-dir", str(BUILD / "mypy-cache"), *sources],
             opt_level="3",

@@ -34,8 +34,10 @@ def _without_strings(line: str) -> str:
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return re.sub(r"(['\"]).*?\1", '""', line)
     tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.NEWLINE)]
-    return " ".join(_blank(t, tokens[i - 1].string if i else "", tokens[i + 1].string if i + 1 < len(tokens) else "")
-                    for i, t in enumerate(tokens))  # fmt: skip
+    return " ".join(
+        _blank(t, tokens[i - 1].string if i else "", tokens[i + 1].string if i + 1 < len(tokens) else "")
+        for i, t in enumerate(tokens)
+    )
 
 
 def _blank(token: tokenize.TokenInfo, before: str, after: str) -> str:
@@ -53,7 +55,11 @@ def text_only(diff: str) -> bool:
     """Whether a unified diff changes only string literals' content."""
     removed = [line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     added = [line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
-    return bool(removed) and len(removed) == len(added) and all(_without_strings(a) == _without_strings(b) for a, b in zip(removed, added, strict=True))
+    return (
+        bool(removed)
+        and len(removed) == len(added)
+        and all(_without_strings(a) == _without_strings(b) for a, b in zip(removed, added, strict=True))
+    )
 
 
 def main() -> int:
@@ -85,9 +91,13 @@ def main() -> int:
                 by_function[name.rsplit("__mutmut_", 1)[0]].append((name, why))
     total = sum(counts.values())
     decided = total - counts["text only"]
-    lines = [f"# Mutation score of the decision code: {counts['killed']}/{total} killed ({counts['killed'] / total:.1%}); "
-             f"not counting text-only mutants {counts['killed']}/{decided} ({counts['killed'] / decided:.1%})", "",
-             "| module | killed | survived | text only | no fast test | other |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Mutation score of the decision code: {counts['killed']}/{total} killed ({counts['killed'] / total:.1%}); "
+        f"not counting text-only mutants {counts['killed']}/{decided} ({counts['killed'] / decided:.1%})",
+        "",
+        "| module | killed | survived | text only | no fast test | other |",
+        "|---|---|---|---|---|---|",
+    ]
     for path, c in sorted(per_file.items()):
         other = sum(v for k, v in c.items() if k not in ("killed", "survived", "text only", "no fast test"))
         lines.append(f"| {path} | {c['killed']} | {c['survived']} | {c['text only']} | {c['no fast test']} | {other} |")
@@ -98,7 +108,7 @@ def main() -> int:
         lines += [f"  - `{name}`: {why}" for name, why in mutants if why == "survived"]
     report = ROOT / "mutants" / "report.md"
     report.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines[:4 + len(per_file)]))
+    print("\n".join(lines[: 4 + len(per_file)]))
     print(f"\nthe list, by function: {report.relative_to(ROOT)}")
     return 0
 

@@ -43,24 +43,35 @@ def run(args: argparse.Namespace) -> str:
 
     from llmcap.catalog import load_model
     from llmcap.config import load_params
+    from llmcap.planning import StepTimes
     from llmcap.report.autoscale import markdown, plot_instances, summary
     from llmcap.sizing.autoscale_plan import plan_whatif
     from llmcap.trace import load_trace
     from stages import tracking, validation
-    from llmcap.planning import StepTimes
 
     params = load_params(args.params)
     args.report_dir.mkdir(parents=True, exist_ok=True)
     report, out = args.report_dir / "autoscale.md", args.report_dir / "summary.json"
     if not params.autoscale.enabled:
-        report.write_text("# Autoscaling what-if\n\nNot run: `autoscale.enabled` is false in params.yaml.\n", encoding="utf-8")
+        report.write_text(
+            "# Autoscaling what-if\n\nNot run: `autoscale.enabled` is false in params.yaml.\n", encoding="utf-8"
+        )
         out.write_text(json.dumps({"enabled": False}) + "\n", encoding="utf-8")
         return f"disabled (autoscale.enabled: false) → {report}"
     chosen = json.loads(args.capacity_summary.read_text(encoding="utf-8"))
     measured = StepTimes.read(args.step_model).measured
     say = lambda m: print(f"[autoscale] simulating the day: {m}", file=sys.stderr)  # noqa: E731
-    w = plan_whatif(load_trace(args.trace), pq.read_table(args.candidates).to_pandas(), load_model(params.enumerate.model), params.size,
-                    chosen, params.autoscale, params.seed, measured, say)  # fmt: skip
+    w = plan_whatif(
+        load_trace(args.trace),
+        pq.read_table(args.candidates).to_pandas(),
+        load_model(params.enumerate.model),
+        params.size,
+        chosen,
+        params.autoscale,
+        params.seed,
+        measured,
+        say,
+    )
     plot = plot_instances(w, args.report_dir / "instances.png")
     report.write_text(markdown(w, plot.name), encoding="utf-8")
     s = {"enabled": True, "chosen": chosen["chosen"]} | summary(w)
@@ -69,17 +80,30 @@ def run(args: argparse.Namespace) -> str:
     validation_path = check.write(args.report_dir / "validation.json")
 
     inputs = {"trace": args.trace, "candidates": args.candidates, "capacity_summary": args.capacity_summary}
-    with tracking.stage_run(ROOT, "autoscale", {"autoscale": params.autoscale.model_dump(mode="json")}, inputs) as mlflow:
+    with tracking.stage_run(
+        ROOT, "autoscale", {"autoscale": params.autoscale.model_dump(mode="json")}, inputs
+    ) as mlflow:
         name = lambda p: "static" if p["floor_fraction"] is None else f"floor_{p['floor_fraction']:g}"  # noqa: E731
-        mlflow.log_metrics({f"gpu_hours.{name(p)}": p["gpu_hours"] for p in s["plans"]} | {f"attainment.{name(p)}": p["attainment"] for p in s["plans"]})
-        mlflow.set_tags({"simulated": "true", "floor_that_keeps_attainment": str(s["floor_that_keeps_attainment"]),
-                         "validation.success": str(check.success).lower()})  # fmt: skip
+        mlflow.log_metrics(
+            {f"gpu_hours.{name(p)}": p["gpu_hours"] for p in s["plans"]}
+            | {f"attainment.{name(p)}": p["attainment"] for p in s["plans"]}
+        )
+        mlflow.set_tags(
+            {
+                "simulated": "true",
+                "floor_that_keeps_attainment": str(s["floor_that_keeps_attainment"]),
+                "validation.success": str(check.success).lower(),
+            }
+        )
         for artifact in (report, out, plot, validation_path):
             mlflow.log_artifact(str(artifact), artifact_path="autoscale")
     validation.require(check)
     best = w.floor
-    verdict = (f"floor × {best.floor_fraction:g} keeps attainment with {best.gpu_hours:,.1f} GPU-h vs {w.static.gpu_hours:,.1f} static"
-               if best is not None else "no autoscaled plan keeps attainment")  # fmt: skip
+    verdict = (
+        f"floor × {best.floor_fraction:g} keeps attainment with {best.gpu_hours:,.1f} GPU-h vs {w.static.gpu_hours:,.1f} static"
+        if best is not None
+        else "no autoscaled plan keeps attainment"
+    )
     return f"simulated day (not a measurement): {verdict} → {report}"
 
 

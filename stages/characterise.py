@@ -1,6 +1,6 @@
 """Stage `characterise` (step 1b): canonical trace → workload summary JSON, Markdown and plots.
 
-    python -m stages.characterise --trace IN --summary OUT.json --report-dir DIR
+python -m stages.characterise --trace IN --summary OUT.json --report-dir DIR
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def run(args: argparse.Namespace) -> str:
     markdown = args.report_dir / "workload.md"
     markdown.write_text(render_markdown(summary, [p.name for p in plots]), encoding="utf-8")
 
-    with tracking.stage_run(ROOT, "characterise", {"characterise": params.model_dump()}, {"trace": args.trace}) as mlflow:
+    with tracking.stage_run(
+        ROOT, "characterise", {"characterise": params.model_dump()}, {"trace": args.trace}
+    ) as mlflow:
         metrics = tracking.flatten("", {k: v for k, v in summary.items() if k not in ("joint", "mix")})
         mlflow.log_metrics(metrics)
         mlflow.log_artifact(str(args.summary), artifact_path="workload")

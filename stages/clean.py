@@ -1,6 +1,6 @@
 """Stage `clean` (step 1a): raw trace → canonical trace + quarantine, validated and logged.
 
-    python -m stages.clean --raw-dir data/raw --trace OUT --quarantine OUT --report-dir DIR
+python -m stages.clean --raw-dir data/raw --trace OUT --quarantine OUT --report-dir DIR
 """
 
 from __future__ import annotations
@@ -41,9 +41,13 @@ def run(args: argparse.Namespace) -> str:
 
     max_ctx = params.clean.max_context_tokens
     frame = result.trace.drop_columns(["hash_ids"]).to_pandas()
-    trace_check = validation.validate(frame, "canonical_trace", lambda gxe: validation.canonical_trace_suite(gxe, max_ctx))
+    trace_check = validation.validate(
+        frame, "canonical_trace", lambda gxe: validation.canonical_trace_suite(gxe, max_ctx)
+    )
     quarantine_check = validation.validate(
-        result.quarantine.drop_columns(["raw"]).to_pandas(), "quarantine", lambda gxe: validation.quarantine_suite(gxe, REASONS)
+        result.quarantine.drop_columns(["raw"]).to_pandas(),
+        "quarantine",
+        lambda gxe: validation.quarantine_suite(gxe, REASONS),
     )
     trace_check.write(args.report_dir / "validation_trace.json")
     quarantine_check.write(args.report_dir / "validation_quarantine.json")
@@ -53,13 +57,25 @@ def run(args: argparse.Namespace) -> str:
         r = result.report
         mlflow.log_metrics({"rows_in": r.rows_in, "rows_kept": r.rows_kept, "rows_quarantined": r.rows_quarantined})
         mlflow.log_metrics({f"quarantined.{k}": v for k, v in r.by_reason.items()})
-        mlflow.set_tags({"trace.format": r.source_format, "trace.start": r.start, "validation.success": str(trace_check.success and quarantine_check.success).lower()})
-        for artifact in (report_path, args.report_dir / "validation_trace.json", args.report_dir / "validation_quarantine.json"):
+        mlflow.set_tags(
+            {
+                "trace.format": r.source_format,
+                "trace.start": r.start,
+                "validation.success": str(trace_check.success and quarantine_check.success).lower(),
+            }
+        )
+        for artifact in (
+            report_path,
+            args.report_dir / "validation_trace.json",
+            args.report_dir / "validation_quarantine.json",
+        ):
             mlflow.log_artifact(str(artifact), artifact_path="clean")
     validation.require(trace_check)
     validation.require(quarantine_check)
     if not r.accounting_ok:
-        raise LlmcapError(f"row accounting broken: {r.rows_in} in != {r.rows_kept} kept + {r.rows_quarantined} quarantined")
+        raise LlmcapError(
+            f"row accounting broken: {r.rows_in} in != {r.rows_kept} kept + {r.rows_quarantined} quarantined"
+        )
     return (
         f"{r.source_file}: {r.rows_in:,} rows in = {r.rows_kept:,} kept + {r.rows_quarantined:,} quarantined "
         f"({', '.join(f'{k}={v}' for k, v in r.by_reason.items()) or 'none'})"

@@ -57,11 +57,17 @@ def run(args: argparse.Namespace) -> str:
     check = validation.validate(table, "candidates", validation.candidates_suite)
     validation_path = check.write(args.report_dir / "validation.json")
 
-    inputs = {"workload": args.workload, "model_config": Path(model.source), "gpu_catalog": args.catalog_dir / "gpus.yaml"}
+    inputs = {
+        "workload": args.workload,
+        "model_config": Path(model.source),
+        "gpu_catalog": args.catalog_dir / "gpus.yaml",
+    }
     with tracking.stage_run(ROOT, "enumerate", {"enumerate": params.model_dump(mode="json")}, inputs) as mlflow:
         metrics = {"candidates": summary["rows"], "feasible": summary["feasible"], "infeasible": summary["infeasible"]}
         metrics |= {f"infeasible.{code}": n for code, n in summary["infeasible_by_reason"].items()}
-        metrics |= {f"most_kv_tokens.{role}": b["kv_tokens_per_instance"] for role, b in summary["most_kv_per_role"].items()}
+        metrics |= {
+            f"most_kv_tokens.{role}": b["kv_tokens_per_instance"] for role, b in summary["most_kv_per_role"].items()
+        }
         metrics |= {f"context_len.{k}": v for k, v in summary["context_lengths"].items()}
         mlflow.log_metrics({k.replace("/", "."): float(v) for k, v in metrics.items()})
         mlflow.set_tags({"model": model.name, "validation.success": str(check.success).lower()})

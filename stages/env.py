@@ -52,8 +52,10 @@ def stores(root: Path = ROOT, environ: dict[str, str] | None = None) -> dict[str
     params = root / "params.yaml"
     section = ((yaml.safe_load(params.read_text()) or {}).get("stores") or {}) if params.is_file() else {}
     out: dict[str, str] = {}
-    for key, var, default in (("dvc_remote", DVC_REMOTE_ENV, ""),
-                              ("mlflow_tracking_uri", "MLFLOW_TRACKING_URI", defaults(root / ".work")["MLFLOW_TRACKING_URI"])):
+    for key, var, default in (
+        ("dvc_remote", DVC_REMOTE_ENV, ""),
+        ("mlflow_tracking_uri", "MLFLOW_TRACKING_URI", defaults(root / ".work")["MLFLOW_TRACKING_URI"]),
+    ):
         value, source = env.get(var) or "", "environment"
         if not value:
             value, source = str(section.get(key) or ""), "params.yaml"
@@ -68,7 +70,9 @@ def stores(root: Path = ROOT, environ: dict[str, str] | None = None) -> dict[str
 
 def apply_defaults(root: Path = ROOT) -> None:
     work = root / ".work"
-    store = stores(root)["mlflow_tracking_uri"]  # before the defaults fill the environment: its own value, else params.yaml
+    store = stores(root)[
+        "mlflow_tracking_uri"
+    ]  # before the defaults fill the environment: its own value, else params.yaml
     for key, value in {**defaults(work), "MLFLOW_TRACKING_URI": store}.items():
         os.environ.setdefault(key, value)
     work.mkdir(parents=True, exist_ok=True)

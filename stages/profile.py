@@ -25,7 +25,10 @@ from stages.env import ROOT
 ARGUMENTS = [
     ("--catalog-dir", path(help="holds gpus.yaml and models/")),
     ("--profile", path(help="the stored profile directory to reuse when its fingerprint matches")),
-    ("--corrections", path(required=False, help="written-back step-time corrections, one file per configuration (`llmcap correct`)")),
+    (
+        "--corrections",
+        path(required=False, help="written-back step-time corrections, one file per configuration (`llmcap correct`)"),
+    ),
     ("--step-model", path(help="output: step_model.json")),
     ("--report-dir", path()),
 ]
@@ -48,11 +51,33 @@ def target_fingerprint(params, model_name: str, catalog_dir: Path):
     from llmcap.perf import EnvironmentFingerprint
 
     gpu = get_gpu(params.gpu, catalog_dir / "gpus.yaml").name
-    keep = ("engine", "engine_version", "engine_commit", "driver_version", "runtime_version", "interconnect",
-            "model_revision", "kv_dtype", "tp", "pp", "ep", "dp", "block_size", "max_num_seqs",
-            "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduler")
-    return EnvironmentFingerprint(**{k: getattr(params, k) for k in keep}, device_sku=gpu, device_count=params.tp * params.pp,
-                                  model_id=model_name, quantization=params.weight_quant)
+    keep = (
+        "engine",
+        "engine_version",
+        "engine_commit",
+        "driver_version",
+        "runtime_version",
+        "interconnect",
+        "model_revision",
+        "kv_dtype",
+        "tp",
+        "pp",
+        "ep",
+        "dp",
+        "block_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "scheduler",
+    )
+    return EnvironmentFingerprint(
+        **{k: getattr(params, k) for k in keep},
+        device_sku=gpu,
+        device_count=params.tp * params.pp,
+        model_id=model_name,
+        quantization=params.weight_quant,
+    )
 
 
 def _loud(message: str) -> None:
@@ -75,9 +100,15 @@ def run(args: argparse.Namespace) -> str:
     current = target_fingerprint(params, model.name, args.catalog_dir)
     stored = read_profile(args.profile) if (args.profile / "fingerprint.json").exists() else None
     changes = is_stale(stored.fingerprint, current) if stored else None
-    out = {"model": model.name, "fingerprint": current.model_dump(mode="json"), "fingerprint_hash": current.tags()["fingerprint.hash"],
-           "stored_profile": str(args.profile), "stored_fingerprint_hash": stored.fingerprint_hash if stored else None,
-           "stale": stored is None or bool(changes), "stale_fields": [c.__dict__ for c in changes or []]}
+    out = {
+        "model": model.name,
+        "fingerprint": current.model_dump(mode="json"),
+        "fingerprint_hash": current.tags()["fingerprint.hash"],
+        "stored_profile": str(args.profile),
+        "stored_fingerprint_hash": stored.fingerprint_hash if stored else None,
+        "stale": stored is None or bool(changes),
+        "stale_fields": [c.__dict__ for c in changes or []],
+    }
     args.report_dir.mkdir(parents=True, exist_ok=True)
     profile = None
     if stored is not None and not changes:
@@ -86,15 +117,28 @@ def run(args: argparse.Namespace) -> str:
         from llmcap.credentials import api_key_from_env, redact_url
         from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
-        spec = ProfileSpec.grid(params.isl, params.concurrency, osl=params.osl, repeats=params.repeats,
-                                max_num_batched_tokens=params.max_num_batched_tokens, cache_hits=tuple(params.cache_hits),
-                                block_tokens=params.block_size)  # fmt: skip
-        m = measure_endpoint(params.endpoint, params.served_model or model.name, spec, progress=True,
-                             api_key=api_key_from_env(params.api_key_env))
+        spec = ProfileSpec.grid(
+            params.isl,
+            params.concurrency,
+            osl=params.osl,
+            repeats=params.repeats,
+            max_num_batched_tokens=params.max_num_batched_tokens,
+            cache_hits=tuple(params.cache_hits),
+            block_tokens=params.block_size,
+        )
+        m = measure_endpoint(
+            params.endpoint,
+            params.served_model or model.name,
+            spec,
+            progress=True,
+            api_key=api_key_from_env(params.api_key_env),
+        )
         if len(m.failed_runs) == len(m.runs):
             first = next((r.error for run in m.runs for r in run.results if r.error), "no tokens came back")
             raise LlmcapError(f"profile.endpoint: every request to {redact_url(params.endpoint)} failed: {first}")
-        declared = current.model_dump(exclude={"engine", "engine_version", "block_size", "enable_prefix_caching", "kv_dtype"})
+        declared = current.model_dump(
+            exclude={"engine", "engine_version", "block_size", "enable_prefix_caching", "kv_dtype"}
+        )
         try:
             profile = to_profile(m, endpoint_fingerprint(m, **declared))
         except ValueError as exc:
@@ -104,16 +148,32 @@ def run(args: argparse.Namespace) -> str:
         out["measured_fingerprint_changes"] = [c.__dict__ for c in is_stale(current, profile.fingerprint)]
     else:
         why = "no stored profile" if stored is None else "stored profile is STALE: " + "; ".join(map(str, changes))
-        _loud(f"{why}; no profile.endpoint to re-profile -> FALLING BACK TO THE ROOFLINE MODEL "
-              f"({model.name} on {current.device_sku} TP{params.tp}). Set profile.endpoint to measure.")
+        _loud(
+            f"{why}; no profile.endpoint to re-profile -> FALLING BACK TO THE ROOFLINE MODEL "
+            f"({model.name} on {current.device_sku} TP{params.tp}). Set profile.endpoint to measure."
+        )
         gpu = get_gpu(params.gpu, args.catalog_dir / "gpus.yaml")
-        roof = build_step_model(model, gpu, tp=params.tp, pp=params.pp, ep=params.ep,
-                                weight_quant=params.weight_quant, kv_dtype=params.kv_dtype)
+        roof = build_step_model(
+            model,
+            gpu,
+            tp=params.tp,
+            pp=params.pp,
+            ep=params.ep,
+            weight_quant=params.weight_quant,
+            kv_dtype=params.kv_dtype,
+        )
         out["source"] = "roofline-fallback"
-        out["step_model"] = {"kind": "roofline", "gpu": gpu.name, "tp": params.tp, "pp": params.pp, "ep": params.ep,
-                             "weight_quant": params.weight_quant, "kv_dtype": params.kv_dtype,
-                             "params": roof.params.model_dump(mode="json"),
-                             "calibration": roof.calibration.describe() if roof.calibration else None}
+        out["step_model"] = {
+            "kind": "roofline",
+            "gpu": gpu.name,
+            "tp": params.tp,
+            "pp": params.pp,
+            "ep": params.ep,
+            "weight_quant": params.weight_quant,
+            "kv_dtype": params.kv_dtype,
+            "params": roof.params.model_dump(mode="json"),
+            "calibration": roof.calibration.describe() if roof.calibration else None,
+        }
     check = None
     if profile is not None:
         out["step_model"] = profile.fit.to_dict() if profile.fit else None
@@ -131,12 +191,23 @@ def run(args: argparse.Namespace) -> str:
     if stored is not None:
         inputs["stored_profile"] = args.profile
     with tracking.stage_run(ROOT, "profile", {"profile": params.model_dump(mode="json")}, inputs) as mlflow:
-        mlflow.set_tags({**current.tags(), "source": out["source"], "stale": str(out["stale"]).lower(),
-                         "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none",
-                         "step_model.corrections": describe(out["corrections"]),
-                         "roofline.calibrations": ",".join(f"{g}@{c['sha256'][:12]}" for g, c in out["roofline_calibrations"].items()) or "none"})
+        mlflow.set_tags(
+            {
+                **current.tags(),
+                "source": out["source"],
+                "stale": str(out["stale"]).lower(),
+                "stale_fields": ",".join(c["field"] for c in out["stale_fields"]) or "none",
+                "step_model.corrections": describe(out["corrections"]),
+                "roofline.calibrations": ",".join(
+                    f"{g}@{c['sha256'][:12]}" for g, c in out["roofline_calibrations"].items()
+                )
+                or "none",
+            }
+        )
         mlflow.log_artifact(str(args.step_model), artifact_path="profile")
-        for c in shipped_calibrations():  # the fitted efficiencies with their sources, as every plan of these GPUs used them
+        for c in (
+            shipped_calibrations()
+        ):  # the fitted efficiencies with their sources, as every plan of these GPUs used them
             mlflow.log_artifact(str(c.path), artifact_path=f"profile/roofline_calibration/{c.gpu}")
         if profile is not None:
             src = args.profile if out["source"] == "profile" else args.report_dir / "measured"
@@ -144,11 +215,19 @@ def run(args: argparse.Namespace) -> str:
                 if (src / name).exists():
                     mlflow.log_artifact(str(src / name), artifact_path="profile/table")
             if profile.fit:
-                mlflow.log_metrics({"fit.median_abs_rel_error": profile.fit.median_abs_rel_error,
-                                    "fit.max_abs_rel_error": profile.fit.max_abs_rel_error})
+                mlflow.log_metrics(
+                    {
+                        "fit.median_abs_rel_error": profile.fit.median_abs_rel_error,
+                        "fit.max_abs_rel_error": profile.fit.max_abs_rel_error,
+                    }
+                )
     if check is not None:
         validation.require(check)
-    stale = f"stale ({len(out['stale_fields'])} fields differ)" if stored and changes else ("no stored profile" if stored is None else "fresh")
+    stale = (
+        f"stale ({len(out['stale_fields'])} fields differ)"
+        if stored and changes
+        else ("no stored profile" if stored is None else "fresh")
+    )
     return f"{model.name}: step model from {out['source'].upper()} [{stale}], corrections: {describe(out['corrections'])} → {args.step_model}"
 
 

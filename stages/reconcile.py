@@ -61,21 +61,39 @@ def run(args: argparse.Namespace) -> str:
         est = d.bias.errors.get(metric, {}).get(q)
         return None if est is None else est.e
 
-    frame = pd.DataFrame([{"bucket": d.bias.label, "requests": d.bias.requests, "decision": d.decision,
-                           "e_ttft": e(d, "ttft"), "e_itl": e(d, "itl")} for d in rec.decisions])  # fmt: skip
+    frame = pd.DataFrame(
+        [
+            {
+                "bucket": d.bias.label,
+                "requests": d.bias.requests,
+                "decision": d.decision,
+                "e_ttft": e(d, "ttft"),
+                "e_itl": e(d, "itl"),
+            }
+            for d in rec.decisions
+        ]
+    )
     check = validation.validate(frame, "reconcile_buckets", buckets_suite)
     validation_path = check.write(args.report_dir / "validation.json")
 
     counts = {k: sum(d.decision == k for d in rec.decisions) for k in {d.decision for d in rec.decisions}}
     inputs = {"measured": args.measured, "predicted": args.predicted}
     with tracking.stage_run(ROOT, "reconcile", {"reconcile": params.model_dump(mode="json")}, inputs) as mlflow:
-        mlflow.log_metrics({f"buckets.{k}": v for k, v in counts.items()} | {"requests.paired": rec.accounting.paired_ok})
+        mlflow.log_metrics(
+            {f"buckets.{k}": v for k, v in counts.items()} | {"requests.paired": rec.accounting.paired_ok}
+        )
         mlflow.log_metrics({f"correction.{c.min_context}": c.factor for c in rec.corrections})
         mlflow.set_tags({"validation.success": str(check.success).lower(), "corrections": str(len(rec.corrections))})
         for artifact in (args.out, report, validation_path):
             mlflow.log_artifact(str(artifact), artifact_path="reconcile")
     validation.require(check)
-    fixes = ", ".join(f"x{c.factor:.3g}" + (f" past {c.min_context} tokens" if c.min_context else " global") for c in rec.corrections) or "none"
+    fixes = (
+        ", ".join(
+            f"x{c.factor:.3g}" + (f" past {c.min_context} tokens" if c.min_context else " global")
+            for c in rec.corrections
+        )
+        or "none"
+    )
     return f"{len(rec.decisions)} buckets ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}); corrections: {fixes} → {report}"
 
 

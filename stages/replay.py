@@ -42,13 +42,18 @@ def records_suite(requests: int, runs: list[str]):
         ok = {"row_condition": Column("status") == "ok"}
         return [
             gxe.ExpectTableRowCountToEqual(value=requests),
-            *[gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("run", "excerpt_seed", "request_id", "arrival_s", "status")],
+            *[
+                gxe.ExpectColumnValuesToNotBeNull(column=c)
+                for c in ("run", "excerpt_seed", "request_id", "arrival_s", "status")
+            ],
             gxe.ExpectCompoundColumnsToBeUnique(column_list=["run", "excerpt_seed", "request_id"]),
             gxe.ExpectColumnValuesToBeInSet(column="status", value_set=["ok", "unfinished", "rejected"]),
             gxe.ExpectColumnValuesToBeInSet(column="run", value_set=runs),
             gxe.ExpectColumnValuesToNotBeNull(column="ttft_s", **ok),
             gxe.ExpectColumnValuesToBeBetween(column="ttft_s", min_value=0, **ok),
-            gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="e2e_s", column_B="ttft_s", or_equal=True, ignore_row_if="either_value_is_missing"),
+            gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A="e2e_s", column_B="ttft_s", or_equal=True, ignore_row_if="either_value_is_missing"
+            ),
         ]
 
     return build
@@ -63,20 +68,21 @@ def run(args: argparse.Namespace) -> str:
     import pyarrow.parquet as pq
 
     from llmcap.config import load_params
-    from llmcap.perf.corrections import describe
-    from llmcap.sizing.measured import with_corrections
     from llmcap.credentials import api_key_from_env, redact_url
     from llmcap.errors import InputFileError
     from llmcap.live.served import first_served_model
+    from llmcap.perf.corrections import describe
     from llmcap.replaycheck import check_unit, unit_from_plan
     from llmcap.replaycheck.runs import run_label
     from llmcap.report.replay import write_replay_report
+    from llmcap.sizing.measured import with_corrections
     from llmcap.trace import load_trace, write_table
     from llmcap.trace.schema import block_size_of
     from stages import tracking, validation
 
     params = load_params(args.params)
     rp, slo = params.replay, params.size.slo
+
     def read_json(p, key: str) -> dict:
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
@@ -89,25 +95,37 @@ def run(args: argparse.Namespace) -> str:
     step_info = read_json(args.step_model, "source")
     step_source, applied = step_info["source"], step_info.get("corrections") or []
     trace = load_trace(args.trace)
-    unit = unit_from_plan(plan, pq.read_table(args.candidates).to_pandas(), params.enumerate.model, params.size.pd_link_latency_s,
-                          params.size.slo.ttft_includes_handoff)
+    unit = unit_from_plan(
+        plan,
+        pq.read_table(args.candidates).to_pandas(),
+        params.enumerate.model,
+        params.size.pd_link_latency_s,
+        params.size.slo.ttft_includes_handoff,
+    )
     if applied:  # the prediction is the plan's: its written-back corrections included (the twin serves the roofline)
         unit = dataclasses.replace(unit, corrected=with_corrections({}, applied, params.enumerate.model))
     say = lambda m: print(f"[replay] {m}", file=sys.stderr)  # noqa: E731
     if rp.endpoint is None:
         slowed = f" slowed x{rp.twin_slowdown:g} (replay.twin_slowdown, a fault)" if rp.twin_slowdown != 1.0 else ""
-        _loud(f"no replay.endpoint -> replaying against the DIGITAL TWIN of {unit.describe()}{slowed}: the figures are the "
-              "simulator's served over HTTP, NOT a measurement of a real engine. Set replay.endpoint to measure one.")  # fmt: skip
+        _loud(
+            f"no replay.endpoint -> replaying against the DIGITAL TWIN of {unit.describe()}{slowed}: the figures are the "
+            "simulator's served over HTTP, NOT a measurement of a real engine. Set replay.endpoint to measure one."
+        )
     api_key = api_key_from_env(rp.api_key_env)
     model = None
     if rp.endpoint is not None:
         model = rp.served_model or first_served_model(rp.endpoint.rstrip("/"), redact_url(rp.endpoint), api_key)
     check = check_unit(unit, trace, rp, slo, model=model, block_tokens=block_size_of(trace), api_key=api_key, say=say)
-    s = check.summary | {"step_model_source": step_source, "step_model_corrections": describe(applied),
-                         "endpoint": None if rp.endpoint is None else redact_url(rp.endpoint)}
+    s = check.summary | {
+        "step_model_source": step_source,
+        "step_model_corrections": describe(applied),
+        "endpoint": None if rp.endpoint is None else redact_url(rp.endpoint),
+    }
     if step_source != "roofline-fallback":
-        s["step_model_note"] = (f"the plan's step model source is {step_source}; the prediction here uses the roofline model "
-                                "the twin serves (llmcap twin serve)")  # fmt: skip
+        s["step_model_note"] = (
+            f"the plan's step model source is {step_source}; the prediction here uses the roofline model "
+            "the twin serves (llmcap twin serve)"
+        )
     write_table(check.measured, args.measured)
     write_table(check.predicted, args.predicted)
     args.report_dir.mkdir(parents=True, exist_ok=True)
@@ -115,8 +133,10 @@ def run(args: argparse.Namespace) -> str:
     summary_path.write_text(json.dumps(s, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     paths = write_replay_report(s, args.report_dir)
     runs = [run_label(x) for x in rp.rate_scales]
-    checks = [validation.validate(t.to_pandas(), f"replay_{name}", records_suite(s["requests_sent"], runs))
-              for name, t in (("measured", check.measured), ("predicted", check.predicted))]  # fmt: skip
+    checks = [
+        validation.validate(t.to_pandas(), f"replay_{name}", records_suite(s["requests_sent"], runs))
+        for name, t in (("measured", check.measured), ("predicted", check.predicted))
+    ]
     validation_path = args.report_dir / "validation.json"
     validation_path.write_text("[" + ",\n".join(c.to_json().rstrip() for c in checks) + "]\n", encoding="utf-8")
 
@@ -127,11 +147,25 @@ def run(args: argparse.Namespace) -> str:
             for side in ("measured", "predicted"):
                 if r[side]["attainment"] is not None:
                     mlflow.log_metric(f"attainment.{side}.{r['run']}.seed{r['excerpt_seed']}", r[side]["attainment"])
-        mlflow.log_metrics({"rate_rps": s["rate_rps"], "requests_sent": s["requests_sent"], "verdict.knee_in_band": float(v["knee_in_band"])})
-        mlflow.set_tags({"replay.source": s["source"], "replay.figures": "DIGITAL TWIN, not a measurement" if s["source"] == "digital-twin"
-                         else "measured endpoint", "replay.valid": str(s["valid"]).lower(), "replay.verdict": v["text"],
-                         "replay.outcome": v["outcome"],
-                         "validation.success": str(all(c.success for c in checks)).lower()})  # fmt: skip
+        mlflow.log_metrics(
+            {
+                "rate_rps": s["rate_rps"],
+                "requests_sent": s["requests_sent"],
+                "verdict.knee_in_band": float(v["knee_in_band"]),
+            }
+        )
+        mlflow.set_tags(
+            {
+                "replay.source": s["source"],
+                "replay.figures": "DIGITAL TWIN, not a measurement"
+                if s["source"] == "digital-twin"
+                else "measured endpoint",
+                "replay.valid": str(s["valid"]).lower(),
+                "replay.verdict": v["text"],
+                "replay.outcome": v["outcome"],
+                "validation.success": str(all(c.success for c in checks)).lower(),
+            }
+        )
         for artifact in (args.measured, args.predicted, summary_path, validation_path, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="replay")
     for c in checks:

@@ -25,7 +25,10 @@ ARGUMENTS = [
     ("--step-model", path(help="the profile stage's step_model.json (which step-time source applies)")),
     ("--capacity", path(help="output: the capacity table (parquet)")),
     ("--report-dir", path()),
-    ("--metrics", path(help="output: the plan's numbers for `dvc metrics diff` (GPUs and instances per pool, cost, rates)")),
+    (
+        "--metrics",
+        path(help="output: the plan's numbers for `dvc metrics diff` (GPUs and instances per pool, cost, rates)"),
+    ),
     ("--plot-data", path(help="output: per-candidate rates for `dvc plots diff` (CSV)")),
 ]
 
@@ -73,8 +76,17 @@ def run(args: argparse.Namespace) -> str:
     model = load_model(params.enumerate.model)
     say = lambda m: print(f"[size] {m}", file=sys.stderr)  # noqa: E731
     with make_executor(size.compute) as executor:
-        out = plan_capacity(trace, candidates, model, size, step_times, executor, workload_id=params.trace.file, progress=say,
-                            engine_presets=params.enumerate.presets())  # fmt: skip
+        out = plan_capacity(
+            trace,
+            candidates,
+            model,
+            size,
+            step_times,
+            executor,
+            workload_id=params.trace.file,
+            progress=say,
+            engine_presets=params.enumerate.presets(),
+        )
     write_parquet(out.table, args.capacity)
     report = dataclasses.replace(out.report, provenance=_provenance(args, params))
     paths = write_report(report, args.report_dir)
@@ -88,22 +100,52 @@ def run(args: argparse.Namespace) -> str:
     inputs = {"trace": args.trace, "candidates": args.candidates, "step_model": args.step_model}
     with tracking.stage_run(ROOT, "size", {"size": size.model_dump(mode="json")}, inputs) as mlflow:
         mlflow.set_tag("mlflow.runName", f"size: {tracking.decision_name(s)}")
-        mlflow.log_metrics({"target_rps": s["target_rps"], "gpus": s["gpus"], "instances": s["instances"], "base_instances": s["base_instances"],
-                            "usd_per_hour": s["usd_per_hour"], "max_rps_per_unit": s["max_rps_per_unit"],
-                            "candidates_simulated": s["candidates_simulated"]})  # fmt: skip
-        mlflow.log_metrics({f"headroom.{pool}.{risk}": h["instances"] for pool, q in s["pool_plans"].items() for risk, h in q["headroom"].items()})
+        mlflow.log_metrics(
+            {
+                "target_rps": s["target_rps"],
+                "gpus": s["gpus"],
+                "instances": s["instances"],
+                "base_instances": s["base_instances"],
+                "usd_per_hour": s["usd_per_hour"],
+                "max_rps_per_unit": s["max_rps_per_unit"],
+                "candidates_simulated": s["candidates_simulated"],
+            }
+        )
+        mlflow.log_metrics(
+            {
+                f"headroom.{pool}.{risk}": h["instances"]
+                for pool, q in s["pool_plans"].items()
+                for risk, h in q["headroom"].items()
+            }
+        )
         mlflow.log_metrics({f"instances.{pool}": q["instances"] for pool, q in s["pool_plans"].items()})
-        mlflow.set_tags({"chosen.candidate": s["chosen"], "chosen.mode": s["mode"], "chosen.pd_ratio": str(s["pd_ratio"]), "verdict": s["verdict"],
-                         "chosen.gpus": str(s["gpus"]), "step_model.source": step_times.source, "validation.success": str(check.success).lower()})  # fmt: skip
+        mlflow.set_tags(
+            {
+                "chosen.candidate": s["chosen"],
+                "chosen.mode": s["mode"],
+                "chosen.pd_ratio": str(s["pd_ratio"]),
+                "verdict": s["verdict"],
+                "chosen.gpus": str(s["gpus"]),
+                "step_model.source": step_times.source,
+                "validation.success": str(check.success).lower(),
+            }
+        )
         for artifact in (args.capacity, summary_path, validation_path, args.metrics, args.plot_data, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
-    if s["verdict"] == "fails":  # the evidence is written and logged; no decision is recorded and nothing downstream runs on it
+    if (
+        s["verdict"] == "fails"
+    ):  # the evidence is written and logged; no decision is recorded and nothing downstream runs on it
         from llmcap.errors import LlmcapError
 
-        raise LlmcapError(f"NO PLAN PASSES every scenario within its cost limit; the closest miss is in {paths['html']}: "
-                          + next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"]))  # fmt: skip
-    pools = " + ".join(f"{name} {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']})" for name, q in s["pool_plans"].items())
+        raise LlmcapError(
+            f"NO PLAN PASSES every scenario within its cost limit; the closest miss is in {paths['html']}: "
+            + next((f["line"] for f in s["finalists"] or [] if f["candidate"] == s["chosen"]), s["chosen"])
+        )
+    pools = " + ".join(
+        f"{name} {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']})"
+        for name, q in s["pool_plans"].items()
+    )
     return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
 
 
@@ -112,9 +154,13 @@ def write_dvc_metrics(summary, table, metrics_path, plot_path) -> None:
     `dvc metrics diff A B` and `dvc plots diff A B` compare two plans."""
     import csv
 
-    metrics = {k: summary[k] for k in ("gpus", "base_gpus", "instances", "base_instances", "usd_per_hour", "target_rps", "max_rps_per_unit")}
+    metrics = {
+        k: summary[k]
+        for k in ("gpus", "base_gpus", "instances", "base_instances", "usd_per_hour", "target_rps", "max_rps_per_unit")
+    }
     metrics["pools"] = {
-        name: {k: q[k] for k in ("instances", "base_instances", "gpus", "usd_per_hour", "per_instance_rps")} for name, q in summary["pool_plans"].items()
+        name: {k: q[k] for k in ("instances", "base_instances", "gpus", "usd_per_hour", "per_instance_rps")}
+        for name, q in summary["pool_plans"].items()
     }
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n", encoding="utf-8")
@@ -123,7 +169,14 @@ def write_dvc_metrics(summary, table, metrics_path, plot_path) -> None:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(["configuration", "max_rps", "goodput_per_gpu", "gpus"])
         for r in table.select(["mode", "candidate", "max_rps", "goodput_per_gpu", "gpus"]).to_pylist():
-            w.writerow([f"{r['mode']}: {r['candidate']}", repr(r["max_rps"]), "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]), r["gpus"] or ""])
+            w.writerow(
+                [
+                    f"{r['mode']}: {r['candidate']}",
+                    repr(r["max_rps"]),
+                    "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]),
+                    r["gpus"] or "",
+                ]
+            )
 
 
 def _provenance(args: argparse.Namespace, params):
@@ -134,8 +187,11 @@ def _provenance(args: argparse.Namespace, params):
 
     commit = tracking.code_commit(ROOT, "size")
     return Provenance(
-        model=params.enumerate.model, trace=params.trace.file, trace_sha256=tracking.file_sha256(args.trace),
-        commit=None if commit is None else commit[0], commit_date=None if commit is None else commit[1],
+        model=params.enumerate.model,
+        trace=params.trace.file,
+        trace_sha256=tracking.file_sha256(args.trace),
+        commit=None if commit is None else commit[0],
+        commit_date=None if commit is None else commit[1],
     )
 
 

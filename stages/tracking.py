@@ -69,7 +69,9 @@ def decision_name(summary: dict[str, Any]) -> str:
     for pool, q in summary["pool_plans"].items():
         key = q["configuration"]  # "GPU/weights/kv-dtype/tpNppNepN/..."
         tp = re.search(r"/tp(\d+)", key)
-        parts.append(f"{q['instances']}x{role.get(pool, '')} TP{tp.group(1) if tp else '?'} {key.split('/')[0].split('-')[0]}")
+        parts.append(
+            f"{q['instances']}x{role.get(pool, '')} TP{tp.group(1) if tp else '?'} {key.split('/')[0].split('-')[0]}"
+        )
     name = f"{summary['gpus']} GPUs: {' + '.join(parts)}"
     return f"NO PLAN PASSES (closest: {name})" if summary.get("verdict") == "fails" else name
 
@@ -121,7 +123,9 @@ def code_commit(root: Path, stage: str) -> tuple[str, str] | None:
     None outside git. Not HEAD: recording a plan (committing dvc.lock) or an unrelated edit must not change
     what the stage writes, or `llmcap reproduce` would find different bytes."""
     deps = yaml.safe_load((root / "dvc.yaml").read_text())["stages"][stage].get("deps", [])
-    out = subprocess.run(["git", "log", "-1", "--format=%H %cI", "--", *deps], cwd=root, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["git", "log", "-1", "--format=%H %cI", "--", *deps], cwd=root, capture_output=True, text=True, check=False
+    )
     fields = out.stdout.split()
     return (fields[0], fields[1]) if out.returncode == 0 and len(fields) == 2 else None
 
@@ -157,9 +161,7 @@ def flatten(prefix: str, obj: Any) -> dict[str, float]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             out.update(flatten(f"{prefix}.{k}" if prefix else str(k), v))
-    elif isinstance(obj, bool):
-        out[prefix] = float(obj)
-    elif isinstance(obj, (int, float)) and obj == obj:  # skips NaN
+    elif isinstance(obj, bool) or isinstance(obj, (int, float)) and obj == obj:
         out[prefix] = float(obj)
     return out
 
@@ -181,7 +183,9 @@ def stage_run(root: Path, stage: str, params: dict, inputs: dict[str, Path]) -> 
     }
     parent = os.environ.get(PARENT_ENV)
     with mlflow.start_run(run_name=stage, parent_run_id=parent or None, nested=bool(parent), tags=tags) as run:
-        mlflow.log_params({k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in flatten_params(params).items()})
+        mlflow.log_params(
+            {k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in flatten_params(params).items()}
+        )
         timing.add_since("mlflow", began)
         yield mlflow
         print(f"[{stage}] MLflow run {run.info.run_id} ({os.environ.get('MLFLOW_TRACKING_URI', 'default store')})")

@@ -38,11 +38,16 @@ class ValidationRecord:
             if "exception" in r:
                 lines.append(f"  ✗ {r['expectation']}({args}): raised {r['exception']}")
             else:
-                lines.append(f"  ✗ {r['expectation']}({args}): {r.get('unexpected_count', '?')} unexpected, e.g. {r.get('examples', [])}")
+                lines.append(
+                    f"  ✗ {r['expectation']}({args}): {r.get('unexpected_count', '?')} unexpected, e.g. {r.get('examples', [])}"
+                )
         return "\n".join(lines)
 
     def to_json(self) -> str:
-        return json.dumps({"suite": self.suite, "success": self.success, "results": self.results}, indent=2, default=str) + "\n"
+        return (
+            json.dumps({"suite": self.suite, "success": self.success, "results": self.results}, indent=2, default=str)
+            + "\n"
+        )
 
     def write(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +67,9 @@ def _gx():
 
 def canonical_trace_suite(gxe, max_context: int) -> list:
     """Expectations every canonical trace must meet (the contract later steps rely on)."""
-    not_null = [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("request_id", "arrival_s", "isl", "osl", "source_row")]
+    not_null = [
+        gxe.ExpectColumnValuesToNotBeNull(column=c) for c in ("request_id", "arrival_s", "isl", "osl", "source_row")
+    ]
     return [
         gxe.ExpectTableRowCountToBeBetween(min_value=1),
         *not_null,
@@ -131,7 +138,11 @@ def _validate(frame: pd.DataFrame, suite_name: str, build) -> ValidationRecord:
     gx, gxe, progress = _gx()
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = progress(globally=False)
-    batch_def = context.data_sources.add_pandas(suite_name).add_dataframe_asset(suite_name).add_batch_definition_whole_dataframe("all")
+    batch_def = (
+        context.data_sources.add_pandas(suite_name)
+        .add_dataframe_asset(suite_name)
+        .add_batch_definition_whole_dataframe("all")
+    )
     suite = gx.ExpectationSuite(name=suite_name)
     for expectation in build(gxe):
         suite.add_expectation(expectation)

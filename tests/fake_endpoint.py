@@ -82,7 +82,11 @@ def fake_endpoint(expected_authorization: str | None) -> Iterator[FakeEndpoint]:
                 if k:
                     time.sleep(0.003)
                 done = k == n - 1
-                event = {"choices": [{"index": 0, "text": "x", "token_ids": [5], "finish_reason": "length" if done else None}]}
+                event = {
+                    "choices": [
+                        {"index": 0, "text": "x", "token_ids": [5], "finish_reason": "length" if done else None}
+                    ]
+                }
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
             usage = {"choices": [], "usage": {"prompt_tokens": isl, "completion_tokens": n}}

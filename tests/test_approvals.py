@@ -19,7 +19,13 @@ from ops.history import with_log
 
 RUN = "7b1c9e0a-0000-4000-8000-000000000001"
 ALICE = approvals.Identity("alice", "alice@example.com", "alice")
-CAPACITY = {"chosen": "P H100 TP2 fp8 + D H200 TP4 fp8", "mode": "disaggregated", "gpus": 32, "usd_per_hour": 88.0, "target_rps": 12.5}
+CAPACITY = {
+    "chosen": "P H100 TP2 fp8 + D H200 TP4 fp8",
+    "mode": "disaggregated",
+    "gpus": 32,
+    "usd_per_hour": 88.0,
+    "target_rps": 12.5,
+}
 
 
 def _git(root: Path, *args: str, env: dict | None = None) -> str:
@@ -41,16 +47,25 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _policy_refusal(given: dict, key: bytes, approvers: list[str] = [], distinct: bool = False,  # noqa: B006
-                    triggered_by: str | None = "llmcap <llmcap@localhost>") -> str | None:  # fmt: skip
-    return approvals.refusal(given, RUN, key, approvers, distinct, triggered_by)
+def _policy_refusal(
+    given: dict,
+    key: bytes,
+    approvers: tuple[str, ...] = (),
+    distinct: bool = False,
+    triggered_by: str | None = "llmcap <llmcap@localhost>",
+) -> str | None:
+    return approvals.refusal(given, RUN, key, list(approvers), distinct, triggered_by)
 
 
 def test_the_approver_is_the_process_git_identity(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Alice Liddell")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "alice@example.com")
     who = approvals.current_identity(repo)
-    assert (who.name, who.email, who.ident) == ("Alice Liddell", "alice@example.com", "Alice Liddell <alice@example.com>")
+    assert (who.name, who.email, who.ident) == (
+        "Alice Liddell",
+        "alice@example.com",
+        "Alice Liddell <alice@example.com>",
+    )
     import pwd
 
     assert who.os_user == pwd.getpwuid(os.getuid()).pw_name
@@ -83,9 +98,12 @@ def test_only_a_signed_listed_approval_is_accepted(repo: Path) -> None:
     # signed, but not on the list
     mallory = approvals.signed_input(key, RUN, approvals.Identity("mallory", "mallory@example.com", "m"), "approve", "")
     assert _policy_refusal(mallory, key, approvers=["alice@example.com"]) == (
-        "mallory <mallory@example.com> is not an approver (params approvals.approvers)")
+        "mallory <mallory@example.com> is not an approver (params approvals.approvers)"
+    )
     # whoever triggered the re-plan may not approve it when distinct_from_trigger says so
-    own = _policy_refusal(signed, key, approvers=["alice@example.com"], distinct=True, triggered_by="Alice L <ALICE@example.com>")
+    own = _policy_refusal(
+        signed, key, approvers=["alice@example.com"], distinct=True, triggered_by="Alice L <ALICE@example.com>"
+    )
     assert own is not None and "triggered this re-plan" in own
     assert _policy_refusal(signed, key, approvers=["alice@example.com"], distinct=True) is None
 
@@ -94,13 +112,18 @@ def test_approve_checks_identity_and_list_before_sending(repo: Path, monkeypatch
     from flows.approve import _signed
     from stages.env import ROOT
 
-    (repo / "params.yaml").write_text((ROOT / "params.yaml").read_text().replace("approvers: []", 'approvers: ["alice@example.com"]'))
+    (repo / "params.yaml").write_text(
+        (ROOT / "params.yaml").read_text().replace("approvers: []", 'approvers: ["alice@example.com"]')
+    )
     decisions_log.commit(repo, ("params.yaml",), "only alice approves")
     approvals.approval_key(repo, create=True)
     monkeypatch.setenv("GIT_AUTHOR_NAME", "alice")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "alice@example.com")
     who, run_input = _signed(repo, RUN, "promote", "alice", "approve", "ok")
-    assert who.email == "alice@example.com" and _policy_refusal(run_input, approvals.approval_key(repo), ["alice@example.com"]) is None
+    assert (
+        who.email == "alice@example.com"
+        and _policy_refusal(run_input, approvals.approval_key(repo), ["alice@example.com"]) is None
+    )
     with pytest.raises(OpsError, match="--by 'bob', but this process's git identity is alice <alice@example.com>"):
         _signed(repo, RUN, "promote", "bob", "approve", "")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "mallory@example.com")
@@ -109,14 +132,28 @@ def test_approve_checks_identity_and_list_before_sending(repo: Path, monkeypatch
     # a rollout step is signed and checked the same way (flows.rollout.StepApproval)
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "alice@example.com")
     step = _signed(repo, RUN, "rollout", None, "reject", "why")[1]
-    assert step["decision"] == "reject" and _policy_refusal(step, approvals.approval_key(repo), ["alice@example.com"]) is None
+    assert (
+        step["decision"] == "reject"
+        and _policy_refusal(step, approvals.approval_key(repo), ["alice@example.com"]) is None
+    )
 
 
 def _record(decision: str, by: str | None = None, email: str | None = None, fingerprint: str | None = "f00d") -> dict:
-    return {"reason": "upgrade: engine_version '0.11.0' -> '0.12.0'", "base_commit": "c0ffee", "dvc_lock_sha256": "ab" * 32,
-            "mlflow_run_id": f"run-{decision}", "flow_run_id": RUN, "decision": decision, "by": by, "email": email, "os_user": by,
-            "comment": None, "at": f"2026-12-06T05:0{len(decision) % 10}:00+00:00", "fingerprint": fingerprint,
-            "triggered_by": "llmcap <llmcap@localhost>"}  # fmt: skip
+    return {
+        "reason": "upgrade: engine_version '0.11.0' -> '0.12.0'",
+        "base_commit": "c0ffee",
+        "dvc_lock_sha256": "ab" * 32,
+        "mlflow_run_id": f"run-{decision}",
+        "flow_run_id": RUN,
+        "decision": decision,
+        "by": by,
+        "email": email,
+        "os_user": by,
+        "comment": None,
+        "at": f"2026-12-06T05:0{len(decision) % 10}:00+00:00",
+        "fingerprint": fingerprint,
+        "triggered_by": "llmcap <llmcap@localhost>",
+    }
 
 
 def test_decisions_are_committed_by_their_decider_and_read_back(repo: Path) -> None:
@@ -130,7 +167,9 @@ def test_decisions_are_committed_by_their_decider_and_read_back(repo: Path) -> N
     decisions_log.commit(repo, (decisions_log.LOG,), "decision: timed out")
     # in git: who wrote each decision, and what each commit holds
     assert _git(repo, "log", "--format=%an <%ae>|%H", f"{base}..HEAD").splitlines() == [
-        f"llmcap <llmcap@localhost>|{_git(repo, 'rev-parse', 'HEAD')}", f"bob <bob@example.com>|{rejected}"]
+        f"llmcap <llmcap@localhost>|{_git(repo, 'rev-parse', 'HEAD')}",
+        f"bob <bob@example.com>|{rejected}",
+    ]
     assert _git(repo, "show", "--format=", "--name-only", rejected) == decisions_log.LOG
     assert decisions_log.read(repo, rejected) == [line]  # as committed then
     assert decisions_log.read(repo, "HEAD") == decisions_log.read(repo) == [line, timed_out]
@@ -146,7 +185,8 @@ def test_a_rejection_is_final_and_a_timeout_is_asked_again(repo: Path) -> None:
     last = decisions_log.last_for(log, "f00d")
     assert last is not None and last["what"] == "timed_out"
     assert decisions_log.reminder(last) == (
-        f"reminder: this was raised before and timed out undecided at {last['at']} (flow run {RUN}); the plan in force is still the old one")
+        f"reminder: this was raised before and timed out undecided at {last['at']} (flow run {RUN}); the plan in force is still the old one"
+    )
     log.append(decisions_log.entry(_record("rejected", "bob", "bob@example.com"), CAPACITY))
     assert decisions_log.last_for(log, "f00d")["what"] == "rejected"  # the latest decision on it wins
     assert decisions_log.last_for(log, "other") is None  # another upgrade: never decided
@@ -157,7 +197,10 @@ def test_history_shows_logged_decisions_even_without_their_mlflow_run() -> None:
     timed_out = decisions_log.entry(_record("timed out"), CAPACITY)  # 2026-12-06T05:09: newer than approved's 05:08
     local = {"date": "2026-12-06T05:00:00+00:00", "run_id": "run-approved", "approved_by": "none", "gpus": 32}
     rows = with_log([local], [approved, timed_out], {"ab" * 32: "c0mmit"})
-    assert [(r["run_id"], r["approved_by"]) for r in rows] == [("run-timed out", "timed out"), ("run-approved", "alice")]
+    assert [(r["run_id"], r["approved_by"]) for r in rows] == [
+        ("run-timed out", "timed out"),
+        ("run-approved", "alice"),
+    ]
     other_clone = rows[0]  # its MLflow run is in another clone's store: the row comes from git alone
     assert (other_clone["gpus"], other_clone["usd_per_hour"], other_clone["recorded_in"]) == (32, 88.0, "c0mmit")
     assert other_clone["decision"] == {"what": "timed_out", "by": None, "email": None, "at": timed_out["at"]}

@@ -16,11 +16,34 @@ MISSING = "no-such-trace.jsonl"
 # each command as a user runs it, with {model} and {gpu} to fill in (every other option valid)
 COMMANDS = {
     "size": ["size", "--trace", MISSING, "--model", "{model}", "--gpu", "{gpu}", "--goodput", "ttft:500"],
-    "size, a GPU late in the list": ["size", "--trace", MISSING, "--model", "{model}", "--gpu", "h100", "--gpu", "h200,{gpu}", "--goodput", "ttft:500"],
+    "size, a GPU late in the list": [
+        "size",
+        "--trace",
+        MISSING,
+        "--model",
+        "{model}",
+        "--gpu",
+        "h100",
+        "--gpu",
+        "h200,{gpu}",
+        "--goodput",
+        "ttft:500",
+    ],
     "simulate": ["simulate", "--trace", MISSING, "--model", "{model}", "--gpu", "{gpu}"],
     "autoscale": ["autoscale", "--trace", MISSING, "--model", "{model}", "--gpu", "{gpu}", "--slo-ttft-p99", "2000"],
-    "rollout predict": ["rollout", "predict", "--trace", MISSING, "--model", "{model}", "--gpu", "{gpu}", "-o", "pred.json"],
-}  # fmt: skip
+    "rollout predict": [
+        "rollout",
+        "predict",
+        "--trace",
+        MISSING,
+        "--model",
+        "{model}",
+        "--gpu",
+        "{gpu}",
+        "-o",
+        "pred.json",
+    ],
+}
 
 
 def _error_line(args: list[str]) -> str:

@@ -53,7 +53,16 @@ def test_clean_writes_trace_and_quarantine(tmp_path: Path) -> None:
     assert (report["rows_in"], report["rows_kept"], report["rows_quarantined"]) == (12_031, 12_031, 0)
     assert load_trace(out).num_rows == 12_031
     # ... and one, quarantined with its line, when strict deduplication is asked for.
-    args = ["trace", "clean", str(TRACES["mooncake_conversation"]), "-o", str(out), "--duplicates", "identical", "--json"]
+    args = [
+        "trace",
+        "clean",
+        str(TRACES["mooncake_conversation"]),
+        "-o",
+        str(out),
+        "--duplicates",
+        "identical",
+        "--json",
+    ]
     report = json.loads(runner.invoke(app, args).stdout)
     assert (report["rows_in"], report["rows_kept"], report["rows_quarantined"]) == (12_031, 12_030, 1)
     assert report["by_reason"] == {"duplicate": 1}
@@ -67,13 +76,30 @@ def test_synth_rescale_and_resample(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert round(json.loads(result.stdout)["mean_rps"], 6) == 20.0
     out2 = tmp_path / "g.parquet"
-    args = ["trace", "synth", str(out), "-o", str(out2), "--rate", "3", "--arrivals", "gamma", "--cv", "2", "-n", "4000", "--json"]
+    args = [
+        "trace",
+        "synth",
+        str(out),
+        "-o",
+        str(out2),
+        "--rate",
+        "3",
+        "--arrivals",
+        "gamma",
+        "--cv",
+        "2",
+        "-n",
+        "4000",
+        "--json",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["rows"] == 4_000
 
 
 def test_user_error_exit_code_and_single_line(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["trace", "synth", str(TRACES["azure_conv"]), "-o", str(tmp_path / "x.parquet"), "--rate", "-1"])
+    result = runner.invoke(
+        app, ["trace", "synth", str(TRACES["azure_conv"]), "-o", str(tmp_path / "x.parquet"), "--rate", "-1"]
+    )
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == ["error: --rate must be a positive finite number, got -1.0"]

@@ -41,7 +41,9 @@ def test_weight_quant_is_the_same_flag_on_every_command(trace):
     bf16 = json.loads(runner.invoke(app, sim).stdout)
     assert long["kv_blocks_per_replica"] > bf16["kv_blocks_per_replica"]  # fp8 weights leave more memory for KV
     mem = ["memory", "--model", "Llama-3.1-8B", "--gpu", "h100", "--json"]
-    assert json.loads(runner.invoke(app, [*mem, "--weight-quant", "fp8"]).stdout) == json.loads(runner.invoke(app, [*mem, "--quant", "fp8"]).stdout)
+    assert json.loads(runner.invoke(app, [*mem, "--weight-quant", "fp8"]).stdout) == json.loads(
+        runner.invoke(app, [*mem, "--quant", "fp8"]).stdout
+    )
 
 
 def test_size_takes_comma_lists_or_repeats():
@@ -51,5 +53,7 @@ def test_size_takes_comma_lists_or_repeats():
         _listed(["bf16,"], "--weight-quant")
     with pytest.raises(LlmcapError, match="positive integers"):
         _tp_degrees(["1,two"])
-    r = runner.invoke(app, ["size", "--trace", "never-read.csv", "--model", "Llama-3.1-8B", "--tp", "0,2", "--goodput", "ttft:500"])
+    r = runner.invoke(
+        app, ["size", "--trace", "never-read.csv", "--model", "Llama-3.1-8B", "--tp", "0,2", "--goodput", "ttft:500"]
+    )
     assert r.exit_code == 2 and "--tp '0,2': TP degrees are positive integers" in r.stderr

@@ -19,10 +19,14 @@ HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "matplotlib", "llmcap.sim", "llm
 
 
 def _loaded_after(args: list[str]) -> dict:
-    code = ("import sys, json\nfrom llmcap.cli import main\nsys.argv = ['llmcap', *json.loads(sys.argv[1])]\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
-            f"print(json.dumps({{'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules), 'commands': sorted(m for m in sys.modules if m.startswith('llmcap.commands.'))}}))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, check=True, cwd=ROOT)
+    code = (
+        "import sys, json\nfrom llmcap.cli import main\nsys.argv = ['llmcap', *json.loads(sys.argv[1])]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+        f"print(json.dumps({{'heavy': sorted(m for m in {HEAVY!r} if m in sys.modules), 'commands': sorted(m for m in sys.modules if m.startswith('llmcap.commands.'))}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(args)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -35,7 +39,10 @@ def test_top_level_help_lists_every_command_and_imports_none():
 
 def test_a_command_imports_its_own_module_only():
     loaded = _loaded_after(["memory", "--help"])
-    assert loaded["commands"] == ["llmcap.commands._common", "llmcap.commands.memory"] and "llmcap.sim" not in loaded["heavy"]
+    assert (
+        loaded["commands"] == ["llmcap.commands._common", "llmcap.commands.memory"]
+        and "llmcap.sim" not in loaded["heavy"]
+    )
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

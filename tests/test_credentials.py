@@ -41,8 +41,14 @@ def _closed_port() -> int:
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmcap", "profile", *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "llmcap", "profile", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _files_text(root: Path) -> str:
@@ -69,7 +75,10 @@ def test_redact_url_masks_passwords_and_token_queries(url: str, shown: str) -> N
 
 def test_redact_text_masks_urls_inside_messages() -> None:
     text = "ConnectError: http://user:s3cretpw@h:1/v1/completions?key=abc&n=2 failed; retry https://tok@h2/x"
-    assert redact_text(text) == "ConnectError: http://user:***@h:1/v1/completions?key=***&n=2 failed; retry https://***@h2/x"
+    assert (
+        redact_text(text)
+        == "ConnectError: http://user:***@h:1/v1/completions?key=***&n=2 failed; retry https://***@h2/x"
+    )
     assert redact_text("no url here: user@example.com") == "no url here: user@example.com"
 
 
@@ -100,8 +109,9 @@ def test_api_key_comes_from_the_named_variable_or_the_default_one() -> None:
 def test_cli_never_prints_the_password_of_an_unreachable_endpoint() -> None:
     endpoint = f"http://user:{PASSWORD}@127.0.0.1:{_closed_port()}"
     asks_models = _cli("--endpoint", endpoint)
-    measures = _cli("--endpoint", endpoint, "--model", "m", "--isl", "16", "--concurrency", "1", "--osl", "4",
-                    "--repeats", "1")
+    measures = _cli(
+        "--endpoint", endpoint, "--model", "m", "--isl", "16", "--concurrency", "1", "--osl", "4", "--repeats", "1"
+    )
     for result in (asks_models, measures):
         assert result.returncode == exit_codes.UNREACHABLE, result.stderr  # nothing listens there
         assert PASSWORD not in result.stdout + result.stderr
@@ -115,8 +125,23 @@ def test_cli_sends_url_credentials_as_basic_auth_and_prints_none_of_them(tmp_pat
     token = base64.b64encode(f"user:{PASSWORD}".encode()).decode()
     with fake_endpoint(f"Basic {token}") as server:
         endpoint = server.url.replace("http://", f"http://user:{PASSWORD}@")
-        result = _cli("--endpoint", endpoint, "--isl", "16,64", "--concurrency", "1,2", "--osl", "16", "--repeats", "1",
-                      "--vocab-size", "100", "--out", str(tmp_path / "prof"), "--json")
+        result = _cli(
+            "--endpoint",
+            endpoint,
+            "--isl",
+            "16,64",
+            "--concurrency",
+            "1,2",
+            "--osl",
+            "16",
+            "--repeats",
+            "1",
+            "--vocab-size",
+            "100",
+            "--out",
+            str(tmp_path / "prof"),
+            "--json",
+        )
     assert result.returncode == 0, result.stderr
     assert set(server.authorizations) == {f"Basic {token}"}  # every request authenticated, none without
     assert "/v1/completions" in server.paths
@@ -130,11 +155,38 @@ def test_cli_sends_url_credentials_as_basic_auth_and_prints_none_of_them(tmp_pat
 
 def test_cli_sends_the_api_key_from_the_named_variable_as_a_bearer_token(tmp_path: Path) -> None:
     with fake_endpoint(f"Bearer {API_KEY}") as server:
-        ok = _cli("--endpoint", server.url, "--isl", "16", "--concurrency", "1,2", "--osl", "16", "--repeats", "1",
-                  "--vocab-size", "100", "--out", str(tmp_path / "prof"), "--api-key-env", "MY_ENGINE_KEY",
-                  env={"MY_ENGINE_KEY": API_KEY})
-        without = _cli("--endpoint", server.url, "--isl", "16", "--concurrency", "1", "--osl", "4", "--repeats", "1",
-                       env={"LLMCAP_API_KEY": ""})
+        ok = _cli(
+            "--endpoint",
+            server.url,
+            "--isl",
+            "16",
+            "--concurrency",
+            "1,2",
+            "--osl",
+            "16",
+            "--repeats",
+            "1",
+            "--vocab-size",
+            "100",
+            "--out",
+            str(tmp_path / "prof"),
+            "--api-key-env",
+            "MY_ENGINE_KEY",
+            env={"MY_ENGINE_KEY": API_KEY},
+        )
+        without = _cli(
+            "--endpoint",
+            server.url,
+            "--isl",
+            "16",
+            "--concurrency",
+            "1",
+            "--osl",
+            "4",
+            "--repeats",
+            "1",
+            env={"LLMCAP_API_KEY": ""},
+        )
     assert ok.returncode == 0, ok.stderr
     assert f"Bearer {API_KEY}" in server.authorizations
     assert API_KEY not in ok.stdout + ok.stderr + _files_text(tmp_path / "prof")
@@ -157,9 +209,18 @@ def test_cli_refuses_a_named_variable_that_is_unset() -> None:
 def _stage_args(tmp_path: Path, profile_params: dict) -> list[str]:
     params = {"trace": {"file": "unused.jsonl"}, "enumerate": {"model": "Llama-3.1-8B"}, "profile": profile_params}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    return ["--params", str(tmp_path / "params.yaml"), "--catalog-dir", str(ROOT / "llmcap" / "catalog" / "data"),
-            "--profile", str(tmp_path / "stored"), "--step-model", str(tmp_path / "out" / "step_model.json"),
-            "--report-dir", str(tmp_path / "reports")]
+    return [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--catalog-dir",
+        str(ROOT / "llmcap" / "catalog" / "data"),
+        "--profile",
+        str(tmp_path / "stored"),
+        "--step-model",
+        str(tmp_path / "out" / "step_model.json"),
+        "--report-dir",
+        str(tmp_path / "reports"),
+    ]
 
 
 def _mlflow_text() -> str:
@@ -172,8 +233,9 @@ def _mlflow_text() -> str:
     return "\n".join(f"{k}={v}" for r in runs for d in (r.data.params, r.data.tags) for k, v in d.items())
 
 
-def test_stage_refuses_a_password_in_params_yaml_without_echoing_it(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_stage_refuses_a_password_in_params_yaml_without_echoing_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # params.yaml is committed and DVC copies param values into dvc.lock: a password there is already leaked
     args = _stage_args(tmp_path, {"endpoint": f"http://user:{PASSWORD}@127.0.0.1:{_closed_port()}", "tp": 2})
     assert stage.main(args) == 2
@@ -190,28 +252,58 @@ def test_stage_profiles_with_the_api_key_and_logs_only_the_variable_name(
 
     monkeypatch.setenv("LLMCAP_TEST_ENGINE_KEY", API_KEY)
     with fake_endpoint(f"Bearer {API_KEY}") as server:
-        args = _stage_args(tmp_path, {"endpoint": server.url, "api_key_env": "LLMCAP_TEST_ENGINE_KEY",
-                                      "served_model": MODEL, "gpu": "h100", "tp": 2, "isl": [16, 64],
-                                      "concurrency": [1, 2], "osl": 16, "repeats": 1})
+        args = _stage_args(
+            tmp_path,
+            {
+                "endpoint": server.url,
+                "api_key_env": "LLMCAP_TEST_ENGINE_KEY",
+                "served_model": MODEL,
+                "gpu": "h100",
+                "tp": 2,
+                "isl": [16, 64],
+                "concurrency": [1, 2],
+                "osl": 16,
+                "repeats": 1,
+            },
+        )
         assert stage.main(args) == 0, capsys.readouterr().err
     out, err = capsys.readouterr()
     assert set(server.authorizations) == {f"Bearer {API_KEY}"}
     assert json.loads((tmp_path / "out" / "step_model.json").read_text())["source"] == "profile-measured"
 
-    run = mlflow.search_runs(experiment_names=["llmcap"], filter_string="tags.`dvc.stage` = 'profile'",
-                             order_by=["attributes.start_time DESC"], max_results=1).iloc[0]
+    run = mlflow.search_runs(
+        experiment_names=["llmcap"],
+        filter_string="tags.`dvc.stage` = 'profile'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    ).iloc[0]
     assert run["params.profile.endpoint"] == server.url
     assert run["params.profile.api_key_env"] == "LLMCAP_TEST_ENGINE_KEY"
     artifacts = mlflow.artifacts.download_artifacts(run_id=run["run_id"], dst_path=str(tmp_path / "artifacts"))
     assert (Path(artifacts) / "profile" / "table" / "manifest.json").exists()
-    for text in (out, err, _mlflow_text(), _files_text(Path(artifacts)), _files_text(tmp_path / "reports"),
-                 _files_text(tmp_path / "out")):
+    for text in (
+        out,
+        err,
+        _mlflow_text(),
+        _files_text(Path(artifacts)),
+        _files_text(tmp_path / "reports"),
+        _files_text(tmp_path / "out"),
+    ):
         assert API_KEY not in text
 
 
 def test_stage_reports_an_unreachable_endpoint_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = _stage_args(tmp_path, {"endpoint": f"http://127.0.0.1:{_closed_port()}", "tp": 2, "isl": [16],
-                                  "concurrency": [1], "osl": 4, "repeats": 1})
+    args = _stage_args(
+        tmp_path,
+        {
+            "endpoint": f"http://127.0.0.1:{_closed_port()}",
+            "tp": 2,
+            "isl": [16],
+            "concurrency": [1],
+            "osl": 4,
+            "repeats": 1,
+        },
+    )
     assert stage.main(args) == 2
     err = capsys.readouterr().err
     assert "error: profile.endpoint: every request to http://127.0.0.1:" in err and "Traceback" not in err

@@ -16,22 +16,32 @@ import yaml
 from ops.lockcheck import export, recorded_after_code
 from tests.conftest import ROOT
 
-
-pytestmark = pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout: no committed dvc.lock to check")
+pytestmark = pytest.mark.skipif(
+    not (ROOT / ".git").exists(), reason="not a git checkout: no committed dvc.lock to check"
+)
 
 
 def _check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops.lockcheck", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "ops.lockcheck", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_committed_lock_matches_head() -> None:
     out = _check()
-    assert out.returncode == 0, f"dvc.lock at HEAD is stale (re-plan: make plan, then commit dvc.lock):\n{out.stdout}{out.stderr}"
+    assert out.returncode == 0, (
+        f"dvc.lock at HEAD is stale (re-plan: make plan, then commit dvc.lock):\n{out.stdout}{out.stderr}"
+    )
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@localhost",
-           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@localhost",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@localhost",
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -46,7 +56,9 @@ def test_a_changed_dep_or_param_makes_the_lock_stale(tmp_path: Path) -> None:
     # here each change must add its own finding to that
     tree = export(ROOT, "HEAD", tmp_path)
     before = _stale(tree)
-    assert not any("outs" in line or "not in cache" in line or "deleted" in line for line in before)  # absent outputs are no finding
+    assert not any(
+        "outs" in line or "not in cache" in line or "deleted" in line for line in before
+    )  # absent outputs are no finding
 
     size = tree / "stages" / "size.py"
     code = size.read_text()
@@ -59,7 +71,9 @@ def test_a_changed_dep_or_param_makes_the_lock_stale(tmp_path: Path) -> None:
     params = yaml.safe_load((tree / "params.yaml").read_text())
     params["clean"]["max_context_tokens"] += 1
     (tree / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert _stale(tree) - before == {"clean: param clean modified (params.yaml differs from the lock)"}  # (DVC names the section)
+    assert _stale(tree) - before == {
+        "clean: param clean modified (params.yaml differs from the lock)"
+    }  # (DVC names the section)
 
 
 def test_a_size_entry_recorded_before_its_code_is_stale(tmp_path: Path) -> None:

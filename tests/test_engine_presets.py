@@ -9,10 +9,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from llmcap.policy_names import admission_option
 from llmcap.catalog import get_gpu
 from llmcap.cli import app
 from llmcap.engine_presets import ENGINE_ADMISSIONS, ENGINES, GIB, engine_preset
+from llmcap.policy_names import admission_option
 from tests.conftest import TRACES
 
 # (engine, GPU) → (chunk, max batch, KV block), from the cited sources' rules. The GPUs' driver-reported memory:
@@ -45,8 +45,13 @@ def test_sglang_keeps_a_small_chunk_below_35_gib() -> None:
 
 def test_the_admission_each_engine_uses() -> None:
     assert {e: engine_preset(e, get_gpu("h100")).admission_policy for e in ENGINES} == {
-        "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm-guaranteed-no-evict"}  # fmt: skip
-    assert {e: offered[0] for e, offered in ENGINE_ADMISSIONS.items()} == {e: engine_preset(e, get_gpu("a100")).admission_policy for e in ENGINES}
+        "vllm": "vllm",
+        "sglang": "sglang",
+        "trtllm": "trtllm-guaranteed-no-evict",
+    }
+    assert {e: offered[0] for e, offered in ENGINE_ADMISSIONS.items()} == {
+        e: engine_preset(e, get_gpu("a100")).admission_policy for e in ENGINES
+    }
 
 
 @pytest.fixture
@@ -57,8 +62,25 @@ def trace(tmp_path, monkeypatch):
     return path
 
 
-SIZE = ["size", "--model", "Llama-3.1-8B", "--tp", "1", "--weight-quant", "fp8", "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000",
-        "--shortlist", "2", "--excerpt", "100", "--json"]  # fmt: skip
+SIZE = [
+    "size",
+    "--model",
+    "Llama-3.1-8B",
+    "--tp",
+    "1",
+    "--weight-quant",
+    "fp8",
+    "--kv-dtype",
+    "fp8",
+    "--no-pd",
+    "--slo-ttft-p99",
+    "2000",
+    "--shortlist",
+    "2",
+    "--excerpt",
+    "100",
+    "--json",
+]
 
 
 def test_size_for_an_engine_sizes_each_gpu_with_its_own_defaults(trace) -> None:
@@ -68,15 +90,33 @@ def test_size_for_an_engine_sizes_each_gpu_with_its_own_defaults(trace) -> None:
     assert s["admission_policy"] == "vllm" and set(s["engine_preset"]) == {"H100-SXM-80GB", "A100-SXM-80GB"}
     keys = {row["candidate"] for row in s["finalists"] or []} | {s["chosen"]}
     assert any("seqs1024/mbt8192/blk16" in k for k in keys if k.startswith("H100")), keys
-    trt = json.loads(CliRunner().invoke(app, [*SIZE, "--trace", str(trace), "--gpu", "h100", "--engine", "trtllm"]).stdout)
+    trt = json.loads(
+        CliRunner().invoke(app, [*SIZE, "--trace", str(trace), "--gpu", "h100", "--engine", "trtllm"]).stdout
+    )
     assert trt["admission_policy"] == "trtllm-guaranteed-no-evict" and trt["chosen"].endswith("seqs2048/mbt8192/blk32")
-    explicit = json.loads(CliRunner().invoke(app, [*SIZE, "--trace", str(trace), "--gpu", "h100", "--engine", "trtllm",
-                                                   "--admission-policy", "vllm"]).stdout)  # fmt: skip
+    explicit = json.loads(
+        CliRunner()
+        .invoke(
+            app, [*SIZE, "--trace", str(trace), "--gpu", "h100", "--engine", "trtllm", "--admission-policy", "vllm"]
+        )
+        .stdout
+    )
     assert explicit["admission_policy"] == "vllm" and explicit["chosen"].endswith("blk32")
 
 
 def test_simulate_for_an_engine_keeps_what_was_given(trace) -> None:
-    args = ["simulate", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "a100", "--engine", "sglang", "--json"]
+    args = [
+        "simulate",
+        "--trace",
+        str(trace),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "a100",
+        "--engine",
+        "sglang",
+        "--json",
+    ]
     preset = json.loads(CliRunner().invoke(app, args).stdout)["engine_preset"]
     assert (preset["max_num_batched_tokens"], preset["block_size"], preset["overridden"]) == (8192, 1, [])
     given = json.loads(CliRunner().invoke(app, [*args, "--max-num-seqs", "64"]).stdout)["engine_preset"]

@@ -29,8 +29,10 @@ def test_llmcap_sources_do_not_import_the_stack() -> None:
 
 
 def test_importing_every_command_loads_none_of_the_stack() -> None:
-    code = ("import sys, llmcap.cli, llmcap.trace.plots; [llmcap.cli.load_command(n) for n in llmcap.cli.COMMANDS]; "
-            "print(sorted(m for m in {%s} if m in sys.modules))" % ",".join(repr(m) for m in FORBIDDEN))
+    code = (
+        "import sys, llmcap.cli, llmcap.trace.plots; [llmcap.cli.load_command(n) for n in llmcap.cli.COMMANDS]; "
+        f"print(sorted(m for m in {{{','.join(repr(m) for m in FORBIDDEN)}}} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 
@@ -42,7 +44,22 @@ def test_stages_are_thin() -> None:
 
 
 BOTTOM = ("catalog", "trace", "perf")  # the domain's bottom layers
-ABOVE = ("sim", "sizing", "report", "live", "twin", "gateway", "rollout", "reconcile", "replaycheck", "commands", "config.py", "candidates.py", "cli.py", "planning.py")
+ABOVE = (
+    "sim",
+    "sizing",
+    "report",
+    "live",
+    "twin",
+    "gateway",
+    "rollout",
+    "reconcile",
+    "replaycheck",
+    "commands",
+    "config.py",
+    "candidates.py",
+    "cli.py",
+    "planning.py",
+)
 
 
 def test_the_bottom_layers_import_nothing_above_them() -> None:
@@ -52,7 +69,9 @@ def test_the_bottom_layers_import_nothing_above_them() -> None:
     for layer in BOTTOM:
         for path in sorted((package / layer).rglob("*.py")):
             module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            above = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ABOVE)
+            above = sorted(
+                str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ABOVE
+            )
             assert not above, f"{module} imports, directly or not, {above}"
 
 
@@ -63,7 +82,11 @@ def test_sizing_decides_and_the_report_shows() -> None:
     package = ROOT / "llmcap"
     for path in sorted((package / "sizing").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        shown = sorted(str(f.relative_to(package)) for f in closure(module) if f.relative_to(package).parts[0] in ("report", "planning.py"))
+        shown = sorted(
+            str(f.relative_to(package))
+            for f in closure(module)
+            if f.relative_to(package).parts[0] in ("report", "planning.py")
+        )
         assert not shown, f"{module} imports, directly or not, {shown}"
 
 
@@ -71,7 +94,11 @@ MODULE_LINES = 520  # "~500": one concept a module (docs/architecture.md)
 
 
 def test_library_modules_stay_small() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "llmcap").rglob("*.py") if (n := len(p.read_text().splitlines())) > MODULE_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in (ROOT / "llmcap").rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MODULE_LINES
+    }
     assert long == {}, f"split these by concern: {long}"
 
 
@@ -85,8 +112,20 @@ def test_nothing_below_the_command_line_imports_it() -> None:
             if rel.parts[:2] == ("llmcap", "commands") or rel == Path("llmcap/cli.py"):
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
-            found = sorted({n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("llmcap.commands")}
-                           | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name.startswith("llmcap.commands")})  # fmt: skip
+            found = sorted(
+                {
+                    n.module
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("llmcap.commands")
+                }
+                | {
+                    a.name
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.Import)
+                    for a in n.names
+                    if a.name.startswith("llmcap.commands")
+                }
+            )
             if found:
                 offenders[str(rel)] = found
     assert offenders == {}

@@ -31,7 +31,17 @@ def test_cleaning_logs_its_accounting(tmp_path: Path, caplog: pytest.LogCaptureF
 
 
 def _clean(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "llmcap", *options, "trace", "clean", str(_trace(tmp_path)), "--out", str(tmp_path / "c.parquet")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmcap",
+        *options,
+        "trace",
+        "clean",
+        str(_trace(tmp_path)),
+        "--out",
+        str(tmp_path / "c.parquet"),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 

@@ -44,14 +44,24 @@ def test_slots_leave_less_kv_and_show_in_the_breakdown() -> None:
     taken = 4 * 83_886_080
     assert plain.breakdown.kv_budget_bytes - lora.breakdown.kv_budget_bytes == taken
     assert [(r.label, r.bytes) for r in lora.breakdown.rows if r.kind == "runtime" and "LoRA" in r.label] == [
-        ("LoRA slots (4 adapters × rank 16)", taken)]
+        ("LoRA slots (4 adapters × rank 16)", taken)
+    ]
     # fp8 KV of this model: 32 layers × 8 heads × 128 × 2 (K and V) × 1 B = 65,536 B a token: 5,120 tokens fewer
     assert plain.kv_tokens_per_rank - lora.kv_tokens_per_rank == taken // 65_536 == 5_120
 
 
 def test_serve_line_enables_the_slots() -> None:
-    row = {"tp": 1, "pp": 1, "ep": 1, "weight_quant": "fp8", "kv_dtype": "fp8", "max_num_seqs": 256, "max_num_batched_tokens": 2048,
-           "block_size": 16, "max_context_len": 8192}  # fmt: skip
+    row = {
+        "tp": 1,
+        "pp": 1,
+        "ep": 1,
+        "weight_quant": "fp8",
+        "kv_dtype": "fp8",
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 2048,
+        "block_size": 16,
+        "max_context_len": 8192,
+    }
     argv, _ = serve_argv(row, "m", 0.9, lora=(4, 32))
     assert argv[argv.index("--enable-lora") :][:5] == ["--enable-lora", "--max-loras", "4", "--max-lora-rank", "32"]
     assert "--enable-lora" not in serve_argv(row, "m", 0.9)[0]
@@ -60,9 +70,35 @@ def test_serve_line_enables_the_slots() -> None:
 def test_size_with_max_loras_plans_the_smaller_kv_and_serves_with_it(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     trace = tmp_path / "t.csv"
-    trace.write_text("arrival_s,isl,osl,adapter\n" + "".join(f"{i * 0.5},{500 + i},{50 + i},{'a' if i % 2 else 'b'}\n" for i in range(60)))
-    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8",
-            "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--shortlist", "1", "--excerpt", "40", "--json"]  # fmt: skip
+    trace.write_text(
+        "arrival_s,isl,osl,adapter\n"
+        + "".join(f"{i * 0.5},{500 + i},{50 + i},{'a' if i % 2 else 'b'}\n" for i in range(60))
+    )
+    args = [
+        "size",
+        "--trace",
+        str(trace),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--weight-quant",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--no-pd",
+        "--slo-ttft-p99",
+        "2000",
+        "--slo-itl-p99",
+        "100",
+        "--shortlist",
+        "1",
+        "--excerpt",
+        "40",
+        "--json",
+    ]
     plain, lora = (CliRunner().invoke(app, [*args, *extra]) for extra in ((), ("--max-loras", "4")))
     assert plain.exit_code == lora.exit_code == 0, lora.output
     p, q = json.loads(plain.stdout), json.loads(lora.stdout)
@@ -71,4 +107,7 @@ def test_size_with_max_loras_plans_the_smaller_kv_and_serves_with_it(tmp_path, m
     assert "--enable-lora" in q["vllm_serve"][0]["argv"] and "--enable-lora" not in p["vllm_serve"][0]["argv"]
     # the note says what was planned: without slots, that the adapters' cost was not; with them, the slots and the batching limit
     assert any("2 adapters" in n and "planned only with --max-loras" in n for n in p["notes"])
-    assert any("2 adapters" in n and "4 LoRA slots on every rank" in n and "at most 4 adapters per batch" in n for n in q["notes"])
+    assert any(
+        "2 adapters" in n and "4 LoRA slots on every rank" in n and "at most 4 adapters per batch" in n
+        for n in q["notes"]
+    )

@@ -22,7 +22,12 @@ def _csv(text: str) -> list[dict[str, str]]:
 
 
 def test_flatten_names_nested_fields_with_dots_and_keeps_lists_as_json():
-    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2], "f": "x"}) == {"a.b": 1, "a.c.d": "", "e": "[1, 2]", "f": "x"}
+    assert flatten({"a": {"b": 1, "c": {"d": None}}, "e": [1, 2], "f": "x"}) == {
+        "a.b": 1,
+        "a.c.d": "",
+        "e": "[1, 2]",
+        "f": "x",
+    }
 
 
 def test_perf_and_memory_csv_hold_the_json_figures():

@@ -76,7 +76,11 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"watch.replan_cron": "weekly"}, "watch.replan_cron", "a cron expression has 5 fields"),
     ({"watch.interval_s": 0}, "watch.interval_s", "greater than or equal to 10"),
     ({"watch.endpoints": "http://127.0.0.1:8000"}, "watch.endpoints", "valid list"),
-    ({"stores.mlflow_tracking_uri": "http://ops:s3cret@mlflow.internal:5000"}, "stores.mlflow_tracking_uri", "carries a credential"),
+    (
+        {"stores.mlflow_tracking_uri": "http://ops:s3cret@mlflow.internal:5000"},
+        "stores.mlflow_tracking_uri",
+        "carries a credential",
+    ),
     ({"stores.dvc_remote": 5}, "stores.dvc_remote", "valid string"),
     ({"profile.scheduler": {"x": math.inf}}, "profile.scheduler", "finite number"),
     ({"profile.endpoint": "127.0.0.1:8000"}, "profile.endpoint", "http:// or https:// URL"),
@@ -95,7 +99,11 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"trace.arrivals.rate_rps": True}, "trace.arrivals.rate_rps", "valid number"),
     ({"trace.file": ""}, "trace.file", "at least 1 character"),
     ({"clean.window_start_s": -5}, "clean.window_start_s", "greater than or equal to 0"),
-    ({"clean.window_start_s": 100, "clean.window_end_s": 50}, "clean", "window_end_s (50) must be after window_start_s (100)"),
+    (
+        {"clean.window_start_s": 100, "clean.window_end_s": 50},
+        "clean",
+        "window_end_s (50) must be after window_start_s (100)",
+    ),
     ({"clean.duplicates": True}, "clean.duplicates", "by_id', 'identical' or 'keep'"),
     ({"trace.generate_arrivals": 1}, "trace.generate_arrivals", "valid boolean"),
     ({"size.target_rps": math.inf}, "size.target_rps", "finite number"),
@@ -105,15 +113,23 @@ BAD: list[tuple[dict[str, Any], str, str]] = [
     ({"size.slo.ttft_ms": math.inf}, "size.slo.ttft_ms", "finite number"),
     ({"size.search.seeds": [0, True]}, "size.search.seeds.1", "valid integer"),
     ({"size.search.seeds": [-1]}, "size.search.seeds.0", "greater than or equal to 0"),
-    ({"size.search.min_rate": 10, "size.search.max_rate": 5}, "size.search.min_rate", "must be below size.search.max_rate"),
+    (
+        {"size.search.min_rate": 10, "size.search.max_rate": 5},
+        "size.search.min_rate",
+        "must be below size.search.max_rate",
+    ),
     ({"size.excerpt_requests": 1e9}, "size.excerpt_requests", "valid integer"),
     ({"size.compute.workers": False}, "size.compute.workers", "valid integer"),
     ({"size.headroom.node_failures": -1}, "size.headroom.node_failures", "greater than or equal to 0"),
 ]
 
 
-@pytest.mark.parametrize(("change", "field", "words"), BAD, ids=[b[1] + "=" + repr(list(b[0].values())[-1]) for b in BAD])
-def test_a_bad_value_fails_at_load_naming_its_field(tmp_path: Path, change: dict[str, Any], field: str, words: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "field", "words"), BAD, ids=[b[1] + "=" + repr(list(b[0].values())[-1]) for b in BAD]
+)
+def test_a_bad_value_fails_at_load_naming_its_field(
+    tmp_path: Path, change: dict[str, Any], field: str, words: str
+) -> None:
     path = _write(tmp_path, change)
     with pytest.raises(InputFileError) as err:
         load_params(path)
@@ -135,15 +151,33 @@ def test_the_message_says_what_came_in_and_counts_the_other_errors(tmp_path: Pat
 @pytest.mark.parametrize(
     ("change", "check"),
     [
-        ({"trace.arrivals.rate_rps": 2, "size.target_rps": 5}, lambda p: p.size.target_rps == 5.0 and p.trace.arrivals.rate_rps == 2.0),
+        (
+            {"trace.arrivals.rate_rps": 2, "size.target_rps": 5},
+            lambda p: p.size.target_rps == 5.0 and p.trace.arrivals.rate_rps == 2.0,
+        ),
         ({"enumerate.max_context_len": "model"}, lambda p: p.enumerate.max_context_len == "model"),
         ({"enumerate.max_context_len": 8192}, lambda p: p.enumerate.max_context_len == 8192),
-        ({"enumerate.gpus": ["h100", "H200"], "profile.gpu": "h100_sxm5"}, lambda p: p.enumerate.gpus == ["h100", "H200"]),
-        ({"enumerate.model": str(ROOT / "llmcap" / "catalog" / "data" / "models" / "Llama-3.1-8B")}, lambda p: p.enumerate.model.endswith("Llama-3.1-8B")),
-        ({"enumerate.weight_quants": ["int4-awq-g64", "FP8"], "enumerate.kv_dtypes": ["fp8_e4m3"]}, lambda p: p.enumerate.kv_dtypes == ["fp8_e4m3"]),
+        (
+            {"enumerate.gpus": ["h100", "H200"], "profile.gpu": "h100_sxm5"},
+            lambda p: p.enumerate.gpus == ["h100", "H200"],
+        ),
+        (
+            {"enumerate.model": str(ROOT / "llmcap" / "catalog" / "data" / "models" / "Llama-3.1-8B")},
+            lambda p: p.enumerate.model.endswith("Llama-3.1-8B"),
+        ),
+        (
+            {"enumerate.weight_quants": ["int4-awq-g64", "FP8"], "enumerate.kv_dtypes": ["fp8_e4m3"]},
+            lambda p: p.enumerate.kv_dtypes == ["fp8_e4m3"],
+        ),
         ({"characterise.percentiles": [0.1, 99.9]}, lambda p: p.characterise.percentiles == [0.1, 99.9]),
-        ({"profile.endpoint": "https://llm.internal:8443/", "profile.api_key_env": "OPENAI_API_KEY"}, lambda p: p.profile.api_key_env == "OPENAI_API_KEY"),
-        ({"profile.scheduler": {"async_scheduling": True, "max_loras": 4}}, lambda p: p.profile.scheduler["max_loras"] == 4),
+        (
+            {"profile.endpoint": "https://llm.internal:8443/", "profile.api_key_env": "OPENAI_API_KEY"},
+            lambda p: p.profile.api_key_env == "OPENAI_API_KEY",
+        ),
+        (
+            {"profile.scheduler": {"async_scheduling": True, "max_loras": 4}},
+            lambda p: p.profile.scheduler["max_loras"] == 4,
+        ),
     ],
 )
 def test_good_values_still_load(tmp_path: Path, change: dict[str, Any], check: Any) -> None:

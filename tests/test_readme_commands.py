@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TOOLS = ("llmcap", "make", "dvc", "git", "uv", "pip", "mlflow")
 FENCE = re.compile(r"^\s*```(\w*)\s*$")
-INLINE = re.compile(r"`((?:%s) [^`]+)`" % "|".join(TOOLS))
+INLINE = re.compile(rf"`((?:{'|'.join(TOOLS)}) [^`]+)`")
 OPTION = re.compile(r"(?<![\w/.-])(--?[A-Za-z][\w-]*)")
 QUICK_START = "Plan for your own trace"
 
@@ -70,7 +70,9 @@ def _bash_commands(block: list[tuple[int, str]], section: str) -> Iterator[Comma
             continue
         tokens, pending = shlex.split(" ".join(pending), comments=True), []
         while tokens:
-            head, tokens = (tokens[: tokens.index("&&")], tokens[tokens.index("&&") + 1 :]) if "&&" in tokens else (tokens, [])
+            head, tokens = (
+                (tokens[: tokens.index("&&")], tokens[tokens.index("&&") + 1 :]) if "&&" in tokens else (tokens, [])
+            )
             if len(head) == 1 and re.fullmatch(r"[A-Za-z_]\w*=\S+", head[0]):
                 name, value = head[0].split("=", 1)
                 variables[name] = value
@@ -117,7 +119,11 @@ def readme_commands() -> list[Command]:
             continue
         if raw.startswith("## "):
             section = raw[3:].strip()
-        commands.extend(Command(number, part.strip(), "inline", section) for m in INLINE.finditer(raw) for part in m.group(1).split(" && "))
+        commands.extend(
+            Command(number, part.strip(), "inline", section)
+            for m in INLINE.finditer(raw)
+            for part in m.group(1).split(" && ")
+        )
     return commands
 
 
@@ -150,7 +156,9 @@ def _resolve(words: list[str]) -> tuple[list[Any], list[str], list[str]]:
 
 
 def _options(command: Any) -> set[str]:
-    return {o for p in command.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)} | ROOT_OPTIONS
+    return {
+        o for p in command.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)
+    } | ROOT_OPTIONS
 
 
 def llmcap_problems(command: Command) -> list[str]:
@@ -160,7 +168,9 @@ def llmcap_problems(command: Command) -> list[str]:
     if missing:
         return [f"llmcap has no command {' '.join(missing)}"]
     named = set(OPTION.findall(command.text))
-    problems = [f"{t.name} has no option {', '.join(sorted(named - _options(t)))}" for t in reached if named - _options(t)]
+    problems = [
+        f"{t.name} has no option {', '.join(sorted(named - _options(t)))}" for t in reached if named - _options(t)
+    ]
     if command.kind == "bash" and not problems:
         (target,) = reached
         try:
@@ -181,7 +191,14 @@ def test_llmcap_commands_name_real_commands_and_options(command: Command) -> Non
 def test_the_readme_has_commands_of_every_kind() -> None:
     """The reader above finds what it is meant to: a broken fence or pattern would leave the tests with nothing to check."""
     kinds = {(c.kind, c.tool) for c in COMMANDS}
-    assert {("bash", "llmcap"), ("text", "llmcap"), ("inline", "llmcap"), ("bash", "make"), ("inline", "dvc"), ("inline", "git")} <= kinds
+    assert {
+        ("bash", "llmcap"),
+        ("text", "llmcap"),
+        ("inline", "llmcap"),
+        ("bash", "make"),
+        ("inline", "dvc"),
+        ("inline", "git"),
+    } <= kinds
     assert any(c.section == QUICK_START and c.kind == "bash" and " size " in c.text for c in LLMCAP)
     synopsis = {c.text.split()[1] for c in COMMANDS if c.kind == "text"}
     assert {"size", "simulate", "replay", "trace", "rollout"} <= synopsis
@@ -194,7 +211,11 @@ MAKE_TARGETS = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(encod
 
 def make_problems(command: Command) -> list[str]:
     target = command.text.split()[1]
-    return [] if target in MAKE_TARGETS or not re.fullmatch(r"[\w-]+", target) else [f"the Makefile has no target {target}"]
+    return (
+        []
+        if target in MAKE_TARGETS or not re.fullmatch(r"[\w-]+", target)
+        else [f"the Makefile has no target {target}"]
+    )
 
 
 def _tool(name: str) -> list[str]:
@@ -210,7 +231,14 @@ def _tool(name: str) -> list[str]:
 
 @cache
 def _help(argv: tuple[str, ...]) -> tuple[int, str]:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT, env=os.environ | {"NO_COLOR": "1", "COLUMNS": "200"})
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=os.environ | {"NO_COLOR": "1", "COLUMNS": "200"},
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -221,16 +249,24 @@ def tool_problems(command: Command) -> list[str]:
     code, text = _help((*_tool(command.tool), *words, asked))
     if code not in ((0, 129) if command.tool == "git" else (0,)):
         return [f"{command.tool} exits {code}: {text[-400:]}"]
-    return [f"{command.tool}'s help has no {o}" for o in OPTION.findall(command.text) if o.startswith("--") and o not in text]
+    return [
+        f"{command.tool}'s help has no {o}"
+        for o in OPTION.findall(command.text)
+        if o.startswith("--") and o not in text
+    ]
 
 
-CHECKS = {"llmcap": llmcap_problems, "make": make_problems} | dict.fromkeys(("dvc", "git", "uv", "pip", "mlflow"), tool_problems)
+CHECKS = {"llmcap": llmcap_problems, "make": make_problems} | dict.fromkeys(
+    ("dvc", "git", "uv", "pip", "mlflow"), tool_problems
+)
 OTHER = [c for c in COMMANDS if c.tool != "llmcap"]
 
 
 @pytest.mark.parametrize("command", OTHER, ids=_ids(OTHER))
 def test_other_commands_are_accepted(command: Command) -> None:
-    assert not CHECKS[command.tool](command), f"README line {command.line}: `{command.text}`: {CHECKS[command.tool](command)}"
+    assert not CHECKS[command.tool](command), (
+        f"README line {command.line}: `{command.text}`: {CHECKS[command.tool](command)}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -267,7 +303,10 @@ def _quick_start_block() -> str:
 def _stated_answer() -> re.Match[str]:
     """The answer the README says the block prints."""
     section = README.read_text(encoding="utf-8").split(f"## {QUICK_START}", 1)[1].split("\n## ", 1)[0]
-    stated = re.search(r"(\d+) prefill instances of (\S+) TP(\d+) and\s+(\d+) decode instances of (\S+) TP(\d+), (\d+) GPUs, \$(\d+)/h", section)
+    stated = re.search(
+        r"(\d+) prefill instances of (\S+) TP(\d+) and\s+(\d+) decode instances of (\S+) TP(\d+), (\d+) GPUs, \$(\d+)/h",
+        section,
+    )
     assert stated, "the quick start no longer states the answer its block prints"
     return stated
 
@@ -283,44 +322,81 @@ def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
     """The quick start's block run in bash as written, in a directory whose `data` is the checkout's."""
     cwd = tmp_path_factory.mktemp("quick_start")
     (cwd / "data").symlink_to(ROOT / "data")  # the block's relative paths, its outputs kept out of the checkout
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _quick_start_block()], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=1800)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    }
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _quick_start_block()],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     return QuickStart(done, cwd)
 
 
 @pytest.mark.slow
 def test_quick_start_runs_as_written_and_prints_the_answer_it_states(quick_start: QuickStart) -> None:
     done = quick_start.done
-    assert done.returncode == 0, f"the quick start exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, (
+        f"the quick start exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    )
     summary = json.loads((quick_start.cwd / "my_plan" / "summary.json").read_text(encoding="utf-8"))
     p_count, p_gpu, p_tp, d_count, d_gpu, d_tp, gpus, usd = _stated_answer().groups()
     pools = summary["pool_plans"]
     for pool, count, gpu, tp in (("prefill", p_count, p_gpu, p_tp), ("decode", d_count, d_gpu, d_tp)):
         configuration = pools[pool]["configuration"]
-        assert pools[pool]["instances"] == int(count), f"{pool}: {pools[pool]['instances']} instances, the README says {count}"
-        assert configuration.startswith(gpu) and f"/tp{tp}pp" in configuration, f"{pool}: {configuration}, the README says {gpu} TP{tp}"
+        assert pools[pool]["instances"] == int(count), (
+            f"{pool}: {pools[pool]['instances']} instances, the README says {count}"
+        )
+        assert configuration.startswith(gpu) and f"/tp{tp}pp" in configuration, (
+            f"{pool}: {configuration}, the README says {gpu} TP{tp}"
+        )
     assert (summary["gpus"], summary["usd_per_hour"]) == (int(gpus), float(usd)), "the README's GPUs and $/h"
-    assert f"{int(gpus)} GPUs" in done.stdout and f"${float(usd):.2f}/h" in done.stdout, "the console states the same answer"
+    assert f"{int(gpus)} GPUs" in done.stdout and f"${float(usd):.2f}/h" in done.stdout, (
+        "the console states the same answer"
+    )
     assert (quick_start.cwd / "my_plan" / "capacity.html").is_file()
     assert re.search(r"scenario 'traffic' .*→ pass", done.stdout), "`simulate --plan` replays the plan and it passes"
 
 
 @pytest.mark.slow
-def test_simulate_plan_exits_slo_missed_on_the_plans_own_one_fewer_evidence(quick_start: QuickStart, tmp_path: Path) -> None:
+def test_simulate_plan_exits_slo_missed_on_the_plans_own_one_fewer_evidence(
+    quick_start: QuickStart, tmp_path: Path
+) -> None:
     """`simulate --plan` is a check: the sizer's own one-fewer count for a scenario, replayed outside it, misses (exit 6)."""
     assert quick_start.done.returncode == 0, "the quick start did not write a plan"
     trace = ROOT / "data" / "raw" / "mooncake" / "conversation_trace.jsonl"
     summary = json.loads((quick_start.cwd / "my_plan" / "summary.json").read_text(encoding="utf-8"))
     evidence = next(line for line in summary["minimality"] if "node loss: prefill" in line)
-    counts = {pool: int(n) for pool, n in re.findall(r"(prefill|decode) (\d+)", evidence.split("node loss: prefill", 1)[1].split("]")[0])}
+    counts = {
+        pool: int(n)
+        for pool, n in re.findall(r"(prefill|decode) (\d+)", evidence.split("node loss: prefill", 1)[1].split("]")[0])
+    }
     summary["deployment"]["scenarios"]["node loss: prefill"] = counts
     one_fewer = tmp_path / "one_fewer.json"
     one_fewer.write_text(json.dumps(summary), encoding="utf-8")
-    done = subprocess.run([str(ROOT / ".venv" / "bin" / "llmcap"), "simulate", "--plan", str(one_fewer), "--trace", str(trace),
-                           "--scenario", "node loss: prefill", "--json"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "llmcap"),
+            "simulate",
+            "--plan",
+            str(one_fewer),
+            "--trace",
+            str(trace),
+            "--scenario",
+            "node loss: prefill",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 6, f"one fewer exited {done.returncode}: {done.stderr[-2000:]}"
     replayed = json.loads(done.stdout)
     assert replayed["counts"] == counts and replayed["plan_check"]["passes"] is False
     stated = float(re.search(r"attainment (\d\.\d+)", evidence).group(1))  # type: ignore[union-attr]
-    assert replayed["plan_check"]["attainment"] == pytest.approx(stated, abs=5e-5), "the replay reproduces the sizer's own figure"
+    assert replayed["plan_check"]["attainment"] == pytest.approx(stated, abs=5e-5), (
+        "the replay reproduces the sizer's own figure"
+    )

@@ -92,4 +92,10 @@ def test_the_closure_follows_function_level_and_package_imports() -> None:
     # stages/size.py imports llmcap.sizing.plan inside run(): its closure must reach the simulator core
     # and the package __init__ files those imports execute
     files = {p.relative_to(ROOT).as_posix() for p in closure("stages.size")}
-    assert {"stages/size.py", "llmcap/__init__.py", "llmcap/_native.py", "llmcap/sizing/plan.py", "llmcap/sim/engine.py"} <= files
+    assert {
+        "stages/size.py",
+        "llmcap/__init__.py",
+        "llmcap/_native.py",
+        "llmcap/sizing/plan.py",
+        "llmcap/sim/engine.py",
+    } <= files

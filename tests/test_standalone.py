@@ -6,11 +6,17 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = ("../" + "shared", "DESIGN" + ".md", "DEVELOPERS" + ".md")  # spelled in parts so this file does not match itself
+OUTSIDE = (
+    "../" + "shared",
+    "DESIGN" + ".md",
+    "DEVELOPERS" + ".md",
+)  # spelled in parts so this file does not match itself
 
 
 def test_no_tracked_file_cites_a_document_outside_the_repository():
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    tracked = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    )
     cited = []
     for name in filter(None, tracked):
         path = ROOT / name

@@ -32,12 +32,18 @@ def _project(root: Path, stores: dict | None) -> Path:
 def test_params_then_environment_then_the_embedded_defaults(tmp_path: Path) -> None:
     plain = _project(tmp_path / "plain", {"dvc_remote": "", "mlflow_tracking_uri": ""})
     assert stage_env.stores(plain, environ={}) == {
-        "dvc_remote": "", "dvc_remote_from": "default",
-        "mlflow_tracking_uri": f"sqlite:///{plain / '.work' / 'mlflow.db'}", "mlflow_tracking_uri_from": "default",
-    }  # fmt: skip
-    assert stage_env.stores(_project(tmp_path / "none", None), environ={})["dvc_remote_from"] == "default"  # no section at all
+        "dvc_remote": "",
+        "dvc_remote_from": "default",
+        "mlflow_tracking_uri": f"sqlite:///{plain / '.work' / 'mlflow.db'}",
+        "mlflow_tracking_uri_from": "default",
+    }
+    assert (
+        stage_env.stores(_project(tmp_path / "none", None), environ={})["dvc_remote_from"] == "default"
+    )  # no section at all
 
-    team = _project(tmp_path / "team", {"dvc_remote": "../team-store/dvc-remote", "mlflow_tracking_uri": "http://127.0.0.1:5000"})
+    team = _project(
+        tmp_path / "team", {"dvc_remote": "../team-store/dvc-remote", "mlflow_tracking_uri": "http://127.0.0.1:5000"}
+    )
     got = stage_env.stores(team, environ={})
     # relative to the project: tmp/team/../team-store/dvc-remote = tmp/team-store/dvc-remote
     assert got["dvc_remote"] == str(tmp_path / "team-store" / "dvc-remote") and got["dvc_remote_from"] == "params.yaml"
@@ -46,10 +52,15 @@ def test_params_then_environment_then_the_embedded_defaults(tmp_path: Path) -> N
     override = {"LLMCAP_DVC_REMOTE": "s3://bucket/llmcap", "MLFLOW_TRACKING_URI": "http://mlflow.internal:5000"}
     got = stage_env.stores(team, environ=override)
     assert (got["dvc_remote"], got["dvc_remote_from"]) == ("s3://bucket/llmcap", "environment")
-    assert (got["mlflow_tracking_uri"], got["mlflow_tracking_uri_from"]) == ("http://mlflow.internal:5000", "environment")
+    assert (got["mlflow_tracking_uri"], got["mlflow_tracking_uri_from"]) == (
+        "http://mlflow.internal:5000",
+        "environment",
+    )
 
 
-def test_apply_defaults_opens_the_params_store_unless_the_environment_names_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_defaults_opens_the_params_store_unless_the_environment_names_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     team = _project(tmp_path / "team", {"dvc_remote": "", "mlflow_tracking_uri": "http://127.0.0.1:5000"})
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     stage_env.apply_defaults(team)
@@ -61,7 +72,9 @@ def test_apply_defaults_opens_the_params_store_unless_the_environment_names_one(
 
 
 def test_the_makefile_leaves_the_mlflow_store_to_params() -> None:
-    words = subprocess.run(["python3", str(ROOT / "stages" / "env.py"), "/w"], capture_output=True, text=True, check=True).stdout.split()
+    words = subprocess.run(
+        ["python3", str(ROOT / "stages" / "env.py"), "/w"], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "DVC_SITE_CACHE_DIR=/w/dvc-site-cache" in words
     assert not any(w.startswith("MLFLOW_TRACKING_URI=") for w in words)
 
@@ -81,9 +94,16 @@ def test_push_goes_to_the_setting_remote_and_plain_dvc_follows(tmp_path: Path, m
 
     (root / "table.csv").unlink()
     shutil.rmtree(root / ".dvc" / "cache")
-    assert subprocess.run([*dvc, "pull", "-q"], cwd=root, capture_output=True).returncode != 0  # .dvc/config's remote is empty
-    out = subprocess.run([sys.executable, "-m", "ops.store", "--project", str(root), "--configure-dvc"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert (
+        subprocess.run([*dvc, "pull", "-q"], cwd=root, capture_output=True).returncode != 0
+    )  # .dvc/config's remote is empty
+    out = subprocess.run(
+        [sys.executable, "-m", "ops.store", "--project", str(root), "--configure-dvc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert yaml.safe_load(out)["dvc_remote"] == {"name": "team", "url": str(shared), "from": "params.yaml"}
     subprocess.run([*dvc, "pull", "-q"], cwd=root, check=True)
     assert (root / "table.csv").read_text() == "gpus\n32\n"
@@ -92,7 +112,11 @@ def test_push_goes_to_the_setting_remote_and_plain_dvc_follows(tmp_path: Path, m
 def test_without_a_setting_the_checkout_remote_stays(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMCAP_DVC_REMOTE", raising=False)
     root = _project(tmp_path / "clone", {"dvc_remote": "", "mlflow_tracking_uri": ""})
-    assert store.default_remote(root) == {"name": "local", "url": str(root / ".work" / "dvc-remote"), "from": ".dvc/config"}
+    assert store.default_remote(root) == {
+        "name": "local",
+        "url": str(root / ".work" / "dvc-remote"),
+        "from": ".dvc/config",
+    }
     (root / "table.csv").write_text("gpus\n8\n")
     subprocess.run([sys.executable, "-m", "dvc", "add", "-q", "table.csv"], cwd=root, check=True)
     md5 = yaml.safe_load((root / "table.csv.dvc").read_text())["outs"][0]["md5"]
@@ -103,9 +127,14 @@ def test_without_a_setting_the_checkout_remote_stays(tmp_path: Path, monkeypatch
 
 
 def test_a_sandbox_keeps_its_decisions_to_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    root = _project(tmp_path / "copy", {"dvc_remote": "/srv/team/dvc-remote", "mlflow_tracking_uri": "http://mlflow.internal:5000"})
+    root = _project(
+        tmp_path / "copy", {"dvc_remote": "/srv/team/dvc-remote", "mlflow_tracking_uri": "http://mlflow.internal:5000"}
+    )
     own_stores(root / "params.yaml")
-    assert yaml.safe_load((root / "params.yaml").read_text()) == {"seed": 0, "stores": {"dvc_remote": "", "mlflow_tracking_uri": ""}}
+    assert yaml.safe_load((root / "params.yaml").read_text()) == {
+        "seed": 0,
+        "stores": {"dvc_remote": "", "mlflow_tracking_uri": ""},
+    }
     monkeypatch.setenv("LLMCAP_DVC_REMOTE", "/srv/team/dvc-remote")
     env = sandbox_env(root)
     assert "LLMCAP_DVC_REMOTE" not in env and env["MLFLOW_TRACKING_URI"] == f"sqlite:///{root / '.work' / 'mlflow.db'}"

@@ -23,8 +23,13 @@ def _passes() -> dict[str, Expression]:
 
 
 def test_the_two_passes_take_every_test_once_and_each_where_it_belongs() -> None:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "tests._collected", "-p", "no:randomly"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "tests._collected", "-p", "no:randomly"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     rows = [line.removeprefix(PREFIX).split("\t") for line in out.stdout.splitlines() if line.startswith(PREFIX)]
     passes = _passes()
@@ -32,7 +37,7 @@ def test_the_two_passes_take_every_test_once_and_each_where_it_belongs() -> None
     wrong = []
     for nodeid, marks, engine in rows:
         names = set(filter(None, marks.split(",")))
-        taken = [p for p, e in passes.items() if e.evaluate(lambda name, **_: name in names)]
+        taken = [p for p, e in passes.items() if e.evaluate(lambda name, names=names, **_: name in names)]
         if len(taken) != 1:
             wrong.append(f"{nodeid}: in {len(taken)} passes")
             continue

@@ -17,13 +17,24 @@ from ops.watch import changes_key, mark_stale, observe_endpoint, read_fingerprin
 from tests.conftest import ROOT
 from tests.twin.test_replay_cli import twin
 
-PLANNED = {"engine": "vllm", "engine_version": "0.11.0", "driver_version": None, "block_size": 16, "enable_prefix_caching": True}
+PLANNED = {
+    "engine": "vllm",
+    "engine_version": "0.11.0",
+    "driver_version": None,
+    "block_size": 16,
+    "enable_prefix_caching": True,
+}
 
 
 def test_a_twin_reports_its_engine_version_and_cache_config() -> None:
     with twin("--engine-version", "0.12.1", "--block-size", "32", "--served-model-name", "m8") as url:
         observed = observe_endpoint(url)
-    assert observed == {"engine_version": "0.12.1", "served_models": ["m8"], "block_size": 32, "enable_prefix_caching": True}
+    assert observed == {
+        "engine_version": "0.12.1",
+        "served_models": ["m8"],
+        "block_size": 32,
+        "enable_prefix_caching": True,
+    }
 
 
 def test_an_unreachable_endpoint_is_an_error_not_no_upgrade() -> None:
@@ -47,7 +58,9 @@ def test_only_a_changed_observed_field_is_an_upgrade() -> None:
 
 
 def test_two_endpoints_on_different_versions_are_an_error() -> None:
-    with pytest.raises(OpsError, match=r"engine_version differs between http://a \('0.12.0'\) and http://b \('0.11.0'\)"):
+    with pytest.raises(
+        OpsError, match=r"engine_version differs between http://a \('0.12.0'\) and http://b \('0.11.0'\)"
+    ):
         upgrade_changes(PLANNED, {"http://a": {"engine_version": "0.12.0"}, "http://b": {"engine_version": "0.11.0"}})
 
 
@@ -55,15 +68,25 @@ def test_mark_stale_writes_params_keeping_comments(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     shutil.copy(ROOT / "params.yaml", params)
     before = params.read_text().splitlines()
-    changes = [{"field": "engine_version", "observed": "0.12.0"}, {"field": "block_size", "observed": 32},
-               {"field": "enable_prefix_caching", "observed": False}]  # fmt: skip
+    changes = [
+        {"field": "engine_version", "observed": "0.12.0"},
+        {"field": "block_size", "observed": 32},
+        {"field": "enable_prefix_caching", "observed": False},
+    ]
     mark_stale(params, changes)
     loaded = load_params(params, catalog_dir=ROOT / "llmcap" / "catalog" / "data")
-    assert (loaded.profile.engine_version, loaded.profile.block_size, loaded.profile.enable_prefix_caching) == ("0.12.0", 32, False)
+    assert (loaded.profile.engine_version, loaded.profile.block_size, loaded.profile.enable_prefix_caching) == (
+        "0.12.0",
+        32,
+        False,
+    )
     after = params.read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
     assert len(changed) == 3 and all(a.split("#", 1)[1:] == b.split("#", 1)[1:] for a, b in changed)  # comments kept
-    assert yaml.safe_load(params.read_text())["enumerate"] == yaml.safe_load((ROOT / "params.yaml").read_text())["enumerate"]
+    assert (
+        yaml.safe_load(params.read_text())["enumerate"]
+        == yaml.safe_load((ROOT / "params.yaml").read_text())["enumerate"]
+    )
 
 
 def test_fingerprint_file_fields_are_checked(tmp_path: Path) -> None:
@@ -83,7 +106,9 @@ def test_gates_stop_a_plan_whose_scenarios_failed() -> None:
 
     ok = {"gpus": 8, "scenarios_pass": True, "scenarios": ["node loss: x → pass"]}
     assert gates(ok) == []
-    failed = gates({**ok, "scenarios_pass": False, "scenarios": ["node loss: x → pass", "upgrade: y: attainment 0.9 → FAIL"]})
+    failed = gates(
+        {**ok, "scenarios_pass": False, "scenarios": ["node loss: x → pass", "upgrade: y: attainment 0.9 → FAIL"]}
+    )
     assert failed == ["a headroom scenario failed: upgrade: y: attainment 0.9 → FAIL"]
 
 
@@ -125,4 +150,6 @@ def test_an_unchanged_decision_nothing_measured_is_recorded_without_approval() -
     assert unmeasured_and_unchanged(True, roofline, None) is None  # the decision changed: a person decides
     measured = {"step_model_source": "profile-measured", "pool_provenance": {"aggregated": {"step_model": "roofline"}}}
     assert unmeasured_and_unchanged(False, measured, "http://e") is None  # re-measured: a person looks at it
-    assert unmeasured_and_unchanged(False, {"step_model_source": "roofline-fallback"}, None) is None  # no provenance: ask
+    assert (
+        unmeasured_and_unchanged(False, {"step_model_source": "roofline-fallback"}, None) is None
+    )  # no provenance: ask

@@ -45,12 +45,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_the_wheel_holds_the_catalog_and_not_the_pipeline_stack(installed: tuple[Path, Path]) -> None:
     tmp, bin_dir = installed
-    probe = "import importlib.util as u, json; print(json.dumps({m: u.find_spec(m) is not None for m in %r}))" % (PIPELINE_ONLY,)
+    probe = f"import importlib.util as u, json; print(json.dumps({{m: u.find_spec(m) is not None for m in {PIPELINE_ONLY!r}}}))"
     found = json.loads(_run([str(bin_dir / "python"), "-c", probe], tmp).stdout)
     assert not any(found.values()), found
     for script in ("llmcap", "llmcap-planner"):  # the second: a name no other PyPI package's script has
         assert _run([str(bin_dir / script), "--version"], tmp).stdout.strip() == "llmcap-planner 0.1.0"
-    assert _run([str(bin_dir / "python"), "-c", CORE], tmp).stdout.strip() == "source"  # no compiled core: the sources run
+    assert (
+        _run([str(bin_dir / "python"), "-c", CORE], tmp).stdout.strip() == "source"
+    )  # no compiled core: the sources run
 
 
 def test_the_installed_cli_plans_from_a_shipped_trace(installed: tuple[Path, Path]) -> None:
@@ -67,8 +69,28 @@ def test_the_installed_cli_plans_from_a_shipped_trace(installed: tuple[Path, Pat
     trace = str(tmp / "azure_excerpt.csv")
     sim = run("simulate", "-t", trace, "-m", "Llama-3.1-8B", "-g", "h100")
     assert sim["requests"] == 1_500 and sim["completed"] == 1_500
-    size = run("size", "-t", trace, "-m", "Llama-3.1-8B", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100",
-               "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--no-pd", "--shortlist", "1", "--excerpt", "300")  # fmt: skip
+    size = run(
+        "size",
+        "-t",
+        trace,
+        "-m",
+        "Llama-3.1-8B",
+        "--slo-ttft-p99",
+        "2000",
+        "--slo-itl-p99",
+        "100",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--weight-quant",
+        "fp8",
+        "--no-pd",
+        "--shortlist",
+        "1",
+        "--excerpt",
+        "300",
+    )
     assert size["gpus"] >= 1 and size["input_accounting"]["rows_kept"] == 1_500
 
 
@@ -76,7 +98,9 @@ def test_the_compiled_wheel_runs_its_core_and_simulates_to_the_checkouts_bytes(t
     from llmcap import _native
 
     assert _native.mode() == "native", "make setup builds the compiled core the wheel packs"
-    bin_dir = install(build_wheel(tmp_path / "dist", compiled=True), tmp_path / "venv", locked=True)  # the checkout's versions
+    bin_dir = install(
+        build_wheel(tmp_path / "dist", compiled=True), tmp_path / "venv", locked=True
+    )  # the checkout's versions
     assert _run([str(bin_dir / "python"), "-c", CORE], tmp_path).stdout.strip() == "native"
     mine, theirs = tmp_path / "checkout.parquet", tmp_path / "wheel.parquet"
     _run([sys.executable, "-m", "llmcap", *SIMULATE, "--out", str(mine), "--json"], ROOT)

@@ -63,6 +63,7 @@ def timed(call, repeats: int = REPEATS, graph: bool = True) -> tuple[float, int]
     torch.cuda.synchronize()
     once = max(time.perf_counter() - t0, 1e-6)  # an upper bound (launch included): sizes the graph
     iters = max(3, min(1000, int(LOOP_S / once)))
+
     def loop() -> None:
         for i in range(iters):
             call(i)
@@ -92,8 +93,12 @@ def linear_shapes(cfg: dict, tp: int) -> dict[str, tuple[int, int]]:
     h, inter = cfg["hidden_size"], cfg["intermediate_size"]
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or h // heads
-    return {"qkv": ((heads + 2 * kv) * d // tp, h), "o": (h, heads * d // tp),
-            "gate_up": (2 * inter // tp, h), "down": (h, inter // tp)}
+    return {
+        "qkv": ((heads + 2 * kv) * d // tp, h),
+        "o": (h, heads * d // tp),
+        "gate_up": (2 * inter // tp, h),
+        "down": (h, inter // tp),
+    }
 
 
 def gemm_rows(model: str, cfg: dict) -> list[dict]:
@@ -111,22 +116,50 @@ def gemm_rows(model: str, cfg: dict) -> list[dict]:
                 for m in ROWS:
                     x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
                     if dtype == "bf16":
+
                         def call(i, x=x, w=w, copies=copies):
                             return x @ w[i % copies].t()
                     else:
                         x = x.to(torch.float8_e4m3fn)
 
                         def call(i, x=x, w=w, copies=copies, one=one):
-                            return torch._scaled_mm(x, w[i % copies].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                            return torch._scaled_mm(
+                                x, w[i % copies].t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16
+                            )
+
                     try:
                         t, iters = timed(call)
                     except RuntimeError as e:  # a shape the fp8 kernel refuses: recorded, not timed
-                        rows.append({"op": "gemm", "dtype": dtype, "model": model, "tp": tp, "layer": layer, "m": m, "n": n,
-                                     "k": k, "error": str(e).splitlines()[0][:200]})
+                        rows.append(
+                            {
+                                "op": "gemm",
+                                "dtype": dtype,
+                                "model": model,
+                                "tp": tp,
+                                "layer": layer,
+                                "m": m,
+                                "n": n,
+                                "k": k,
+                                "error": str(e).splitlines()[0][:200],
+                            }
+                        )
                         continue
-                    rows.append({"op": "gemm", "dtype": dtype, "model": model, "tp": tp, "layer": layer, "m": m, "n": n, "k": k,
-                                 "time_s": t, "iters": iters, "flops": 2.0 * m * n * k,
-                                 "bytes": float(n * k * elem + m * k * elem + m * n * 2)})
+                    rows.append(
+                        {
+                            "op": "gemm",
+                            "dtype": dtype,
+                            "model": model,
+                            "tp": tp,
+                            "layer": layer,
+                            "m": m,
+                            "n": n,
+                            "k": k,
+                            "time_s": t,
+                            "iters": iters,
+                            "flops": 2.0 * m * n * k,
+                            "bytes": float(n * k * elem + m * k * elem + m * n * 2),
+                        }
+                    )
                 del w
                 torch.cuda.empty_cache()
     return rows
@@ -135,12 +168,25 @@ def gemm_rows(model: str, cfg: dict) -> list[dict]:
 def prefill_rows() -> list[dict]:
     rows = []
     for t_tok in PREFILL_TOKENS:
-        q, k, v = (torch.randn(1, PREFILL_HEADS, t_tok, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        t, iters = timed(lambda i: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        q, k, v = (
+            torch.randn(1, PREFILL_HEADS, t_tok, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3)
+        )
+        t, iters = timed(lambda i, q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, is_causal=True))
         pairs = t_tok * (t_tok + 1) / 2  # causal (query, key) pairs
-        rows.append({"op": "attn_prefill", "dtype": "bf16", "tokens": t_tok, "heads": PREFILL_HEADS, "head_dim": HEAD_DIM,
-                     "pairs": pairs, "time_s": t, "iters": iters, "flops": 4.0 * pairs * PREFILL_HEADS * HEAD_DIM,
-                     "bytes": 4.0 * t_tok * PREFILL_HEADS * HEAD_DIM * 2})
+        rows.append(
+            {
+                "op": "attn_prefill",
+                "dtype": "bf16",
+                "tokens": t_tok,
+                "heads": PREFILL_HEADS,
+                "head_dim": HEAD_DIM,
+                "pairs": pairs,
+                "time_s": t,
+                "iters": iters,
+                "flops": 4.0 * pairs * PREFILL_HEADS * HEAD_DIM,
+                "bytes": 4.0 * t_tok * PREFILL_HEADS * HEAD_DIM * 2,
+            }
+        )
     return rows
 
 
@@ -154,9 +200,21 @@ def decode_rows() -> list[dict]:
             q = torch.randn(b, hq, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
             k, v = (torch.randn(b, hkv, c, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             t, iters = timed(lambda i, q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-            rows.append({"op": "attn_decode", "dtype": "bf16", "batch": b, "context": c, "q_heads": hq, "kv_heads": hkv,
-                         "head_dim": HEAD_DIM, "time_s": t, "iters": iters, "flops": 4.0 * b * c * hq * HEAD_DIM,
-                         "bytes": 2.0 * b * c * hkv * HEAD_DIM * 2})
+            rows.append(
+                {
+                    "op": "attn_decode",
+                    "dtype": "bf16",
+                    "batch": b,
+                    "context": c,
+                    "q_heads": hq,
+                    "kv_heads": hkv,
+                    "head_dim": HEAD_DIM,
+                    "time_s": t,
+                    "iters": iters,
+                    "flops": 4.0 * b * c * hq * HEAD_DIM,
+                    "bytes": 2.0 * b * c * hkv * HEAD_DIM * 2,
+                }
+            )
             del q, k, v
             torch.cuda.empty_cache()
     return rows
@@ -171,12 +229,25 @@ def copy_rows() -> list[dict]:
 
 def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
-                          "--format=csv,noheader"], capture_output=True, text=True)
-    return {"device": torch.cuda.get_device_name(0), "multiprocessors": props.multi_processor_count,
-            "memory_bytes": props.total_memory, "nvidia_smi": smi.stdout.strip(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "python": platform.python_version(),
-            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    smi = subprocess.run(
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem",
+            "--format=csv,noheader",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "multiprocessors": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "nvidia_smi": smi.stdout.strip(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def main() -> None:
@@ -190,7 +261,10 @@ def main() -> None:
     for model in MODELS:
         cfg = json.loads((REPO / "llmcap" / "catalog" / "data" / "models" / model / "config.json").read_text())
         rows += gemm_rows(model, cfg)
-        print(f"{model}: {sum(r.get('model') == model for r in rows)} GEMM rows, {time.perf_counter() - started:.0f} s", flush=True)
+        print(
+            f"{model}: {sum(r.get('model') == model for r in rows)} GEMM rows, {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
     doc = {"environment": environment(), "script": "benchmarks/gpu/measure_ops.py", "repeats": REPEATS, "rows": rows}
     args.out.write_text(json.dumps(doc, indent=1))
     print(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s -> {args.out}")

@@ -170,7 +170,15 @@ def _build_spec(c: HfConfig, p: Path, name: str) -> ModelSpec:
             if getattr(c, f) is None:
                 raise bad(f, "missing required field for a MoE model")
         shared = c.shared_expert_intermediate_size or 0
-        moe = MoeDims(c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size, 1 if shared else 0, shared, shared > 0, False)  # type: ignore[arg-type]
+        moe = MoeDims(
+            c.num_experts,  # type: ignore[arg-type]
+            c.num_experts_per_tok,  # type: ignore[arg-type]
+            c.moe_intermediate_size,  # type: ignore[arg-type]
+            1 if shared else 0,
+            shared,
+            shared > 0,
+            False,
+        )
         step = c.decoder_sparse_step or 1
         dense_only = set(c.mlp_only_layers or [])
         layer_is_moe = [(i not in dense_only) and c.num_experts > 0 and (i + 1) % step == 0 for i in range(L)]  # type: ignore[operator]

@@ -23,8 +23,6 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-
-
 # How a tensor is laid out across tensor/expert-parallel ranks (memory.py implements the split).
 Split = Literal["col", "row", "replicated", "kv_col", "vocab", "expert_col", "expert_row"]
 Component = Literal[
@@ -40,7 +38,6 @@ COMPONENTS: tuple[Component, ...] = (
     "norms",
     "lm_head",
 )
-
 
 
 @dataclass(frozen=True)
@@ -322,7 +319,14 @@ def _mlp_tensors(m: ModelSpec, is_moe: bool) -> list[Tensor]:
     e = m.moe
     ts = [
         Tensor("router", "gate", e.num_experts, h, "replicated", quantizable=False),
-        Tensor("routed_experts", "experts.gate_up_proj", e.expert_intermediate_size, h, "expert_col", count=2 * e.num_experts),
+        Tensor(
+            "routed_experts",
+            "experts.gate_up_proj",
+            e.expert_intermediate_size,
+            h,
+            "expert_col",
+            count=2 * e.num_experts,
+        ),
         Tensor("routed_experts", "experts.down_proj", h, e.expert_intermediate_size, "expert_row", count=e.num_experts),
     ]
     if e.router_bias:

@@ -154,4 +154,6 @@ def kv_dtype_bytes(name: str) -> int:
     try:
         return KV_DTYPE_BYTES[key]
     except KeyError:
-        raise LlmcapError(f"unknown KV cache dtype '{name}'; known: bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8") from None
+        raise LlmcapError(
+            f"unknown KV cache dtype '{name}'; known: bf16, fp16, fp8, fp8_e4m3, fp8_e5m2, int8"
+        ) from None

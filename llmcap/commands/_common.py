@@ -31,6 +31,7 @@ def out_console() -> Console:
         return console
     return Console(width=PIPED_WIDTH)
 
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -56,7 +57,9 @@ def user_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except LlmcapError as exc:
-            print(f"error: {redact_text(str(exc))}", file=sys.stderr)  # a message quoting a URL never shows its password
+            print(
+                f"error: {redact_text(str(exc))}", file=sys.stderr
+            )  # a message quoting a URL never shows its password
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
@@ -64,7 +67,9 @@ def user_errors(fn: Callable) -> Callable:
 
 def given_options(ctx: typer.Context, names: Sequence[str]) -> list[str]:
     """Which of the parameters `names` the user set on the command line (not a default, not the environment)."""
-    return [n for n in names if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"]  # typer's own click: by name
+    return [
+        n for n in names if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"
+    ]  # typer's own click: by name
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
@@ -76,7 +81,12 @@ def print_json(obj: Any) -> None:
 
 
 OUTPUT_FORMATS = ("table", "json", "csv")
-OutputFormatOpt = Annotated[str, typer.Option("--output-format", help="table (for people) | json (one object) | csv (one row per line of the main table)")]
+OutputFormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--output-format", help="table (for people) | json (one object) | csv (one row per line of the main table)"
+    ),
+]
 JsonFlagOpt = Annotated[bool, typer.Option("--json", help="the same as --output-format json")]
 
 

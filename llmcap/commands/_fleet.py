@@ -21,9 +21,9 @@ from llmcap.memory import MemoryParams
 from llmcap.planning import CapacityDecision, StepTimes
 from llmcap.report.capacity import write_report
 from llmcap.sizing.fleet import ClassPlan, Fleet, class_traffic, split_by_model
-from llmcap.sizing.units import candidate_key
 from llmcap.sizing.nearmiss import NoFeasiblePlan
 from llmcap.sizing.params import SizeParams
+from llmcap.sizing.units import candidate_key
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,9 @@ def model_classes(models: list[str]) -> dict[str | None, str]:
     for given in models:
         label, sep, name = given.partition("=")
         if not sep or not label or not name:
-            raise LlmcapError(f"--model {given!r}: with several models give LABEL=MODEL for each (LABEL: a value of the trace's `model` column)")
+            raise LlmcapError(
+                f"--model {given!r}: with several models give LABEL=MODEL for each (LABEL: a value of the trace's `model` column)"
+            )
         if label in out:
             raise LlmcapError(f"--model: the label {label!r} is given twice")
         out[label] = name
@@ -81,39 +83,64 @@ def adapter_cost(spec: ModelSpec, adapters: dict[str, int], one: PlannedModel, l
     for pool, plan in one.outcome.summary["pool_plans"].items():
         row = rows.get(str(plan["configuration"]))
         if row is not None:
-            held, tokens = slot_cost(spec, int(row["tp"]), int(row["pp"]), slots, rank, float(row["kv_bytes_per_token_per_rank"]))
+            held, tokens = slot_cost(
+                spec, int(row["tp"]), int(row["pp"]), slots, rank, float(row["kv_bytes_per_token_per_rank"])
+            )
             costs.append(f"{pool}: {held / 1e6:,.1f} MB per rank ({tokens:,} KV tokens fewer)")
     wait = "; fewer slots than adapters: a request of another adapter waits for a slot" if slots < len(adapters) else ""
-    return (f"{served}: {slots} LoRA slots of rank {rank} on every rank — {'; '.join(costs)}; at most {slots} adapters per batch "
-            f"(max_loras){wait}")  # fmt: skip
+    return (
+        f"{served}: {slots} LoRA slots of rank {rank} on every rank — {'; '.join(costs)}; at most {slots} adapters per batch "
+        f"(max_loras){wait}"
+    )
 
 
-def _class_plan(label: str, spec: ModelSpec, table: pa.Table, plan_one: PlanOne, params: SizeParams, out: Path | None,
-                lora: tuple[int, int]) -> ClassPlan:  # fmt: skip
+def _class_plan(
+    label: str,
+    spec: ModelSpec,
+    table: pa.Table,
+    plan_one: PlanOne,
+    params: SizeParams,
+    out: Path | None,
+    lora: tuple[int, int],
+) -> ClassPlan:
     traffic = class_traffic(table)
     if not traffic["adapters"]:
         lora = (0, lora[1])  # a model no adapter runs on reserves no slots
     try:
         one = plan_one(spec, table, params=params, memory=MemoryParams(lora_slots=lora[0], lora_rank=lora[1]))
     except NoFeasiblePlan as none:
-        return ClassPlan(label, spec.name, table.num_rows, None, None, None, None, f"no plan: {none.headline}", **traffic)
+        return ClassPlan(
+            label, spec.name, table.num_rows, None, None, None, None, f"no plan: {none.headline}", **traffic
+        )
     if out is not None:
         write_report(one.outcome.report, out)
         (out / "summary.json").write_text(dumps(dict(one.outcome.summary), indent=2) + "\n", encoding="utf-8")
-    return ClassPlan.of(label, spec.name, table.num_rows, one.outcome.summary, adapter_cost=adapter_cost(spec, traffic["adapters"], one, lora),
-                        **traffic)  # fmt: skip
+    return ClassPlan.of(
+        label,
+        spec.name,
+        table.num_rows,
+        one.outcome.summary,
+        adapter_cost=adapter_cost(spec, traffic["adapters"], one, lora),
+        **traffic,
+    )
 
 
 CLASS_LABELS = ("tenant", "feature")  # what --class-by may split one model's traffic by
 
 
-def by_label(table: pa.Table, specs: dict[str | None, ModelSpec], label: str) -> tuple[pa.Table, dict[str | None, ModelSpec]]:
+def by_label(
+    table: pa.Table, specs: dict[str | None, ModelSpec], label: str
+) -> tuple[pa.Table, dict[str | None, ModelSpec]]:
     """`--class-by LABEL`: one model's traffic as a class per value of the label (requests without one: "(none)"), most
     requested first."""
     if label not in CLASS_LABELS:
-        raise LlmcapError(f"--class-by {label!r}: one of {', '.join(CLASS_LABELS)} (several models: --model LABEL=MODEL)")
+        raise LlmcapError(
+            f"--class-by {label!r}: one of {', '.join(CLASS_LABELS)} (several models: --model LABEL=MODEL)"
+        )
     if list(specs) != [None]:
-        raise LlmcapError("--class-by splits one model's traffic: give one --model (several models are classes already)")
+        raise LlmcapError(
+            "--class-by splits one model's traffic: give one --model (several models are classes already)"
+        )
     column = table.column(label)
     if column.null_count == table.num_rows:
         raise LlmcapError(f"--class-by {label}: no request of the trace carries a {label} label")
@@ -122,8 +149,17 @@ def by_label(table: pa.Table, specs: dict[str | None, ModelSpec], label: str) ->
     return filled, {vc["values"]: specs[None] for vc in counts}
 
 
-def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec], plan_one: PlanOne, params: SizeParams, output: str,
-               out: Path | None, lora: tuple[int, int] = (0, 16), by: str = "model") -> None:  # fmt: skip
+def size_fleet(
+    trace: Path,
+    table: pa.Table,
+    specs: dict[str | None, ModelSpec],
+    plan_one: PlanOne,
+    params: SizeParams,
+    output: str,
+    out: Path | None,
+    lora: tuple[int, int] = (0, 16),
+    by: str = "model",
+) -> None:
     """Each class's requests (a model label's, or one model's tenant / feature with `by`) sized on their own, the whole
     trace as the most requested class's model (the single-model view), the fleet printed; exit 1 unless every class has
     a passing plan."""
@@ -131,7 +167,11 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
         table, specs = by_label(table, specs, by)
     labels = [label for label in specs if label is not None]
     parts = split_by_model(table, labels, by)
-    say = (lambda text: err_console.print(text, highlight=False, markup=False)) if output == "table" else (lambda text: None)  # noqa: E731
+    say = (
+        (lambda text: err_console.print(text, highlight=False, markup=False))
+        if output == "table"
+        else (lambda text: None)
+    )  # noqa: E731
 
     def class_params(rows: int) -> SizeParams:  # a stated total rate is shared as the trace shares its requests
         if params.target_rps is None:
@@ -141,8 +181,17 @@ def size_fleet(trace: Path, table: pa.Table, specs: dict[str | None, ModelSpec],
     classes = []
     for label in labels:
         say(f"sizing {label} ({specs[label].name}): {parts[label].num_rows:,} of {table.num_rows:,} requests")
-        classes.append(_class_plan(label, specs[label], parts[label], plan_one, class_params(parts[label].num_rows),
-                                   None if out is None else out / label, lora))  # fmt: skip
+        classes.append(
+            _class_plan(
+                label,
+                specs[label],
+                parts[label],
+                plan_one,
+                class_params(parts[label].num_rows),
+                None if out is None else out / label,
+                lora,
+            )
+        )
     dominant = max(labels, key=lambda label: (parts[label].num_rows, label))
     say(f"sizing the single-model view: all {table.num_rows:,} requests as {specs[dominant].name}")
     single = _class_plan("(one total)", specs[dominant], table, plan_one, params, None, lora)

@@ -105,8 +105,10 @@ def parse_percentiles(values: list[str] | None) -> tuple[DistributionTarget, ...
         try:
             target = DistributionTarget(metric=metric, percentile=float(pct.removeprefix("p")), target_ms=float(ms))  # type: ignore[arg-type]
         except ValueError as exc:  # pydantic's ValidationError and float()'s
-            raise LlmcapError(f"--slo-percentile {text!r}: expected METRIC:PNN:MS, e.g. ttft:p90:1000 "
-                              f"(METRIC one of {', '.join(get_args(DistMetric))}, 0 < NN ≤ 100, MS > 0)") from exc  # fmt: skip
+            raise LlmcapError(
+                f"--slo-percentile {text!r}: expected METRIC:PNN:MS, e.g. ttft:p90:1000 "
+                f"(METRIC one of {', '.join(get_args(DistMetric))}, 0 < NN ≤ 100, MS > 0)"
+            ) from exc
         if any((t.metric, t.percentile) == (target.metric, target.percentile) for t in out):
             raise LlmcapError(f"--slo-percentile: {metric} P{target.percentile:g} is given twice")
         out.append(target)

@@ -18,13 +18,22 @@ def step_model_summary(prof: MeasuredProfile | None, measured: MeasuredModels, s
     """Which step-time source timed which candidates."""
     if step_model is not None:
         keys = [describe_key(k) for k in measured]
-        return {"source": "step_model", "file": str(step_model), "configurations": keys,
-                "line": f"{step_model} for {'; '.join(keys) or 'no candidate'}; the roofline for every other candidate"}
+        return {
+            "source": "step_model",
+            "file": str(step_model),
+            "configurations": keys,
+            "line": f"{step_model} for {'; '.join(keys) or 'no candidate'}; the roofline for every other candidate",
+        }
     if prof is None:
         return {"source": "roofline", "line": "the roofline for every candidate"}
     keys = [describe_key(k) for k in measured]
-    return {"source": "profile", "profile": str(prof.directory), "fingerprint_hash": prof.fingerprint_hash, "configurations": keys,
-            "line": f"{prof.describe()} for {'; '.join(keys)}; the roofline for every other candidate"}
+    return {
+        "source": "profile",
+        "profile": str(prof.directory),
+        "fingerprint_hash": prof.fingerprint_hash,
+        "configurations": keys,
+        "line": f"{prof.describe()} for {'; '.join(keys)}; the roofline for every other candidate",
+    }
 
 
 def from_log(path: Path, candidates: pd.DataFrame, match: Mapping[str, Any] | None = None) -> EngineKV:
@@ -44,13 +53,19 @@ def from_log(path: Path, candidates: pd.DataFrame, match: Mapping[str, Any] | No
         many = {c: sorted(map(str, feasible[c].unique())) for c in ROW_COLUMNS if feasible[c].nunique() > 1}
         if many:
             which = "; ".join(f"{OPTIONS.get(c, c)} {', '.join(v)}" for c, v in many.items())
-            raise LlmcapError(f"--kv-from-log {path}: a log does not say which configuration it ran and this search considers several "
-                              f"({which}): narrow them to the engine's, or give --profile")  # fmt: skip
+            raise LlmcapError(
+                f"--kv-from-log {path}: a log does not say which configuration it ran and this search considers several "
+                f"({which}): narrow them to the engine's, or give --profile"
+            )
         match = {c: feasible[c].iloc[0] for c in ROW_COLUMNS} if not feasible.empty else {}
-    return EngineKV(info.capacity_tokens, f"engine log {path} ({info.device} KV cache size: {info.capacity_tokens:,} tokens)", match)
+    return EngineKV(
+        info.capacity_tokens, f"engine log {path} ({info.device} KV cache size: {info.capacity_tokens:,} tokens)", match
+    )
 
 
-def stated_kv(profile: MeasuredProfile | None, log: Path | None, candidates: pd.DataFrame, given: tuple[EngineKV, ...] = ()) -> tuple[EngineKV, ...]:
+def stated_kv(
+    profile: MeasuredProfile | None, log: Path | None, candidates: pd.DataFrame, given: tuple[EngineKV, ...] = ()
+) -> tuple[EngineKV, ...]:
     """What `llmcap size` was told the engine holds: an engine log's line (`--kv-from-log`, for the profile's configuration
     when `--profile` names one), else the profile's recorded capacity, else `given` (a step_model.json's)."""
     if log is not None:
@@ -63,7 +78,10 @@ def stated_kv(profile: MeasuredProfile | None, log: Path | None, candidates: pd.
 
 def budget_lines(summary: Mapping[str, Any]) -> list[str]:
     """The console's lines on the KV budget the engine stated (planned, engine, used per configuration) and the P→D link."""
-    out = [f"KV budget of {b['configuration']}: memory plan {', '.join(f'{p:,}' for p in b['planned'])}, engine {b['measured']:,}, "
-           f"sized with {b['used']:,} tokens per instance" for b in summary.get("kv_budget") or []]  # fmt: skip
+    out = [
+        f"KV budget of {b['configuration']}: memory plan {', '.join(f'{p:,}' for p in b['planned'])}, engine {b['measured']:,}, "
+        f"sized with {b['used']:,} tokens per instance"
+        for b in summary.get("kv_budget") or []
+    ]
     network = summary.get("network")
     return out + ([network["provisioning"]["line"]] if network else [])

@@ -20,19 +20,32 @@ from llmcap.errors import LlmcapError
 from llmcap.trace import ingest
 from llmcap.trace.clean import CleanReport, CleanResult
 
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="auto|mooncake|azure|burstgpt|lengths|vllm-bench|guidellm|csv|jsonl|parquet")]
-TimeUnitOpt = Annotated[str, typer.Option("--time-unit", help="arrival clock of generic formats: auto|s|ms|us|ns|datetime")]
+FormatOpt = Annotated[
+    str,
+    typer.Option("--format", "-f", help="auto|mooncake|azure|burstgpt|lengths|vllm-bench|guidellm|csv|jsonl|parquet"),
+]
+TimeUnitOpt = Annotated[
+    str, typer.Option("--time-unit", help="arrival clock of generic formats: auto|s|ms|us|ns|datetime")
+]
 ColumnOpt = Annotated[
     list[str] | None,
     typer.Option("--column", "-c", help="generic formats: CANONICAL=SOURCE, e.g. -c isl=prompt_tokens -c arrival=ts"),
 ]
 BlockSizeOpt = Annotated[
-    int | None, typer.Option("--hash-block-size", min=1, help="tokens per prefix hash block of hash_ids (default: the format's own, Mooncake 512)")
+    int | None,
+    typer.Option(
+        "--hash-block-size",
+        min=1,
+        help="tokens per prefix hash block of hash_ids (default: the format's own, Mooncake 512)",
+    ),
 ]
 GenerateArrivalsOpt = Annotated[
-    bool, typer.Option("--generate-arrivals", help="a file without a clock column: draw Poisson arrivals at --arrival-rate")
+    bool,
+    typer.Option("--generate-arrivals", help="a file without a clock column: draw Poisson arrivals at --arrival-rate"),
 ]
-ArrivalRateOpt = Annotated[float, typer.Option("--arrival-rate", help="req/s of generated arrivals (length-only files, --generate-arrivals)")]
+ArrivalRateOpt = Annotated[
+    float, typer.Option("--arrival-rate", help="req/s of generated arrivals (length-only files, --generate-arrivals)")
+]
 DuplicatesOpt = Annotated[
     str,
     typer.Option(
@@ -60,7 +73,9 @@ def validated(model: type[BaseModel], **values: Any) -> Any:
         return model(**values)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or ", ".join(sorted(values))  # a check across options has no single field
+        where = ".".join(str(p) for p in err["loc"]) or ", ".join(
+            sorted(values)
+        )  # a check across options has no single field
         raise LlmcapError(f"invalid option {where}: {err['msg']}") from None
 
 
@@ -89,9 +104,15 @@ def trace_params(
         mapping[canon.strip()] = source.strip()
     positive("--arrival-rate", arrival_rate)
     return validated(
-        TraceParams, file=str(file), format=fmt, time_unit=time_unit, columns=mapping, block_size=block_size,
-        generate_arrivals=generate_arrivals, arrivals={"rate_rps": arrival_rate},
-    )  # fmt: skip
+        TraceParams,
+        file=str(file),
+        format=fmt,
+        time_unit=time_unit,
+        columns=mapping,
+        block_size=block_size,
+        generate_arrivals=generate_arrivals,
+        arrivals={"rate_rps": arrival_rate},
+    )
 
 
 def read_input(file: Path, trace: TraceParams, clean: CleanParams, *, announce: bool = True) -> CleanResult:
@@ -113,12 +134,23 @@ def warn(file: Path, report: CleanReport) -> None:
 
 
 def read_trace_input(
-    file: Path, fmt: str, time_unit: str, columns: list[str] | None, block_size: int | None, generate_arrivals: bool,
-    arrival_rate: float, duplicates: str, *, announce: bool, scope: str | None = None,
+    file: Path,
+    fmt: str,
+    time_unit: str,
+    columns: list[str] | None,
+    block_size: int | None,
+    generate_arrivals: bool,
+    arrival_rate: float,
+    duplicates: str,
+    *,
+    announce: bool,
+    scope: str | None = None,
 ) -> CleanResult:
     """`read_input` from the input options every trace-reading command takes."""
     trace = trace_params(file, fmt, time_unit, columns, block_size, generate_arrivals, arrival_rate)
-    return read_input(file, trace, validated(CleanParams, duplicates=duplicates, **prefix_scope(scope)), announce=announce)
+    return read_input(
+        file, trace, validated(CleanParams, duplicates=duplicates, **prefix_scope(scope)), announce=announce
+    )
 
 
 def account_line(r: CleanReport) -> str:
@@ -129,7 +161,9 @@ def account_line(r: CleanReport) -> str:
         how = f": {r.arrival_process} (--arrival-rate sets the rate)" if r.arrival_process else ""
         clock = f"arrivals GENERATED{how}; the file has no arrival times"
     else:
-        clock = f"arrivals from '{r.arrival_column}' ({r.arrival_unit})" if r.arrival_column else "arrivals from the file"
+        clock = (
+            f"arrivals from '{r.arrival_column}' ({r.arrival_unit})" if r.arrival_column else "arrivals from the file"
+        )
     return (
         f"{r.source_file} ({r.source_format}): {r.rows_in:,} rows in = {r.rows_kept:,} kept + {r.rows_quarantined:,} "
         f"quarantined{why}; duplicates {r.duplicates}: {r.by_reason.get('duplicate', 0):,} dropped; {clock}"
@@ -138,8 +172,21 @@ def account_line(r: CleanReport) -> str:
 
 
 def account_json(r: CleanReport) -> dict[str, Any]:
-    keys = ("source_file", "source_format", "rows_in", "rows_kept", "rows_quarantined", "by_reason", "duplicates",
-            "generated_arrivals", "arrival_process", "arrival_column", "arrival_unit", "block_size", "warnings")  # fmt: skip
+    keys = (
+        "source_file",
+        "source_format",
+        "rows_in",
+        "rows_kept",
+        "rows_quarantined",
+        "by_reason",
+        "duplicates",
+        "generated_arrivals",
+        "arrival_process",
+        "arrival_column",
+        "arrival_unit",
+        "block_size",
+        "warnings",
+    )
     return {k: getattr(r, k) for k in keys} | ({"prefix_scope": r.prefix_scope} if r.prefix_scope else {})
 
 

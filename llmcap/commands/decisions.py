@@ -44,12 +44,18 @@ def history(
 def reproduce(
     rev: Annotated[str, typer.Argument(help="the commit whose dvc.lock records the decision (sha, branch, tag)")],
     project: Project = Path("."),
-    pull: Annotated[bool, typer.Option("--pull", help="fetch REV's outputs from the DVC remote instead of recomputing")] = False,
+    pull: Annotated[
+        bool, typer.Option("--pull", help="fetch REV's outputs from the DVC remote instead of recomputing")
+    ] = False,
     keep: Annotated[bool, typer.Option("--keep", help="keep the temporary worktree")] = False,
     json: Json = False,
 ) -> None:
     """Re-run REV's pipeline in a clean worktree with its locked environment; exit 0 if every output is byte-identical."""
-    _run(project, "reproduce", [rev] + (["--pull"] if pull else []) + (["--keep"] if keep else []) + (["--json"] if json else []))
+    _run(
+        project,
+        "reproduce",
+        [rev] + (["--pull"] if pull else []) + (["--keep"] if keep else []) + (["--json"] if json else []),
+    )
 
 
 @user_errors
@@ -66,9 +72,15 @@ def diff(
 
 @user_errors
 def approve(
-    run: Annotated[str | None, typer.Argument(help="the paused `promote` or `rollout` flow run id (none: list the runs waiting)")] = None,
-    by: Annotated[str | None, typer.Option("--by", help="optional: must name your git identity (the approver is who runs this)")] = None,
-    reject: Annotated[bool, typer.Option("--reject", help="reject: the old plan stays in force / the rollout rolls back")] = False,
+    run: Annotated[
+        str | None, typer.Argument(help="the paused `promote` or `rollout` flow run id (none: list the runs waiting)")
+    ] = None,
+    by: Annotated[
+        str | None, typer.Option("--by", help="optional: must name your git identity (the approver is who runs this)")
+    ] = None,
+    reject: Annotated[
+        bool, typer.Option("--reject", help="reject: the old plan stays in force / the rollout rolls back")
+    ] = False,
     comment: Annotated[str, typer.Option("--comment", "--reason", help="why (recorded)")] = "",
     project: Project = Path("."),
 ) -> None:
@@ -80,7 +92,12 @@ def approve(
 @user_errors
 def correct(
     project: Project = Path("."),
-    alias: Annotated[str, typer.Option("--alias", help="the alias the new versions get (params.yaml profile.corrections_alias picks one)")] = "champion",
+    alias: Annotated[
+        str,
+        typer.Option(
+            "--alias", help="the alias the new versions get (params.yaml profile.corrections_alias picks one)"
+        ),
+    ] = "champion",
 ) -> None:
     """Write the last plan's step-time corrections back: a new version per configuration (file + MLflow registry)."""
     _run(project, "flows.correct", ["--alias", alias])

@@ -45,13 +45,37 @@ def gateway(
     baseline: Annotated[str, typer.Option(help="the deployment serving production now (URL)")],
     candidate: Annotated[str | None, typer.Option(help="the deployment being rolled out (URL)")] = None,
     weight: Annotated[float, typer.Option(min=0.0, max=1.0, help="the candidate's share of traffic at start")] = 0.0,
-    shadow: Annotated[list[str] | None, typer.Option(help="NAME=URL or NAME=URL,SHARE: copy SHARE (default all) of requests there, answers discarded (repeatable)")] = None,
-    shadow_max_in_flight: Annotated[int, typer.Option(min=1, help="copies in flight per shadow; past it copies are dropped (counted)")] = 16,
-    prefix_tokens: Annotated[int, typer.Option(min=0, help="sticky routing key: the prompt's first N tokens when no session header (0: none)")] = PREFIX_TOKENS,
-    record: Annotated[Path | None, typer.Option(help="append one JSON line per finished request here (and write .parquet at exit)")] = None,
-    host: Annotated[str, typer.Option(help="address to bind (the admin API answers loopback clients only)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")] = 8100,
-    max_failed: Annotated[float, typer.Option("--max-failed", min=0.0, max=1.0, help="share of requests that may go unserved before the exit says FAILED (5)")] = 0.01,
+    shadow: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=URL or NAME=URL,SHARE: copy SHARE (default all) of requests there, answers discarded (repeatable)"
+        ),
+    ] = None,
+    shadow_max_in_flight: Annotated[
+        int, typer.Option(min=1, help="copies in flight per shadow; past it copies are dropped (counted)")
+    ] = 16,
+    prefix_tokens: Annotated[
+        int,
+        typer.Option(min=0, help="sticky routing key: the prompt's first N tokens when no session header (0: none)"),
+    ] = PREFIX_TOKENS,
+    record: Annotated[
+        Path | None, typer.Option(help="append one JSON line per finished request here (and write .parquet at exit)")
+    ] = None,
+    host: Annotated[
+        str, typer.Option(help="address to bind (the admin API answers loopback clients only)")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")
+    ] = 8100,
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            "--max-failed",
+            min=0.0,
+            max=1.0,
+            help="share of requests that may go unserved before the exit says FAILED (5)",
+        ),
+    ] = 0.01,
 ) -> None:
     """Split traffic between a baseline and a candidate by weight, mirror a share to shadows, record every request.
 
@@ -59,9 +83,13 @@ def gateway(
     abandoned by its client); 4 UNREACHABLE (requests came, none was served); 5 FAILED (more than
     --max-failed unserved). Shadow copies do not count: their answers are discarded."""
     try:
-        config = GatewayConfig(baseline=baseline, candidate=candidate, candidate_weight=weight,
-                               shadows=tuple(parse_shadow(s, shadow_max_in_flight) for s in shadow or ()),
-                               prefix_tokens=prefix_tokens)  # fmt: skip
+        config = GatewayConfig(
+            baseline=baseline,
+            candidate=candidate,
+            candidate_weight=weight,
+            shadows=tuple(parse_shadow(s, shadow_max_in_flight) for s in shadow or ()),
+            prefix_tokens=prefix_tokens,
+        )
     except ValueError as exc:
         raise LlmcapError(str(exc)) from None
     gw = Gateway(config, record=record)
@@ -92,7 +120,9 @@ async def _serve(gw: Gateway, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    sides = f"baseline {gw.config.baseline}" + (f", candidate {gw.config.candidate} at {gw.split.candidate_weight:g}" if gw.config.candidate else "")
+    sides = f"baseline {gw.config.baseline}" + (
+        f", candidate {gw.config.candidate} at {gw.split.candidate_weight:g}" if gw.config.candidate else ""
+    )
     print(f"llmcap gateway: {sides} at {url}", flush=True)
     await stop.wait()
     await gw.stop()

@@ -8,9 +8,17 @@ import typer
 from rich.table import Table
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, out_console, output_format, print_csv, print_json, user_errors
 from llmcap.catalog.gpus import GIB
 from llmcap.catalog.quant import kv_dtype_bytes
+from llmcap.commands._common import (
+    JsonFlagOpt,
+    OutputFormatOpt,
+    out_console,
+    output_format,
+    print_csv,
+    print_json,
+    user_errors,
+)
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, MemoryPlan, Parallelism, plan_memory
 
@@ -25,15 +33,21 @@ def does_not_fit(plan: MemoryPlan) -> str:
     b, p = plan.breakdown, plan.params
     usable = b.hbm_bytes - b.total("reserved")
     block = plan.block_size * plan.kv_bytes_per_token_per_rank
-    what = (f"{plan.model.name} on {plan.gpu.name} ({plan.parallelism.label()}, {plan.weight_format.name} weights, {plan.kv_dtype} KV) "
-            "does not fit")  # fmt: skip
+    what = (
+        f"{plan.model.name} on {plan.gpu.name} ({plan.parallelism.label()}, {plan.weight_format.name} weights, {plan.kv_dtype} KV) "
+        "does not fit"
+    )
     if b.kv_budget_bytes <= 0:
-        why = (f"needs {-b.kv_budget_bytes / GIB:.2f} GiB more than the {usable / GIB:.2f} GiB usable per rank (HBM x {p.gpu_memory_utilization:g}) "
-               f"for weights ({b.weights_bytes / GIB:.2f} GiB) + activations and runtime ({b.runtime_bytes / GIB:.2f} GiB) "
-               f"+ safety margin ({b.total('margin') / GIB:.2f} GiB), before any KV cache")  # fmt: skip
+        why = (
+            f"needs {-b.kv_budget_bytes / GIB:.2f} GiB more than the {usable / GIB:.2f} GiB usable per rank (HBM x {p.gpu_memory_utilization:g}) "
+            f"for weights ({b.weights_bytes / GIB:.2f} GiB) + activations and runtime ({b.runtime_bytes / GIB:.2f} GiB) "
+            f"+ safety margin ({b.total('margin') / GIB:.2f} GiB), before any KV cache"
+        )
     else:
-        why = (f"needs {_amount(block - b.kv_budget_bytes)} more: weights and runtime leave {_amount(b.kv_budget_bytes)} per rank, "
-               f"less than one {plan.block_size}-token KV block ({_amount(block)})")  # fmt: skip
+        why = (
+            f"needs {_amount(block - b.kv_budget_bytes)} more: weights and runtime leave {_amount(b.kv_budget_bytes)} per rank, "
+            f"less than one {plan.block_size}-token KV block ({_amount(block)})"
+        )
     return f"{what}: {why}; try a larger --tp or --pp, a smaller --weight-quant, or a GPU with more memory"
 
 
@@ -41,14 +55,25 @@ def does_not_fit(plan: MemoryPlan) -> str:
 def memory(
     model: Annotated[
         str,
-        typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
+        typer.Option(
+            "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+        ),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")],
+    gpu: Annotated[
+        str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+    ],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")] = 1,
     dp: Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")] = 1,
-    quant: Annotated[str, typer.Option("--weight-quant", "--quant", help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")] = "bf16",
+    quant: Annotated[
+        str,
+        typer.Option(
+            "--weight-quant",
+            "--quant",
+            help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.",
+        ),
+    ] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
     block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens.")] = 16,
     gpu_memory_utilization: Annotated[
@@ -108,7 +133,9 @@ def memory(
         print_csv([{k: v for k, v in out.items() if k not in ("params_by_component", "breakdown")}])
         return
     console = out_console()
-    head = Table(title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV")
+    head = Table(
+        title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV"
+    )
     head.add_column("quantity")
     head.add_column("value", justify="right")
     head.add_row("params total", f"{p.total:,}")

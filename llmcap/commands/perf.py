@@ -29,12 +29,20 @@ import typer
 from rich.table import Table
 
 from llmcap.catalog.gpus import GIB
-from llmcap.policy_names import DEFAULT_ADMISSION, admission_option, never_preempts
-from llmcap.commands._common import JsonFlagOpt, OutputFormatOpt, out_console, output_format, print_csv, print_json, user_errors
+from llmcap.commands._common import (
+    JsonFlagOpt,
+    OutputFormatOpt,
+    out_console,
+    output_format,
+    print_csv,
+    print_json,
+    user_errors,
+)
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, plan_memory
 from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
 from llmcap.perf.roofline import OpCost, RooflineModel
+from llmcap.policy_names import DEFAULT_ADMISSION, admission_option, never_preempts
 
 
 def batch_sizes(max_batch: int) -> list[int]:
@@ -51,11 +59,15 @@ def batched_prefill_time(model: RooflineModel, batch: int, isl: int, chunk: int)
     total = batch * isl
     full, rest = divmod(total, chunk)
     tokens = np.array([chunk, rest], dtype=np.float64)
-    times = model.step_time(StepBatch.build(tokens, tokens * (isl + 1) / 2.0, tokens / isl))  # whole prompts' causal pairs
+    times = model.step_time(
+        StepBatch.build(tokens, tokens * (isl + 1) / 2.0, tokens / isl)
+    )  # whole prompts' causal pairs
     return full * float(times[0]) + (float(times[1]) if rest else 0.0)
 
 
-def steady_throughput(model: RooflineModel, batch: int, isl: int, osl: int, t_prefill_batch: float, chunk: int) -> float:
+def steady_throughput(
+    model: RooflineModel, batch: int, isl: int, osl: int, t_prefill_batch: float, chunk: int
+) -> float:
     """Output tokens/s at `batch` concurrent sequences of ISL/OSL, their prompts prefilled in `t_prefill_batch`
     (`batched_prefill_time`, in steps of `chunk`; formula in the module docstring)."""
     t_dec = float(decode_step_time(model, batch, isl + osl / 2)[0])
@@ -74,21 +86,38 @@ def decode_steps(batch: int, isl: int, osl: int, chunk: int) -> float:
 def perf(
     model: Annotated[
         str,
-        typer.Option("--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."),
+        typer.Option(
+            "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+        ),
     ],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")],
+    gpu: Annotated[
+        str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+    ],
     isl: Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")],
     osl: Annotated[int, typer.Option(min=1, help="Output length in tokens.")],
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP).")] = 1,
     weight_quant: Annotated[
-        str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")
+        str,
+        typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4."),
     ] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
-    max_num_seqs: Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")] = 256,
-    max_num_batched_tokens: Annotated[int, typer.Option(min=1, help="Token budget of one step (vLLM max_num_batched_tokens): prefill packs prompts into it.")] = 8192,
-    admission_policy: Annotated[str, typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang")] = DEFAULT_ADMISSION,
+    max_num_seqs: Annotated[
+        int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")
+    ] = 256,
+    max_num_batched_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Token budget of one step (vLLM max_num_batched_tokens): prefill packs prompts into it."
+        ),
+    ] = 8192,
+    admission_policy: Annotated[
+        str,
+        typer.Option(
+            help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang"
+        ),
+    ] = DEFAULT_ADMISSION,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -96,7 +125,9 @@ def perf(
     output = output_format(output_fmt, json_out)
     admission_option(admission_policy)
     rm = build_step_model(model, gpu, tp=tp, pp=pp, ep=ep, weight_quant=weight_quant, kv_dtype=kv_dtype)
-    plan = plan_memory(rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs))
+    plan = plan_memory(
+        rm.model, rm.gpu, rm.parallelism, rm.policy, kv_dtype, params=MemoryParams(max_num_seqs=max_num_seqs)
+    )
     context = isl + osl
     max_batch_kv = int(plan.max_concurrent_sequences([context])[0])
     if max_batch_kv < 1:
@@ -110,7 +141,8 @@ def perf(
     dec = decode_step_time(rm, sizes, mean_ctx)
     t_prefill = float(prefill_time(rm, isl)[0])
     decode_rows = [
-        {"batch": b, "step_time_s": float(t), "output_tokens_per_s": b / float(t)} for b, t in zip(sizes, dec)
+        {"batch": b, "step_time_s": float(t), "output_tokens_per_s": b / float(t)}
+        for b, t in zip(sizes, dec, strict=True)
     ]
     t_prefill_batch = batched_prefill_time(rm, batch, isl, max_num_batched_tokens)
     pf = StepBatch.build(isl, causal_pairs(isl, 0))
@@ -147,16 +179,43 @@ def perf(
             "decode_max_batch": [r.as_dict() for r in rm.breakdown(_decode(batch, mean_ctx))],
         },
         "params": rm.params.model_dump(),
-        "calibration": rm.calibration.describe() if rm.calibration else None,  # None: the documented default efficiencies
+        "calibration": rm.calibration.describe()
+        if rm.calibration
+        else None,  # None: the documented default efficiencies
     }
     if output == "json":
         print_json(out)
         return
     if output == "csv":
-        print_csv([{k: out[k] for k in ("model", "gpu", "weight_quant", "kv_dtype", "isl", "osl", "prefill_time_s", "max_batch_kv")}
-                   | out["parallelism"] | r for r in out["decode"]])
+        print_csv(
+            [
+                {
+                    k: out[k]
+                    for k in (
+                        "model",
+                        "gpu",
+                        "weight_quant",
+                        "kv_dtype",
+                        "isl",
+                        "osl",
+                        "prefill_time_s",
+                        "max_batch_kv",
+                    )
+                }
+                | out["parallelism"]
+                | r
+                for r in out["decode"]
+            ]
+        )
         return
-    _print_tables(out, rm, {k: rm.breakdown(b) for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))})
+    _print_tables(
+        out,
+        rm,
+        {
+            k: rm.breakdown(b)
+            for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))
+        },
+    )
 
 
 def preempts(policy: str, max_batch_kv: int, max_num_seqs: int) -> bool:
@@ -169,9 +228,13 @@ def policy_effect(policy: str, max_batch_kv: int, max_num_seqs: int) -> str:
     if max_batch_kv >= max_num_seqs:
         return f"max_num_seqs ({max_num_seqs}) binds before the KV cache: no policy preempts here"
     if not preempts(policy, max_batch_kv, max_num_seqs):
-        return f"whole lives are reserved at admission: {max_batch_kv} at a time, no preemption (the estimate's own batch)"
-    return (f"the KV binds at {max_batch_kv} whole lives: {policy} admits more by their prompts and preempts (recompute) as they grow; "
-            "the figure is a ceiling that leaves the recompute out; `llmcap simulate --admission-policy` counts the preemptions and their cost")
+        return (
+            f"whole lives are reserved at admission: {max_batch_kv} at a time, no preemption (the estimate's own batch)"
+        )
+    return (
+        f"the KV binds at {max_batch_kv} whole lives: {policy} admits more by their prompts and preempts (recompute) as they grow; "
+        "the figure is a ceiling that leaves the recompute out; `llmcap simulate --admission-policy` counts the preemptions and their cost"
+    )
 
 
 def _decode(batch: int, mean_ctx: float) -> StepBatch:
@@ -198,23 +261,39 @@ def _print_tables(out: dict, rm: RooflineModel, ops: dict[str, list[OpCost]]) ->
     head.add_row(f"max throughput at batch {tput['batch']} (output tok/s)", f"{tput['output_tokens_per_s']:,.0f}")
     console.print(head)
     console.print(f"throughput = {tput['formula']}", highlight=False)
-    console.print(f"batch limited by {tput['limited_by']}; {tput['admission_policy']}: {tput['policy_effect']}", highlight=False)
+    console.print(
+        f"batch limited by {tput['limited_by']}; {tput['admission_policy']}: {tput['policy_effect']}", highlight=False
+    )
     cal = out["calibration"]
-    console.print(f"efficiencies: {'calibrated, ' + cal['file'] + ' (sha256 ' + cal['sha256'][:12] + ')' if cal else 'documented defaults (no calibration for this GPU)'}"
-                  f" — matmul max {rm.params.matmul_efficiency_max:.2f}, attention max {rm.params.attention_efficiency_max:.2f}, "
-                  f"HBM {rm.params.hbm_efficiency:.2f}", highlight=False)
+    console.print(
+        f"efficiencies: {'calibrated, ' + cal['file'] + ' (sha256 ' + cal['sha256'][:12] + ')' if cal else 'documented defaults (no calibration for this GPU)'}"
+        f" — matmul max {rm.params.matmul_efficiency_max:.2f}, attention max {rm.params.attention_efficiency_max:.2f}, "
+        f"HBM {rm.params.hbm_efficiency:.2f}",
+        highlight=False,
+    )
     dec = Table(title=f"decode step vs batch (mean context {out['decode_mean_context']:g} tokens)")
     for col in ("batch", "step = ITL (ms)", "output tok/s"):
         dec.add_column(col, justify="right")
     for r in out["decode"]:
         dec.add_row(f"{r['batch']:,}", _ms(r["step_time_s"]), f"{r['output_tokens_per_s']:,.0f}")
     console.print(dec)
-    labels = {"prefill": f"prefill of {out['isl']} tokens", "1": "decode step, batch 1", "B": f"decode step, batch {tput['batch']}"}
+    labels = {
+        "prefill": f"prefill of {out['isl']} tokens",
+        "1": "decode step, batch 1",
+        "B": f"decode step, batch {tput['batch']}",
+    }
     for key, rows in ops.items():
         total = sum(r.time_s for r in rows)
         table = Table(title=f"{labels[key]}: {_ms(total)} ms, per op on one rank")
         for col in ("op", "ms", "share", "GFLOP", "MB", "bound"):
             table.add_column(col, justify="left" if col in ("op", "bound") else "right", no_wrap=True)
         for r in rows:
-            table.add_row(r.op, _ms(r.time_s), f"{r.time_s / total:.0%}", f"{r.flops / 1e9:,.1f}", f"{r.bytes / 1e6:,.1f}", r.bound)
+            table.add_row(
+                r.op,
+                _ms(r.time_s),
+                f"{r.time_s / total:.0%}",
+                f"{r.flops / 1e9:,.1f}",
+                f"{r.bytes / 1e6:,.1f}",
+                r.bound,
+            )
         console.print(table)

@@ -19,8 +19,12 @@ from llmcap.errors import LlmcapError
 
 @user_errors
 def plan(
-    project: Annotated[Path, typer.Option("--project", "-p", help="project directory holding dvc.yaml and params.yaml")] = Path("."),
-    force: Annotated[bool, typer.Option("--force", help="re-run every stage even when DVC says it is up to date")] = False,
+    project: Annotated[
+        Path, typer.Option("--project", "-p", help="project directory holding dvc.yaml and params.yaml")
+    ] = Path("."),
+    force: Annotated[
+        bool, typer.Option("--force", help="re-run every stage even when DVC says it is up to date")
+    ] = False,
 ) -> None:
     """Run the planning loop (DVC pipeline under the Prefect flow `replan`) and print where results are."""
     project = project.resolve()

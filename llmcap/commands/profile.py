@@ -41,14 +41,26 @@ CONNECT_ERRORS = ("ConnectError", "ConnectTimeout")
 
 @user_errors
 def profile(
-    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000 "
-                                               "(user:password@ in it is sent as basic auth and never printed).")],
+    endpoint: Annotated[
+        str,
+        typer.Option(
+            help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000 "
+            "(user:password@ in it is sent as basic auth and never printed)."
+        ),
+    ],
     model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
     isl: Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")] = "128,512,2048",
     concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,16",
-    cache_hit: Annotated[str, typer.Option(help="Prefix-cache hit shares to time TTFT at besides 0, comma-separated (e.g. 0.5,0.9): "
-                                                "a request alone whose leading blocks the one before it left cached.")] = "",
-    block_size: Annotated[int, typer.Option(min=1, help="The engine's KV block (a cached prefix is whole blocks).")] = 16,
+    cache_hit: Annotated[
+        str,
+        typer.Option(
+            help="Prefix-cache hit shares to time TTFT at besides 0, comma-separated (e.g. 0.5,0.9): "
+            "a request alone whose leading blocks the one before it left cached."
+        ),
+    ] = "",
+    block_size: Annotated[
+        int, typer.Option(min=1, help="The engine's KV block (a cached prefix is whole blocks).")
+    ] = 16,
     osl: Annotated[int, typer.Option(min=2, help="Output tokens per request (exact: max_tokens + ignore_eos).")] = 128,
     repeats: Annotated[int, typer.Option(min=1, help="Runs per cell (medians across runs).")] = 3,
     vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
@@ -57,20 +69,43 @@ def profile(
     ] = None,
     device: Annotated[str | None, typer.Option(help="Device SKU for the fingerprint, e.g. H100-SXM-80GB.")] = None,
     tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")] = 1,
-    weight_quant: Annotated[str | None, typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it).")] = None,
-    kv_dtype: Annotated[str | None, typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything).")] = None,
+    weight_quant: Annotated[
+        str | None,
+        typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it)."),
+    ] = None,
+    kv_dtype: Annotated[
+        str | None,
+        typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything)."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
-    max_failed: Annotated[float, typer.Option("--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5).")] = 0.0,
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            "--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5)."
+        ),
+    ] = 0.0,
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    serve_cmd: Annotated[str | None, typer.Option(
-        "--serve-cmd", metavar="CMD",
-        help="Start the engine with this command line first (e.g. 'vllm serve MODEL --port 8000'), time its start → first healthy "
-             "ENDPOINT/health (model-ready, recorded in the manifest), profile it, then stop it.")] = None,
-    ready_timeout: Annotated[float, typer.Option("--ready-timeout", min=1.0, help="Seconds --serve-cmd's engine may take to be healthy.")] = 1800.0,
-    api_key_env: Annotated[str | None, typer.Option(
-        "--api-key-env", metavar="NAME",
-        help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
-             f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).")] = None,
+    serve_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--serve-cmd",
+            metavar="CMD",
+            help="Start the engine with this command line first (e.g. 'vllm serve MODEL --port 8000'), time its start → first healthy "
+            "ENDPOINT/health (model-ready, recorded in the manifest), profile it, then stop it.",
+        ),
+    ] = None,
+    ready_timeout: Annotated[
+        float, typer.Option("--ready-timeout", min=1.0, help="Seconds --serve-cmd's engine may take to be healthy.")
+    ] = 1800.0,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            metavar="NAME",
+            help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
+            f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).",
+        ),
+    ] = None,
 ) -> None:
     """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT.
     With --serve-cmd, start the engine first and record its model-ready time (start → first healthy /health).
@@ -79,16 +114,23 @@ def profile(
     of the runs failed: the profile is written from the rest, or not at all when every run failed)."""
     from contextlib import nullcontext
 
+    from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
     from llmcap.live.readiness import given_endpoint, started_engine
     from llmcap.live.served import first_served_model
-    from llmcap.live.profiler import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
 
     api_key = api_key_from_env(api_key_env)
     base = endpoint.rstrip("/")
     shown = redact_url(base)  # everything printed below names the endpoint by this
-    spec = ProfileSpec.grid(_ints(isl, "isl"), _ints(concurrency, "concurrency"), osl=osl, repeats=repeats,
-                            vocab_size=vocab_size, max_num_batched_tokens=max_num_batched_tokens, cache_hits=_shares(cache_hit),
-                            block_tokens=block_size)  # fmt: skip
+    spec = ProfileSpec.grid(
+        _ints(isl, "isl"),
+        _ints(concurrency, "concurrency"),
+        osl=osl,
+        repeats=repeats,
+        vocab_size=vocab_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        cache_hits=_shares(cache_hit),
+        block_tokens=block_size,
+    )
     with started_engine(serve_cmd, base, ready_timeout) if serve_cmd else nullcontext(given_endpoint()) as ready:
         model = model or first_served_model(base, shown, api_key)
         m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
@@ -107,10 +149,20 @@ def profile(
     fit = prof.fit
     assert fit is not None
     summary = {
-        "endpoint": shown, "model": model, "engine_version": m.version, "out": str(out),
-        "fingerprint_hash": prof.fingerprint_hash, "wall_s": round(m.wall_s, 2), "failed_runs": len(m.failed_runs),
-        "fit": fit.to_dict(), "points": prof.points.to_pylist(), "ready": ready.to_dict(),
-        "valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why,
+        "endpoint": shown,
+        "model": model,
+        "engine_version": m.version,
+        "out": str(out),
+        "fingerprint_hash": prof.fingerprint_hash,
+        "wall_s": round(m.wall_s, 2),
+        "failed_runs": len(m.failed_runs),
+        "fit": fit.to_dict(),
+        "points": prof.points.to_pylist(),
+        "ready": ready.to_dict(),
+        "valid": code not in exit_codes.NOT_VALID,
+        "exit_code": code,
+        "outcome": exit_codes.NAMES[code],
+        "outcome_reason": why,
     }
     if json_out:
         print_json(summary)
@@ -123,18 +175,37 @@ def profile(
         table.add_column(col, justify="right")
     for cell in m.cells.values():
         ms = lambda v: "—" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
-        table.add_row(str(cell.isl), str(cell.concurrency), ms(cell.ttft_s), ms(cell.itl_mean_s), ms(cell.itl_p99_s), str(cell.repeats))
+        table.add_row(
+            str(cell.isl),
+            str(cell.concurrency),
+            ms(cell.ttft_s),
+            ms(cell.itl_mean_s),
+            ms(cell.itl_p99_s),
+            str(cell.repeats),
+        )
     console.print(table)
     for (n, cached), ttfts in sorted(m.hit_probes.items()):
         cold = m.cells[(n, 1)].ttft_s if (n, 1) in m.cells else None
-        console.print(f"ISL {n} with {cached:,} tokens cached ({cached / n:.0%}): TTFT {median(ttfts) * 1e3:.2f} ms over {len(ttfts)} "
-                      f"probe(s)" + (f" (cold {cold * 1e3:.2f} ms)" if cold else ""), highlight=False)  # fmt: skip
+        console.print(
+            f"ISL {n} with {cached:,} tokens cached ({cached / n:.0%}): TTFT {median(ttfts) * 1e3:.2f} ms over {len(ttfts)} "
+            f"probe(s)" + (f" (cold {cold * 1e3:.2f} ms)" if cold else ""),
+            highlight=False,
+        )
     coef = fit.to_dict()["coefficients"]
-    console.print("fit (NNLS): " + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
-                  + f"; median |rel err| {fit.median_abs_rel_error:.1%}")
-    console.print(f"model ready {ready.model_ready_s:.1f} s after the engine's start (first healthy /health)" if ready.model_ready_s is not None
-                  else f"model ready: {ready.note}")  # fmt: skip
+    console.print(
+        "fit (NNLS): "
+        + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
+        + f"; median |rel err| {fit.median_abs_rel_error:.1%}"
+    )
+    console.print(
+        f"model ready {ready.model_ready_s:.1f} s after the engine's start (first healthy /health)"
+        if ready.model_ready_s is not None
+        else f"model ready: {ready.note}"
+    )
     console.print(f"profile written to {out} (fingerprint {prof.fingerprint_hash[:12]})")
     if code:
-        console.print(f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed", highlight=False)
+        console.print(
+            f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed",
+            highlight=False,
+        )
         raise typer.Exit(code)

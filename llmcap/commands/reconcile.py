@@ -33,13 +33,27 @@ def _edges(text: str, what: str) -> tuple[int, ...]:
 
 @user_errors
 def reconcile(
-    measured: Annotated[Path, typer.Option("--measured", "-m", help="measured request records (parquet, llmcap's request schema)")],
-    predicted: Annotated[Path, typer.Option("--predicted", "-p", help="predicted request records for the same requests")],
-    metrics: Annotated[Path | None, typer.Option("--metrics", help="engine metric series (parquet/CSV: time_s, name, engine, value)")] = None,
-    baseline_metrics: Annotated[Path | None, typer.Option("--baseline-metrics", help="a reference series (a healthy run) for hit rate and ITL")] = None,
-    engine_version: Annotated[str | None, typer.Option(help="vLLM version whose metric names the series carries (default: detected)")] = None,
-    isl_edges: Annotated[str, typer.Option(help="lower edges of the ISL ranges of the buckets")] = ",".join(map(str, DEFAULTS.isl_edges)),
-    osl_edges: Annotated[str, typer.Option(help="lower edges of the OSL ranges")] = ",".join(map(str, DEFAULTS.osl_edges)),
+    measured: Annotated[
+        Path, typer.Option("--measured", "-m", help="measured request records (parquet, llmcap's request schema)")
+    ],
+    predicted: Annotated[
+        Path, typer.Option("--predicted", "-p", help="predicted request records for the same requests")
+    ],
+    metrics: Annotated[
+        Path | None, typer.Option("--metrics", help="engine metric series (parquet/CSV: time_s, name, engine, value)")
+    ] = None,
+    baseline_metrics: Annotated[
+        Path | None, typer.Option("--baseline-metrics", help="a reference series (a healthy run) for hit rate and ITL")
+    ] = None,
+    engine_version: Annotated[
+        str | None, typer.Option(help="vLLM version whose metric names the series carries (default: detected)")
+    ] = None,
+    isl_edges: Annotated[str, typer.Option(help="lower edges of the ISL ranges of the buckets")] = ",".join(
+        map(str, DEFAULTS.isl_edges)
+    ),
+    osl_edges: Annotated[str, typer.Option(help="lower edges of the OSL ranges")] = ",".join(
+        map(str, DEFAULTS.osl_edges)
+    ),
     tolerance: Annotated[float, typer.Option(help="|e| up to this is within tolerance (0-1)")] = DEFAULTS.tolerance,
     min_requests: Annotated[int, typer.Option(min=2, help="smaller buckets are not judged")] = DEFAULTS.min_requests,
     window_s: Annotated[float, typer.Option(help="diagnosis window (series seconds)")] = DiagnoseParams().window_s,
@@ -48,8 +62,14 @@ def reconcile(
 ) -> None:
     """Reconcile predicted with measured request records: e_TTFT / e_ITL per bucket and what to do about them."""
     try:
-        params = ReconcileParams(isl_edges=_edges(isl_edges, "isl-edges"), osl_edges=_edges(osl_edges, "osl-edges"), tolerance=tolerance,
-                                 min_requests=min_requests, seed=seed, diagnose=DiagnoseParams(window_s=window_s))  # fmt: skip
+        params = ReconcileParams(
+            isl_edges=_edges(isl_edges, "isl-edges"),
+            osl_edges=_edges(osl_edges, "osl-edges"),
+            tolerance=tolerance,
+            min_requests=min_requests,
+            seed=seed,
+            diagnose=DiagnoseParams(window_s=window_s),
+        )
     except ValidationError as exc:
         first = exc.errors()[0]
         raise LlmcapError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
@@ -73,7 +93,9 @@ def reconcile(
 def _show(rec, diagnosis, params: ReconcileParams) -> None:
     console = out_console()
     head, rows = bucket_rows(rec, params.percentiles[:2])
-    table = Table(title=f"e = predicted / measured - 1 (p{rec.percentile:g} decides, tolerance {rec.tolerance:.0%}, 95% bootstrap CI)")
+    table = Table(
+        title=f"e = predicted / measured - 1 (p{rec.percentile:g} decides, tolerance {rec.tolerance:.0%}, 95% bootstrap CI)"
+    )
     for h in head:
         table.add_column(h, justify="left" if h in ("bucket", "decision") else "right")
     for r in rows:

@@ -26,7 +26,6 @@ from rich.table import Table
 
 from llmcap import exit_codes
 from llmcap.commands._common import dumps, err_console, out_console, print_json, user_errors
-from llmcap.live.served import first_served_model
 from llmcap.commands._goodput import SLO, steady_window
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
@@ -48,6 +47,7 @@ from llmcap.errors import LlmcapError
 from llmcap.live.closedloop import CAVEAT
 from llmcap.live.prompts import APIS
 from llmcap.live.replay import RATE_PER_PROCESS, ReplayResult, replay_async
+from llmcap.live.served import first_served_model
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table
@@ -61,7 +61,10 @@ def outcome(summary: dict[str, Any], max_failed: float, attainment_target: float
     st, n = summary["status"], summary["requests"]
     if not summary["send_valid"]:
         late = summary["send_lateness_ms"]
-        return exit_codes.INVALID, f"sends ran up to {late['max']:.0f} ms late (> {summary['max_lateness_ms']:.0f} ms): the client's latency, not the server's"
+        return (
+            exit_codes.INVALID,
+            f"sends ran up to {late['max']:.0f} ms late (> {summary['max_lateness_ms']:.0f} ms): the client's latency, not the server's",
+        )
     code, why = exit_codes.served(n, st["ok"], max_failed)
     if code:
         return code, f"{why} ({st['rejected']:,} rejected, {st['unfinished']:,} unfinished)"
@@ -97,11 +100,19 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
         "e2e_ms": _pct_ms(col("e2e_s")[ok]),
         "output_tok_s": out_tokens / result.wall_s if result.wall_s > 0 else None,
         "wall_s": result.wall_s,
-        "send_lateness_ms": {"p50": float(np.percentile(lateness, 50) * 1e3), "p99": float(np.percentile(lateness, 99) * 1e3),
-                             "max": float(lateness.max() * 1e3)} if lateness.size else None,  # fmt: skip
+        "send_lateness_ms": {
+            "p50": float(np.percentile(lateness, 50) * 1e3),
+            "p99": float(np.percentile(lateness, 99) * 1e3),
+            "max": float(lateness.max() * 1e3),
+        }
+        if lateness.size
+        else None,
         "max_lateness_ms": max_lateness_s * 1e3,
-        "client": {"processes": result.processes, "cpu_s": result.client_cpu_s,
-                   "cpu_us_per_request": result.client_cpu_s / rec.num_rows * 1e6 if rec.num_rows else None},
+        "client": {
+            "processes": result.processes,
+            "cpu_s": result.client_cpu_s,
+            "cpu_us_per_request": result.client_cpu_s / rec.num_rows * 1e6 if rec.num_rows else None,
+        },
     }
     late = float(lateness.max()) if lateness.size else 0.0
     summary["send_valid"] = late <= max_lateness_s
@@ -109,42 +120,107 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
         summary["send_lateness_ms"], summary["send_valid"] = None, True
     if slo is not None:
         g = goodput(rec, slo)
-        summary["slo"] = {"attainment": g.attainment, "goodput_rps": g.goodput_rps, "offered_rps": g.offered_rps,
-                          "requests_in_window": g.requests, "misses": g.misses}  # fmt: skip
+        summary["slo"] = {
+            "attainment": g.attainment,
+            "goodput_rps": g.goodput_rps,
+            "offered_rps": g.offered_rps,
+            "requests_in_window": g.requests,
+            "misses": g.misses,
+        }
     return summary
 
 
 @user_errors
 def replay(
-    endpoint: Annotated[str, typer.Option(help="Base URL of an OpenAI-compatible streaming server (user:password@ is sent as basic auth, never printed).")],
+    endpoint: Annotated[
+        str,
+        typer.Option(
+            help="Base URL of an OpenAI-compatible streaming server (user:password@ is sent as basic auth, never printed)."
+        ),
+    ],
     trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace file (any format `llmcap trace inspect` reads).")],
     model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
-    request_rate: Annotated[float | None, typer.Option("--request-rate", help="Replay at this mean rate, req/s (the trace's burst shape kept).")] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option("--request-rate", help="Replay at this mean rate, req/s (the trace's burst shape kept)."),
+    ] = None,
     rate_scale: Annotated[float, typer.Option(help="Or: multiply the trace's own rate by this.")] = 1.0,
-    max_concurrency: Annotated[int | None, typer.Option(min=1, help="Closed loop instead (as vLLM bench's --max-concurrency with no rate): "
-                                                        "N clients, each sending its next request when its last one ended; the "
-                                                        "trace's order and lengths, not its arrival times. Describes N concurrent "
-                                                        "users, not capacity.")] = None,  # fmt: skip
+    max_concurrency: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Closed loop instead (as vLLM bench's --max-concurrency with no rate): "
+            "N clients, each sending its next request when its last one ended; the "
+            "trace's order and lengths, not its arrival times. Describes N concurrent "
+            "users, not capacity.",
+        ),
+    ] = None,
     max_requests: Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
-    slo_itl_ms: Annotated[float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")] = None,
-    max_lateness_ms: Annotated[float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")] = REPLAY.max_lateness_ms,
-    max_failed: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of requests that may be rejected or unfinished before the "
-                                              "run FAILED (exit 5; none served: UNREACHABLE, exit 4).")] = 0.01,
-    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="With SLO targets: below this steady-window attainment "
-                                              "the run exits 6 (SLO MISSED).")] = SLO.attainment_target,
-    timeout: Annotated[float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")] = 600.0,
-    max_drain: Annotated[float | None, typer.Option(min=0.0, help="Cut requests still streaming this many s after the last send "
-                                                                  "(unfinished; default: only --timeout bounds them).")] = None,  # fmt: skip
-    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = REPLAY.vocab_size,
-    block_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens per prefix hash block: equal hashes become equal token blocks "
-                                                                  "(default: the trace's block size).")] = None,  # fmt: skip
+    slo_itl_ms: Annotated[
+        float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")
+    ] = None,
+    max_lateness_ms: Annotated[
+        float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")
+    ] = REPLAY.max_lateness_ms,
+    max_failed: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of requests that may be rejected or unfinished before the "
+            "run FAILED (exit 5; none served: UNREACHABLE, exit 4).",
+        ),
+    ] = 0.01,
+    attainment: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="With SLO targets: below this steady-window attainment the run exits 6 (SLO MISSED).",
+        ),
+    ] = SLO.attainment_target,
+    timeout: Annotated[
+        float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")
+    ] = 600.0,
+    max_drain: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Cut requests still streaming this many s after the last send "
+            "(unfinished; default: only --timeout bounds them).",
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")
+    ] = REPLAY.vocab_size,
+    block_tokens: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokens per prefix hash block: equal hashes become equal token blocks "
+            "(default: the trace's block size).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the prompts' token ids.")] = 0,
-    api: Annotated[str, typer.Option(help="completions (token-id prompts: exact ISL) or chat (/v1/chat/completions; "
-                                          "text prompts: ISL approximate).")] = "completions",  # fmt: skip
-    processes: Annotated[int | None, typer.Option(min=1, help="Load generator processes (default: one per "
-                                                              f"{RATE_PER_PROCESS:,.0f} req/s of the busiest second, at most one per core).")] = None,  # fmt: skip
-    out: Annotated[Path | None, typer.Option(help="Write records.parquet (the request schema) and summary.json here.")] = None,
+    api: Annotated[
+        str,
+        typer.Option(
+            help="completions (token-id prompts: exact ISL) or chat (/v1/chat/completions; "
+            "text prompts: ISL approximate)."
+        ),
+    ] = "completions",
+    processes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Load generator processes (default: one per "
+            f"{RATE_PER_PROCESS:,.0f} req/s of the busiest second, at most one per core).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write records.parquet (the request schema) and summary.json here.")
+    ] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
@@ -152,8 +228,14 @@ def replay(
     generate_arrivals: GenerateArrivalsOpt = False,
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
-    api_key_env: Annotated[str | None, typer.Option("--api-key-env", metavar="NAME",
-                                                     help=f"Environment variable holding the API key (default: {DEFAULT_API_KEY_ENV} if set).")] = None,  # fmt: skip
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key-env",
+            metavar="NAME",
+            help=f"Environment variable holding the API key (default: {DEFAULT_API_KEY_ENV} if set).",
+        ),
+    ] = None,
     json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
 ) -> None:
     """Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment.
@@ -162,8 +244,16 @@ def replay(
     5 FAILED (more than --max-failed rejected or unfinished); 6 SLO MISSED (attainment below --attainment)."""
     positive("--rate-scale", rate_scale)
     if max_concurrency is not None:
-        given = [o for o, v in (("--request-rate", request_rate), ("--rate-scale", rate_scale != 1.0), ("--processes", processes),
-                                ("--max-drain", max_drain)) if v]  # fmt: skip
+        given = [
+            o
+            for o, v in (
+                ("--request-rate", request_rate),
+                ("--rate-scale", rate_scale != 1.0),
+                ("--processes", processes),
+                ("--max-drain", max_drain),
+            )
+            if v
+        ]
         if given:
             raise LlmcapError(f"--max-concurrency replays closed loop, with no schedule: drop {', '.join(given)}")
     positive("--request-rate", request_rate)
@@ -175,7 +265,15 @@ def replay(
     api_key = api_key_from_env(api_key_env)
     base, shown = endpoint.rstrip("/"), redact_url(endpoint.rstrip("/"))
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=not json_out
+        trace,
+        fmt,
+        time_unit,
+        column,
+        hash_block_size,
+        generate_arrivals,
+        arrival_rate,
+        duplicates,
+        announce=not json_out,
     )
     table = cleaned.trace if max_requests is None else cleaned.trace.slice(0, max_requests)
     # a clock coarser than the rate logs distinct requests at one tick: spread them within it, as simulate does
@@ -189,16 +287,44 @@ def replay(
     if slo_ttft_ms is not None or slo_itl_ms is not None:
         slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, **steady_window())
     model = model or first_served_model(base, shown, api_key)
-    result = _run(base, model, table, scale, timeout, vocab_size, block_tokens or cleaned.report.block_size, seed, api_key,
-                  quiet=json_out, api=api, processes=processes, max_drain=max_drain, clients=max_concurrency)  # fmt: skip
-    offered = mean_rate(table) * scale if max_concurrency is None else table.num_rows / result.wall_s  # closed loop: what the clients reached
-    summary = {"endpoint": shown, "model": model, "mode": "open loop" if max_concurrency is None else "closed loop",
-               "max_concurrency": max_concurrency, "rate_scale": scale, "mean_rate_rps": offered,
-               **summarize(result, slo, max_lateness_ms / 1e3), "input_accounting": account_json(cleaned.report)}  # fmt: skip
+    result = _run(
+        base,
+        model,
+        table,
+        scale,
+        timeout,
+        vocab_size,
+        block_tokens or cleaned.report.block_size,
+        seed,
+        api_key,
+        quiet=json_out,
+        api=api,
+        processes=processes,
+        max_drain=max_drain,
+        clients=max_concurrency,
+    )
+    offered = (
+        mean_rate(table) * scale if max_concurrency is None else table.num_rows / result.wall_s
+    )  # closed loop: what the clients reached
+    summary = {
+        "endpoint": shown,
+        "model": model,
+        "mode": "open loop" if max_concurrency is None else "closed loop",
+        "max_concurrency": max_concurrency,
+        "rate_scale": scale,
+        "mean_rate_rps": offered,
+        **summarize(result, slo, max_lateness_ms / 1e3),
+        "input_accounting": account_json(cleaned.report),
+    }
     if max_concurrency is not None:
         summary["caveat"] = CAVEAT
     code, why = outcome(summary, max_failed, attainment)
-    summary |= {"valid": code not in exit_codes.NOT_VALID, "exit_code": code, "outcome": exit_codes.NAMES[code], "outcome_reason": why}
+    summary |= {
+        "valid": code not in exit_codes.NOT_VALID,
+        "exit_code": code,
+        "outcome": exit_codes.NAMES[code],
+        "outcome_reason": why,
+    }
     if out is not None:
         write_table(result.requests, out / "records.parquet")
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -210,17 +336,48 @@ def replay(
         raise typer.Exit(code)
 
 
-def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int, block: int | None, seed: int,
-         api_key: str | None, quiet: bool, api: str, processes: int | None, max_drain: float | None, clients: int | None) -> ReplayResult:  # fmt: skip
+def _run(
+    base: str,
+    model: str,
+    table,
+    scale: float,
+    timeout: float,
+    vocab: int,
+    block: int | None,
+    seed: int,
+    api_key: str | None,
+    quiet: bool,
+    api: str,
+    processes: int | None,
+    max_drain: float | None,
+    clients: int | None,
+) -> ReplayResult:
     kwargs: dict[str, Any] = dict(
-        request_id=table.column("request_id").to_numpy(), rate_scale=scale, hash_ids=table.column("hash_ids").to_pylist(),
-        block_tokens=block, vocab_size=vocab, seed=seed, timeout_s=timeout, api_key=api_key, api=api, processes=processes,
-        max_drain_s=max_drain, clients=clients,
-    )  # fmt: skip
-    args = (base, model, table.column("arrival_s").to_numpy(), table.column("isl").to_numpy(), table.column("osl").to_numpy())
+        request_id=table.column("request_id").to_numpy(),
+        rate_scale=scale,
+        hash_ids=table.column("hash_ids").to_pylist(),
+        block_tokens=block,
+        vocab_size=vocab,
+        seed=seed,
+        timeout_s=timeout,
+        api_key=api_key,
+        api=api,
+        processes=processes,
+        max_drain_s=max_drain,
+        clients=clients,
+    )
+    args = (
+        base,
+        model,
+        table.column("arrival_s").to_numpy(),
+        table.column("isl").to_numpy(),
+        table.column("osl").to_numpy(),
+    )
     if quiet:
         return asyncio.run(replay_async(*args, **kwargs))
-    with Progress("replaying", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as bar:
+    with Progress(
+        "replaying", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True
+    ) as bar:
         task = bar.add_task("requests", total=table.num_rows)
         return asyncio.run(replay_async(*args, on_done=lambda: bar.advance(task), **kwargs))
 
@@ -228,24 +385,35 @@ def _run(base: str, model: str, table, scale: float, timeout: float, vocab: int,
 def _print(s: dict[str, Any]) -> None:
     console = out_console()
     loop = "open loop" if s["max_concurrency"] is None else f"closed loop, {s['max_concurrency']} clients"
-    t = Table(title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s ({loop})")
+    t = Table(
+        title=f"{s['model']} @ {s['endpoint']}: {s['requests']:,} requests at {s['mean_rate_rps']:.3g} req/s ({loop})"
+    )
     for c in ("metric", "p50", "p90", "p99"):
         t.add_column(c, justify="right")
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
         t.add_row(key, *("-" if v is None else f"{v:,.1f}" for v in s[key].values()))
     console.print(t)
     st, late = s["status"], s["send_lateness_ms"]
-    console.print(f"status: ok {st['ok']:,}, unfinished {st['unfinished']:,}, rejected {st['rejected']:,}; "
-                  f"output {s['output_tok_s'] or 0:,.0f} tok/s over {s['wall_s']:,.1f} s", highlight=False)  # fmt: skip
+    console.print(
+        f"status: ok {st['ok']:,}, unfinished {st['unfinished']:,}, rejected {st['rejected']:,}; "
+        f"output {s['output_tok_s'] or 0:,.0f} tok/s over {s['wall_s']:,.1f} s",
+        highlight=False,
+    )
     if late is not None:
-        console.print(f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
-                      f"(bound {s['max_lateness_ms']:.0f} ms); client: {s['client']['processes']} process(es), "
-                      f"{s['client']['cpu_s']:.2f} CPU s", highlight=False)  # fmt: skip
+        console.print(
+            f"send lateness p50 {late['p50']:.1f} ms, p99 {late['p99']:.1f} ms, max {late['max']:.1f} ms "
+            f"(bound {s['max_lateness_ms']:.0f} ms); client: {s['client']['processes']} process(es), "
+            f"{s['client']['cpu_s']:.2f} CPU s",
+            highlight=False,
+        )
     if "caveat" in s:
         console.print(f"[yellow]{s['caveat']}[/]", highlight=False)
     if "slo" in s:
         g = s["slo"]
-        console.print(f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "
-                      f"misses {json.dumps(g['misses'])}", highlight=False)  # fmt: skip
+        console.print(
+            f"SLO attainment {g['attainment']:.1%} of {g['requests_in_window']:,} steady-window requests; "
+            f"misses {json.dumps(g['misses'])}",
+            highlight=False,
+        )
     if s["exit_code"]:
         console.print(f"[bold red]{s['outcome']}[/] (exit {s['exit_code']}): {s['outcome_reason']}", highlight=False)

@@ -22,7 +22,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from llmcap.candidates import EnumerationSpec, ParallelGrid, SchedulerGrid, enumerate_with_presets, workload_context_lengths
+from llmcap.candidates import (
+    EnumerationSpec,
+    ParallelGrid,
+    SchedulerGrid,
+    enumerate_with_presets,
+    workload_context_lengths,
+)
 from llmcap.catalog import ModelSpec, get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.commands._common import (
@@ -38,7 +44,6 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.commands._deployment import AdmissionOpt, KvFromLogOpt, ProfileOpt, TierOpt
-from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
 from llmcap.commands._fleet import PlannedModel, model_classes, size_fleet, with_cap_split
 from llmcap.commands._goodput import (
     SIZE,
@@ -52,6 +57,7 @@ from llmcap.commands._goodput import (
     parse_percentiles,
     steady_window,
 )
+from llmcap.commands._size_sources import budget_lines, stated_kv, step_model_summary
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -72,27 +78,33 @@ from llmcap.engine_presets import EnginePreset, presets_for
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.memory import MemoryParams
 from llmcap.planning import StepTimes, mixed_traffic, plan_capacity
+from llmcap.policy_names import admission_option
 from llmcap.report.capacity import write_report
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.measured import MeasuredProfile, load_profile
 from llmcap.sizing.nearmiss import NoFeasiblePlan
+from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, SloParams
 from llmcap.sizing.plan import no_feasible_candidate
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.slo import itl_name
 from llmcap.sizing.units import candidate_key
-from llmcap.policy_names import admission_option
-from llmcap.sizing.params import ComputeParams, DistributionTarget, SizeParams, SloParams
 from llmcap.vllm_serve import serve_commands
-
 
 MEMORY = MemoryParams()
 MIN_REQUESTS = 20  # warm-up and drain are excluded from every replay: fewer leave no steady window to judge
+DEFAULT_TP = ",".join(map(str, ParallelGrid().tp))  # the catalog grid's TP degrees, as the option's default text
 
 
 def _lengths_summary(isl: np.ndarray, osl: np.ndarray) -> dict:
     def stats(x: np.ndarray) -> dict:
         p = np.percentile(x, [50, 90, 99])
-        return {"mean": float(x.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2]), "max": float(x.max())}
+        return {
+            "mean": float(x.mean()),
+            "p50": float(p[0]),
+            "p90": float(p[1]),
+            "p99": float(p[2]),
+            "max": float(x.max()),
+        }
 
     return {"isl": stats(isl), "osl": stats(osl)}
 
@@ -103,11 +115,20 @@ def _slo_targets(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
     for name, field, value in (("--slo-ttft-p99", "ttft_ms", ttft_ms), ("--slo-itl-p99", "itl_ms", itl_ms)):
         if value is not None:
             if field in targets:
-                raise LlmcapError(f"{name} and --goodput {field.removesuffix('_ms')}:MS both set the same target; give one")
+                raise LlmcapError(
+                    f"{name} and --goodput {field.removesuffix('_ms')}:MS both set the same target; give one"
+                )
             targets[field] = value
     if not targets:
-        raise LlmcapError("no SLO target: give --goodput KEY:MS (ttft, tpot, e2el, itl) or --slo-ttft-p99 / --slo-itl-p99")
-    return SloTargets(ttft_ms=targets.get("ttft_ms"), itl_ms=targets.get("itl_ms"), tpot_ms=targets.get("tpot_ms"), e2e_ms=targets.get("e2e_ms"))
+        raise LlmcapError(
+            "no SLO target: give --goodput KEY:MS (ttft, tpot, e2el, itl) or --slo-ttft-p99 / --slo-itl-p99"
+        )
+    return SloTargets(
+        ttft_ms=targets.get("ttft_ms"),
+        itl_ms=targets.get("itl_ms"),
+        tpot_ms=targets.get("tpot_ms"),
+        e2e_ms=targets.get("e2e_ms"),
+    )
 
 
 def _listed(values: list[str], option: str) -> list[str]:
@@ -125,10 +146,16 @@ def _tp_degrees(values: list[str]) -> list[int]:
     return [int(v) for v in items]
 
 
-def _catalog_grid(gpu: list[str], weight_quant: list[str], kv_dtype: list[str], tp: list[str]) -> tuple[list[str], list[str], list[str], list[int]]:
+def _catalog_grid(
+    gpu: list[str], weight_quant: list[str], kv_dtype: list[str], tp: list[str]
+) -> tuple[list[str], list[str], list[str], list[int]]:
     """The --gpu/--weight-quant/--kv-dtype/--tp lists, each name checked against the catalog before any file is read
     (a typo fails in a second, not after the trace)."""
-    gpus, quants, kv_dtypes = _listed(gpu, "--gpu"), _listed(weight_quant, "--weight-quant"), _listed(kv_dtype, "--kv-dtype")
+    gpus, quants, kv_dtypes = (
+        _listed(gpu, "--gpu"),
+        _listed(weight_quant, "--weight-quant"),
+        _listed(kv_dtype, "--kv-dtype"),
+    )
     tps = _tp_degrees(tp)
     for name in gpus:
         get_gpu(name)
@@ -140,23 +167,57 @@ def _catalog_grid(gpu: list[str], weight_quant: list[str], kv_dtype: list[str], 
 
 
 # the options --params replaces (its `size` section holds them), by the function's parameter names
-SIZE_KNOBS = ("slo_ttft_p99", "slo_itl_p99", "goodput", "slo_percentile", "slo_availability", "itl_stat", "ttft_handoff", "target_rps", "ttft_per_1k_isl", "attainment",
-              "shortlist", "excerpt", "workers", "dask_address", "admission_policy", "max_usd_per_hour", "tier")  # fmt: skip
+SIZE_KNOBS = (
+    "slo_ttft_p99",
+    "slo_itl_p99",
+    "goodput",
+    "slo_percentile",
+    "slo_availability",
+    "itl_stat",
+    "ttft_handoff",
+    "target_rps",
+    "ttft_per_1k_isl",
+    "attainment",
+    "shortlist",
+    "excerpt",
+    "workers",
+    "dask_address",
+    "admission_policy",
+    "max_usd_per_hour",
+    "tier",
+)
 
 
 def _from_params(ctx: typer.Context, path: Path) -> Params:
     """The params file, after checking no option it replaces was given too (the file would silently win)."""
     given = [f"--{n.replace('_', '-')}" for n in given_options(ctx, SIZE_KNOBS)]
     if given:
-        raise LlmcapError(f"--params {path} sets every sizing knob from its `size` section; drop {', '.join(given)} or --params")
+        raise LlmcapError(
+            f"--params {path} sets every sizing knob from its `size` section; drop {', '.join(given)} or --params"
+        )
     return load_params(path)
 
 
-def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str] | None, itl_stat: str, ttft_handoff: bool,
-                 target_rps: float | None, ttft_per_1k_isl: float, attainment: float, pd: bool, shortlist: int, excerpt: int,
-                 workers: int, dask_address: str | None, pools_split_isl: int | None, admission_policy: str,
-                 max_usd_per_hour: float | None = None, distribution: tuple[DistributionTarget, ...] = (),
-                 availability: float | None = None) -> SizeParams:  # fmt: skip
+def _size_params(
+    ttft_ms: float | None,
+    itl_ms: float | None,
+    goodput: list[str] | None,
+    itl_stat: str,
+    ttft_handoff: bool,
+    target_rps: float | None,
+    ttft_per_1k_isl: float,
+    attainment: float,
+    pd: bool,
+    shortlist: int,
+    excerpt: int,
+    workers: int,
+    dask_address: str | None,
+    pools_split_isl: int | None,
+    admission_policy: str,
+    max_usd_per_hour: float | None = None,
+    distribution: tuple[DistributionTarget, ...] = (),
+    availability: float | None = None,
+) -> SizeParams:
     """SizeParams from the command line's options."""
     targets = _slo_targets(ttft_ms, itl_ms, goodput)
     admission_option(admission_policy)
@@ -165,12 +226,26 @@ def _size_params(ttft_ms: float | None, itl_ms: float | None, goodput: list[str]
     if target_rps is not None:
         plausible_rate("--target-rps", target_rps)
     return SizeParams(
-        slo=SloParams(**targets, ttft_ms_per_1k_isl=ttft_per_1k_isl, itl_stat=itl, ttft_includes_handoff=ttft_handoff,
-                      attainment_target=attainment, distribution=distribution, availability=availability, **steady_window()),
-        search=SIZE.search, target_rps=target_rps, shortlist=shortlist,
-        pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0, excerpt_requests=excerpt, compute=ComputeParams(workers=workers, dask_address=dask_address),
-        pools_split_isl=pools_split_isl, admission_policy=admission_policy, max_usd_per_hour=max_usd_per_hour,
-    )  # fmt: skip
+        slo=SloParams(
+            **targets,
+            ttft_ms_per_1k_isl=ttft_per_1k_isl,
+            itl_stat=itl,
+            ttft_includes_handoff=ttft_handoff,
+            attainment_target=attainment,
+            distribution=distribution,
+            availability=availability,
+            **steady_window(),
+        ),
+        search=SIZE.search,
+        target_rps=target_rps,
+        shortlist=shortlist,
+        pd_prefill_shortlist=SIZE.pd_prefill_shortlist if pd else 0,
+        excerpt_requests=excerpt,
+        compute=ComputeParams(workers=workers, dask_address=dask_address),
+        pools_split_isl=pools_split_isl,
+        admission_policy=admission_policy,
+        max_usd_per_hour=max_usd_per_hour,
+    )
 
 
 def _presets(engine: str | None, gpus: list[str] | None, candidates_file: Path | None) -> dict[str, EnginePreset]:
@@ -178,7 +253,9 @@ def _presets(engine: str | None, gpus: list[str] | None, candidates_file: Path |
     if engine is None:
         return {}
     if gpus is None:
-        raise LlmcapError(f"--engine sets the candidates' scheduler knobs; --candidates {candidates_file} already fixes them: give one")
+        raise LlmcapError(
+            f"--engine sets the candidates' scheduler knobs; --candidates {candidates_file} already fixes them: give one"
+        )
     return presets_for(engine, [get_gpu(g) for g in gpus])
 
 
@@ -191,7 +268,9 @@ def read_candidates(path: Path) -> pd.DataFrame:
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputFileError(path, f"not a readable candidates parquet ({exc})") from None
     if "feasible" not in table.columns:
-        raise InputFileError(path, "not a candidates table: no `feasible` column (write one with the enumerate stage)", field="feasible")
+        raise InputFileError(
+            path, "not a candidates table: no `feasible` column (write one with the enumerate stage)", field="feasible"
+        )
     return table
 
 
@@ -213,8 +292,14 @@ def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> No
             t.add_column(col, overflow="fold")
         for m in none.near_misses:
             ms = lambda v: "–" if v is None else f"{v:,.1f}"  # noqa: E731
-            t.add_row(m.candidate, "idle (unsimulated)" if m.binding == "idle" else f"{m.rate_rps:.4g}", f"{m.attainment:.1%} (target {m.attainment_target:.1%})", m.binding,
-                      ms(m.ttft_p99_ms), ms(m.itl_p99_ms))
+            t.add_row(
+                m.candidate,
+                "idle (unsimulated)" if m.binding == "idle" else f"{m.rate_rps:.4g}",
+                f"{m.attainment:.1%} (target {m.attainment_target:.1%})",
+                m.binding,
+                ms(m.ttft_p99_ms),
+                ms(m.itl_p99_ms),
+            )
         out_console().print(t)
         for m in none.near_misses[:3]:
             print(f"  {m.line()}")
@@ -223,8 +308,16 @@ def _near_miss_report(none: NoFeasiblePlan, output: str, out: Path | None) -> No
 
 def _ruled_out_report(candidates: pd.DataFrame, output: str) -> None:
     """Step 2 ruled out every candidate: each one with its reasons, on stdout (the error line follows on stderr)."""
-    rows = [{"candidate": candidate_key(r), "mode": r["mode"], "role": r["role"], "reason_codes": r["reason_codes"], "reasons": r["reasons"]}
-            for _, r in candidates.iterrows()]  # fmt: skip
+    rows = [
+        {
+            "candidate": candidate_key(r),
+            "mode": r["mode"],
+            "role": r["role"],
+            "reason_codes": r["reason_codes"],
+            "reasons": r["reasons"],
+        }
+        for _, r in candidates.iterrows()
+    ]
     if output == "json":
         print_json({"feasible": False, "error": no_feasible_candidate(candidates), "ruled_out": rows})
     elif output == "csv":
@@ -241,51 +334,163 @@ def _ruled_out_report(candidates: pd.DataFrame, output: str) -> None:
 @user_errors
 def size(
     ctx: typer.Context,
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")],
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Catalog model name or a path to config.json / its directory (with --params: "
-                     "enumerate.model by default). A trace of several models: LABEL=MODEL for each of its `model` labels, a pool per model "
-                     "and the fleet's total.")] = None,  # fmt: skip
-    class_by: Annotated[str | None, typer.Option("--class-by", help="tenant | feature: one model's traffic as a pool per value of that label, the fleet and the one-pool view.")] = None,
-    slo_ttft_p99: Annotated[float | None, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).")] = None,
-    slo_itl_p99: Annotated[float | None, typer.Option("--slo-itl-p99", min=0.001, help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).")] = None,
+    trace: Annotated[
+        Path, typer.Option("--trace", "-t", help="Request trace (any format `llmcap trace inspect` reads).")
+    ],
+    model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Catalog model name or a path to config.json / its directory (with --params: "
+            "enumerate.model by default). A trace of several models: LABEL=MODEL for each of its `model` labels, a pool per model "
+            "and the fleet's total.",
+        ),
+    ] = None,
+    class_by: Annotated[
+        str | None,
+        typer.Option(
+            "--class-by",
+            help="tenant | feature: one model's traffic as a pool per value of that label, the fleet and the one-pool view.",
+        ),
+    ] = None,
+    slo_ttft_p99: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-ttft-p99",
+            min=0.001,
+            help="TTFT target (ms) that 99% (--attainment) of requests must meet (= --goodput ttft:MS).",
+        ),
+    ] = None,
+    slo_itl_p99: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-itl-p99",
+            min=0.001,
+            help="Inter-token latency target (ms), judged by --itl-stat (= --goodput itl:MS).",
+        ),
+    ] = None,
     goodput: GoodputOpt = None,
     slo_percentile: SloPercentileOpt = None,
     itl_stat: ItlStatOpt = SLO.itl_stat,
-    ttft_handoff: Annotated[bool, typer.Option("--ttft-includes-handoff/--ttft-at-prefill", help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.")] = SLO.ttft_includes_handoff,
-    target_rps: Annotated[float | None, typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate.")] = SIZE.target_rps,
-    ttft_per_1k_isl: Annotated[float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")] = SLO.ttft_ms_per_1k_isl,
-    attainment: Annotated[float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")] = SLO.attainment_target,
-    slo_availability: Annotated[float | None, typer.Option("--slo-availability", min=0.01, max=0.999999, help="Share of requests within the "
-                                "SLOs over the long run, with nodes failing and being repaired (params: headroom.node_mtbf_h, node_repair_h).")] = SLO.availability,  # fmt: skip
-    gpu: Annotated[list[str], typer.Option("--gpu", "-g", help="GPUs to consider: a comma list or the option repeated.")] = ["H100-SXM-80GB,H200-SXM-141GB"],  # noqa: B006
-    weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
-    tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = [",".join(map(str, ParallelGrid().tp))],  # noqa: B006
-    kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = ["bf16,fp8"],  # noqa: B006
+    ttft_handoff: Annotated[
+        bool,
+        typer.Option(
+            "--ttft-includes-handoff/--ttft-at-prefill",
+            help="P/D: TTFT ends at the first token the user sees (after the KV handoff), or when prefill computes it.",
+        ),
+    ] = SLO.ttft_includes_handoff,
+    target_rps: Annotated[
+        float | None,
+        typer.Option("--target-rps", "--request-rate", help="Planning rate (req/s); default: the trace's mean rate."),
+    ] = SIZE.target_rps,
+    ttft_per_1k_isl: Annotated[
+        float, typer.Option("--slo-ttft-per-1k-isl", min=0, help="Extra TTFT allowance (ms) per 1,000 prompt tokens.")
+    ] = SLO.ttft_ms_per_1k_isl,
+    attainment: Annotated[
+        float, typer.Option(min=0.01, max=1.0, help="Share of requests that must meet every SLO.")
+    ] = SLO.attainment_target,
+    slo_availability: Annotated[
+        float | None,
+        typer.Option(
+            "--slo-availability",
+            min=0.01,
+            max=0.999999,
+            help="Share of requests within the "
+            "SLOs over the long run, with nodes failing and being repaired (params: headroom.node_mtbf_h, node_repair_h).",
+        ),
+    ] = SLO.availability,
+    gpu: Annotated[
+        list[str], typer.Option("--gpu", "-g", help="GPUs to consider: a comma list or the option repeated.")
+    ] = ["H100-SXM-80GB,H200-SXM-141GB"],
+    weight_quant: Annotated[list[str], typer.Option(help="Weight formats to consider (comma list or repeated).")] = [
+        "bf16,fp8"
+    ],
+    tp: Annotated[list[str], typer.Option(help="TP degrees to consider (comma list or repeated).")] = [DEFAULT_TP],
+    kv_dtype: Annotated[list[str], typer.Option(help="KV cache dtypes to consider (comma list or repeated).")] = [
+        "bf16,fp8"
+    ],
     profile: ProfileOpt = None,
     kv_from_log: KvFromLogOpt = None,
     admission_policy: AdmissionOpt = SIZE.admission_policy,
     tier: TierOpt = None,
-    engine: Annotated[str | None, typer.Option(help="vllm | sglang | trtllm: size for that engine's own defaults on each GPU "
-                                               "(admission policy, chunk, max batch, KV block; sources in the output); an "
-                                               "explicit --admission-policy still wins")] = None,  # fmt: skip
-    step_model: Annotated[Path | None, typer.Option(help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile.")] = None,
-    params_file: Annotated[Path | None, typer.Option("--params", help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.")] = None,
-    candidates_file: Annotated[Path | None, typer.Option("--candidates", help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.")] = None,
-    pools_split_isl: Annotated[int | None, typer.Option(min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer).")] = SIZE.pools_split_isl,
-    pools_split_cap: Annotated[float | None, typer.Option(min=1.0001, help="Or a pool for requests whose max_tokens exceeds this × the median output vs the rest.")] = SIZE.pools_split_cap,
-    pd: Annotated[bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")] = SIZE.pd_prefill_shortlist > 0,
-    max_usd_per_hour: Annotated[float | None, typer.Option(min=0.01, help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.")] = SIZE.max_usd_per_hour,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="vllm | sglang | trtllm: size for that engine's own defaults on each GPU "
+            "(admission policy, chunk, max batch, KV block; sources in the output); an "
+            "explicit --admission-policy still wins"
+        ),
+    ] = None,
+    step_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="The profile stage's step_model.json (its profile and written-back corrections) instead of --profile."
+        ),
+    ] = None,
+    params_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--params",
+            help="Take every sizing knob (SLOs, search, headroom, pools) from this params.yaml's `size` section, as the pipeline does.",
+        ),
+    ] = None,
+    candidates_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--candidates",
+            help="Size these enumerated candidates (the enumerate stage's parquet) instead of the --gpu/--tp/... grid.",
+        ),
+    ] = None,
+    pools_split_isl: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Also compare one shared pool with a pool per request class (prompts ≤ N tokens vs longer)."
+        ),
+    ] = SIZE.pools_split_isl,
+    pools_split_cap: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0001, help="Or a pool for requests whose max_tokens exceeds this × the median output vs the rest."
+        ),
+    ] = SIZE.pools_split_cap,
+    pd: Annotated[
+        bool, typer.Option("--pd/--no-pd", help="Also size disaggregated prefill/decode deployments.")
+    ] = SIZE.pd_prefill_shortlist > 0,
+    max_usd_per_hour: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            help="Cost limit ($/h): no plan above it; when none below it passes every scenario, exit 1 with the closest miss.",
+        ),
+    ] = SIZE.max_usd_per_hour,
     shortlist: Annotated[int, typer.Option(min=1, help="Aggregated candidates to simulate.")] = SIZE.shortlist,
-    excerpt: Annotated[int, typer.Option(min=10, help="Requests replayed per search evaluation.")] = SIZE.excerpt_requests,
+    excerpt: Annotated[
+        int, typer.Option(min=10, help="Requests replayed per search evaluation.")
+    ] = SIZE.excerpt_requests,
     workers: Annotated[int, typer.Option(min=1, help="Local worker processes for the search.")] = SIZE.compute.workers,
-    dask_address: Annotated[str | None, typer.Option(help="Run the search on this Dask scheduler instead.")] = SIZE.compute.dask_address,
-    max_loras: Annotated[int, typer.Option(min=0, help="LoRA adapters resident at once (vLLM --max-loras): their buffers on every "
-                                           "rank leave less KV; 0 = no LoRA.")] = MEMORY.lora_slots,  # fmt: skip
-    max_lora_rank: Annotated[int, typer.Option(min=1, help="The largest adapter rank (vLLM --max-lora-rank).")] = MEMORY.lora_rank,
+    dask_address: Annotated[
+        str | None, typer.Option(help="Run the search on this Dask scheduler instead.")
+    ] = SIZE.compute.dask_address,
+    max_loras: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="LoRA adapters resident at once (vLLM --max-loras): their buffers on every "
+            "rank leave less KV; 0 = no LoRA.",
+        ),
+    ] = MEMORY.lora_slots,
+    max_lora_rank: Annotated[
+        int, typer.Option(min=1, help="The largest adapter rank (vLLM --max-lora-rank).")
+    ] = MEMORY.lora_rank,
     max_model_len: Annotated[
-        int | None, typer.Option(min=1, help="Longest prompt + output a deployment accepts (default: the trace's longest, "
-                                 "within the model's max_position_embeddings); longer requests are rejected: SLO misses.")
-    ] = None,  # fmt: skip
+        int | None,
+        typer.Option(
+            min=1,
+            help="Longest prompt + output a deployment accepts (default: the trace's longest, "
+            "within the model's max_position_embeddings); longer requests are rejected: SLO misses.",
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Write capacity.parquet/.md/.html and summary.json here.")] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
@@ -311,11 +516,32 @@ def size(
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory for capacity.parquet/.md/.html")
     if pipeline is not None:
-        params = pipeline.size if pools_split_isl is None else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
+        params = (
+            pipeline.size
+            if pools_split_isl is None
+            else pipeline.size.model_copy(update={"pools_split_isl": pools_split_isl})
+        )
     else:
-        params = _size_params(slo_ttft_p99, slo_itl_p99, goodput, itl_stat, ttft_handoff, target_rps, ttft_per_1k_isl, attainment, pd,
-                              shortlist, excerpt, workers, dask_address, pools_split_isl, admission_policy, max_usd_per_hour,
-                              parse_percentiles(slo_percentile), slo_availability)  # fmt: skip
+        params = _size_params(
+            slo_ttft_p99,
+            slo_itl_p99,
+            goodput,
+            itl_stat,
+            ttft_handoff,
+            target_rps,
+            ttft_per_1k_isl,
+            attainment,
+            pd,
+            shortlist,
+            excerpt,
+            workers,
+            dask_address,
+            pools_split_isl,
+            admission_policy,
+            max_usd_per_hour,
+            parse_percentiles(slo_percentile),
+            slo_availability,
+        )
     params = with_cap_split(params, pools_split_isl, pools_split_cap)
     if tier:
         params = params.model_copy(update={"prefix_tiers": [tier_spec(t) for t in tier]})
@@ -323,16 +549,41 @@ def size(
     presets = _presets(engine, grid_lists[0] if grid_lists is not None else None, candidates_file)
     if presets and not given_options(ctx, ["admission_policy"]):
         params = params.model_copy(update={"admission_policy": next(iter(presets.values())).admission_policy})
-    specs = {label: load_model(name) for label, name in classes.items()}  # an unknown model fails now, not after the trace is read
+    specs = {
+        label: load_model(name) for label, name in classes.items()
+    }  # an unknown model fails now, not after the trace is read
     cleaned = read_trace_input(
-        trace, fmt, time_unit, column, hash_block_size, generate_arrivals, arrival_rate, duplicates, announce=output == "table", scope=scope
+        trace,
+        fmt,
+        time_unit,
+        column,
+        hash_block_size,
+        generate_arrivals,
+        arrival_rate,
+        duplicates,
+        announce=output == "table",
+        scope=scope,
     )
     table = cleaned.trace
     if table.num_rows < MIN_REQUESTS:
-        raise LlmcapError(f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)")
-    plan_one = partial(_plan_one, params=params, grid_lists=grid_lists, presets=presets, candidates_file=candidates_file, prof=prof, kv_log=kv_from_log,
-                       step_model=step_model, max_model_len=max_model_len, output=output, workload_id=trace.name, disaggregated=pd,
-                       memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}))  # fmt: skip
+        raise LlmcapError(
+            f"{trace}: {table.num_rows} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)"
+        )
+    plan_one = partial(
+        _plan_one,
+        params=params,
+        grid_lists=grid_lists,
+        presets=presets,
+        candidates_file=candidates_file,
+        prof=prof,
+        kv_log=kv_from_log,
+        step_model=step_model,
+        max_model_len=max_model_len,
+        output=output,
+        workload_id=trace.name,
+        disaggregated=pd,
+        memory=MEMORY.model_copy(update={"lora_slots": max_loras, "lora_rank": max_lora_rank}),
+    )
     if None not in specs or class_by is not None:  # LABEL=MODEL or --class-by: a pool per class, then the fleet
         size_fleet(trace, table, specs, plan_one, params, output, out, (max_loras, max_lora_rank), class_by or "model")
         return
@@ -348,7 +599,9 @@ def size(
     paths = write_report(outcome.report, out) if out is not None else {}
     if out is not None:  # the summary beside the report, as the pipeline's size stage writes it
         paths["summary"] = out / "summary.json"
-    serve = serve_commands(outcome.summary, candidates, model_arg, one.gpu_memory_utilization, (max_loras, max_lora_rank))
+    serve = serve_commands(
+        outcome.summary, candidates, model_arg, one.gpu_memory_utilization, (max_loras, max_lora_rank)
+    )
     step_line = step_model_summary(prof, one.step_times.measured, step_model)
     s = outcome.summary
     summary = dict(s) | {
@@ -378,15 +631,31 @@ def size(
         raise typer.Exit(1)
 
 
-def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_lists: tuple | None, presets: dict[str, EnginePreset],
-              candidates_file: Path | None, prof: MeasuredProfile | None, kv_log: Path | None, step_model: Path | None, max_model_len: int | None,
-              output: str, workload_id: str, disaggregated: bool, memory: MemoryParams) -> PlannedModel:  # fmt: skip
+def _plan_one(
+    spec: ModelSpec,
+    table: pa.Table,
+    *,
+    params: SizeParams,
+    grid_lists: tuple | None,
+    presets: dict[str, EnginePreset],
+    candidates_file: Path | None,
+    prof: MeasuredProfile | None,
+    kv_log: Path | None,
+    step_model: Path | None,
+    max_model_len: int | None,
+    output: str,
+    workload_id: str,
+    disaggregated: bool,
+    memory: MemoryParams,
+) -> PlannedModel:
     """One model's capacity decision for `table`: its candidates enumerated (or read), step times, the sizing with a progress bar."""
     isl, osl = table.column("isl").to_numpy(), table.column("osl").to_numpy()
     workload = _lengths_summary(isl, osl)
     # what the engine checks against max_model_len: prompt + max_tokens where a request states one (vLLM)
     reach = np.fmax(osl, table.column("max_tokens").to_numpy(zero_copy_only=False).astype(np.float64)).astype(np.int64)
-    context = max_model_len or min(workload_context_lengths(_lengths_summary(isl, reach))["max"], spec.max_position_embeddings or 2**62)
+    context = max_model_len or min(
+        workload_context_lengths(_lengths_summary(isl, reach))["max"], spec.max_position_embeddings or 2**62
+    )
     gpu_memory_utilization = MemoryParams().gpu_memory_utilization
     if candidates_file is not None:
         candidates = read_candidates(candidates_file)
@@ -394,10 +663,15 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
         assert grid_lists is not None
         gpus, quants, kv_dtypes, tps = grid_lists
         grid = EnumerationSpec(
-            gpus=gpus, weight_quants=quants, kv_dtypes=kv_dtypes,
-            parallel=ParallelGrid(tp=tps), modes=["aggregated", "disaggregated"] if disaggregated else ["aggregated"],
-            aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]), max_context_len=context, memory=memory,
-        )  # fmt: skip
+            gpus=gpus,
+            weight_quants=quants,
+            kv_dtypes=kv_dtypes,
+            parallel=ParallelGrid(tp=tps),
+            modes=["aggregated", "disaggregated"] if disaggregated else ["aggregated"],
+            aggregated=SchedulerGrid(max_num_batched_tokens=[512, 1024, 2048, 8192]),
+            max_context_len=context,
+            memory=memory,
+        )
         candidates = enumerate_with_presets(spec, grid, workload_context_lengths(workload), presets).table
         gpu_memory_utilization = grid.memory.gpu_memory_utilization
     if not candidates["feasible"].any():
@@ -407,17 +681,37 @@ def _plan_one(spec: ModelSpec, table: pa.Table, *, params: SizeParams, grid_list
         step_times = StepTimes.read(step_model)
     else:
         measured = prof.models_for(candidates[candidates["feasible"]]) if prof is not None else {}
-        step_times = StepTimes("roofline") if prof is None else StepTimes("profile", {"fingerprint": prof.fingerprint}, measured)
+        step_times = (
+            StepTimes("roofline") if prof is None else StepTimes("profile", {"fingerprint": prof.fingerprint}, measured)
+        )
     step_times = replace(step_times, engine_kv=stated_kv(prof, kv_log, candidates, step_times.engine_kv))
     console = Console(stderr=True, quiet=output != "table")
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with make_executor(params.compute) as executor, Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("sizing", total=None)
         phase = lambda done, total, name: bar.update(task, completed=done, total=total, description=name)  # noqa: E731
         step = lambda message: bar.update(task, description=message)  # noqa: E731
-        outcome = plan_capacity(table, candidates, spec, params, step_times, executor, workload_id=workload_id, progress=step, on_phase=phase,
-                                engine_presets=presets)  # fmt: skip
-    return PlannedModel(outcome, candidates, context, int((isl + reach > context).sum()), gpu_memory_utilization, step_times)
+        outcome = plan_capacity(
+            table,
+            candidates,
+            spec,
+            params,
+            step_times,
+            executor,
+            workload_id=workload_id,
+            progress=step,
+            on_phase=phase,
+            engine_presets=presets,
+        )
+    return PlannedModel(
+        outcome, candidates, context, int((isl + reach > context).sum()), gpu_memory_utilization, step_times
+    )
 
 
 def chosen_rows(rows: list[dict[str, Any]], chosen: str, mode: str) -> list[dict[str, Any]]:
@@ -426,7 +720,11 @@ def chosen_rows(rows: list[dict[str, Any]], chosen: str, mode: str) -> list[dict
 
 
 #: Why a row carries no rate, by search status (`llmcap.sizing.search`).
-_NO_RATE = {"below_floor": "stopped", "infeasible": "no rate meets the SLOs", "max_evaluations": "no feasible rate found"}
+_NO_RATE = {
+    "below_floor": "stopped",
+    "infeasible": "no rate meets the SLOs",
+    "max_evaluations": "no feasible rate found",
+}
 
 
 def max_rps_cell(row: Mapping[str, Any], curves: Mapping[str, SearchResult]) -> str:
@@ -443,8 +741,10 @@ def max_rps_cell(row: Mapping[str, Any], curves: Mapping[str, SearchResult]) -> 
     return f"— {why}"
 
 
-NO_PLAN_PASSES = ("no plan passes every scenario within its cost limit (size.max_cost_factor / max_usd_per_hour): "
-                  "the counts shown are the closest miss, not an answer")  # fmt: skip
+NO_PLAN_PASSES = (
+    "no plan passes every scenario within its cost limit (size.max_cost_factor / max_usd_per_hour): "
+    "the counts shown are the closest miss, not an answer"
+)
 
 
 def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, over: int, context: int) -> None:
@@ -455,22 +755,36 @@ def _print_plan(outcome, model_name: str, step_line: dict, serve, model: str, ov
     for col in ("mode", "P:D", "max RPS/unit", "goodput/GPU", "GPUs", "$/h", "search", "scenarios"):
         t.add_column(col)
     for r in outcome.table.to_pylist():
-        t.add_row(r["candidate"], r["mode"], r["pd_ratio"] or "–", max_rps_cell(r, outcome.report.curves),
-                  "–" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.3g}",
-                  "–" if r["gpus"] is None else str(r["gpus"]), "–" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.0f}",
-                  r["search_status"], r["scenarios"] or "–")  # fmt: skip
+        t.add_row(
+            r["candidate"],
+            r["mode"],
+            r["pd_ratio"] or "–",
+            max_rps_cell(r, outcome.report.curves),
+            "–" if r["goodput_per_gpu"] is None else f"{r['goodput_per_gpu']:.3g}",
+            "–" if r["gpus"] is None else str(r["gpus"]),
+            "–" if r["usd_per_hour"] is None else f"{r['usd_per_hour']:,.0f}",
+            r["search_status"],
+            r["scenarios"] or "–",
+        )
     out_console().print(t)
     if s["verdict"] == "fails":
-        out_console().print(f"[bold red]NO PLAN PASSES[/]: closest miss {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h "
-                            "still fails a scenario — not an answer", highlight=False)  # fmt: skip
+        out_console().print(
+            f"[bold red]NO PLAN PASSES[/]: closest miss {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h "
+            "still fails a scenario — not an answer",
+            highlight=False,
+        )
     else:
         print(f"chosen: {s['chosen']} ({s['mode']}): {s['gpus']} GPUs, ${s['usd_per_hour']:,.0f}/h")
     for name, definition in s["slo_definitions"].items():
         print(f"  SLO {name}: {definition}")
     if over:
-        print(f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses")
+        print(
+            f"  {over:,} requests are longer than max_model_len {context:,}: rejected as the engine would, counted as SLO misses"
+        )
     for pool, q in s["pool_plans"].items():
-        print(f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)")
+        print(
+            f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)"
+        )
         for risk, h in q["headroom"].items():
             print(f"    +{h['instances']} {risk} (+{h['rps']:.3g} req/s): {h['reasoning']}")
     for f in s["finalists"] or []:

@@ -41,7 +41,10 @@ from llmcap.trace import characterise, ingest, scale_rate, synthesize, write_tab
 app = typer.Typer(help="Inspect, clean and synthesise request traces.", no_args_is_help=True)
 
 FileArg = Annotated[
-    Path, typer.Argument(help="trace file (Mooncake JSONL, Azure/BurstGPT/length CSV, generic CSV/JSONL/Parquet; .gz/.bz2/.xz/.zst or a pipe)")
+    Path,
+    typer.Argument(
+        help="trace file (Mooncake JSONL, Azure/BurstGPT/length CSV, generic CSV/JSONL/Parquet; .gz/.bz2/.xz/.zst or a pipe)"
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
 
@@ -59,7 +62,9 @@ def inspect(
     duplicates: DuplicatesOpt = "by_id",
     max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     scope: PrefixScopeOpt = None,
-    lru_blocks: Annotated[list[int] | None, typer.Option("--lru-blocks", help="LRU prefix-cache sizes (blocks)")] = None,
+    lru_blocks: Annotated[
+        list[int] | None, typer.Option("--lru-blocks", help="LRU prefix-cache sizes (blocks)")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Characterise a trace: rates, lengths, correlation, burstiness, prefix reuse (invalid rows left out)."""
@@ -81,7 +86,9 @@ def inspect(
 def clean(
     file: FileArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="canonical trace (Parquet) to write")],
-    quarantine: Annotated[Path | None, typer.Option("--quarantine", "-q", help="default: OUT with .quarantine.parquet")] = None,
+    quarantine: Annotated[
+        Path | None, typer.Option("--quarantine", "-q", help="default: OUT with .quarantine.parquet")
+    ] = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
@@ -92,7 +99,10 @@ def clean(
     max_context: MaxContextOpt = DEFAULT_MAX_CONTEXT,
     window_start: Annotated[float | None, typer.Option("--window-start", help="s from first request")] = None,
     window_end: Annotated[float | None, typer.Option("--window-end", help="s from first request")] = None,
-    exclude: Annotated[list[str] | None, typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session/feature)")] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="test traffic: FIELD=REGEX (model/adapter/tenant/session/feature)"),
+    ] = None,
     scope: PrefixScopeOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -115,7 +125,9 @@ def clean(
     quarantine = quarantine or out.with_name(out.name.removesuffix(".parquet") + ".quarantine.parquet")
     check_outputs([file], [out, quarantine])
     with err_console.status(f"reading {file.name} …"):
-        result = ingest(file, trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate), params)
+        result = ingest(
+            file, trace_params(file, fmt, time_unit, column, block_size, generate_arrivals, arrival_rate), params
+        )
     warn(file, result.report)
     write_table(result.trace, out)
     write_table(result.quarantine, quarantine)
@@ -136,12 +148,23 @@ def synth(
     file: FileArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="synthetic canonical trace (Parquet)")],
     rate: Annotated[float, typer.Option("--rate", help="target mean arrival rate (req/s)")],
-    requests: Annotated[int | None, typer.Option("--requests", "-n", help="requests to draw (default: as many as the source)")] = None,
-    arrivals: Annotated[str, typer.Option("--arrivals", help="trace (keep the source clock, rescaled) | poisson | gamma | mmpp (bursts)")] = "trace",
+    requests: Annotated[
+        int | None, typer.Option("--requests", "-n", help="requests to draw (default: as many as the source)")
+    ] = None,
+    arrivals: Annotated[
+        str,
+        typer.Option("--arrivals", help="trace (keep the source clock, rescaled) | poisson | gamma | mmpp (bursts)"),
+    ] = "trace",
     cv: Annotated[float, typer.Option("--cv", help="gamma inter-arrival CV (burstiness; 1 = Poisson)")] = 1.0,
-    burst_factor: Annotated[float, typer.Option("--burst-factor", help="mmpp: rate in a burst ÷ rate between bursts")] = ArrivalSpec().burst_factor,
-    burst_share: Annotated[float, typer.Option("--burst-share", help="mmpp: share of time in bursts (peaks ≈ mean ÷ share)")] = ArrivalSpec().burst_share,
-    burst_s: Annotated[float, typer.Option("--burst-s", help="mmpp: mean burst length, seconds")] = ArrivalSpec().burst_s,
+    burst_factor: Annotated[
+        float, typer.Option("--burst-factor", help="mmpp: rate in a burst ÷ rate between bursts")
+    ] = ArrivalSpec().burst_factor,
+    burst_share: Annotated[
+        float, typer.Option("--burst-share", help="mmpp: share of time in bursts (peaks ≈ mean ÷ share)")
+    ] = ArrivalSpec().burst_share,
+    burst_s: Annotated[
+        float, typer.Option("--burst-s", help="mmpp: mean burst length, seconds")
+    ] = ArrivalSpec().burst_s,
     diurnal_amplitude: Annotated[float, typer.Option("--diurnal-amplitude", help="0..1 sinusoidal rate swing")] = 0.0,
     diurnal_period: Annotated[float, typer.Option("--diurnal-period", help="seconds")] = 86_400.0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
@@ -158,7 +181,9 @@ def synth(
     if requests is not None and requests < 1:
         raise LlmcapError(f"--requests must be at least 1, got {requests}")
     check_outputs([file], [out])
-    source = read_trace_input(file, fmt, time_unit, column, block_size, False, 1.0, duplicates, announce=not json_out).trace
+    source = read_trace_input(
+        file, fmt, time_unit, column, block_size, False, 1.0, duplicates, announce=not json_out
+    ).trace
     if arrivals == "trace":
         if requests not in (None, source.num_rows):
             raise LlmcapError("--arrivals trace keeps the source requests; drop --requests or pick poisson/gamma")
@@ -181,7 +206,12 @@ def synth(
         raise LlmcapError(f"--arrivals must be trace, poisson, gamma or mmpp, got {arrivals!r}")
     write_table(table, out)
     summary = characterise(table, CharacteriseParams(lru_cache_blocks=[]))
-    brief = {"out": str(out), "rows": summary["rows"], "mean_rps": summary["mean_rps"], "corr_spearman": summary["corr_spearman"]}
+    brief = {
+        "out": str(out),
+        "rows": summary["rows"],
+        "mean_rps": summary["mean_rps"],
+        "corr_spearman": summary["corr_spearman"],
+    }
     if json_out:
         print_json(brief)
     else:
@@ -214,7 +244,9 @@ def _print_summary(file: Path, s: dict, account: str) -> None:
         if r.get("windows", 0) == 0:
             rates.add_row(w, "0", *["–"] * 6)
             continue
-        rates.add_row(w, str(r["windows"]), *(f"{r[k]:.2f}" for k in ("p50", "p90", "p99", "max", "cv", "peak_to_mean")))
+        rates.add_row(
+            w, str(r["windows"]), *(f"{r[k]:.2f}" for k in ("p50", "p90", "p99", "max", "cv", "peak_to_mean"))
+        )
     console.print(rates)
     if "prefix" in s:
         p = s["prefix"]

@@ -41,16 +41,20 @@ PROXIED_GETS = ("/v1/models", "/version")  # answered by the baseline
 FORWARDED_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "x-session-id", "x-llmcap-session")
 RETRYABLE = {429} | set(range(500, 600))
 
-GATEWAY_SCHEMA = pa.schema([
-    *REQUEST_SCHEMA,
-    pa.field("seq", pa.int64(), nullable=False),  # the gateway's arrival number
-    pa.field("routed", pa.string(), nullable=False),  # the side the split chose, shadow:NAME, or none (refused unread)
-    pa.field("side", pa.string()),  # the side that served it (null: none did)
-    pa.field("retried", pa.bool_(), nullable=False),
-    pa.field("outcome", pa.string(), nullable=False),  # llmcap.gateway.metrics.OUTCOMES
-    pa.field("http_status", pa.int32()),
-    pa.field("error", pa.string()),
-])  # fmt: skip
+GATEWAY_SCHEMA = pa.schema(
+    [
+        *REQUEST_SCHEMA,
+        pa.field("seq", pa.int64(), nullable=False),  # the gateway's arrival number
+        pa.field(
+            "routed", pa.string(), nullable=False
+        ),  # the side the split chose, shadow:NAME, or none (refused unread)
+        pa.field("side", pa.string()),  # the side that served it (null: none did)
+        pa.field("retried", pa.bool_(), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),  # llmcap.gateway.metrics.OUTCOMES
+        pa.field("http_status", pa.int32()),
+        pa.field("error", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,9 @@ class Gateway:
         self._mirror_in_flight = {s.name: 0 for s in self.config.shadows}
         self.mirror_counts = {s.name: {"mirrored": 0, "dropped": 0, "failed": 0} for s in self.config.shadows}
         self.in_flight = {"baseline": 0, "candidate": 0}
-        self._open: set[asyncio.Task] = set()  # completion handlers not yet recorded (a client may hold its last byte first)
+        self._open: set[asyncio.Task] = (
+            set()
+        )  # completion handlers not yet recorded (a client may hold its last byte first)
         self._recorded = asyncio.Event()
         self._record: IO[str] | None = None
         self.weight_log: list[tuple[float, float]] = [(0.0, self.split.candidate_weight)]  # (gateway s, weight)
@@ -131,9 +137,13 @@ class Gateway:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         for side, url in upstreams.items():
             if url is not None:
-                self._clients[side] = httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits, timeout=self._timeout(self.config.timeout_s))
+                self._clients[side] = httpx.AsyncClient(
+                    base_url=url.rstrip("/"), limits=limits, timeout=self._timeout(self.config.timeout_s)
+                )
         for s in self.config.shadows:  # a pool of its own each: a stalled shadow holds only its own connections
-            self._clients[f"shadow:{s.name}"] = httpx.AsyncClient(base_url=s.url.rstrip("/"), timeout=self._timeout(s.timeout_s))
+            self._clients[f"shadow:{s.name}"] = httpx.AsyncClient(
+                base_url=s.url.rstrip("/"), timeout=self._timeout(s.timeout_s)
+            )
         if self.record is not None:
             self.record.parent.mkdir(parents=True, exist_ok=True)
             self._record = self.record.open("a", encoding="utf-8")
@@ -234,8 +244,15 @@ class Gateway:
             except (ValueError, TypeError, KeyError) as exc:
                 await _error(res, 400, f'POST {{"candidate": W}} with W in [0, 1]: {exc}')
                 return
-        await res.send_json(200, {"candidate": self.split.candidate_weight, "baseline": 1.0 - self.split.candidate_weight,
-                                  "requests": self._seq, "in_flight": dict(self.in_flight)})  # fmt: skip
+        await res.send_json(
+            200,
+            {
+                "candidate": self.split.candidate_weight,
+                "baseline": 1.0 - self.split.candidate_weight,
+                "requests": self._seq,
+                "in_flight": dict(self.in_flight),
+            },
+        )
 
     async def _completion(self, req: Request, res: Responder) -> None:
         task = asyncio.current_task()
@@ -256,7 +273,9 @@ class Gateway:
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:  # answered here, and still a row: every request is accounted for
-            flight = _Flight(seq, _request_id(req, seq), "none", _result({}, arrived), outcome="rejected", error=f"gateway: {exc}")
+            flight = _Flight(
+                seq, _request_id(req, seq), "none", _result({}, arrived), outcome="rejected", error=f"gateway: {exc}"
+            )
             flight.result.status, flight.result.http_status = "rejected", 400
             self._finish(flight, self.rows, arrived)
             await _error(res, 400, f"the body is not a JSON object: {exc}")
@@ -306,7 +325,9 @@ class Gateway:
         headers = {h: req.headers[h] for h in FORWARDED_HEADERS if h in req.headers}
         r = flight.result
         try:
-            up = await client.send(client.build_request("POST", req.path, content=req.body, headers=headers), stream=True)
+            up = await client.send(
+                client.build_request("POST", req.path, content=req.body, headers=headers), stream=True
+            )
         except httpx.HTTPError as exc:
             raise _UpstreamFailed(f"{type(exc).__name__}: {exc}") from None
         try:
@@ -322,7 +343,9 @@ class Gateway:
                 if up.status_code in RETRYABLE:
                     raise _UpstreamFailed(f"HTTP {up.status_code}", up.status_code, first)
                 r.status, flight.outcome = "rejected", "rejected"  # the client's own error: passed on, not retried
-                await res.send(up.status_code, first, up.headers.get("content-type", "application/json"), {"x-llmcap-side": side})
+                await res.send(
+                    up.status_code, first, up.headers.get("content-type", "application/json"), {"x-llmcap-side": side}
+                )
                 return
             extra = {"x-llmcap-side": side}
             content_type = up.headers.get("content-type", "application/json")
@@ -342,15 +365,26 @@ class Gateway:
                     done = events.feed(chunk, time.perf_counter()) or done
                     await res.chunk(chunk)
             except (httpx.HTTPError, ValueError) as exc:
-                r.status, flight.outcome, flight.error = "unfinished", "failed_midstream", f"{side}: {type(exc).__name__} mid-stream"
+                r.status, flight.outcome, flight.error = (
+                    "unfinished",
+                    "failed_midstream",
+                    f"{side}: {type(exc).__name__} mid-stream",
+                )
                 res.abort()
                 return
             await res.end_stream()
             if not done:
-                r.status, flight.outcome, flight.error = "unfinished", "failed_midstream", f"{side}: stream ended without [DONE]"
+                r.status, flight.outcome, flight.error = (
+                    "unfinished",
+                    "failed_midstream",
+                    f"{side}: stream ended without [DONE]",
+                )
             elif r.finish_reason is not None:
                 r.max_tokens = min(r.max_tokens, r.tokens)  # stopped by the model: finished, not cut short
-        except (ConnectionError, RuntimeError) as exc:  # the client went away (RuntimeError: writing to a closed transport)
+        except (
+            ConnectionError,
+            RuntimeError,
+        ) as exc:  # the client went away (RuntimeError: writing to a closed transport)
             r.status, flight.outcome, flight.error = "unfinished", "client_gone", f"client: {type(exc).__name__}"
             res.keep_alive = False
         finally:
@@ -360,8 +394,15 @@ class Gateway:
         row, gaps = request_row(flight.request_id, arrived - self.t0, arrived, flight.result, self.t0)
         if flight.outcome == "ok" and row["status"] != "ok":
             flight.outcome = "failed_midstream"
-        row.update(seq=flight.seq, routed=flight.routed, side=flight.side, retried=flight.retried,
-                   outcome=flight.outcome, http_status=flight.result.http_status, error=flight.error)  # fmt: skip
+        row.update(
+            seq=flight.seq,
+            routed=flight.routed,
+            side=flight.side,
+            retried=flight.retried,
+            outcome=flight.outcome,
+            http_status=flight.result.http_status,
+            error=flight.error,
+        )
         rows.append(row)
         label = flight.side or "none"
         self.metrics.requests.labels(label, flight.outcome).inc()
@@ -387,7 +428,9 @@ class Gateway:
         self._mirror_in_flight[shadow.name] += 1
         self.mirror_counts[shadow.name]["mirrored"] += 1
         self.metrics.mirrored.labels(shadow.name).inc()
-        task = asyncio.create_task(self._shadow_copy(shadow, req, seq, arrived), name=f"llmcap-mirror-{shadow.name}-{seq}")
+        task = asyncio.create_task(
+            self._shadow_copy(shadow, req, seq, arrived), name=f"llmcap-mirror-{shadow.name}-{seq}"
+        )
         self._mirrors.add(task)
         task.add_done_callback(self._mirrors.discard)
 

@@ -18,8 +18,24 @@ from llmcap.live.profiler import (
 from llmcap.live.replay import ReplayResult, replay, replay_async
 
 __all__ = [
-    "BenchRun", "CacheConfigInfo", "EndpointMeasurement", "KVCacheLogInfo", "MetricsSnapshot", "ProfileSpec",
-    "ReplayResult", "StreamResult", "async_client", "endpoint_fingerprint", "measure_endpoint", "parse_cache_config_info",
-    "parse_kv_cache_log", "parse_metrics", "read_vllm_bench", "replay", "replay_async", "stream_completion",
-    "to_profile", "token_prompt",
+    "BenchRun",
+    "CacheConfigInfo",
+    "EndpointMeasurement",
+    "KVCacheLogInfo",
+    "MetricsSnapshot",
+    "ProfileSpec",
+    "ReplayResult",
+    "StreamResult",
+    "async_client",
+    "endpoint_fingerprint",
+    "measure_endpoint",
+    "parse_cache_config_info",
+    "parse_kv_cache_log",
+    "parse_metrics",
+    "read_vllm_bench",
+    "replay",
+    "replay_async",
+    "stream_completion",
+    "to_profile",
+    "token_prompt",
 ]

@@ -46,19 +46,34 @@ class BenchRun:
         for _, g in ok.groupby(bucket):
             gaps = np.concatenate([np.asarray(x, dtype=np.float64) for x in g["itls"]]) if len(g) else np.empty(0)
             tpot = [(float(np.sum(x)) / len(x)) for x in g["itls"] if len(x)]
-            rows.append({
-                "source": "vllm-bench-serve", "isl": int(np.median(g["isl"])), "osl": int(np.median(g["osl"])),
-                "concurrency": self.concurrency, "batch_size": self.concurrency, "kv_load": None, "cache_hit": 0.0,
-                "tp": tp, "pp": pp, "ep": ep, "dp": dp, "repeats": 1, "requests": len(g),
-                "ttft_s": float(np.median(g["ttft_s"])), "ttft_p90_s": float(np.percentile(g["ttft_s"], 90)),
-                "itl_mean_s": float(gaps.mean()) if gaps.size else None,
-                "itl_p50_s": float(np.percentile(gaps, 50)) if gaps.size else None,
-                "itl_p90_s": float(np.percentile(gaps, 90)) if gaps.size else None,
-                "itl_p99_s": float(np.percentile(gaps, 99)) if gaps.size else None,
-                "itl_max_s": float(gaps.max()) if gaps.size else None,
-                "steady_gaps": int(gaps.size), "decode_context_mean": float(np.mean(g["isl"] + g["osl"] / 2)),
-                "tpot_mean_s": float(np.mean(tpot)) if tpot else None, "preemptions": None,
-            })
+            rows.append(
+                {
+                    "source": "vllm-bench-serve",
+                    "isl": int(np.median(g["isl"])),
+                    "osl": int(np.median(g["osl"])),
+                    "concurrency": self.concurrency,
+                    "batch_size": self.concurrency,
+                    "kv_load": None,
+                    "cache_hit": 0.0,
+                    "tp": tp,
+                    "pp": pp,
+                    "ep": ep,
+                    "dp": dp,
+                    "repeats": 1,
+                    "requests": len(g),
+                    "ttft_s": float(np.median(g["ttft_s"])),
+                    "ttft_p90_s": float(np.percentile(g["ttft_s"], 90)),
+                    "itl_mean_s": float(gaps.mean()) if gaps.size else None,
+                    "itl_p50_s": float(np.percentile(gaps, 50)) if gaps.size else None,
+                    "itl_p90_s": float(np.percentile(gaps, 90)) if gaps.size else None,
+                    "itl_p99_s": float(np.percentile(gaps, 99)) if gaps.size else None,
+                    "itl_max_s": float(gaps.max()) if gaps.size else None,
+                    "steady_gaps": int(gaps.size),
+                    "decode_context_mean": float(np.mean(g["isl"] + g["osl"] / 2)),
+                    "tpot_mean_s": float(np.mean(tpot)) if tpot else None,
+                    "preemptions": None,
+                }
+            )
         return points_table(rows)
 
 
@@ -74,7 +89,9 @@ def read_vllm_bench(path: str | Path) -> BenchRun:
         raise InputFileError(path, "not a vllm bench serve result (expected a JSON object)")
     missing = [k for k in REQUIRED if k not in doc]
     if missing:
-        raise InputFileError(path, f"no per-request {missing}: run `vllm bench serve` with --save-result --save-detailed")
+        raise InputFileError(
+            path, f"no per-request {missing}: run `vllm bench serve` with --save-result --save-detailed"
+        )
     n = len(doc["input_lens"])
     lengths = {k: len(doc[k]) for k in REQUIRED}
     if any(v != n for v in lengths.values()):
@@ -85,17 +102,19 @@ def read_vllm_bench(path: str | Path) -> BenchRun:
     osl = np.asarray(doc["output_lens"], dtype=np.int64)
     e2e = np.asarray(doc.get("latencies") or (ttft + np.array([sum(x) for x in itls])), dtype=np.float64)
     start = doc.get("start_times")
-    requests = pd.DataFrame({
-        "request": np.arange(n),
-        "isl": np.asarray(doc["input_lens"], dtype=np.int64),
-        "osl": osl,
-        "ttft_s": ttft,
-        "itls": itls,
-        "e2e_s": e2e,
-        "start_s": np.asarray(start, dtype=np.float64) - min(start) if start else np.full(n, np.nan),
-        "ok": [(not e) and o > 0 for e, o in zip(errors, osl)],
-        "error": [e or "" for e in errors],
-    })
+    requests = pd.DataFrame(
+        {
+            "request": np.arange(n),
+            "isl": np.asarray(doc["input_lens"], dtype=np.int64),
+            "osl": osl,
+            "ttft_s": ttft,
+            "itls": itls,
+            "e2e_s": e2e,
+            "start_s": np.asarray(start, dtype=np.float64) - min(start) if start else np.full(n, np.nan),
+            "ok": [(not e) and o > 0 for e, o in zip(errors, osl, strict=True)],
+            "error": [e or "" for e in errors],
+        }
+    )
     conc = doc.get("max_concurrency")
     if conc is None:
         ok = requests[requests["ok"]]

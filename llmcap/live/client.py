@@ -12,7 +12,6 @@ Timestamps are `time.perf_counter()` seconds; callers subtract their own zero.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -111,7 +110,7 @@ async def stream_completion(
                 if events.feed(chunk, time.perf_counter()):
                     done = True
                     break
-    except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:  # ValueError: an event that is not JSON
+    except (TimeoutError, httpx.HTTPError, ValueError) as exc:  # ValueError: an event that is not JSON
         result.status = "unfinished"
         result.error = redact_text(f"{type(exc).__name__}: {exc}")[:500]  # a transport error may quote the URL
         return result
@@ -220,10 +219,16 @@ def async_client(
     """
     if basic_auth is not None and api_key is not None:
         raise LlmcapError("the endpoint URL carries user:password and an API key is set: use one of them")
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections if keepalive else 0)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=max_connections if keepalive else 0
+    )
     headers = {"Authorization": f"Bearer {api_key}"} if api_key is not None else None
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(600.0, connect=30.0), headers=headers,
-                             auth=httpx.BasicAuth(*basic_auth) if basic_auth is not None else None)
+    return httpx.AsyncClient(
+        limits=limits,
+        timeout=httpx.Timeout(600.0, connect=30.0),
+        headers=headers,
+        auth=httpx.BasicAuth(*basic_auth) if basic_auth is not None else None,
+    )
 
 
 def endpoint_client(base_url: str, api_key: str | None = None, **kwargs: Any) -> tuple[str, httpx.AsyncClient]:

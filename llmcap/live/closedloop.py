@@ -20,18 +20,31 @@ from llmcap.live.client import StreamResult
 from llmcap.live.openloop import Schedule, Sent
 from llmcap.live.wire import Connector
 
-CAVEAT = ("closed loop: a slow server slows its clients (back-pressure hides overload), so this describes that many "
-          "concurrent users, not capacity; capacity is measured open loop")  # fmt: skip
+CAVEAT = (
+    "closed loop: a slow server slows its clients (back-pressure hides overload), so this describes that many "
+    "concurrent users, not capacity; capacity is measured open loop"
+)
 
 
-async def send_closed_loop(connector: Connector, schedule: Schedule, clients: int, t0: float, timeout_s: float,
-                           on_done: Callable[[], None] | None = None) -> Sent:  # fmt: skip
+async def send_closed_loop(
+    connector: Connector,
+    schedule: Schedule,
+    clients: int,
+    t0: float,
+    timeout_s: float,
+    on_done: Callable[[], None] | None = None,
+) -> Sent:
     """From `t0` (perf_counter seconds), `clients` clients take the schedule's requests in its time order, each
     sending the next one when its last one ended; every request stamps its own send time."""
     if clients < 1:
         raise ValueError("clients must be >= 1")
-    results = [StreamResult(sent_s=0.0, isl=int(n), max_tokens=int(m)) for n, m in zip(schedule.isl, schedule.max_tokens, strict=True)]
-    queue = iter(np.argsort(np.asarray(schedule.due_s, dtype=np.float64), kind="stable").tolist())  # shared: one loop, no lock
+    results = [
+        StreamResult(sent_s=0.0, isl=int(n), max_tokens=int(m))
+        for n, m in zip(schedule.isl, schedule.max_tokens, strict=True)
+    ]
+    queue = iter(
+        np.argsort(np.asarray(schedule.due_s, dtype=np.float64), kind="stable").tolist()
+    )  # shared: one loop, no lock
 
     async def client() -> None:
         for k in queue:

@@ -29,9 +29,7 @@ _KV_SIZE = re.compile(
     r"(?:,\s*Maximum concurrency for\s*(?P<len>[\d,]+)\s*tokens per request:\s*"
     r"(?P<conc>[\d.]+)x)?"
 )
-_CPU_KV_SPACE = re.compile(
-    r"set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache", re.IGNORECASE
-)
+_CPU_KV_SPACE = re.compile(r"set \((?P<gib>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

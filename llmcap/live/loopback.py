@@ -36,8 +36,12 @@ def _event(obj: dict) -> bytes:
     return _chunk(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
 
-_TOKEN = _event({"object": "text_completion", "choices": [{"index": 0, "text": " x", "token_ids": [7], "finish_reason": None}]})
-_LAST = _event({"object": "text_completion", "choices": [{"index": 0, "text": " x", "token_ids": [7], "finish_reason": "length"}]})
+_TOKEN = _event(
+    {"object": "text_completion", "choices": [{"index": 0, "text": " x", "token_ids": [7], "finish_reason": None}]}
+)
+_LAST = _event(
+    {"object": "text_completion", "choices": [{"index": 0, "text": " x", "token_ids": [7], "finish_reason": "length"}]}
+)
 _DONE = _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
@@ -85,7 +89,7 @@ class _Connection(asyncio.Protocol):
         length = _content_length(head)
         if len(self.buf) < head_end + 4 + length:
             return
-        body = self.buf[head_end + 4:head_end + 4 + length]
+        body = self.buf[head_end + 4 : head_end + 4 + length]
         self.buf = b""
         assert self.transport is not None
         if not head.startswith(b"post "):
@@ -122,9 +126,19 @@ async def serve(port: int, gap_s: float, stall_at_s: float | None, stall_for_s: 
 
 
 @contextmanager
-def serving_loopback(token_gap_s: float = 0.001, stall_at_s: float | None = None, stall_for_s: float = 0.0) -> Iterator[str]:
+def serving_loopback(
+    token_gap_s: float = 0.001, stall_at_s: float | None = None, stall_for_s: float = 0.0
+) -> Iterator[str]:
     """Run the server in a child process for the block; yields its base URL; stops it by PID."""
-    cmd = [sys.executable, "-m", "llmcap.live.loopback", "--token-gap", str(token_gap_s), "--stall-for", str(stall_for_s)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmcap.live.loopback",
+        "--token-gap",
+        str(token_gap_s),
+        "--stall-for",
+        str(stall_for_s),
+    ]
     if stall_at_s is not None:
         cmd += ["--stall-at", str(stall_at_s)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)

@@ -41,14 +41,23 @@ class Sent:
     cpu_s: float  # this process's CPU time over the run: the generator's own cost
 
 
-async def send_on_schedule(connector: Connector, schedule: Schedule, t0: float, timeout_s: float,
-                           on_done: Callable[[], None] | None = None, max_drain_s: float | None = None) -> Sent:  # fmt: skip
+async def send_on_schedule(
+    connector: Connector,
+    schedule: Schedule,
+    t0: float,
+    timeout_s: float,
+    on_done: Callable[[], None] | None = None,
+    max_drain_s: float | None = None,
+) -> Sent:
     """Send every request at `t0 + due_s` (perf_counter seconds) and wait for all to end, or for
     `max_drain_s` after the last send: requests still streaming then are cut, `unfinished` ("run
     deadline") — the per-read timeout alone would let a server that trickles hold the run forever."""
     loop = asyncio.get_running_loop()
     due = t0 + np.asarray(schedule.due_s, dtype=np.float64)
-    results = [StreamResult(sent_s=0.0, isl=int(n), max_tokens=int(m)) for n, m in zip(schedule.isl, schedule.max_tokens, strict=True)]
+    results = [
+        StreamResult(sent_s=0.0, isl=int(n), max_tokens=int(m))
+        for n, m in zip(schedule.isl, schedule.max_tokens, strict=True)
+    ]
 
     async def one(k: int) -> None:
         results[k].sent_s = time.perf_counter()

@@ -34,7 +34,14 @@ import httpx
 import numpy as np
 
 from llmcap.credentials import redact_url
-from llmcap.live.client import StreamResult, endpoint_client, server_version, served_models, stream_completion, token_prompt
+from llmcap.live.client import (
+    StreamResult,
+    endpoint_client,
+    served_models,
+    server_version,
+    stream_completion,
+    token_prompt,
+)
 from llmcap.live.metrics import MetricsSnapshot, delta, scrape
 from llmcap.perf.calibrate import StepObservations, decode_observations, fit_step_model, prefill_observations
 from llmcap.perf.fingerprint import EnvironmentFingerprint
@@ -71,7 +78,10 @@ class ProfileSpec:
 
     def cached_tokens(self, isl: int, hit: float) -> int:
         """The prefix a probe at `hit` finds cached: whole blocks, at least one, and its last token computed."""
-        return max(self.block_tokens, min(int(hit * isl) // self.block_tokens, (isl - 1) // self.block_tokens) * self.block_tokens)
+        return max(
+            self.block_tokens,
+            min(int(hit * isl) // self.block_tokens, (isl - 1) // self.block_tokens) * self.block_tokens,
+        )
 
 
 @dataclass
@@ -124,7 +134,7 @@ class Run:
             if typical < 0.1 * (cast(float, r.finish_s) - r.sent_s) / r.tokens:  # a window: every result has a chunk
                 continue  # held and released at once: the client saw no steps at all
             lead = int(np.argmax(gaps >= 0.1 * typical)) if typical > 0 else 0  # leading burst
-            j = j[lead + 1 if lead else 0:]  # the gap closing a burst is partial too: start after it
+            j = j[lead + 1 if lead else 0 :]  # the gap closing a burst is partial too: start after it
             if j.size < 3 or t[j[-1]] <= t[j[0]]:
                 continue
             steps = float(j[-1] - j[0])
@@ -216,21 +226,38 @@ def aggregate(runs: list[Run], osl: int, ttft_probes: list[float]) -> Cell:
     run_ctx = [float(np.median([c for _, c, _ in st])) for st in steady if st]
     pooled = np.concatenate([r.gaps() for r in ok]) if ok else np.empty(0)
     ttft = np.array(ttft_probes if ttft_probes else [x.ttft_s for r in ok for x in r.results], dtype=np.float64)
-    tpots = [(cast(float, x.finish_s) - cast(float, x.first_token_s)) / (x.tokens - 1) for r in ok for x in r.results if x.tokens > 1]  # ok results streamed their tokens: chunk_s is non-empty
+    tpots = [
+        (cast(float, x.finish_s) - cast(float, x.first_token_s)) / (x.tokens - 1)
+        for r in ok
+        for x in r.results
+        if x.tokens > 1
+    ]  # ok results streamed their tokens: chunk_s is non-empty
     pre = [r.preemptions for r in runs if r.preemptions is not None]
     server = [r.server_itl_s for r in ok if r.server_itl_s]
     server_itl = float(np.median(server)) if server else None
     first = runs[0]
     # The client's view is primary; when the server held every stream back (vLLM CPU did so for its
     # fastest steps: ISL 64 x 4, ~2.5 ms) the engine's own timestamps are the only view of its steps.
-    itl, source = (float(np.median(run_steps)), "client") if run_steps else (server_itl, "server" if server_itl else None)
+    itl, source = (
+        (float(np.median(run_steps)), "client") if run_steps else (server_itl, "server" if server_itl else None)
+    )
     ctx_mean = float(np.median(run_ctx)) if run_ctx else (first.isl + osl / 2.0 if server_itl else None)
     return Cell(
-        isl=first.isl, osl=osl, concurrency=first.concurrency, repeats=len(ok), requests=sum(len(r.results) for r in ok),
-        ttft_s=float(np.median(ttft)) if ttft.size else None, ttft_p90_s=_q(ttft, 90),
-        itl_mean_s=itl, itl_source=source, itl_server_mean_s=server_itl,
-        itl_p50_s=_q(pooled, 50), itl_p90_s=_q(pooled, 90), itl_p99_s=_q(pooled, 99),
-        itl_max_s=float(pooled.max()) if pooled.size else None, steady_gaps=int(pooled.size),
+        isl=first.isl,
+        osl=osl,
+        concurrency=first.concurrency,
+        repeats=len(ok),
+        requests=sum(len(r.results) for r in ok),
+        ttft_s=float(np.median(ttft)) if ttft.size else None,
+        ttft_p90_s=_q(ttft, 90),
+        itl_mean_s=itl,
+        itl_source=source,
+        itl_server_mean_s=server_itl,
+        itl_p50_s=_q(pooled, 50),
+        itl_p90_s=_q(pooled, 90),
+        itl_p99_s=_q(pooled, 99),
+        itl_max_s=float(pooled.max()) if pooled.size else None,
+        steady_gaps=int(pooled.size),
         decode_context_mean=ctx_mean,
         tpot_mean_s=float(np.mean(tpots)) if tpots else None,
         preemptions=int(sum(pre)) if pre else None,
@@ -253,7 +280,9 @@ class EndpointMeasurement:
     wall_s: float
     cells: dict[tuple[int, int], Cell] = field(default_factory=dict)
     ttft_probe_repeats: dict[int, list[int]] = field(default_factory=dict)  # ISL -> the repeat of each TTFT probe
-    hit_probes: dict[tuple[int, int], list[float]] = field(default_factory=dict)  # (ISL, cached tokens) -> TTFTs of requests alone
+    hit_probes: dict[tuple[int, int], list[float]] = field(
+        default_factory=dict
+    )  # (ISL, cached tokens) -> TTFTs of requests alone
 
     def ttft_by_repeat(self, isl: int) -> dict[int, float]:
         """Repeat -> median TTFT of that repeat's probes at `isl` (requests alone): the cell's run-to-run spread."""
@@ -267,14 +296,18 @@ class EndpointMeasurement:
         by_cell: dict[tuple[int, int], list[Run]] = {}
         for r in self.runs:
             by_cell.setdefault((r.isl, r.concurrency), []).append(r)
-        self.cells = {k: aggregate(v, self.spec.osl, self.ttft_probes.get(k[0], []) if k[1] == 1 else [])
-                      for k, v in sorted(by_cell.items())}
+        self.cells = {
+            k: aggregate(v, self.spec.osl, self.ttft_probes.get(k[0], []) if k[1] == 1 else [])
+            for k, v in sorted(by_cell.items())
+        }
 
     @property
     def failed_runs(self) -> list[Run]:
         return [r for r in self.runs if not r.ok]
 
-    def fit_observations(self, cells: Iterable[tuple[int, int]] | None = None) -> tuple[StepObservations, list[str], list[tuple[int, int]]]:
+    def fit_observations(
+        self, cells: Iterable[tuple[int, int]] | None = None
+    ) -> tuple[StepObservations, list[str], list[tuple[int, int]]]:
         """Step observations from `cells` (default all): a prefill row per concurrency-1 cell (its
         median TTFT), a decode row per cell with a steady window. Returns (obs, kinds, cell keys)."""
         chosen = self.cells if cells is None else {k: self.cells[k] for k in cells}
@@ -290,7 +323,11 @@ class EndpointMeasurement:
                 keys.append(key)
         for (isl, cached), ttfts in sorted(self.hit_probes.items()):  # the prefill rows of a prompt partly cached
             if ttfts and (isl, 1) in chosen:
-                parts.append(prefill_observations(isl, float(np.median(ttfts)), chunk=self.spec.max_num_batched_tokens, cached=cached))
+                parts.append(
+                    prefill_observations(
+                        isl, float(np.median(ttfts)), chunk=self.spec.max_num_batched_tokens, cached=cached
+                    )
+                )
                 kinds.append("prefill")
                 keys.append((isl, 1))
         if not parts:
@@ -304,45 +341,77 @@ def run_order(cells: tuple[tuple[int, int], ...], repeats: int, seed: int) -> li
     return [(rep, *cells[j]) for rep in range(repeats) for j in rng.permutation(len(cells))]
 
 
-async def _ping(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, seeds: itertools.count) -> None:
+async def _ping(
+    client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, seeds: itertools.count
+) -> None:
     # the engine may sleep when idle, and waking it would land in the next measurement
     await stream_completion(client, base_url, model, token_prompt(4, spec.vocab_size, next(seeds)), 2, spec.timeout_s)
 
 
-async def _ttft_probe(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, isl: int,
-                      seeds: itertools.count) -> float | None:
+async def _ttft_probe(
+    client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, isl: int, seeds: itertools.count
+) -> float | None:
     """TTFT of one request alone that stops at its first token (nothing after it to hold it back)."""
     await _ping(client, base_url, model, spec, seeds)
-    r = await stream_completion(client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 1, spec.timeout_s)
+    r = await stream_completion(
+        client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 1, spec.timeout_s
+    )
     return r.ttft_s if r.status == "ok" else None
 
 
-async def _hit_probe(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, isl: int, cached: int,
-                     seeds: itertools.count) -> float | None:
+async def _hit_probe(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    spec: ProfileSpec,
+    isl: int,
+    cached: int,
+    seeds: itertools.count,
+) -> float | None:
     """TTFT of one request alone whose first `cached` tokens a request just before it left in the prefix cache."""
     prefix = token_prompt(cached, spec.vocab_size, next(seeds))
     primed = await stream_completion(client, base_url, model, prefix, 1, spec.timeout_s)
     if primed.status != "ok":
         return None
-    r = await stream_completion(client, base_url, model, prefix + token_prompt(isl - cached, spec.vocab_size, next(seeds)), 1, spec.timeout_s)
+    r = await stream_completion(
+        client, base_url, model, prefix + token_prompt(isl - cached, spec.vocab_size, next(seeds)), 1, spec.timeout_s
+    )
     return r.ttft_s if r.status == "ok" else None
 
 
-async def _one_run(client: httpx.AsyncClient, base_url: str, model: str, spec: ProfileSpec, isl: int, c: int,
-                   repeat: int, seeds: itertools.count, scrape_metrics: bool) -> Run:
+async def _one_run(
+    client: httpx.AsyncClient,
+    base_url: str,
+    model: str,
+    spec: ProfileSpec,
+    isl: int,
+    c: int,
+    repeat: int,
+    seeds: itertools.count,
+    scrape_metrics: bool,
+) -> Run:
     await _ping(client, base_url, model, spec, seeds)
     before = await scrape(client, base_url) if scrape_metrics else None
     prompts = [token_prompt(isl, spec.vocab_size, next(seeds)) for _ in range(c)]
-    results = await asyncio.gather(*(stream_completion(client, base_url, model, p, spec.osl, spec.timeout_s) for p in prompts))
+    results = await asyncio.gather(
+        *(stream_completion(client, base_url, model, p, spec.osl, spec.timeout_s) for p in prompts)
+    )
     after = await scrape(client, base_url) if scrape_metrics else None
     n = delta(before, after, "vllm:inter_token_latency_seconds_count")
     total = delta(before, after, "vllm:inter_token_latency_seconds_sum")
-    return Run(isl, c, repeat, list(results), preemptions=delta(before, after, "vllm:num_preemptions_total"),
-               server_itl_s=total / n if n and total is not None else None)
+    return Run(
+        isl,
+        c,
+        repeat,
+        list(results),
+        preemptions=delta(before, after, "vllm:num_preemptions_total"),
+        server_itl_s=total / n if n and total is not None else None,
+    )
 
 
-async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,
-                                 api_key: str | None = None) -> EndpointMeasurement:
+async def measure_endpoint_async(
+    base_url: str, model: str, spec: ProfileSpec, progress: bool = False, api_key: str | None = None
+) -> EndpointMeasurement:
     shown_url = redact_url(base_url.rstrip("/"))  # what the measurement keeps (reports, manifests)
     seed = spec.seed if spec.seed is not None else int.from_bytes(os.urandom(6), "little")
     seeds = itertools.count(seed * 1_000_003 + 1)
@@ -356,7 +425,9 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
         scrape_metrics = before is not None
         if spec.warmup:  # first shapes may compile: every ISL once alone, the largest burst once
             for isl in sorted({i for i, _ in spec.cells}):
-                await stream_completion(client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 4, spec.timeout_s)
+                await stream_completion(
+                    client, base_url, model, token_prompt(isl, spec.vocab_size, next(seeds)), 4, spec.timeout_s
+                )
             big_c = max(c for _, c in spec.cells)
             await _one_run(client, base_url, model, spec, min(i for i, _ in spec.cells), big_c, -1, seeds, False)
         todo = run_order(spec.cells, spec.repeats, seed)
@@ -380,12 +451,25 @@ async def measure_endpoint_async(base_url: str, model: str, spec: ProfileSpec, p
                 runs.append(await _one_run(client, base_url, model, spec, isl, c, rep, seeds, scrape_metrics))
                 advance(f"ISL {isl} x {c}")
         after = await scrape(client, base_url)
-    return EndpointMeasurement(shown_url, model, spec, runs, probes, version, info, before, after, time.perf_counter() - t0,
-                               ttft_probe_repeats=probe_repeats, hit_probes=hit_probes)
+    return EndpointMeasurement(
+        shown_url,
+        model,
+        spec,
+        runs,
+        probes,
+        version,
+        info,
+        before,
+        after,
+        time.perf_counter() - t0,
+        ttft_probe_repeats=probe_repeats,
+        hit_probes=hit_probes,
+    )
 
 
-def measure_endpoint(base_url: str, model: str, spec: ProfileSpec, progress: bool = False,
-                     api_key: str | None = None) -> EndpointMeasurement:
+def measure_endpoint(
+    base_url: str, model: str, spec: ProfileSpec, progress: bool = False, api_key: str | None = None
+) -> EndpointMeasurement:
     """Run the experiments of `spec` against `base_url` (blocking; see the module docstring).
 
     Credentials in `base_url` (user:password) are sent as basic auth, `api_key` as a Bearer token;
@@ -405,8 +489,14 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(TextColumn("profiling {task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self.bar = Progress(
+            TextColumn("profiling {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.bar.__enter__()
         task = self.bar.add_task("", total=self.total)
         return lambda label: self.bar.update(task, advance=1, description=label)
@@ -434,33 +524,66 @@ def endpoint_fingerprint(m: EndpointMeasurement, **overrides) -> EnvironmentFing
     return EnvironmentFingerprint(**{**fields, **overrides})
 
 
-def to_profile(m: EndpointMeasurement, fingerprint: EnvironmentFingerprint, fit_cells: Iterable[tuple[int, int]] | None = None,
-               kv_capacity_tokens: int | None = None, ready: dict | None = None) -> Profile:
+def to_profile(
+    m: EndpointMeasurement,
+    fingerprint: EnvironmentFingerprint,
+    fit_cells: Iterable[tuple[int, int]] | None = None,
+    kv_capacity_tokens: int | None = None,
+    ready: dict | None = None,
+) -> Profile:
     """The profile table, step observations and NNLS fit of a measurement (fit on `fit_cells`, default all). `ready`: what
     was measured of the engine's start-up (`llmcap.live.readiness`), kept in the manifest."""
-    cap = kv_capacity_tokens or (m.metrics_after.cache_config.capacity_tokens
-                                 if m.metrics_after and m.metrics_after.cache_config else None)
+    cap = kv_capacity_tokens or (
+        m.metrics_after.cache_config.capacity_tokens if m.metrics_after and m.metrics_after.cache_config else None
+    )
     rows = []
     for cell in m.cells.values():
         row = {k: getattr(cell, k) for k in cell.__dataclass_fields__}
         ctx = cell.decode_context_mean or (cell.isl + cell.osl / 2)
-        rows.append({**row, "source": "endpoint", "batch_size": cell.concurrency, "cache_hit": 0.0,
-                     "kv_load": cell.concurrency * ctx / cap if cap else None,
-                     "tp": fingerprint.tp, "pp": fingerprint.pp, "ep": fingerprint.ep, "dp": fingerprint.dp})
+        rows.append(
+            {
+                **row,
+                "source": "endpoint",
+                "batch_size": cell.concurrency,
+                "cache_hit": 0.0,
+                "kv_load": cell.concurrency * ctx / cap if cap else None,
+                "tp": fingerprint.tp,
+                "pp": fingerprint.pp,
+                "ep": fingerprint.ep,
+                "dp": fingerprint.dp,
+            }
+        )
     for (isl, cached), ttfts in sorted(m.hit_probes.items()):
-        rows.append({"source": "endpoint", "isl": isl, "osl": 1, "concurrency": 1, "batch_size": 1, "cache_hit": cached / isl,
-                     "tp": fingerprint.tp, "pp": fingerprint.pp, "ep": fingerprint.ep, "dp": fingerprint.dp,
-                     "repeats": m.spec.repeats, "requests": len(ttfts), "ttft_s": float(np.median(ttfts)),
-                     "ttft_p90_s": float(np.quantile(ttfts, 0.9)), "steady_gaps": 0})  # fmt: skip
+        rows.append(
+            {
+                "source": "endpoint",
+                "isl": isl,
+                "osl": 1,
+                "concurrency": 1,
+                "batch_size": 1,
+                "cache_hit": cached / isl,
+                "tp": fingerprint.tp,
+                "pp": fingerprint.pp,
+                "ep": fingerprint.ep,
+                "dp": fingerprint.dp,
+                "repeats": m.spec.repeats,
+                "requests": len(ttfts),
+                "ttft_s": float(np.median(ttfts)),
+                "ttft_p90_s": float(np.quantile(ttfts, 0.9)),
+                "steady_gaps": 0,
+            }
+        )
     obs, kinds, keys = m.fit_observations(fit_cells)
     fit = fit_step_model(obs)
-    steps = steps_table(obs, kinds, [k[0] for k in keys], [k[1] for k in keys],
-                        [m.cells[k].repeats for k in keys])
+    steps = steps_table(obs, kinds, [k[0] for k in keys], [k[1] for k in keys], [m.cells[k].repeats for k in keys])
     manifest = {
         "source": "endpoint",
         "base_url": redact_url(m.base_url),  # already masked by measure_endpoint; a hand-made measurement may not be
         "served_model": m.model,
-        "spec": {**{k: v for k, v in m.spec.__dict__.items() if k != "cells"}, "cells": [list(c) for c in m.spec.cells]},
+        "spec": {
+            **{k: v for k, v in m.spec.__dict__.items() if k != "cells"},
+            "cells": [list(c) for c in m.spec.cells],
+        },
         "fit_cells": [list(k) for k in dict.fromkeys(keys)],
         "failed_runs": len(m.failed_runs),
         "wall_s": round(m.wall_s, 3),

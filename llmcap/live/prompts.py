@@ -15,12 +15,87 @@ import numpy as np
 from llmcap.live.client import FIRST_ORDINARY_ID, completion_body, token_prompt
 
 APIS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-_WORDS = (" the of and to in is that it for on with as was at by be this from or an are not but had his they you"
-          " were her all she there one their we him been has when who will more no if out so said what up its about"
-          " into than them can only other new some could time these two may then do first any my now such like our over").split()  # fmt: skip
+_WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "it",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "be",
+    "this",
+    "from",
+    "or",
+    "an",
+    "are",
+    "not",
+    "but",
+    "had",
+    "his",
+    "they",
+    "you",
+    "were",
+    "her",
+    "all",
+    "she",
+    "there",
+    "one",
+    "their",
+    "we",
+    "him",
+    "been",
+    "has",
+    "when",
+    "who",
+    "will",
+    "more",
+    "no",
+    "if",
+    "out",
+    "so",
+    "said",
+    "what",
+    "up",
+    "its",
+    "about",
+    "into",
+    "than",
+    "them",
+    "can",
+    "only",
+    "other",
+    "new",
+    "some",
+    "could",
+    "time",
+    "these",
+    "two",
+    "may",
+    "then",
+    "do",
+    "first",
+    "any",
+    "my",
+    "now",
+    "such",
+    "like",
+    "our",
+    "over",
+]
 
 
-def prompts(isl: np.ndarray, hash_ids: list | None, block_tokens: int | None, vocab_size: int, seed: int) -> list[list[int]]:
+def prompts(
+    isl: np.ndarray, hash_ids: list | None, block_tokens: int | None, vocab_size: int, seed: int
+) -> list[list[int]]:
     """Token ids, exactly isl[i] per request; equal hash ids give equal leading blocks of `block_tokens`."""
     out = []
     for i, n in enumerate(isl):

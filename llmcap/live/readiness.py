@@ -44,11 +44,18 @@ class ReadyRecord:
 
 
 def given_endpoint() -> ReadyRecord:
-    return ReadyRecord(False, None, 0, "the endpoint was already running (not started by llmcap profile): process start → first healthy "
-                                       "/health is not seen; `llmcap profile --serve-cmd` starts the engine and times it")  # fmt: skip
+    return ReadyRecord(
+        False,
+        None,
+        0,
+        "the endpoint was already running (not started by llmcap profile): process start → first healthy "
+        "/health is not seen; `llmcap profile --serve-cmd` starts the engine and times it",
+    )
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen, started: float, timeout_s: float, poll_s: float = 0.1) -> ReadyRecord:
+def wait_healthy(
+    base_url: str, proc: subprocess.Popen, started: float, timeout_s: float, poll_s: float = 0.1
+) -> ReadyRecord:
     """Poll `base_url`/health until it answers 200; the time from `started` (perf_counter at the process start)."""
     polls, shown = 0, redact_url(base_url)
     with httpx.Client(timeout=max(poll_s, 1.0)) as client:
@@ -57,7 +64,9 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, started: float, timeout_
             try:
                 if client.get(f"{base_url}/health").status_code == 200:
                     ready = time.perf_counter() - started
-                    return ReadyRecord(True, ready, polls, f"process start → first healthy /health, polled every {poll_s:g} s")
+                    return ReadyRecord(
+                        True, ready, polls, f"process start → first healthy /health, polled every {poll_s:g} s"
+                    )
             except httpx.TransportError:
                 pass  # not listening yet
             if proc.poll() is not None:
@@ -68,10 +77,12 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, started: float, timeout_
 
 
 @contextmanager
-def started_engine(command: str, base_url: str, timeout_s: float = 1800.0, poll_s: float = 0.1) -> Iterator[ReadyRecord]:
+def started_engine(
+    command: str, base_url: str, timeout_s: float = 1800.0, poll_s: float = 0.1
+) -> Iterator[ReadyRecord]:
     """Start `command` (its own session: an engine spawns workers), wait until `base_url` is healthy, yield the record;
     the engine's process group is stopped when the block ends (SIGTERM, then SIGKILL), whatever happened inside it."""
-    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty engine never blocks on a full pipe
+    log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in the finally below); a file, not a pipe: a chatty engine never blocks on a full pipe
     started = time.perf_counter()
     proc = subprocess.Popen(shlex.split(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

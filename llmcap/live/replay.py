@@ -85,9 +85,21 @@ def request_row(rid: int, arrival: float, sent: float, r: StreamResult, t0: floa
     if status == "rejected":
         first = finish = None
     row = {
-        "request_id": rid, "arrival_s": sent - t0, "admitted_s": None, "first_token_s": first, "finish_s": finish,
-        "isl": r.prompt_tokens or r.isl, "osl": osl, "cached_tokens": 0, "host_cached_tokens": 0, "preemptions": 0,
-        "prefill_replica": None, "decode_replica": None, "queue_s": None, "prefill_s": None, "transfer_s": None,
+        "request_id": rid,
+        "arrival_s": sent - t0,
+        "admitted_s": None,
+        "first_token_s": first,
+        "finish_s": finish,
+        "isl": r.prompt_tokens or r.isl,
+        "osl": osl,
+        "cached_tokens": 0,
+        "host_cached_tokens": 0,
+        "preemptions": 0,
+        "prefill_replica": None,
+        "decode_replica": None,
+        "queue_s": None,
+        "prefill_s": None,
+        "transfer_s": None,
         "visible_wait_s": None,
         "decode_s": None if first is None or finish is None else finish - first,
         "ttft_s": None if first is None else first - (sent - t0),
@@ -102,11 +114,25 @@ def request_row(rid: int, arrival: float, sent: float, r: StreamResult, t0: floa
 
 
 async def replay_async(
-    base_url: str, model: str, arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray, *,
-    request_id: np.ndarray | None = None, rate_scale: float = 1.0, hash_ids: list | None = None,
-    block_tokens: int | None = None, vocab_size: int = 1000, seed: int = 0, timeout_s: float = 600.0,
-    api_key: str | None = None, on_done: Callable[[], None] | None = None, processes: int | None = None,
-    api: str = "completions", max_drain_s: float | None = None, clients: int | None = None,
+    base_url: str,
+    model: str,
+    arrival_s: np.ndarray,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    *,
+    request_id: np.ndarray | None = None,
+    rate_scale: float = 1.0,
+    hash_ids: list | None = None,
+    block_tokens: int | None = None,
+    vocab_size: int = 1000,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    api_key: str | None = None,
+    on_done: Callable[[], None] | None = None,
+    processes: int | None = None,
+    api: str = "completions",
+    max_drain_s: float | None = None,
+    clients: int | None = None,
 ) -> ReplayResult:
     """`on_done` is called as each request ends (a progress bar's tick); `processes`: how many send the
     schedule (None: `processes_for` decides); `api`: "completions" or "chat" (`llmcap.live.prompts`);
@@ -121,8 +147,12 @@ async def replay_async(
     rid = np.arange(arrival.size) if request_id is None else np.asarray(request_id, dtype=np.int64)
     endpoint = Endpoint.from_url(base_url, api_key)
     path = APIS[api] if api in APIS else request_body(api, model, [], 1).decode()  # request_body names the bad api
-    requests = [endpoint.request(path, request_body(api, model, p, int(m)), int(i))
-                for p, m, i in zip(prompts(isl, hash_ids, block_tokens, vocab_size, seed), osl.tolist(), rid.tolist(), strict=True)]  # fmt: skip
+    requests = [
+        endpoint.request(path, request_body(api, model, p, int(m)), int(i))
+        for p, m, i in zip(
+            prompts(isl, hash_ids, block_tokens, vocab_size, seed), osl.tolist(), rid.tolist(), strict=True
+        )
+    ]
     schedule = Schedule(arrival, requests, isl, osl)
     if clients is not None:
         connector = Connector(endpoint)
@@ -144,8 +174,14 @@ async def replay_async(
     return _result(sent, arrival, rid, t0, wall, n)
 
 
-async def _sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: float,
-                   on_done: Callable[[], None] | None, max_drain_s: float | None) -> tuple[float, Sent]:  # fmt: skip
+async def _sharded(
+    endpoint: Endpoint,
+    schedule: Schedule,
+    n: int,
+    timeout_s: float,
+    on_done: Callable[[], None] | None,
+    max_drain_s: float | None,
+) -> tuple[float, Sent]:
     loop = asyncio.get_running_loop()
     stop = threading.Event()
 
@@ -155,7 +191,9 @@ async def _sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: fl
                 loop.call_soon_threadsafe(on_done)
 
     try:
-        t0, sent, _ = await loop.run_in_executor(None, send_sharded, endpoint, schedule, n, timeout_s, stop, ticks, max_drain_s)
+        t0, sent, _ = await loop.run_in_executor(
+            None, send_sharded, endpoint, schedule, n, timeout_s, stop, ticks, max_drain_s
+        )
     finally:
         stop.set()  # cancelled: the thread terminates the processes
     return t0, sent
@@ -169,16 +207,24 @@ def _result(sent: Sent, arrival: np.ndarray, rid: np.ndarray, t0: float, wall: f
         rows.append(row)
         gaps.append(g)
     table = pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
-    return ReplayResult(table, np.concatenate(gaps) if gaps else np.empty(0), sent_at - t0 - arrival, wall,
-                        processes, sent.cpu_s)  # fmt: skip
+    return ReplayResult(
+        table, np.concatenate(gaps) if gaps else np.empty(0), sent_at - t0 - arrival, wall, processes, sent.cpu_s
+    )
 
 
 def replay(base_url: str, model: str, trace: pa.Table, rate_scale: float = 1.0, **kw) -> ReplayResult:
     """Replay a canonical trace table (arrival_s, isl, osl; request_id and hash_ids if present)."""
     names = trace.column_names
-    return asyncio.run(replay_async(
-        base_url, model, trace.column("arrival_s").to_numpy(), trace.column("isl").to_numpy(),
-        trace.column("osl").to_numpy(),
-        request_id=trace.column("request_id").to_numpy() if "request_id" in names else None,
-        rate_scale=rate_scale, hash_ids=trace.column("hash_ids").to_pylist() if "hash_ids" in names else None, **kw,
-    ))
+    return asyncio.run(
+        replay_async(
+            base_url,
+            model,
+            trace.column("arrival_s").to_numpy(),
+            trace.column("isl").to_numpy(),
+            trace.column("osl").to_numpy(),
+            request_id=trace.column("request_id").to_numpy() if "request_id" in names else None,
+            rate_scale=rate_scale,
+            hash_ids=trace.column("hash_ids").to_pylist() if "hash_ids" in names else None,
+            **kw,
+        )
+    )

@@ -21,14 +21,18 @@ def first_served_model(base_url: str, shown_url: str, api_key: str | None) -> st
             try:
                 r = await client.get(f"{url}/v1/models", timeout=30.0)
             except httpx.HTTPError as exc:
-                raise UnreachableError(f"{shown_url}: no answer ({type(exc).__name__}: {str(exc) or 'no response'}): is the server up?") from None
+                raise UnreachableError(
+                    f"{shown_url}: no answer ({type(exc).__name__}: {str(exc) or 'no response'}): is the server up?"
+                ) from None
         try:
             doc = r.json() if r.status_code == 200 else None
         except ValueError:
             doc = None
         if r.status_code in (401, 403):
-            raise LlmcapError(f"{shown_url}/v1/models answered HTTP {r.status_code}: the endpoint wants credentials "
-                              f"(an API key in ${DEFAULT_API_KEY_ENV} or --api-key-env, or user:password in the URL)")  # fmt: skip
+            raise LlmcapError(
+                f"{shown_url}/v1/models answered HTTP {r.status_code}: the endpoint wants credentials "
+                f"(an API key in ${DEFAULT_API_KEY_ENV} or --api-key-env, or user:password in the URL)"
+            )
         if doc is None:
             raise LlmcapError(f"{shown_url}/v1/models answered HTTP {r.status_code} without a model list; pass --model")
         return list(doc.get("data") or []) if isinstance(doc, dict) else []

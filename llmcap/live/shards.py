@@ -42,8 +42,17 @@ def deal(schedule: Schedule, n: int) -> list[tuple[np.ndarray, Schedule]]:
     out = []
     for j in range(n):
         pos = order[j::n]
-        out.append((pos, Schedule(schedule.due_s[pos], [schedule.requests[k] for k in pos.tolist()],
-                                  schedule.isl[pos], schedule.max_tokens[pos])))  # fmt: skip
+        out.append(
+            (
+                pos,
+                Schedule(
+                    schedule.due_s[pos],
+                    [schedule.requests[k] for k in pos.tolist()],
+                    schedule.isl[pos],
+                    schedule.max_tokens[pos],
+                ),
+            )
+        )
     return out
 
 
@@ -53,7 +62,9 @@ def _worker(fd: int) -> None:
     asyncio.run(_work(conn, endpoint, schedule, timeout_s, max_drain_s))
 
 
-async def _work(conn: Connection, endpoint: Endpoint, schedule: Schedule, timeout_s: float, max_drain_s: float | None) -> None:
+async def _work(
+    conn: Connection, endpoint: Endpoint, schedule: Schedule, timeout_s: float, max_drain_s: float | None
+) -> None:
     connector = Connector(endpoint)
     await connector.resolve()
     conn.send("ready")
@@ -79,8 +90,15 @@ async def _work(conn: Connection, endpoint: Endpoint, schedule: Schedule, timeou
     conn.send(("done", sent))
 
 
-def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: float, stop: threading.Event,
-                 on_done: Callable[[int], None] | None = None, max_drain_s: float | None = None) -> tuple[float, Sent, list[float]]:  # fmt: skip
+def send_sharded(
+    endpoint: Endpoint,
+    schedule: Schedule,
+    n: int,
+    timeout_s: float,
+    stop: threading.Event,
+    on_done: Callable[[int], None] | None = None,
+    max_drain_s: float | None = None,
+) -> tuple[float, Sent, list[float]]:
     """Blocking (run it in a thread). (t0, every result in `schedule` order with the CPU seconds of all
     processes summed, each process's CPU seconds). `stop` set: terminate the processes and raise."""
     parts = deal(schedule, n)
@@ -89,7 +107,9 @@ def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: floa
     try:
         for _, part in parts:
             here, there = socket.socketpair()
-            procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(there.fileno())], pass_fds=[there.fileno()]))
+            procs.append(
+                subprocess.Popen([sys.executable, "-c", _WORKER, str(there.fileno())], pass_fds=[there.fileno()])
+            )
             there.close()
             conns.append(Connection(here.detach()))
             conns[-1].send((endpoint, part, timeout_s, max_drain_s))
@@ -102,7 +122,9 @@ def send_sharded(endpoint: Endpoint, schedule: Schedule, n: int, timeout_s: floa
         while len(done) < n:
             if stop.is_set():
                 raise LlmcapError("the replay was cancelled")
-            for c in cast(list[Connection], wait([c for i, c in enumerate(conns) if i not in done], timeout=PROGRESS_S)):  # wait returns some of the objects it is given
+            for c in cast(
+                list[Connection], wait([c for i, c in enumerate(conns) if i not in done], timeout=PROGRESS_S)
+            ):  # wait returns some of the objects it is given
                 i = conns.index(c)
                 msg = _recv(c, i)
                 if msg[0] == "progress" and on_done is not None:

@@ -52,8 +52,13 @@ class Endpoint:
         tls = parts.scheme == "https"
         port = parts.port or (443 if tls else 80)
         host = parts.hostname
-        lines = [f"Host: {host}:{port}" if ":" not in host else f"Host: [{host}]:{port}", "User-Agent: llmcap",
-                 "Accept: text/event-stream", "Content-Type: application/json", "Connection: close"]  # fmt: skip
+        lines = [
+            f"Host: {host}:{port}" if ":" not in host else f"Host: [{host}]:{port}",
+            "User-Agent: llmcap",
+            "Accept: text/event-stream",
+            "Content-Type: application/json",
+            "Connection: close",
+        ]
         if api_key is not None:
             lines.append(f"Authorization: Bearer {api_key}")
         elif userinfo is not None:
@@ -64,7 +69,12 @@ class Endpoint:
         """The whole request (head and JSON body) as it goes on the wire; `request_id` goes in X-Request-Id
         (vLLM's request-id header), so a gateway or engine log can be joined with the replay's rows."""
         rid = b"" if request_id is None else b"X-Request-Id: %d\r\n" % request_id
-        head = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n" % ((self.path_prefix + path).encode(), self.fixed_headers, rid, len(body))
+        head = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n" % (
+            (self.path_prefix + path).encode(),
+            self.fixed_headers,
+            rid,
+            len(body),
+        )
         return head + body
 
 
@@ -91,8 +101,13 @@ class Connector:
         proto = _Exchange(request, result, done, timeout_s)
         try:
             async with asyncio.timeout(timeout_s):
-                await loop.create_connection(lambda: proto, self._address or self.endpoint.host, self.endpoint.port,
-                                             ssl=self._tls, server_hostname=self.endpoint.host if self._tls else None)  # fmt: skip
+                await loop.create_connection(
+                    lambda: proto,
+                    self._address or self.endpoint.host,
+                    self.endpoint.port,
+                    ssl=self._tls,
+                    server_hostname=self.endpoint.host if self._tls else None,
+                )
         except (OSError, TimeoutError) as exc:
             kind = "ConnectTimeout" if isinstance(exc, TimeoutError) else type(exc).__name__
             result.status, result.error = "unfinished", redact_text(f"{kind}: {exc}")[:500]
@@ -166,7 +181,7 @@ class _Exchange(asyncio.Protocol):
             if end < 0:
                 return
             self._head(self.buf[:end])
-            data, self.buf = self.buf[end + 4:], b""
+            data, self.buf = self.buf[end + 4 :], b""
             if self.mode == "length" and self.left == 0:
                 self._body_end()
                 return
@@ -204,7 +219,7 @@ class _Exchange(asyncio.Protocol):
         pos = 0
         while pos < len(buf) and not self.done.done():
             if self.left > 0:  # inside a chunk: hand over what arrived, even if the chunk is not complete
-                piece = buf[pos:pos + self.left]
+                piece = buf[pos : pos + self.left]
                 self.left -= len(piece)
                 pos += len(piece)
                 self._body(piece, now)

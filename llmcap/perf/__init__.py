@@ -15,10 +15,29 @@ __all__ += ["OpCost", "RooflineModel", "RooflineParams", "build_step_model", "ma
 
 from llmcap.perf.calibrate import CalibratedFit, StepObservations, fit_step_model  # noqa: E402
 from llmcap.perf.fingerprint import EnvironmentFingerprint, FieldChange, fingerprint_hash, is_stale  # noqa: E402
-from llmcap.perf.profile import POINTS_SCHEMA, STEPS_SCHEMA, Interpolated, Profile, ProfileStepModel, interpolate, read_profile  # noqa: E402
+from llmcap.perf.profile import (  # noqa: E402
+    POINTS_SCHEMA,
+    STEPS_SCHEMA,
+    Interpolated,
+    Profile,
+    ProfileStepModel,
+    interpolate,
+    read_profile,
+)
 
 __all__ += [
-    "POINTS_SCHEMA", "STEPS_SCHEMA", "CalibratedFit", "EnvironmentFingerprint", "FieldChange", "Interpolated",
-    "Profile", "ProfileStepModel", "StepObservations", "fingerprint_hash", "fit_step_model", "interpolate", "is_stale",
+    "POINTS_SCHEMA",
+    "STEPS_SCHEMA",
+    "CalibratedFit",
+    "EnvironmentFingerprint",
+    "FieldChange",
+    "Interpolated",
+    "Profile",
+    "ProfileStepModel",
+    "StepObservations",
+    "fingerprint_hash",
+    "fit_step_model",
+    "interpolate",
+    "is_stale",
     "read_profile",
 ]

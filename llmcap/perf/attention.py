@@ -42,7 +42,9 @@ class AttentionCoefficients:
         return self.peak * self.amax
 
 
-def attention_coefficients(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, params: RooflineParams) -> AttentionCoefficients:
+def attention_coefficients(
+    model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: str, params: RooflineParams
+) -> AttentionCoefficients:
     """The attention constants of `model` on one of `tp` ranks of `gpu` (KV sharded as llmcap.memory holds it)."""
     heads = -(-model.num_heads // tp)
     if model.mla is not None:
@@ -59,7 +61,10 @@ def attention_coefficients(model: ModelSpec, gpu: GpuSpec, tp: int, kv_dtype: st
         kv=float(kv),
         c_pf=float(kv + 2 * (heads * model.head_dim) * params.activation_bytes),
         bw=float(gpu.hbm_bandwidth_bytes_s * params.hbm_efficiency),
-        bw_kv=float(gpu.hbm_bandwidth_bytes_s * (params.hbm_efficiency if params.kv_hbm_efficiency is None else params.kv_hbm_efficiency)),
+        bw_kv=float(
+            gpu.hbm_bandwidth_bytes_s
+            * (params.hbm_efficiency if params.kv_hbm_efficiency is None else params.kv_hbm_efficiency)
+        ),
     )
 
 
@@ -103,6 +108,8 @@ def decode_attention_time(c: AttentionCoefficients, seqs: float | F64, context: 
     return decode_attention(c, seqs, context, window).time()
 
 
-def layer_attention_time(c: AttentionCoefficients, tokens: F64, pairs: F64, seqs: F64, context: F64, window: int | None) -> F64:
+def layer_attention_time(
+    c: AttentionCoefficients, tokens: F64, pairs: F64, seqs: F64, context: F64, window: int | None
+) -> F64:
     """Seconds of one layer's attention in a step: prefill, then decode."""
     return prefill_attention(c, tokens, pairs, window).time() + decode_attention(c, seqs, context, window).time()

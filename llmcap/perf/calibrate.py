@@ -24,7 +24,11 @@ from numpy.typing import ArrayLike
 from llmcap.perf.model import F64, LinearStepModel, StepBatch, decode_step_time, prefill_time
 
 TERMS = (*LinearStepModel.TERMS, "client")
-PREFILL_TERMS = ("prefill_tokens", "prefill_pairs", "prefill_seqs")  # design columns: step terms, then per-request overhead
+PREFILL_TERMS = (
+    "prefill_tokens",
+    "prefill_pairs",
+    "prefill_seqs",
+)  # design columns: step terms, then per-request overhead
 FIT_ORDER = ("overhead", "client", "prefill_tokens", "decode_seqs", "decode_context", "prefill_pairs", "prefill_seqs")
 
 
@@ -77,7 +81,9 @@ class _Column:
         return LinearStepModel.design(batch)[:, self.k]
 
 
-def prefill_observations(isl: ArrayLike, seconds: ArrayLike, chunk: int | None = None, cached: ArrayLike = 0.0) -> StepObservations:
+def prefill_observations(
+    isl: ArrayLike, seconds: ArrayLike, chunk: int | None = None, cached: ArrayLike = 0.0
+) -> StepObservations:
     """Single-request TTFTs: the prefill steps of each prompt (chunked like the engine) + client overhead."""
     cols = [prefill_time(_Column(k), isl, cached, chunk=chunk) for k in range(len(LinearStepModel.TERMS))]
     design = np.column_stack([*cols, np.ones_like(cols[0])])
@@ -86,7 +92,9 @@ def prefill_observations(isl: ArrayLike, seconds: ArrayLike, chunk: int | None =
 
 def decode_observations(batch_size: ArrayLike, mean_context: ArrayLike, seconds: ArrayLike) -> StepObservations:
     """Mean inter-token gaps of pure-decode batches of `batch_size` sequences at `mean_context`."""
-    b, ctx, s = np.broadcast_arrays(*(np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (batch_size, mean_context, seconds)))
+    b, ctx, s = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (batch_size, mean_context, seconds))
+    )
     batch = StepBatch.build(decode_seqs=b, decode_context=b * ctx, decode_max_context=ctx)
     design = np.column_stack([LinearStepModel.design(batch), np.zeros(b.size)])
     return StepObservations.from_design(design, s)
@@ -141,7 +149,10 @@ class CalibratedFit:
             n_observations=self.n_observations,
             median_abs_rel_error=self.median_abs_rel_error,
             max_abs_rel_error=self.max_abs_rel_error,
-            extra={**self.extra, "speed_factors": {"prefill": float(prefill) * old["prefill"], "decode": float(decode) * old["decode"]}},
+            extra={
+                **self.extra,
+                "speed_factors": {"prefill": float(prefill) * old["prefill"], "decode": float(decode) * old["decode"]},
+            },
         )
 
     def predict(self, obs: StepObservations) -> F64:
@@ -151,7 +162,10 @@ class CalibratedFit:
         return {
             "kind": "linear",
             "terms": list(TERMS),
-            "coefficients": {**dict(zip(LinearStepModel.TERMS, self.model.coefficients.tolist())), "client": self.client_overhead_s},
+            "coefficients": {
+                **dict(zip(LinearStepModel.TERMS, self.model.coefficients.tolist(), strict=True)),
+                "client": self.client_overhead_s,
+            },
             "terms_fitted": list(self.terms_fitted),
             "n_observations": self.n_observations,
             "median_abs_rel_error": self.median_abs_rel_error,

@@ -104,13 +104,24 @@ def _group(r: dict) -> str:
 def load_rows(path: Path) -> tuple[OpRows, dict]:
     """(timed rows, the set's environment) of a calibration set; untimed rows (a refused shape) are left out."""
     doc = json.loads(Path(path).read_text())
-    rows = [r for r in doc["rows"] if "time_s" in r and r["op"] in OPS and (r["op"] != "gemm" or r["dtype"] in MATMUL_DTYPES)]
+    rows = [
+        r
+        for r in doc["rows"]
+        if "time_s" in r and r["op"] in OPS and (r["op"] != "gemm" or r["dtype"] in MATMUL_DTYPES)
+    ]
     if not rows:
         raise ValueError(f"{path}: no timed rows")
     tokens = [float(r.get("m", r.get("tokens", 1))) for r in rows]
-    return OpRows(np.array([r["op"] for r in rows]), np.array([r["dtype"] for r in rows]), np.array([_group(r) for r in rows]),
-                  np.array(tokens), np.array([float(r.get("ranks", 1)) for r in rows]), np.array([float(r["flops"]) for r in rows]),
-                  np.array([float(r["bytes"]) for r in rows]), np.array([float(r["time_s"]) for r in rows])), doc.get("environment", {})
+    return OpRows(
+        np.array([r["op"] for r in rows]),
+        np.array([r["dtype"] for r in rows]),
+        np.array([_group(r) for r in rows]),
+        np.array(tokens),
+        np.array([float(r.get("ranks", 1)) for r in rows]),
+        np.array([float(r["flops"]) for r in rows]),
+        np.array([float(r["bytes"]) for r in rows]),
+        np.array([float(r["time_s"]) for r in rows]),
+    ), doc.get("environment", {})
 
 
 @dataclass(frozen=True)
@@ -131,29 +142,51 @@ class RooflineFit:
     def from_params(cls, p: RooflineParams) -> RooflineFit:
         """The uncalibrated defaults in the same shape (one matmul curve for every dtype)."""
         fixed = (p.gemm_kernel_s, p.attention_kernel_s) if p.gemm_kernel_s or p.attention_kernel_s else None
-        return cls({d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES}, p.attention_efficiency_max,
-                   attention_half(p), p.hbm_efficiency, (p.comm_efficiency, p.scale_up_latency_s), p.kv_hbm_efficiency, fixed,
-                   p.allreduce_oneshot_latency_s)
+        return cls(
+            {d: (p.matmul_efficiency_max, p.matmul_half_tokens) for d in MATMUL_DTYPES},
+            p.attention_efficiency_max,
+            attention_half(p),
+            p.hbm_efficiency,
+            (p.comm_efficiency, p.scale_up_latency_s),
+            p.kv_hbm_efficiency,
+            fixed,
+            p.allreduce_oneshot_latency_s,
+        )
 
     @property
     def terms(self) -> tuple[str, ...]:
         """The step-time terms (`TERMS`) this fit has."""
-        have = {"kv": self.kv_efficiency is not None, "oneshot": self.oneshot_latency_s is not None, "fixed": self.fixed_s is not None}
+        have = {
+            "kv": self.kv_efficiency is not None,
+            "oneshot": self.oneshot_latency_s is not None,
+            "fixed": self.fixed_s is not None,
+        }
         return tuple(t for t in TERMS if have[t])
 
     def vector(self) -> F64:
         """Every knob it has, in the fit's order."""
-        return _Layout(tuple(d for d in MATMUL_DTYPES if d in self.matmul), self.comm is not None, self.terms).vector(self)
+        return _Layout(tuple(d for d in MATMUL_DTYPES if d in self.matmul), self.comm is not None, self.terms).vector(
+            self
+        )
 
     def params(self, compute_dtype: str, base: RooflineParams | None = None) -> RooflineParams:
         """RooflineParams for rooflines whose GEMMs run in `compute_dtype` (bf16's curve for a dtype not fitted)."""
         mm_max, mm_half = self.matmul.get(compute_dtype, self.matmul["bf16"])
-        update: dict[str, float | None] = {"matmul_efficiency_max": mm_max, "matmul_half_tokens": mm_half, "attention_efficiency_max": self.attention_efficiency_max,
-                  "attention_half_tokens": self.attention_half_tokens, "hbm_efficiency": self.hbm_efficiency}
+        update: dict[str, float | None] = {
+            "matmul_efficiency_max": mm_max,
+            "matmul_half_tokens": mm_half,
+            "attention_efficiency_max": self.attention_efficiency_max,
+            "attention_half_tokens": self.attention_half_tokens,
+            "hbm_efficiency": self.hbm_efficiency,
+        }
         if self.comm is not None:
             update |= {"comm_efficiency": self.comm[0], "scale_up_latency_s": self.comm[1]}
-        update |= {"kv_hbm_efficiency": self.kv_efficiency, "allreduce_oneshot_latency_s": self.oneshot_latency_s,
-                   "gemm_kernel_s": (self.fixed_s or (0.0, 0.0))[0], "attention_kernel_s": (self.fixed_s or (0.0, 0.0))[1]}
+        update |= {
+            "kv_hbm_efficiency": self.kv_efficiency,
+            "allreduce_oneshot_latency_s": self.oneshot_latency_s,
+            "gemm_kernel_s": (self.fixed_s or (0.0, 0.0))[0],
+            "attention_kernel_s": (self.fixed_s or (0.0, 0.0))[1],
+        }
         return (base or RooflineParams()).model_copy(update=update)
 
 
@@ -168,21 +201,35 @@ class _Layout:
     @classmethod
     def of(cls, rows: OpRows, terms: Iterable[str] = ()) -> _Layout:
         comm = bool((rows.op == "allreduce").any())
-        return cls(tuple(d for d in MATMUL_DTYPES if ((rows.op == "gemm") & (rows.dtype == d)).any()), comm,
-                   tuple(t for t in TERMS if t in set(terms) and (comm or t != "oneshot")))
+        return cls(
+            tuple(d for d in MATMUL_DTYPES if ((rows.op == "gemm") & (rows.dtype == d)).any()),
+            comm,
+            tuple(t for t in TERMS if t in set(terms) and (comm or t != "oneshot")),
+        )
 
     def bounds(self) -> tuple[list[float], list[float]]:
-        b = [*_MATMUL_BOUNDS * len(self.dtypes), *_CORE_BOUNDS, *(_KV_BOUNDS if "kv" in self.terms else ()),
-             *(_FIXED_BOUNDS if "fixed" in self.terms else ()), *(_COMM_BOUNDS if self.comm else ()),
-             *(_ONESHOT_BOUNDS if "oneshot" in self.terms else ())]
+        b = [
+            *_MATMUL_BOUNDS * len(self.dtypes),
+            *_CORE_BOUNDS,
+            *(_KV_BOUNDS if "kv" in self.terms else ()),
+            *(_FIXED_BOUNDS if "fixed" in self.terms else ()),
+            *(_COMM_BOUNDS if self.comm else ()),
+            *(_ONESHOT_BOUNDS if "oneshot" in self.terms else ()),
+        ]
         return [lo for lo, _ in b], [hi for _, hi in b]
 
     def vector(self, f: RooflineFit) -> F64:
         kv = [f.kv_efficiency if f.kv_efficiency is not None else f.hbm_efficiency] if "kv" in self.terms else []
         fixed = list(f.fixed_s or (0.0, 0.0)) if "fixed" in self.terms else []
         oneshot = [f.oneshot_latency_s or 0.0] if "oneshot" in self.terms else []
-        return np.array([v for d in self.dtypes for v in f.matmul[d]] + [f.attention_efficiency_max, f.attention_half_tokens, f.hbm_efficiency]
-                        + kv + fixed + list(f.comm or () if self.comm else ()) + oneshot)
+        return np.array(
+            [v for d in self.dtypes for v in f.matmul[d]]
+            + [f.attention_efficiency_max, f.attention_half_tokens, f.hbm_efficiency]
+            + kv
+            + fixed
+            + list(f.comm or () if self.comm else ())
+            + oneshot
+        )
 
     def fit(self, x: F64) -> RooflineFit:
         it = iter(float(v) for v in x)
@@ -206,7 +253,9 @@ def predict(rows: OpRows, fit: RooflineFit, gpu: GpuSpec) -> F64:
     for d in MATMUL_DTYPES:
         sel = (rows.op == "gemm") & (rows.dtype == d)
         if sel.any():
-            compute[sel] = rows.flops[sel] / (gpu.peak_flops(d) * matmul_efficiency(rows.tokens[sel], *fit.matmul.get(d, fit.matmul["bf16"])))
+            compute[sel] = rows.flops[sel] / (
+                gpu.peak_flops(d) * matmul_efficiency(rows.tokens[sel], *fit.matmul.get(d, fit.matmul["bf16"]))
+            )
     bf16 = gpu.peak_flops("bf16")
     pre = rows.op == "attn_prefill"
     eff = matmul_efficiency(rows.tokens[pre], fit.attention_efficiency_max, fit.attention_half_tokens)
@@ -262,14 +311,25 @@ def fit(rows: OpRows, gpu: GpuSpec, start: RooflineFit | None = None, terms: Ite
     lower, upper = layout.bounds()
     defaults = RooflineFit.from_params(RooflineParams())
     seed = start or defaults
-    seed = replace(seed, matmul=defaults.matmul | seed.matmul, comm=seed.comm or defaults.comm,
-                   kv_efficiency=seed.kv_efficiency or seed.hbm_efficiency, fixed_s=seed.fixed_s or _FIXED_START,
-                   oneshot_latency_s=seed.oneshot_latency_s or _ONESHOT_START)
+    seed = replace(
+        seed,
+        matmul=defaults.matmul | seed.matmul,
+        comm=seed.comm or defaults.comm,
+        kv_efficiency=seed.kv_efficiency or seed.hbm_efficiency,
+        fixed_s=seed.fixed_s or _FIXED_START,
+        oneshot_latency_s=seed.oneshot_latency_s or _ONESHOT_START,
+    )
     x0 = np.clip(layout.vector(seed), np.array(lower) + 1e-12, np.array(upper) - 1e-12)
     log_t = np.log(rows.time_s)
     weight = np.where(in_scope(rows, gpu), 1.0, BELOW_SCOPE_WEIGHT)
-    res = least_squares(lambda x: (np.log(predict(rows, layout.fit(x), gpu)) - log_t) * weight, x0,
-                        bounds=(lower, upper), loss="soft_l1", f_scale=_ROBUST_SCALE, x_scale="jac")
+    res = least_squares(
+        lambda x: (np.log(predict(rows, layout.fit(x), gpu)) - log_t) * weight,
+        x0,
+        bounds=(lower, upper),
+        loss="soft_l1",
+        f_scale=_ROBUST_SCALE,
+        x_scale="jac",
+    )
     return layout.fit(res.x)
 
 
@@ -295,14 +355,18 @@ class CrossValidation:
     groups: int
 
     def rows(self) -> list[dict[str, float | int | str]]:
-        return [{"op": o, "rows": n, "uncalibrated": u, "calibrated": c, "held_out": h}
-                for o, n, u, c, h in zip(self.op, self.count, self.uncalibrated, self.in_sample, self.held_out, strict=True)]
+        return [
+            {"op": o, "rows": n, "uncalibrated": u, "calibrated": c, "held_out": h}
+            for o, n, u, c, h in zip(self.op, self.count, self.uncalibrated, self.in_sample, self.held_out, strict=True)
+        ]
 
 
 BELOW_SCOPE = "below scope"
 
 
-def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None, terms: Iterable[str] | None = None) -> CrossValidation:
+def cross_validate(
+    rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None, terms: Iterable[str] | None = None
+) -> CrossValidation:
     """Leave-one-group-out over the fitted rows: each group predicted by a fit (with `terms`; default: `full`'s)
     on all the others."""
     terms = tuple(full.terms if terms is None and full is not None else terms or ())
@@ -316,14 +380,25 @@ def cross_validate(rows: OpRows, gpu: GpuSpec, full: RooflineFit | None = None, 
         held[out] = relative_errors(rows.subset(out), fit(rows.subset(~out), gpu, start=full, terms=terms), gpu)
     base = relative_errors(rows, RooflineFit.from_params(RooflineParams()), gpu)
     cal_ = relative_errors(rows, full, gpu)
-    sets = [(o, scope & (rows.op == o)) for o in OPS if (scope & (rows.op == o)).any()] + [("all", scope), (BELOW_SCOPE, ~scope)]
+    sets = [(o, scope & (rows.op == o)) for o in OPS if (scope & (rows.op == o)).any()] + [
+        ("all", scope),
+        (BELOW_SCOPE, ~scope),
+    ]
     sets = [(name, sel) for name, sel in sets if sel.any()]
 
     def med(e: F64) -> tuple[float, ...]:
-        return tuple(float(np.median(np.abs(e[sel]))) if not np.isnan(e[sel]).all() else float("nan") for _, sel in sets)
+        return tuple(
+            float(np.median(np.abs(e[sel]))) if not np.isnan(e[sel]).all() else float("nan") for _, sel in sets
+        )
 
-    return CrossValidation(tuple(n for n, _ in sets), tuple(int(sel.sum()) for _, sel in sets), med(base), med(cal_), med(held),
-                           int(groups.size))
+    return CrossValidation(
+        tuple(n for n, _ in sets),
+        tuple(int(sel.sum()) for _, sel in sets),
+        med(base),
+        med(cal_),
+        med(held),
+        int(groups.size),
+    )
 
 
 def sha256(path: Path) -> str:
@@ -370,15 +445,24 @@ def independent_check(fit_: RooflineFit, rows: OpRows, gpu: GpuSpec) -> tuple[Gr
     def errors(f: RooflineFit) -> F64:
         return np.abs(relative_errors(rows, f, gpu))
 
-    judged = {g: sel for g, pick in KNOB_GROUPS.items() if (sel := pick(rows)).any() and _GROUP_TERM.get(g, "") in ("", *fit_.terms)}
+    judged = {
+        g: sel
+        for g, pick in KNOB_GROUPS.items()
+        if (sel := pick(rows)).any() and _GROUP_TERM.get(g, "") in ("", *fit_.terms)
+    }
     fitted, defaults = errors(fit_), errors(RooflineFit.from_params(RooflineParams()))
-    checks = [GroupCheck(g, int(sel.sum()), float(np.median(fitted[sel])), float(np.median(defaults[sel])))
-              for g, sel in judged.items() if g not in _GROUP_TERM]
+    checks = [
+        GroupCheck(g, int(sel.sum()), float(np.median(fitted[sel])), float(np.median(defaults[sel])))
+        for g, sel in judged.items()
+        if g not in _GROUP_TERM
+    ]
     base = with_defaults(fit_, (c.group for c in checks if not c.applied))
     for g, sel in judged.items():
         if g in _GROUP_TERM:
             without = with_defaults(base, [g])
-            check = GroupCheck(g, int(sel.sum()), float(np.median(errors(base)[sel])), float(np.median(errors(without)[sel])))
+            check = GroupCheck(
+                g, int(sel.sum()), float(np.median(errors(base)[sel])), float(np.median(errors(without)[sel]))
+            )
             checks.append(check)
             base = base if check.applied else without
     return tuple(checks)
@@ -393,7 +477,9 @@ def with_defaults(fit_: RooflineFit, groups: Iterable[str]) -> RooflineFit:
             dtype = g.removeprefix("gemm:")
             out = replace(out, matmul=out.matmul | {dtype: d.matmul[dtype]})
         elif g == "attention":
-            out = replace(out, attention_efficiency_max=d.attention_efficiency_max, attention_half_tokens=d.attention_half_tokens)
+            out = replace(
+                out, attention_efficiency_max=d.attention_efficiency_max, attention_half_tokens=d.attention_half_tokens
+            )
         elif g == "hbm":
             out = replace(out, hbm_efficiency=d.hbm_efficiency)
         elif g == "comm":
@@ -426,8 +512,11 @@ class Calibration:
     def describe(self) -> dict[str, str]:
         out = {"gpu": self.gpu, "file": f"{self.path.parent.name}/{self.path.name}", "sha256": self.sha256}
         if self.independent_sha256 is not None:
-            out |= {"independent": f"{self.path.parent.name}/{INDEPENDENT_FILE}", "independent_sha256": self.independent_sha256,
-                    "not_applied": ", ".join(self.not_applied) or "none"}  # fmt: skip
+            out |= {
+                "independent": f"{self.path.parent.name}/{INDEPENDENT_FILE}",
+                "independent_sha256": self.independent_sha256,
+                "not_applied": ", ".join(self.not_applied) or "none",
+            }
         return out
 
 
@@ -435,11 +524,16 @@ def read_calibration(path: Path) -> Calibration:
     doc = yaml.safe_load(Path(path).read_text())
     try:
         comm, kv, fixed = doc.get("comm"), doc.get("kv_hbm_efficiency"), doc.get("kernel_fixed_s")
-        f = RooflineFit({d: (float(v["efficiency_max"]), float(v["half_tokens"])) for d, v in doc["matmul"].items()},
-                        float(doc["attention"]["efficiency_max"]), float(doc["attention"]["half_tokens"]), float(doc["hbm_efficiency"]),
-                        None if comm is None else (float(comm["efficiency"]), float(comm["scale_up_latency_s"])),
-                        None if kv is None else float(kv), None if fixed is None else (float(fixed["gemm"]), float(fixed["attention"])),
-                        None if comm is None or comm.get("oneshot_latency_s") is None else float(comm["oneshot_latency_s"]))
+        f = RooflineFit(
+            {d: (float(v["efficiency_max"]), float(v["half_tokens"])) for d, v in doc["matmul"].items()},
+            float(doc["attention"]["efficiency_max"]),
+            float(doc["attention"]["half_tokens"]),
+            float(doc["hbm_efficiency"]),
+            None if comm is None else (float(comm["efficiency"]), float(comm["scale_up_latency_s"])),
+            None if kv is None else float(kv),
+            None if fixed is None else (float(fixed["gemm"]), float(fixed["attention"])),
+            None if comm is None or comm.get("oneshot_latency_s") is None else float(comm["oneshot_latency_s"]),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: not a roofline calibration ({type(e).__name__}: {e})") from e
     return Calibration(str(doc["gpu"]), f, sha256(path), Path(path))
@@ -468,7 +562,11 @@ def calibrated_params(gpu: GpuSpec, compute_dtype: str) -> tuple[RooflineParams,
 
 def shipped_calibrations() -> list[Calibration]:
     """Every shipped calibration, by GPU name."""
-    return [c for p in sorted(CALIBRATION_DIR.glob("*/roofline.yaml")) if (c := shipped_calibration(p.parent.name)) is not None]
+    return [
+        c
+        for p in sorted(CALIBRATION_DIR.glob("*/roofline.yaml"))
+        if (c := shipped_calibration(p.parent.name)) is not None
+    ]
 
 
 @cache
@@ -485,5 +583,9 @@ def held_out_error(cal: Calibration) -> float | None:
 
 def default_efficiencies_error() -> tuple[float, str] | None:
     """The documented default efficiencies' median |relative error| on the shipped timings: the worst GPU's, and which."""
-    found = [(float(e["uncalibrated"]), c.gpu) for c in shipped_calibrations() if (e := _median_errors(c.path).get("all", {})).get("uncalibrated") is not None]
+    found = [
+        (float(e["uncalibrated"]), c.gpu)
+        for c in shipped_calibrations()
+        if (e := _median_errors(c.path).get("all", {})).get("uncalibrated") is not None
+    ]
     return max(found) if found else None

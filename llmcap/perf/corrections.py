@@ -63,18 +63,27 @@ class CorrectionHistory(BaseModel):
         number = self.aliases.get(alias)
         return None if number is None else self.versions[number - 1]
 
-    def add(self, found: list[StepCorrection], reconcile_sha256: str, measured_on: str, alias: str, git_commit: str | None) -> CorrectionVersion:
+    def add(
+        self, found: list[StepCorrection], reconcile_sha256: str, measured_on: str, alias: str, git_commit: str | None
+    ) -> CorrectionVersion:
         """A new version: the alias's current corrections plus `found`; the alias then names it."""
         base = self.resolve(alias)
-        version = CorrectionVersion(version=len(self.versions) + 1, corrections=(*(base.corrections if base else ()), *found),
-                                    added=tuple(found), reconcile_sha256=reconcile_sha256, measured_on=measured_on,
-                                    git_commit=git_commit)  # fmt: skip
+        version = CorrectionVersion(
+            version=len(self.versions) + 1,
+            corrections=(*(base.corrections if base else ()), *found),
+            added=tuple(found),
+            reconcile_sha256=reconcile_sha256,
+            measured_on=measured_on,
+            git_commit=git_commit,
+        )
         self.versions.append(version)
         self.aliases[alias] = version.version
         return version
 
     def record_registry(self, version: int, run_id: str, registry_version: str) -> None:
-        self.versions[version - 1] = self.versions[version - 1].model_copy(update={"mlflow_run_id": run_id, "mlflow_version": registry_version})
+        self.versions[version - 1] = self.versions[version - 1].model_copy(
+            update={"mlflow_run_id": run_id, "mlflow_version": registry_version}
+        )
 
 
 def registered_model_name(configuration: dict[str, Any]) -> str:
@@ -111,7 +120,9 @@ def write_history(directory: Path, history: CorrectionHistory) -> Path:
     return path
 
 
-def apply_corrections(model: StepTimeModel, corrections: tuple[StepCorrection, ...] | list[StepCorrection]) -> StepTimeModel:
+def apply_corrections(
+    model: StepTimeModel, corrections: tuple[StepCorrection, ...] | list[StepCorrection]
+) -> StepTimeModel:
     """`model` with every correction applied, global ones first (a factor per ISL range acts on top)."""
     for c in sorted(corrections, key=lambda c: c.min_context):
         model = ScaledStepModel(model, c.factor, c.min_context)
@@ -127,17 +138,33 @@ def resolve_all(directory: Path | None, alias: str | None) -> list[dict[str, Any
     for history in read_histories(directory):
         v = history.resolve(alias)
         if v is not None:
-            out.append({"registered_model": history.registered_model, "alias": alias, "version": v.version, "mlflow_version": v.mlflow_version,
-                        "configuration": history.configuration, "measured_on": v.measured_on,
-                        "corrections": [c.model_dump(mode="json") for c in v.corrections]})  # fmt: skip
+            out.append(
+                {
+                    "registered_model": history.registered_model,
+                    "alias": alias,
+                    "version": v.version,
+                    "mlflow_version": v.mlflow_version,
+                    "configuration": history.configuration,
+                    "measured_on": v.measured_on,
+                    "corrections": [c.model_dump(mode="json") for c in v.corrections],
+                }
+            )
     return out
 
 
 def describe_factors(corrections: list[dict[str, Any]]) -> str:
     """`x1.21, x2 past 8192`: the factors of corrections as dumped (`StepCorrection.model_dump`)."""
-    return ", ".join(f"x{c['factor']:.3g}" + (f" past {c['min_context']}" if c["min_context"] else "") for c in corrections)
+    return ", ".join(
+        f"x{c['factor']:.3g}" + (f" past {c['min_context']}" if c["min_context"] else "") for c in corrections
+    )
 
 
 def describe(applied: list[dict[str, Any]]) -> str:
     """`llmcap-step-model-…@champion=v2 (x1.21)`, for logs and tags; "none" when nothing applies."""
-    return "; ".join(f"{e['registered_model']}@{e['alias']}=v{e['version']} ({describe_factors(e['corrections'])})" for e in applied) or "none"
+    return (
+        "; ".join(
+            f"{e['registered_model']}@{e['alias']}=v{e['version']} ({describe_factors(e['corrections'])})"
+            for e in applied
+        )
+        or "none"
+    )

@@ -113,7 +113,9 @@ class InlineStepModel(Protocol):
     and inside a run of decode steps); decode_max_context does not change a step's time (the engine then
     skips computing it). `decode_times_batch` is `decode_times` over steps of different batch sizes."""
 
-    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float: ...
+    def step_time_scalar(
+        self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0
+    ) -> float: ...
 
     def decode_times(self, decode_seqs: float, decode_context: F64) -> F64: ...
 
@@ -139,14 +141,18 @@ def prefill_time(model: StepTimeModel, isl: ArrayLike, cached: ArrayLike = 0.0, 
     start = cached_a[owner] + k * chunk
     size = np.minimum(chunk, isl_a[owner] - start)
     times = model.step_time(StepBatch.build(size, causal_pairs(size, start)))
-    return cast(F64, np.bincount(owner, weights=times, minlength=new.size))  # float64 with weights; numpy's stubs say intp
+    return cast(
+        F64, np.bincount(owner, weights=times, minlength=new.size)
+    )  # float64 with weights; numpy's stubs say intp
 
 
 def decode_step_time(model: StepTimeModel, batch_size: ArrayLike, mean_context: ArrayLike) -> F64:
     """Time of one pure-decode step of `batch_size` sequences with `mean_context` tokens each."""
     b, ctx = np.broadcast_arrays(np.asarray(batch_size, dtype=np.float64), np.asarray(mean_context, dtype=np.float64))
     b, ctx = b.ravel(), ctx.ravel()
-    return model.step_time(StepBatch.build(decode_seqs=b, decode_context=b * ctx, decode_max_context=np.where(b > 0, ctx, 0.0)))
+    return model.step_time(
+        StepBatch.build(decode_seqs=b, decode_context=b * ctx, decode_max_context=np.where(b > 0, ctx, 0.0))
+    )
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,14 @@ class LinearStepModel:
     def design(batch: StepBatch) -> F64:
         """The n × 6 term matrix, columns in `TERMS` order (for fitting)."""
         return np.column_stack(
-            [np.ones(len(batch)), batch.prefill_tokens, batch.prefill_pairs, batch.prefill_seqs, batch.decode_seqs, batch.decode_context]
+            [
+                np.ones(len(batch)),
+                batch.prefill_tokens,
+                batch.prefill_pairs,
+                batch.prefill_seqs,
+                batch.decode_seqs,
+                batch.decode_context,
+            ]
         )
 
     def step_time(self, batch: StepBatch) -> F64:

@@ -25,14 +25,25 @@ def model_error(step: StepTimeModel) -> ModelError | None:
         inner = model_error(step.model)
         return None if inner is None else ModelError(inner.relative, f"{inner.basis}, corrected ×{step.factor:.4g}")
     if isinstance(step, CalibratedFit):
-        return ModelError(step.median_abs_rel_error, f"measured profile: median |error| of its fit, {step.median_abs_rel_error:.1%}")
+        return ModelError(
+            step.median_abs_rel_error, f"measured profile: median |error| of its fit, {step.median_abs_rel_error:.1%}"
+        )
     if isinstance(step, RooflineModel):
         cal = step.calibration
         if cal is not None:
             e = held_out_error(cal)
-            return None if e is None else ModelError(e, f"roofline calibrated for {cal.gpu}: held-out median |error| {e:.1%} ({cal.describe()['file']})")
+            return (
+                None
+                if e is None
+                else ModelError(
+                    e, f"roofline calibrated for {cal.gpu}: held-out median |error| {e:.1%} ({cal.describe()['file']})"
+                )
+            )
         worst = default_efficiencies_error()
         if worst is not None:
-            return ModelError(worst[0], f"roofline with the default efficiencies: their median |error| on {worst[1]}'s public timings, "
-                                        f"the worst shipped GPU, {worst[0]:.1%}")  # fmt: skip
+            return ModelError(
+                worst[0],
+                f"roofline with the default efficiencies: their median |error| on {worst[1]}'s public timings, "
+                f"the worst shipped GPU, {worst[0]:.1%}",
+            )
     return None

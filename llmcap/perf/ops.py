@@ -14,9 +14,25 @@ Bound = Literal["compute", "memory", "communication", "overhead"]
 
 # Breakdown order (ops absent from a configuration are left out).
 OPS = (
-    "embed", "norms", "qkv_proj", "attn_prefill", "attn_decode", "attn_kernel", "o_proj", "mlp", "router", "shared_experts", "moe_experts",
-    "lm_head", "tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv", "pp_bubble", "overhead",
-)  # fmt: skip
+    "embed",
+    "norms",
+    "qkv_proj",
+    "attn_prefill",
+    "attn_decode",
+    "attn_kernel",
+    "o_proj",
+    "mlp",
+    "router",
+    "shared_experts",
+    "moe_experts",
+    "lm_head",
+    "tp_allreduce",
+    "logits_gather",
+    "ep_all_to_all",
+    "pp_send_recv",
+    "pp_bubble",
+    "overhead",
+)
 COMM_OPS = ("tp_allreduce", "logits_gather", "ep_all_to_all", "pp_send_recv")
 
 
@@ -45,7 +61,7 @@ class OpAccumulator:
     def add(self, op: str, t: F64, tc: F64, tm: F64, flops: F64, nbytes: F64, scale: float | F64 = 1.0) -> None:
         vals = [np.broadcast_to(np.asarray(v, dtype=np.float64) * scale, (self.n,)) for v in (t, tc, tm, flops, nbytes)]
         if op in self.ops:
-            self.ops[op] = [a + b for a, b in zip(self.ops[op], vals)]
+            self.ops[op] = [a + b for a, b in zip(self.ops[op], vals, strict=True)]
         else:
             self.ops[op] = [np.array(v) for v in vals]
 

@@ -92,13 +92,33 @@ STEPS_SCHEMA = pa.schema(
         pa.field("kind", pa.string(), nullable=False),
         pa.field("isl", pa.int64(), nullable=False),
         pa.field("concurrency", pa.int32(), nullable=False),
-        *(pa.field(name, pa.float64(), nullable=False) for name in
-          ("steps", "prefill_tokens", "prefill_pairs", "prefill_seqs", "decode_seqs", "decode_context", "client", "seconds")),
+        *(
+            pa.field(name, pa.float64(), nullable=False)
+            for name in (
+                "steps",
+                "prefill_tokens",
+                "prefill_pairs",
+                "prefill_seqs",
+                "decode_seqs",
+                "decode_context",
+                "client",
+                "seconds",
+            )
+        ),
         pa.field("count", pa.int64(), nullable=False),
     ]
 )
 
-_OBS_COLUMNS = ("steps", "prefill_tokens", "prefill_pairs", "prefill_seqs", "decode_seqs", "decode_context", "client", "seconds")
+_OBS_COLUMNS = (
+    "steps",
+    "prefill_tokens",
+    "prefill_pairs",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_context",
+    "client",
+    "seconds",
+)
 
 
 def points_table(rows: list[dict]) -> pa.Table:
@@ -106,7 +126,9 @@ def points_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist([{f.name: r.get(f.name) for f in POINTS_SCHEMA} for r in rows], schema=POINTS_SCHEMA)
 
 
-def steps_table(obs: StepObservations, kind: list[str], isl: ArrayLike, concurrency: ArrayLike, count: ArrayLike) -> pa.Table:
+def steps_table(
+    obs: StepObservations, kind: list[str], isl: ArrayLike, concurrency: ArrayLike, count: ArrayLike
+) -> pa.Table:
     n = len(obs)
     cols = {
         "kind": pa.array(kind, pa.string()),
@@ -153,11 +175,14 @@ def _pchip_loglog(x: F64, y: F64, q: F64) -> tuple[F64, np.ndarray]:
     return np.exp(v), out
 
 
-def interpolate(points: pa.Table, metric: str, isl: ArrayLike, concurrency: ArrayLike = 1, x: str = "isl") -> Interpolated:
+def interpolate(
+    points: pa.Table, metric: str, isl: ArrayLike, concurrency: ArrayLike = 1, x: str = "isl"
+) -> Interpolated:
     """`metric` (a POINTS_SCHEMA time column) at (isl, concurrency) from the measured grid; `x` names
     the length axis (`decode_context_mean` to interpolate decode steps by their context)."""
-    isl_q, c_q = np.broadcast_arrays(np.atleast_1d(np.asarray(isl, dtype=np.float64)),
-                                     np.atleast_1d(np.asarray(concurrency, dtype=np.float64)))
+    isl_q, c_q = np.broadcast_arrays(
+        np.atleast_1d(np.asarray(isl, dtype=np.float64)), np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    )
     cols = points.select([x, "concurrency", metric]).to_pandas().dropna().rename(columns={x: "isl"})
     cols = cols[cols[metric] > 0]
     if cols.empty:
@@ -209,8 +234,11 @@ class ProfileStepModel:
         if dec.any():
             ctx = batch.decode_context[dec] / batch.decode_seqs[dec]
             looked = interpolate(self.points, "itl_mean_s", ctx, batch.decode_seqs[dec], x="decode_context_mean")
-            prefill = (linear.per_prefill_token_s * batch.prefill_tokens[dec] + linear.per_pair_s * batch.prefill_pairs[dec]
-                       + linear.per_prefill_seq_s * batch.prefill_seqs[dec])
+            prefill = (
+                linear.per_prefill_token_s * batch.prefill_tokens[dec]
+                + linear.per_pair_s * batch.prefill_pairs[dec]
+                + linear.per_prefill_seq_s * batch.prefill_seqs[dec]
+            )
             out[dec] = looked.value + prefill
             flags[dec] = looked.extrapolated
         self.last_extrapolated = flags
@@ -245,7 +273,8 @@ class Profile:
         pq.write_table(self.points.replace_schema_metadata(meta), directory / "points.parquet")
         pq.write_table(self.steps.replace_schema_metadata(meta), directory / "steps.parquet")
         (directory / "fingerprint.json").write_text(
-            json.dumps(self.fingerprint.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+            json.dumps(self.fingerprint.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8"
+        )
         if self.fit is not None:
             (directory / "fit.json").write_text(json.dumps(self.fit.to_dict(), indent=2) + "\n", encoding="utf-8")
         manifest = {**self.manifest, "format": FORMAT_VERSION, "fingerprint_hash": self.fingerprint_hash}
@@ -274,5 +303,7 @@ def read_profile(directory: Path) -> Profile:
     fit_path = directory / "fit.json"
     fit = CalibratedFit.from_dict(json.loads(fit_path.read_text(encoding="utf-8"))) if fit_path.exists() else None
     if manifest.get("format") != FORMAT_VERSION:
-        raise InputFileError(directory / "manifest.json", f"profile format {manifest.get('format')!r}, expected {FORMAT_VERSION}")
+        raise InputFileError(
+            directory / "manifest.json", f"profile format {manifest.get('format')!r}, expected {FORMAT_VERSION}"
+        )
     return Profile(fp, points.cast(POINTS_SCHEMA), steps.cast(STEPS_SCHEMA), fit, manifest)

@@ -56,11 +56,19 @@ from llmcap.catalog.models import ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
 
 # The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
-from llmcap.memory import QUANTIZED_COMPONENTS, VOCAB_PADDING, Parallelism, pp_stage_layers, rank_shard, rank_tensor_bytes, validate_parallelism
+from llmcap.memory import (
+    QUANTIZED_COMPONENTS,
+    VOCAB_PADDING,
+    Parallelism,
+    pp_stage_layers,
+    rank_shard,
+    rank_tensor_bytes,
+    validate_parallelism,
+)
 from llmcap.perf.allreduce import allreduce_time
 from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
-from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time
 from llmcap.perf.calibration import Calibration, calibrated_params
+from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time
 from llmcap.perf.cuda_graphs import padded_rows
 from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
@@ -72,6 +80,7 @@ if TYPE_CHECKING:
     from llmcap.perf.roofline_compiled import CompiledRoofline
 
 F64 = NDArray[np.float64]
+
 
 @dataclass(frozen=True)
 class _Gemm:
@@ -188,7 +197,9 @@ class RooflineModel:
         if is_moe and "routed_experts" in by:
             g = self._gemm(by["routed_experts"], 2)  # fused MoE: the gate/up and the down kernel
             local = -(-self.model.moe.num_experts // self.parallelism.ep)  # type: ignore[union-attr]
-            expert = _Gemm(g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops, g.kernels)
+            expert = _Gemm(
+                g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops, g.kernels
+            )
         norm_bytes = sum(rank_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
         return _LayerKind(
             is_moe=is_moe,
@@ -204,8 +215,17 @@ class RooflineModel:
 
     # ---------------------------------------------------------------- costing
 
-    def _roofline(self, acc: OpAccumulator, op: str, flops: F64, nbytes: F64, peak: float, eff: F64, scale: float = 1.0,
-                  fixed: F64 | float = 0.0) -> F64:
+    def _roofline(
+        self,
+        acc: OpAccumulator,
+        op: str,
+        flops: F64,
+        nbytes: F64,
+        peak: float,
+        eff: F64,
+        scale: float = 1.0,
+        fixed: F64 | float = 0.0,
+    ) -> F64:
         tc = flops / (peak * eff)
         tm = nbytes / (self.gpu.hbm_bandwidth_bytes_s * self.params.hbm_efficiency)
         t = np.maximum(tc, tm) + fixed
@@ -218,14 +238,18 @@ class RooflineModel:
         flops = g.flops_per_row * rows
         nbytes = np.where(live, g.weight_bytes + g.act_bytes_per_row * rows, 0.0)
         eff = matmul_efficiency(rows, p.matmul_efficiency_max, p.matmul_half_tokens)
-        return self._roofline(acc, op, flops, nbytes, g.peak_flops, eff, scale, np.where(live, g.kernels * p.gemm_kernel_s, 0.0))
+        return self._roofline(
+            acc, op, flops, nbytes, g.peak_flops, eff, scale, np.where(live, g.kernels * p.gemm_kernel_s, 0.0)
+        )
 
     def _rows(self, tokens: F64) -> F64:
         """Token rows the step's GEMMs, norms and collectives run with: CUDA-graph padded (llmcap.perf.cuda_graphs)."""
         return padded_rows(tokens, self.params.cuda_graph_max_tokens) if self.params.cuda_graph_max_tokens else tokens
 
     def _allreduce(self, message_bytes: F64) -> F64:
-        return allreduce_time(message_bytes, self.parallelism.tp, self._link_tp, self.params.allreduce_oneshot_latency_s)
+        return allreduce_time(
+            message_bytes, self.parallelism.tp, self._link_tp, self.params.allreduce_oneshot_latency_s
+        )
 
     def _attention(self, acc: OpAccumulator, op: str, a: AttentionTerms, scale: float) -> F64:
         t = a.time()  # the same max(compute, memory) as `_roofline`
@@ -247,9 +271,15 @@ class RooflineModel:
         total += self._roofline(acc, "norms", np.zeros_like(rows), nb, self._peak_bf16, np.ones_like(rows), scale)
         total += self._matmul(acc, "qkv_proj", k.qkv, rows, scale)
         a = self.attention
-        total += self._attention(acc, "attn_prefill", prefill_attention(a, mb.prefill_tokens, mb.prefill_pairs, k.window), scale)
-        total += self._attention(acc, "attn_decode", decode_attention(a, mb.decode_seqs, mb.decode_context, k.window), scale)
-        if p.attention_kernel_s:  # one attention kernel a layer in a step with tokens: a function of the rows, so tabulated
+        total += self._attention(
+            acc, "attn_prefill", prefill_attention(a, mb.prefill_tokens, mb.prefill_pairs, k.window), scale
+        )
+        total += self._attention(
+            acc, "attn_decode", decode_attention(a, mb.decode_seqs, mb.decode_context, k.window), scale
+        )
+        if (
+            p.attention_kernel_s
+        ):  # one attention kernel a layer in a step with tokens: a function of the rows, so tabulated
             fixed = np.where(rows > 0, p.attention_kernel_s, 0.0)
             total += self._comm(acc, "attn_kernel", fixed, np.zeros_like(fixed), scale)
         total += self._matmul(acc, "o_proj", k.o, rows, scale)
@@ -360,7 +390,7 @@ class RooflineModel:
 
     def attention_layers(self) -> list[list[tuple[int | None, int]]]:
         """Per PP stage: (sliding window or None, number of layers) of each kind of layer, kinds in a fixed order."""
-        return [[(k.window, int(c)) for k, c in zip(self._kinds, counts)] for counts in self._stage_counts]
+        return [[(k.window, int(c)) for k, c in zip(self._kinds, counts, strict=True)] for counts in self._stage_counts]
 
     def row_terms(self, rows: F64) -> tuple[F64, F64, F64]:
         """A step's costs that depend on one count alone (all but attention and the fixed overhead), for

@@ -15,7 +15,6 @@ from llmcap.perf.model import StepBatch
 from llmcap.perf.roofline import F64, OpCost, RooflineModel
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
-
 # Tables grow on demand up to this many tokens; integer steps beyond it (and non-integer ones) take the
 # exact path. 2**20 tokens is far past any engine's max_num_batched_tokens + max_num_seqs.
 MAX_TABLE_TOKENS = 1 << 20
@@ -67,7 +66,11 @@ class CompiledRoofline:
         self.scalar = ScalarRoofline(self.attention, self._overhead, self._groups1)
         self._scalars = [self.scalar]  # and the scaled views (`scaled_scalar`): every one reads the tables as they grow
         self._n = 0
-        self._ta, self._la, self._hop = np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, par.pp, 0)), np.zeros((par.pp, 0))
+        self._ta, self._la, self._hop = (
+            np.zeros((par.pp, par.pp, 0)),
+            np.zeros((par.pp, par.pp, 0)),
+            np.zeros((par.pp, 0)),
+        )
         self._grow(int(max_tokens) + 1)
 
     # ---------------------------------------------------------------- tables
@@ -143,20 +146,33 @@ class CompiledRoofline:
         bubble = max(0.0, m * max(st) - trav)
         return (trav + bubble) + self._overhead
 
-    def _exact_one(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float) -> float:
+    def _exact_one(
+        self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float
+    ) -> float:
         b = StepBatch(*(np.array([v], dtype=np.float64) for v in (p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)))
         return float(self.exact.step_time(b)[0])
 
-    def step_time_arrays(self, p_tok: F64, p_pairs: F64, p_seqs: F64, d_seqs: F64, d_ctx: F64, d_max: F64 | None = None) -> F64:
+    def step_time_arrays(
+        self, p_tok: F64, p_pairs: F64, p_seqs: F64, d_seqs: F64, d_ctx: F64, d_max: F64 | None = None
+    ) -> F64:
         """`step_time_scalar` over arrays of equal length (float64), element for element the same."""
         T = p_tok + d_seqs
         L = p_seqs + d_seqs
-        ok = (T >= 0) & (L >= 0) & (T <= MAX_TABLE_TOKENS) & (L <= MAX_TABLE_TOKENS) & (np.floor(T) == T) & (np.floor(L) == L)
+        ok = (
+            (T >= 0)
+            & (L >= 0)
+            & (T <= MAX_TABLE_TOKENS)
+            & (L <= MAX_TABLE_TOKENS)
+            & (np.floor(T) == T)
+            & (np.floor(L) == L)
+        )
         if not ok.all():
             out = np.empty(T.size)
             d = np.zeros(T.size) if d_max is None else d_max
             bad = ~ok
-            out[bad] = self.exact.step_time(StepBatch(p_tok[bad], p_pairs[bad], p_seqs[bad], d_seqs[bad], d_ctx[bad], d[bad]))
+            out[bad] = self.exact.step_time(
+                StepBatch(p_tok[bad], p_pairs[bad], p_seqs[bad], d_seqs[bad], d_ctx[bad], d[bad])
+            )
             if ok.any():
                 out[ok] = self.step_time_arrays(p_tok[ok], p_pairs[ok], p_seqs[ok], d_seqs[ok], d_ctx[ok])
             return out
@@ -208,7 +224,7 @@ class CompiledRoofline:
         """`decode_times` of steps with different batch sizes at once (pp = 1, every batch size inside the
         tables): step i has decode_seqs[i] sequences over total context decode_context[i]. Same numbers."""
         b = np.asarray(decode_seqs, dtype=np.int64)
-        if self.pp != 1 or (b.size and not (0 <= int(b.min()) and int(b.max()) < self._n)):
+        if self.pp != 1 or (b.size and not (int(b.min()) >= 0 and int(b.max()) < self._n)):
             raise ValueError("decode_times_batch needs pp = 1 and batch sizes inside the tables")
         fb = b.astype(np.float64)
         t = self._ta[0, 0][b] + self._la[0, 0][b]
@@ -222,7 +238,9 @@ class CompiledRoofline:
     def step_time(self, batch: StepBatch) -> F64:
         """Seconds per engine iteration for every batch in `batch` (`RooflineModel.step_time`, fast)."""
         b = batch
-        return self.step_time_arrays(b.prefill_tokens, b.prefill_pairs, b.prefill_seqs, b.decode_seqs, b.decode_context, b.decode_max_context)
+        return self.step_time_arrays(
+            b.prefill_tokens, b.prefill_pairs, b.prefill_seqs, b.decode_seqs, b.decode_context, b.decode_max_context
+        )
 
     def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
         """Per-op costs come from the exact model (tables keep only sums)."""

@@ -17,7 +17,13 @@ class ScalarRoofline:
     """Attention in closed form plus table look-ups for everything else (pp = 1 tables: `ta1`, `la1`); every
     step time × `factor` (1.0: the roofline's own, bit for bit; else a `ScaledStepModel`'s, as it rounds)."""
 
-    def __init__(self, attention: AttentionCoefficients, overhead: float, groups: list[tuple[int | None, float]], factor: float = 1.0) -> None:
+    def __init__(
+        self,
+        attention: AttentionCoefficients,
+        overhead: float,
+        groups: list[tuple[int | None, float]],
+        factor: float = 1.0,
+    ) -> None:
         # the coefficients as native float attributes: read per step without a Python attribute lookup
         self.per_pair = attention.per_pair
         self.peak = attention.peak

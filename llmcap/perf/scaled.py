@@ -77,7 +77,9 @@ class ScaledInline:
         scaled = getattr(inner, "scaled_scalar", None)
         self.scalar = scaled(factor) if min_context == 0.0 and self.pp == 1 and callable(scaled) else None
 
-    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float:
+    def step_time_scalar(
+        self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0
+    ) -> float:
         base = self.inner.step_time_scalar(p_tok, p_pairs, p_seqs, d_seqs, d_ctx, d_max)
         if self.min_context == 0.0 or reach_of(p_tok, p_pairs, p_seqs) > self.min_context:
             return base * self.factor

@@ -69,8 +69,10 @@ def _key_columns(measured: pa.Table, predicted: pa.Table) -> list[str]:
     keys = [k for k in KEYS if k in measured.column_names and k in predicted.column_names]
     for k in KEYS:
         if (k in measured.column_names) != (k in predicted.column_names):
-            raise LlmcapError(f"column '{k}' is in the {'measured' if k in measured.column_names else 'predicted'} records only: "
-                              "both sides must carry it to be paired")  # fmt: skip
+            raise LlmcapError(
+                f"column '{k}' is in the {'measured' if k in measured.column_names else 'predicted'} records only: "
+                "both sides must carry it to be paired"
+            )
     return keys
 
 
@@ -105,14 +107,23 @@ def pair(measured: pa.Table, predicted: pa.Table) -> tuple[pa.Table, pa.Table, A
             if s != "ok":
                 not_ok[f"{side}:{s}"] = not_ok.get(f"{side}:{s}", 0) + 1
     both = len(set(mk) & set(pk))
-    acc = Accounting(measured.num_rows, predicted.num_rows, len(mi), measured.num_rows - both, predicted.num_rows - both, not_ok)
+    acc = Accounting(
+        measured.num_rows, predicted.num_rows, len(mi), measured.num_rows - both, predicted.num_rows - both, not_ok
+    )
     m, p = measured.take(pa.array(mi, pa.int64())), predicted.take(pa.array(pi, pa.int64()))
-    if m.column("isl").to_pylist() != p.column("isl").to_pylist() or m.column("osl").to_pylist() != p.column("osl").to_pylist():
-        raise LlmcapError("measured and predicted records disagree on isl/osl for the same request: not the same excerpt")
+    if (
+        m.column("isl").to_pylist() != p.column("isl").to_pylist()
+        or m.column("osl").to_pylist() != p.column("osl").to_pylist()
+    ):
+        raise LlmcapError(
+            "measured and predicted records disagree on isl/osl for the same request: not the same excerpt"
+        )
     return m, p, acc
 
 
-def _range_labels(values: np.ndarray, edges: tuple[int, ...]) -> tuple[np.ndarray, list[str], list[tuple[int, int | None]]]:
+def _range_labels(
+    values: np.ndarray, edges: tuple[int, ...]
+) -> tuple[np.ndarray, list[str], list[tuple[int, int | None]]]:
     idx = np.searchsorted(np.asarray(edges), values, side="right") - 1
     ranges = [(lo, edges[k + 1] if k + 1 < len(edges) else None) for k, lo in enumerate(edges)]
     labels = [f"[{lo},{hi})" if hi is not None else f"[{lo},inf)" for lo, hi in ranges]
@@ -130,7 +141,9 @@ def bucket_biases(measured: pa.Table, predicted: pa.Table, params: ReconcilePara
     osl_idx, osl_labels, _ = _range_labels(measured.column("osl").to_numpy(), params.osl_edges)
     groups = [g for g in GROUPS if g in measured.column_names]
     group_vals = [[str(v) for v in measured.column(g).to_pylist()] for g in groups]
-    keys = [(int(a), int(b), *(gv[i] for gv in group_vals)) for i, (a, b) in enumerate(zip(isl_idx, osl_idx, strict=True))]
+    keys = [
+        (int(a), int(b), *(gv[i] for gv in group_vals)) for i, (a, b) in enumerate(zip(isl_idx, osl_idx, strict=True))
+    ]
     order = np.argsort(_f64(measured, "arrival_s"), kind="stable")
     values = {m: (_f64(measured, col), _f64(predicted, col)) for m, col in METRICS.items()}
     members: dict[tuple, list[int]] = {}
@@ -151,12 +164,16 @@ def bucket_biases(measured: pa.Table, predicted: pa.Table, params: ReconcilePara
     return out
 
 
-def _estimates(m: np.ndarray, p: np.ndarray, params: ReconcileParams, rng: np.random.Generator) -> dict[float, Estimate]:
+def _estimates(
+    m: np.ndarray, p: np.ndarray, params: ReconcileParams, rng: np.random.Generator
+) -> dict[float, Estimate]:
     qs = np.asarray(params.percentiles) / 100.0
     idx = rng.integers(0, m.size, size=(params.bootstrap, m.size))
     boot = np.quantile(p[idx], qs, axis=1) / np.quantile(m[idx], qs, axis=1) - 1.0  # (percentiles, resamples)
     alpha = (1.0 - params.confidence) / 2.0
     low, high = np.quantile(boot, [alpha, 1.0 - alpha], axis=1)
     mq, pq = np.quantile(m, qs), np.quantile(p, qs)
-    return {float(q): Estimate(float(pq[k] / mq[k] - 1.0), float(low[k]), float(high[k]), float(mq[k]), float(pq[k]))
-            for k, q in enumerate(params.percentiles)}  # fmt: skip
+    return {
+        float(q): Estimate(float(pq[k] / mq[k] - 1.0), float(low[k]), float(high[k]), float(mq[k]), float(pq[k]))
+        for k, q in enumerate(params.percentiles)
+    }

@@ -58,22 +58,48 @@ class Reconciliation:
     def to_dict(self) -> dict:
         a = self.accounting
         return {
-            "accounting": {"measured": a.measured, "predicted": a.predicted, "paired_ok": a.paired_ok,
-                           "only_measured": a.only_measured, "only_predicted": a.only_predicted, "not_ok": a.not_ok},
+            "accounting": {
+                "measured": a.measured,
+                "predicted": a.predicted,
+                "paired_ok": a.paired_ok,
+                "only_measured": a.only_measured,
+                "only_predicted": a.only_predicted,
+                "not_ok": a.not_ok,
+            },
             "deciding_percentile": self.percentile,
             "tolerance": self.tolerance,
             "stale_fields": list(self.stale_fields),
-            "drifts": [{"run": d.run, "first": d.first, "second": d.second, "change": d.change, "requests": d.requests} for d in self.drifts],
+            "drifts": [
+                {"run": d.run, "first": d.first, "second": d.second, "change": d.change, "requests": d.requests}
+                for d in self.drifts
+            ],
             "corrections": [c.model_dump(mode="json") for c in self.corrections],
             "buckets": [_bucket_dict(d) for d in self.decisions],
-        }  # fmt: skip
+        }
 
 
 def _bucket_dict(d: BucketDecision) -> dict:
-    errors = {m: {f"p{q:g}": {"e": est.e, "ci": [est.low, est.high], "measured_s": est.measured_s, "predicted_s": est.predicted_s}
-                  for q, est in by_q.items()} for m, by_q in d.bias.errors.items()}  # fmt: skip
-    return {"bucket": d.bias.key, "requests": d.bias.requests, "decision": d.decision, "ratios": d.ratios,
-            "biased": list(d.biased), "reasoning": d.reasoning, "errors": errors}  # fmt: skip
+    errors = {
+        m: {
+            f"p{q:g}": {
+                "e": est.e,
+                "ci": [est.low, est.high],
+                "measured_s": est.measured_s,
+                "predicted_s": est.predicted_s,
+            }
+            for q, est in by_q.items()
+        }
+        for m, by_q in d.bias.errors.items()
+    }
+    return {
+        "bucket": d.bias.key,
+        "requests": d.bias.requests,
+        "decision": d.decision,
+        "ratios": d.ratios,
+        "biased": list(d.biased),
+        "reasoning": d.reasoning,
+        "errors": errors,
+    }
 
 
 def _ratio(b: BucketBias, metric: str, q: float) -> float:
@@ -104,23 +130,35 @@ def _fmt_e(b: BucketBias, metric: str, q: float) -> str:
     return f"e_{metric.upper()} p{q:g} {est.e:+.1%} [{est.low:+.1%}, {est.high:+.1%}]"
 
 
-def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcileParams, drifts: list[Drift],
-           stale_fields: tuple[str, ...] = ()) -> Reconciliation:  # fmt: skip
+def decide(
+    biases: list[BucketBias],
+    accounting: Accounting,
+    params: ReconcileParams,
+    drifts: list[Drift],
+    stale_fields: tuple[str, ...] = (),
+) -> Reconciliation:
     q, tol = params.percentiles[0], params.tolerance
     metrics = ("ttft", "itl")
     judged = [b for b in biases if b.requests >= params.min_requests and all(q in b.errors.get(m, {}) for m in metrics)]
     ratios = {id(b): {m: _ratio(b, m, q) for m in metrics} for b in biases}
     biased = {id(b): tuple(m for m in metrics if _is_biased(b, m, q, tol)) for b in biases}
     weights = np.array([b.requests for b in judged])
-    medians = {m: _weighted_median(np.array([ratios[id(b)][m] for b in judged]), weights) if judged else 1.0 for m in metrics}
+    medians = {
+        m: _weighted_median(np.array([ratios[id(b)][m] for b in judged]), weights) if judged else 1.0 for m in metrics
+    }
     main = {id(b) for b in judged if not any(_deviates(b, m, q, medians[m], tol) for m in metrics)}
     drifting = [d for d in drifts if abs(d.change) > tol]
     stale_reason = ""
     if stale_fields:
-        stale_reason = f"the profile is stale: its fingerprint differs from the measured engine in {', '.join(stale_fields)}"
+        stale_reason = (
+            f"the profile is stale: its fingerprint differs from the measured engine in {', '.join(stale_fields)}"
+        )
     elif drifting:
-        stale_reason = "the engine's speed drifted within a run (" + "; ".join(
-            f"run {d.run}: ITL ratio {d.first:.3f} -> {d.second:.3f}, {d.change:+.1%}" for d in drifting) + ")"
+        stale_reason = (
+            "the engine's speed drifted within a run ("
+            + "; ".join(f"run {d.run}: ITL ratio {d.first:.3f} -> {d.second:.3f}, {d.change:+.1%}" for d in drifting)
+            + ")"
+        )
 
     corrections: list[Correction] = []
     global_factor = 1.0
@@ -132,10 +170,17 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
         # carries queueing, which a slower engine grows more than in proportion
         metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
         global_factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
-        corrections.append(Correction(factor=global_factor, buckets=tuple(b.label for b in members), reasoning=(
-            f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
-            f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
-            f"(median measured/predicted {metric.upper()} per request over those buckets)")))  # fmt: skip
+        corrections.append(
+            Correction(
+                factor=global_factor,
+                buckets=tuple(b.label for b in members),
+                reasoning=(
+                    f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
+                    f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
+                    f"(median measured/predicted {metric.upper()} per request over those buckets)"
+                ),
+            )
+        )
 
     range_factor: dict[tuple, float] = {}
     if not stale_reason:
@@ -146,30 +191,58 @@ def decide(biases: list[BucketBias], accounting: Accounting, params: ReconcilePa
             # fitted on TTFT: a range correction scales prefill steps only
             factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
             range_factor[rng] = factor
-            corrections.append(Correction(factor=factor, min_context=rng[0], buckets=tuple(b.label for b in same), reasoning=(
-                f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
-                f"prefill steps reaching past {rng[0]} tokens take {factor:.3f}x (on top of the global factor)")))
+            corrections.append(
+                Correction(
+                    factor=factor,
+                    min_context=rng[0],
+                    buckets=tuple(b.label for b in same),
+                    reasoning=(
+                        f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
+                        f"prefill steps reaching past {rng[0]} tokens take {factor:.3f}x (on top of the global factor)"
+                    ),
+                )
+            )
 
     out = []
     for b in biases:
         r, bm = ratios[id(b)], biased[id(b)]
         errs = "; ".join(_fmt_e(b, m, q) for m in metrics if q in b.errors.get(m, {}))
         if all(id(b) != id(j) for j in judged):
-            decision, why = "too_few", f"{b.requests} paired requests (< {params.min_requests}) or no ITL: not judged; {errs or 'no estimate'}"
+            decision, why = (
+                "too_few",
+                f"{b.requests} paired requests (< {params.min_requests}) or no ITL: not judged; {errs or 'no estimate'}",
+            )
         elif stale_reason and bm:
             decision, why = "reprofile", f"{errs}; biased, and {stale_reason}: re-profile instead of fitting a factor"
         elif id(b) not in main and not stale_reason:
             rf = range_factor.get(b.isl_range)
-            fix = (f"a correction of {rf:.3f}x for prefills past {b.isl_range[0]} tokens applies to its class only" if rf is not None
-                   else "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)")
-            decision, why = "split", (f"{errs}; ratios TTFT {r['ttft']:.3f} / ITL {r['itl']:.3f} deviate from the other buckets' "
-                                      f"{medians['ttft']:.3f} / {medians['itl']:.3f} by more than {tol:.0%}: the bias is confined to "
-                                      f"this bucket, so split it instead of a global factor; {fix}")  # fmt: skip
+            fix = (
+                f"a correction of {rf:.3f}x for prefills past {b.isl_range[0]} tokens applies to its class only"
+                if rf is not None
+                else "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)"
+            )
+            decision, why = (
+                "split",
+                (
+                    f"{errs}; ratios TTFT {r['ttft']:.3f} / ITL {r['itl']:.3f} deviate from the other buckets' "
+                    f"{medians['ttft']:.3f} / {medians['itl']:.3f} by more than {tol:.0%}: the bias is confined to "
+                    f"this bucket, so split it instead of a global factor; {fix}"
+                ),
+            )
         elif bm and corrections and corrections[0].min_context == 0:
-            decision, why = "correct", f"{errs}; biased like the other agreeing buckets: the global correction {global_factor:.3f}x applies"
+            decision, why = (
+                "correct",
+                f"{errs}; biased like the other agreeing buckets: the global correction {global_factor:.3f}x applies",
+            )
         elif bm:
-            decision, why = "within_tolerance", f"{errs}; biased, but in a minority of the agreeing buckets' requests: no factor for everyone"
+            decision, why = (
+                "within_tolerance",
+                f"{errs}; biased, but in a minority of the agreeing buckets' requests: no factor for everyone",
+            )
         else:
-            decision, why = "within_tolerance", f"{errs}; within {tol:.0%} (or not significant at {params.confidence:.0%})"
+            decision, why = (
+                "within_tolerance",
+                f"{errs}; within {tol:.0%} (or not significant at {params.confidence:.0%})",
+            )
         out.append(BucketDecision(b, decision, r, bm, why))
     return Reconciliation(accounting, out, corrections, drifts, tuple(stale_fields), q, tol)

@@ -57,8 +57,14 @@ class Finding:
     caveat: str = CAVEAT
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "window_s": [self.start_s, self.end_s], "values": self.values, "baseline": self.baseline,
-                "reading": self.reading, "caveat": self.caveat}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "window_s": [self.start_s, self.end_s],
+            "values": self.values,
+            "baseline": self.baseline,
+            "reading": self.reading,
+            "caveat": self.caveat,
+        }
 
     def __str__(self) -> str:
         vals = ", ".join(f"{k} {v:.3g}" for k, v in self.values.items())
@@ -74,8 +80,12 @@ class Diagnosis:
     findings: list[Finding]
 
     def to_dict(self) -> dict:
-        return {"schema": self.schema, "missing": list(self.missing), "windows": len(self.windows),
-                "findings": [f.to_dict() for f in self.findings]}  # fmt: skip
+        return {
+            "schema": self.schema,
+            "missing": list(self.missing),
+            "windows": len(self.windows),
+            "findings": [f.to_dict() for f in self.findings],
+        }
 
 
 class _Series:
@@ -127,23 +137,31 @@ def _windows(s: _Series, window_s: float) -> list[Window]:
             continue
         span = float(s.times[hi - 1] - s.times[max(lo - 1, 0)]) or window_s
         queries, itl_n = s.growth("prefix_queries", lo, hi), s.growth("itl_count", lo, hi)
-        out.append(Window(float(a), float(min(b, t1)), {
-            "waiting": s.mean("waiting", lo, hi),
-            "running": s.mean("running", lo, hi),
-            "kv_usage": s.mean("kv_usage", lo, hi),
-            "preemptions_per_s": s.growth("preemptions", lo, hi) / span,
-            "prefix_hit_rate": s.growth("prefix_hits", lo, hi) / queries if queries > 0 else np.nan,
-            "itl_mean_s": s.growth("itl_sum", lo, hi) / itl_n if itl_n > 0 else np.nan,
-            "link_busy": s.growth("kv_link_busy", lo, hi) / span,
-        }))  # fmt: skip
+        out.append(
+            Window(
+                float(a),
+                float(min(b, t1)),
+                {
+                    "waiting": s.mean("waiting", lo, hi),
+                    "running": s.mean("running", lo, hi),
+                    "kv_usage": s.mean("kv_usage", lo, hi),
+                    "preemptions_per_s": s.growth("preemptions", lo, hi) / span,
+                    "prefix_hit_rate": s.growth("prefix_hits", lo, hi) / queries if queries > 0 else np.nan,
+                    "itl_mean_s": s.growth("itl_sum", lo, hi) / itl_n if itl_n > 0 else np.nan,
+                    "link_busy": s.growth("kv_link_busy", lo, hi) / span,
+                },
+            )
+        )
     return out
 
 
 def _overall(s: _Series) -> dict[str, float]:
     n = s.times.size
     queries, itl_n = s.growth("prefix_queries", 0, n), s.growth("itl_count", 0, n)
-    return {"prefix_hit_rate": s.growth("prefix_hits", 0, n) / queries if queries > 0 else np.nan,
-            "itl_mean_s": s.growth("itl_sum", 0, n) / itl_n if itl_n > 0 else np.nan}  # fmt: skip
+    return {
+        "prefix_hit_rate": s.growth("prefix_hits", 0, n) / queries if queries > 0 else np.nan,
+        "itl_mean_s": s.growth("itl_sum", 0, n) / itl_n if itl_n > 0 else np.nan,
+    }
 
 
 def _readings(w: dict[str, float], base: dict[str, float], p: DiagnoseParams) -> dict[str, tuple[dict, dict]]:
@@ -165,8 +183,9 @@ def _readings(w: dict[str, float], base: dict[str, float], p: DiagnoseParams) ->
     return out  # comparisons with NaN are False: a quantity the series lacks shows nothing
 
 
-def diagnose(series: pa.Table, params: DiagnoseParams, schema: MetricSchema | None = None,
-             baseline: pa.Table | None = None) -> Diagnosis:  # fmt: skip
+def diagnose(
+    series: pa.Table, params: DiagnoseParams, schema: MetricSchema | None = None, baseline: pa.Table | None = None
+) -> Diagnosis:
     """Findings of `series` (SERIES_SCHEMA); `schema` None: detected from its names; `baseline`: a
     reference series (e.g. a healthy run) for the hit rate and ITL, else the run's best earlier window."""
     if series.num_rows == 0:
@@ -180,7 +199,7 @@ def diagnose(series: pa.Table, params: DiagnoseParams, schema: MetricSchema | No
     findings: list[Finding] = []
     open_: dict[str, list] = {}  # kind -> [start, end, [values...], baseline]
     best = {"prefix_hit_rate": np.nan, "itl_mean_s": np.nan}
-    for k, w in enumerate(windows):
+    for w in windows:
         base = fixed if fixed is not None else best
         seen = _readings(w.values, base, params)
         for kind in [k2 for k2 in open_ if k2 not in seen]:
@@ -192,8 +211,10 @@ def diagnose(series: pa.Table, params: DiagnoseParams, schema: MetricSchema | No
             else:
                 open_[kind] = [w.start_s, w.end_s, [vals], b]
         if fixed is None:  # the run's best so far: highest hit rate, lowest ITL
-            best = {"prefix_hit_rate": _pick(max, best["prefix_hit_rate"], w.values["prefix_hit_rate"]),
-                    "itl_mean_s": _pick(min, best["itl_mean_s"], w.values["itl_mean_s"])}  # fmt: skip
+            best = {
+                "prefix_hit_rate": _pick(max, best["prefix_hit_rate"], w.values["prefix_hit_rate"]),
+                "itl_mean_s": _pick(min, best["itl_mean_s"], w.values["itl_mean_s"]),
+            }
     for kind, rest in open_.items():
         findings.append(_close(kind, *rest))
     findings = [f for f in findings if f.windows >= params.min_windows]

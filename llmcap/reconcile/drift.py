@@ -28,9 +28,14 @@ class Drift:
 
 def speed_drifts(measured: pa.Table, predicted: pa.Table, min_requests: int) -> list[Drift]:
     """Per run with at least 2 × min_requests ITL ratios (paired tables, as `bias.pair` returns them)."""
-    runs = [str(r) for r in measured.column("run").to_pylist()] if "run" in measured.column_names else ["all"] * measured.num_rows
-    ratio = (measured.column("tpot_s").to_numpy(zero_copy_only=False).astype(np.float64)
-             / predicted.column("tpot_s").to_numpy(zero_copy_only=False).astype(np.float64))  # fmt: skip
+    runs = (
+        [str(r) for r in measured.column("run").to_pylist()]
+        if "run" in measured.column_names
+        else ["all"] * measured.num_rows
+    )
+    ratio = measured.column("tpot_s").to_numpy(zero_copy_only=False).astype(np.float64) / predicted.column(
+        "tpot_s"
+    ).to_numpy(zero_copy_only=False).astype(np.float64)
     arrival = measured.column("arrival_s").to_numpy()
     labels = np.asarray(runs)
     out = []

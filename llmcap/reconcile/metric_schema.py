@@ -44,18 +44,46 @@ class MetricSchema:
         return out
 
 
-_COMMON = {"waiting": "vllm:num_requests_waiting", "running": "vllm:num_requests_running", "preemptions": "vllm:num_preemptions_total"}
+_COMMON = {
+    "waiting": "vllm:num_requests_waiting",
+    "running": "vllm:num_requests_running",
+    "preemptions": "vllm:num_preemptions_total",
+}
 SCHEMAS = {
-    "vllm<0.9.1": MetricSchema("vllm<0.9.1", kv_usage="vllm:gpu_cache_usage_perc", prefix_queries="vllm:gpu_prefix_cache_queries_total",
-                               prefix_hits="vllm:gpu_prefix_cache_hits_total", itl="vllm:time_per_output_token_seconds", **_COMMON),
-    "vllm<0.11": MetricSchema("vllm<0.11", kv_usage="vllm:kv_cache_usage_perc", prefix_queries="vllm:prefix_cache_queries_total",
-                              prefix_hits="vllm:prefix_cache_hits_total", itl="vllm:time_per_output_token_seconds", **_COMMON),
-    "vllm>=0.11": MetricSchema("vllm>=0.11", kv_usage="vllm:kv_cache_usage_perc", prefix_queries="vllm:prefix_cache_queries_total",
-                               prefix_hits="vllm:prefix_cache_hits_total", itl="vllm:inter_token_latency_seconds", **_COMMON),
-    "llmcap-twin": MetricSchema("llmcap-twin", kv_usage="vllm:kv_cache_usage_perc", prefix_queries="vllm:prefix_cache_queries_total",
-                                prefix_hits="vllm:prefix_cache_hits_total", itl="vllm:inter_token_latency_seconds",
-                                kv_link_busy="llmcap_twin_kv_link_busy_seconds_total", **_COMMON),
-}  # fmt: skip
+    "vllm<0.9.1": MetricSchema(
+        "vllm<0.9.1",
+        kv_usage="vllm:gpu_cache_usage_perc",
+        prefix_queries="vllm:gpu_prefix_cache_queries_total",
+        prefix_hits="vllm:gpu_prefix_cache_hits_total",
+        itl="vllm:time_per_output_token_seconds",
+        **_COMMON,
+    ),
+    "vllm<0.11": MetricSchema(
+        "vllm<0.11",
+        kv_usage="vllm:kv_cache_usage_perc",
+        prefix_queries="vllm:prefix_cache_queries_total",
+        prefix_hits="vllm:prefix_cache_hits_total",
+        itl="vllm:time_per_output_token_seconds",
+        **_COMMON,
+    ),
+    "vllm>=0.11": MetricSchema(
+        "vllm>=0.11",
+        kv_usage="vllm:kv_cache_usage_perc",
+        prefix_queries="vllm:prefix_cache_queries_total",
+        prefix_hits="vllm:prefix_cache_hits_total",
+        itl="vllm:inter_token_latency_seconds",
+        **_COMMON,
+    ),
+    "llmcap-twin": MetricSchema(
+        "llmcap-twin",
+        kv_usage="vllm:kv_cache_usage_perc",
+        prefix_queries="vllm:prefix_cache_queries_total",
+        prefix_hits="vllm:prefix_cache_hits_total",
+        itl="vllm:inter_token_latency_seconds",
+        kv_link_busy="llmcap_twin_kv_link_busy_seconds_total",
+        **_COMMON,
+    ),
+}
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -79,4 +107,6 @@ def schema_for(engine: str, version: str | None = None) -> MetricSchema:
 
 def detect_schema(sample_names: set[str]) -> MetricSchema:
     """The schema most of whose names the series carries (on a tie, vLLM's: the twin's wins only by its own metric)."""
-    return max(SCHEMAS.values(), key=lambda s: (sum(n in sample_names for n in s.names().values()), s.name != "llmcap-twin"))
+    return max(
+        SCHEMAS.values(), key=lambda s: (sum(n in sample_names for n in s.names().values()), s.name != "llmcap-twin")
+    )

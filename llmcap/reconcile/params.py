@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 class _Strict(BaseModel):
     # strict: a YAML `true` is no 1 and "3" no 3; no knob means anything at .inf/.nan. Tuples from YAML lists.
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False
+    )
 
 
 class DiagnoseParams(_Strict):

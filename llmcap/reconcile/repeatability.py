@@ -84,8 +84,10 @@ class EnvelopeVerdict:
     def reason(self) -> str:
         q = self.ratios
         what = "prediction" if self.band is None else f"prediction band (width {self.band_width:.0%}), nearest point"
-        head = (f"{what} {self.error:+.1%} off the median of {q.size} repeats; repeats spread "
-                f"{self.spread:.1%} (IQR/median), range of measured/predicted {q.min():.2f}-{q.max():.2f}")
+        head = (
+            f"{what} {self.error:+.1%} off the median of {q.size} repeats; repeats spread "
+            f"{self.spread:.1%} (IQR/median), range of measured/predicted {q.min():.2f}-{q.max():.2f}"
+        )
         if abs(self.error) <= self.tolerance:
             return f"{head}: within {self.tolerance:.0%} of the median"
         if self.agree:
@@ -102,7 +104,7 @@ def _checked(measured: ArrayLike, tolerance: float, **predicted: ArrayLike) -> t
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
     ps = [np.broadcast_to(np.asarray(v, dtype=np.float64), m.shape).ravel() for v in predicted.values()]
-    for name, v in (("measured", m), *zip(predicted, ps)):
+    for name, v in (("measured", m), *zip(predicted, ps, strict=True)):
         if not (np.all(np.isfinite(v)) and np.all(v > 0)):
             raise ValueError(f"{name} must be finite and positive, got {v.tolist()}")
     return (m, *ps)
@@ -120,7 +122,9 @@ def judge_band(low: ArrayLike, high: ArrayLike, measured: ArrayLike, tolerance: 
     m, lo, hi = _checked(measured, tolerance, low=low, high=high)
     if np.any(lo > hi):
         raise ValueError(f"band low above high: low {lo.tolist()}, high {hi.tolist()}")
-    return EnvelopeVerdict(tuple(np.clip(m, lo, hi).tolist()), tuple(m.tolist()), tolerance, (tuple(lo.tolist()), tuple(hi.tolist())))
+    return EnvelopeVerdict(
+        tuple(np.clip(m, lo, hi).tolist()), tuple(m.tolist()), tolerance, (tuple(lo.tolist()), tuple(hi.tolist()))
+    )
 
 
 def majority(flags: ArrayLike) -> bool:

@@ -24,12 +24,16 @@ def read_records(path: str | Path) -> pa.Table:
         raise InputFileError(path, f"not a readable parquet file ({exc})") from None
 
 
-def reconcile(measured: pa.Table, predicted: pa.Table, params: ReconcileParams, stale_fields: tuple[str, ...] = ()) -> Reconciliation:
+def reconcile(
+    measured: pa.Table, predicted: pa.Table, params: ReconcileParams, stale_fields: tuple[str, ...] = ()
+) -> Reconciliation:
     """`stale_fields`: the fingerprint fields in which the profile behind the prediction differs from the
     measured engine (`llmcap.perf.fingerprint`); any makes a biased bucket's decision a re-profile."""
     m, p, accounting = pair(measured, predicted)
     if accounting.paired_ok == 0:
-        raise LlmcapError(f"no request is served in both the measured ({measured.num_rows} rows) and predicted "
-                          f"({predicted.num_rows} rows) records: nothing to reconcile")  # fmt: skip
+        raise LlmcapError(
+            f"no request is served in both the measured ({measured.num_rows} rows) and predicted "
+            f"({predicted.num_rows} rows) records: nothing to reconcile"
+        )
     biases = bucket_biases(m, p, params)
     return decide(biases, accounting, params, speed_drifts(m, p, params.min_requests), stale_fields)

@@ -10,6 +10,7 @@ something runs; `read_series` reads a parquet or CSV file with these columns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmcap.errors import InputFileError
 
-SERIES_SCHEMA = pa.schema([pa.field("time_s", pa.float64(), nullable=False), pa.field("name", pa.string(), nullable=False),
-                           pa.field("engine", pa.string(), nullable=False), pa.field("value", pa.float64(), nullable=False)])  # fmt: skip
+SERIES_SCHEMA = pa.schema(
+    [
+        pa.field("time_s", pa.float64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("engine", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
 
 
 def samples(text: str) -> dict[tuple[str, str], float]:
@@ -41,7 +48,9 @@ def samples(text: str) -> dict[tuple[str, str], float]:
 def to_table(scrapes: list[tuple[float, dict[tuple[str, str], float]]]) -> pa.Table:
     rows = [(t, name, engine, v) for t, snap in scrapes for (name, engine), v in sorted(snap.items())]
     cols: list[Sequence[object]] = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
-    return pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(cols, SERIES_SCHEMA, strict=True)], schema=SERIES_SCHEMA)
+    return pa.Table.from_arrays(
+        [pa.array(c, f.type) for c, f in zip(cols, SERIES_SCHEMA, strict=True)], schema=SERIES_SCHEMA
+    )
 
 
 async def record(base_url: str, stop: asyncio.Event, interval_s: float = 1.0, time_scale: float = 1.0) -> pa.Table:
@@ -56,10 +65,8 @@ async def record(base_url: str, stop: asyncio.Event, interval_s: float = 1.0, ti
             scrapes.append(((time.perf_counter() - t0) / time_scale, samples(r.text)))
             if stop.is_set():
                 break
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), interval_s)
-            except TimeoutError:
-                pass
     return to_table(scrapes)
 
 
@@ -77,7 +84,7 @@ def read_series(path: str | Path) -> pa.Table:
         raise InputFileError(p, f"missing column(s) {', '.join(missing)} (expected time_s, name, engine, value)")
     table = table.select([f.name for f in SERIES_SCHEMA])
     if table.column("engine").null_count or table.column("time_s").null_count or table.column("value").null_count:
-        raise InputFileError(p, "null time_s, engine or value (engine is \"\" for a sample without that label)")
+        raise InputFileError(p, 'null time_s, engine or value (engine is "" for a sample without that label)')
     try:
         return table.cast(SERIES_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -54,13 +54,15 @@ def _side(records: pa.Table, isl_edges: list[int], osl_edges: list[int]) -> dict
     ttft = ok.column("ttft_s").to_numpy(zero_copy_only=False).astype(np.float64)
     itl = ok.column("tpot_s").to_numpy(zero_copy_only=False).astype(np.float64)
     out = {}
-    for key in sorted(set(zip(run, isl_b, osl_b))):
+    for key in sorted(set(zip(run, isl_b, osl_b, strict=True))):
         m = (run == key[0]) & (isl_b == key[1]) & (osl_b == key[2])
         out[key] = {"n": int(m.sum()), "ttft_ms": _pcts(ttft[m]), "itl_ms": _pcts(itl[m])}
     return out
 
 
-def bucket_table(measured: pa.Table, predicted: pa.Table, isl_edges: list[int], osl_edges: list[int], run_order: list[str]) -> list[dict[str, Any]]:
+def bucket_table(
+    measured: pa.Table, predicted: pa.Table, isl_edges: list[int], osl_edges: list[int], run_order: list[str]
+) -> list[dict[str, Any]]:
     """One row per (run, ISL bucket, OSL bucket) with ok requests on either side: counts and p50/p90/p99 of
     TTFT and ITL, measured and predicted, in ms (None where a side has no request there)."""
     m, p = _side(measured, isl_edges, osl_edges), _side(predicted, isl_edges, osl_edges)
@@ -70,7 +72,13 @@ def bucket_table(measured: pa.Table, predicted: pa.Table, isl_edges: list[int], 
     rows = []
     for key in keys:
         a, b = m.get(key, empty), p.get(key, empty)
-        row: dict[str, Any] = {"run": key[0], "isl_bucket": key[1], "osl_bucket": key[2], "n_measured": a["n"], "n_predicted": b["n"]}
+        row: dict[str, Any] = {
+            "run": key[0],
+            "isl_bucket": key[1],
+            "osl_bucket": key[2],
+            "n_measured": a["n"],
+            "n_predicted": b["n"],
+        }
         for metric in ("ttft_ms", "itl_ms"):
             for i, q in enumerate(PERCENTILES):
                 row[f"{metric[:-3]}_p{q}_measured_ms"] = a[metric][i]
@@ -82,8 +90,13 @@ def bucket_table(measured: pa.Table, predicted: pa.Table, isl_edges: list[int], 
 def run_summary(records: pa.Table, slo: SloParams) -> dict[str, Any]:
     """Requests, statuses and SLO attainment (steady window: `judged` requests, `met` of them qualified) of one run."""
     status = records.column("status").to_pylist()
-    out: dict[str, Any] = {"requests": records.num_rows, "status": {s: status.count(s) for s in STATUSES},
-                           "attainment": None, "judged": 0, "met": 0}  # fmt: skip
+    out: dict[str, Any] = {
+        "requests": records.num_rows,
+        "status": {s: status.count(s) for s in STATUSES},
+        "attainment": None,
+        "judged": 0,
+        "met": 0,
+    }
     if records.num_rows:
         g = goodput(records, slo)
         out |= {"attainment": g.attainment, "judged": g.requests, "met": g.qualified}
@@ -115,7 +128,9 @@ def judge_runs(runs: list[tuple[int, int]], target: float) -> tuple[Judgement, t
     return ("holds" if lo >= target else "inconclusive"), (lo, hi), n
 
 
-def verdict(runs: dict[float, list[tuple[int, int]]], target: float, invalid: list[str] | None = None) -> dict[str, Any]:
+def verdict(
+    runs: dict[float, list[tuple[int, int]]], target: float, invalid: list[str] | None = None
+) -> dict[str, Any]:
     """Holds at the lowest scale, fails at the highest, and the knee: the highest scale held below the first scale
     not held; each scale's runs (met, judged) per seed judged with `CONFIDENCE` bounds (module docstring).
     `invalid`: runs whose sends ran late past the bound; their latencies are the client's, so nothing is confirmed."""
@@ -131,8 +146,11 @@ def verdict(runs: dict[float, list[tuple[int, int]]], target: float, invalid: li
     def said(s: float) -> str:
         j, (lo, hi), n = judged[s]
         bound = f"{CONFIDENCE:.0%} bounds {lo:.3f}–{hi:.3f} on {n} requests"
-        return {"holds": f"holds at {s:g}x ({bound})", "fails": f"fails at {s:g}x ({bound})",
-                "inconclusive": f"inconclusive at {s:g}x ({bound}: too few to resolve {target:g})"}[j]  # fmt: skip
+        return {
+            "holds": f"holds at {s:g}x ({bound})",
+            "fails": f"fails at {s:g}x ({bound})",
+            "inconclusive": f"inconclusive at {s:g}x ({bound}: too few to resolve {target:g})",
+        }[j]
 
     j_low, j_high = judged[low][0], judged[high][0]
     if j_low == "holds" and j_high == "fails":
@@ -142,14 +160,23 @@ def verdict(runs: dict[float, list[tuple[int, int]]], target: float, invalid: li
     else:
         outcome = "inconclusive"
     head = {"confirmed": "confirmed", "contradicted": "NOT confirmed", "inconclusive": "inconclusive"}[outcome]
-    text = f"{head}: {said(low)}, {said(high)}" + (f" (knee within [{low:g}, {high:g}]x the predicted rate)" if outcome == "confirmed" else "")
+    text = f"{head}: {said(low)}, {said(high)}" + (
+        f" (knee within [{low:g}, {high:g}]x the predicted rate)" if outcome == "confirmed" else ""
+    )
     if invalid:
         text += f"; INVALID runs {', '.join(invalid)} (sends ran late past replay.max_lateness_ms: the client's latency, not the server's)"
     confirmed = outcome == "confirmed" and not invalid
     return {
-        "outcome": "invalid" if invalid else outcome, "holds_at_low": j_low == "holds", "fails_at_high": j_high == "fails",
-        "band": [low, high], "knee_scale": knee, "knee_in_band": confirmed, "holds": {f"{s:g}x": judged[s][0] == "holds" for s in scales},
+        "outcome": "invalid" if invalid else outcome,
+        "holds_at_low": j_low == "holds",
+        "fails_at_high": j_high == "fails",
+        "band": [low, high],
+        "knee_scale": knee,
+        "knee_in_band": confirmed,
+        "holds": {f"{s:g}x": judged[s][0] == "holds" for s in scales},
         "judgement": {f"{s:g}x": judged[s][0] for s in scales},
-        "bounds": {f"{s:g}x": list(judged[s][1]) for s in scales}, "confidence": CONFIDENCE,
-        "invalid_runs": invalid or [], "text": text,
-    }  # fmt: skip
+        "bounds": {f"{s:g}x": list(judged[s][1]) for s in scales},
+        "confidence": CONFIDENCE,
+        "invalid_runs": invalid or [],
+        "text": text,
+    }

@@ -61,7 +61,9 @@ def plan_runs(trace: pa.Table, rate_rps: float, scales: list[float], seeds: list
         for scale in scales:
             scaled = scale_rate(part, rate_rps * scale)
             arrival = scaled.column("arrival_s").to_numpy()
-            scaled = scaled.set_column(scaled.schema.get_field_index("arrival_s"), "arrival_s", pa.array(arrival - arrival[0]))
+            scaled = scaled.set_column(
+                scaled.schema.get_field_index("arrival_s"), "arrival_s", pa.array(arrival - arrival[0])
+            )
             runs.append(Run(run_label(scale), scale, seed, rate_rps * scale, scaled, prompt_seed=len(runs)))
     return runs
 
@@ -92,16 +94,39 @@ def _run_hashes(requests: pa.Table, prompt_seed: int) -> list | None:
     return [None if h is None else [x + offset for x in h] for h in requests.column("hash_ids").to_pylist()]
 
 
-def measure(run: Run, endpoint: str, model: str, *, dilation: float, block_tokens: int | None, vocab_size: int, timeout_s: float,
-            max_drain_s: float, max_lateness_ms: float, api_key: str | None) -> Measured:  # fmt: skip
+def measure(
+    run: Run,
+    endpoint: str,
+    model: str,
+    *,
+    dilation: float,
+    block_tokens: int | None,
+    vocab_size: int,
+    timeout_s: float,
+    max_drain_s: float,
+    max_lateness_ms: float,
+    api_key: str | None,
+) -> Measured:
     """Replay `run` open loop against `endpoint`; every request is a row, whatever happened to it."""
     t = run.requests
-    result = asyncio.run(replay_async(
-        endpoint, model, t.column("arrival_s").to_numpy(), t.column("isl").to_numpy(), t.column("osl").to_numpy(),
-        request_id=t.column("request_id").to_numpy(), rate_scale=1.0 / dilation,
-        hash_ids=_run_hashes(t, run.prompt_seed), block_tokens=block_tokens,
-        vocab_size=vocab_size, seed=run.prompt_seed, timeout_s=timeout_s * dilation, api_key=api_key, max_drain_s=max_drain_s * dilation,
-    ))  # fmt: skip
+    result = asyncio.run(
+        replay_async(
+            endpoint,
+            model,
+            t.column("arrival_s").to_numpy(),
+            t.column("isl").to_numpy(),
+            t.column("osl").to_numpy(),
+            request_id=t.column("request_id").to_numpy(),
+            rate_scale=1.0 / dilation,
+            hash_ids=_run_hashes(t, run.prompt_seed),
+            block_tokens=block_tokens,
+            vocab_size=vocab_size,
+            seed=run.prompt_seed,
+            timeout_s=timeout_s * dilation,
+            api_key=api_key,
+            max_drain_s=max_drain_s * dilation,
+        )
+    )
     records = result.requests
     for name in TIME_COLUMNS:  # wall seconds -> simulated seconds
         i = records.schema.get_field_index(name)

@@ -20,8 +20,8 @@ import pandas as pd
 from llmcap.catalog import get_gpu, load_model
 from llmcap.deployment import EngineOptions, decode_step_model, sim_config, step_model
 from llmcap.errors import LlmcapError
-from llmcap.perf.model import StepTimeModel
 from llmcap.first_token import first_token_from
+from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
 from llmcap.sizing.planned import sized_blocks
@@ -85,12 +85,21 @@ def _engine_knobs(row: Mapping[str, Any]) -> dict[str, Any]:
     if int(row["pp"]) != 1 or int(row["ep"]) != 1 or int(row["dp"]) != 1:
         raise LlmcapError(f"{candidate_key(row)}: the twin and the replay unit serve TP only (pp, ep and dp must be 1)")
     block = int(row["block_size"])
-    return {"tp": int(row["tp"]), "max_num_seqs": int(row["max_num_seqs"]), "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
-            "num_blocks": int(row["kv_tokens_per_instance"]) // block}  # fmt: skip
+    return {
+        "tp": int(row["tp"]),
+        "max_num_seqs": int(row["max_num_seqs"]),
+        "max_num_batched_tokens": int(row["max_num_batched_tokens"]),
+        "num_blocks": int(row["kv_tokens_per_instance"]) // block,
+    }
 
 
-def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: str, pd_link_latency_s: float,
-                   ttft_includes_handoff: bool) -> PlanUnit:
+def unit_from_plan(
+    summary: Mapping[str, Any],
+    candidates: pd.DataFrame,
+    model: str,
+    pd_link_latency_s: float,
+    ttft_includes_handoff: bool,
+) -> PlanUnit:
     """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table; P/D TTFT ends
     where the size stage's SLO says (`slo.ttft_includes_handoff`: the decode instance's first token).
 
@@ -101,30 +110,68 @@ def unit_from_plan(summary: Mapping[str, Any], candidates: pd.DataFrame, model: 
         row = candidate_row(candidates, chosen, ("both",))
         knobs = _engine_knobs(row)
         knobs["num_blocks"] = sized_blocks(summary)[0] or knobs["num_blocks"]
-        options = EngineOptions(**knobs, quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]), block_size=int(row["block_size"]),
-                                max_model_len=int(row["max_context_len"]))  # fmt: skip
+        options = EngineOptions(
+            **knobs,
+            quant=str(row["weight_quant"]),
+            kv_dtype=str(row["kv_dtype"]),
+            block_size=int(row["block_size"]),
+            max_model_len=int(row["max_context_len"]),
+        )
         (pool,) = pools.values()
-        return PlanUnit(chosen, mode, model, str(row["gpu"]), options, float(pool["per_instance_rps"]),
-                        "the plan's max feasible rate of one instance")  # fmt: skip
+        return PlanUnit(
+            chosen,
+            mode,
+            model,
+            str(row["gpu"]),
+            options,
+            float(pool["per_instance_rps"]),
+            "the plan's max feasible rate of one instance",
+        )
     match = _PD_KEY.match(chosen)
     if mode != "disaggregated" or match is None:
-        raise LlmcapError(f"summary.json: chosen {chosen!r} in mode {mode!r} is neither an aggregated key nor P[...]+D[...]")
-    prefill, decode = candidate_row(candidates, match["prefill"], ("prefill",)), candidate_row(candidates, match["decode"], ("decode",))
-    if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (decode["weight_quant"], decode["kv_dtype"], decode["block_size"]):
-        raise LlmcapError(f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal")
+        raise LlmcapError(
+            f"summary.json: chosen {chosen!r} in mode {mode!r} is neither an aggregated key nor P[...]+D[...]"
+        )
+    prefill, decode = (
+        candidate_row(candidates, match["prefill"], ("prefill",)),
+        candidate_row(candidates, match["decode"], ("decode",)),
+    )
+    if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (
+        decode["weight_quant"],
+        decode["kv_dtype"],
+        decode["block_size"],
+    ):
+        raise LlmcapError(
+            f"{chosen}: prefill and decode differ in weight format, KV dtype or block size; the twin needs them equal"
+        )
     p, d = _engine_knobs(prefill), _engine_knobs(decode)
     front, back = sized_blocks(summary)
     p["num_blocks"], d["num_blocks"] = front or p["num_blocks"], back or d["num_blocks"]
     gpu = get_gpu(str(prefill["gpu"]))
     options = EngineOptions(
-        **p, pd="1:1", quant=str(prefill["weight_quant"]), kv_dtype=str(prefill["kv_dtype"]), block_size=int(prefill["block_size"]),
+        **p,
+        pd="1:1",
+        quant=str(prefill["weight_quant"]),
+        kv_dtype=str(prefill["kv_dtype"]),
+        block_size=int(prefill["block_size"]),
         max_model_len=int(prefill["max_context_len"]),
         # the size stage's link: the prefill instance's NICs, its latency
-        link_gbps=gpu.nic_bytes_s * int(prefill["gpus_per_instance"]) / 1e9, link_latency_ms=pd_link_latency_s * 1e3,
+        link_gbps=gpu.nic_bytes_s * int(prefill["gpus_per_instance"]) / 1e9,
+        link_latency_ms=pd_link_latency_s * 1e3,
         first_token_from=first_token_from(ttft_includes_handoff),
-        decode_gpu=str(decode["gpu"]), decode_tp=d["tp"], decode_max_num_seqs=d["max_num_seqs"],
-        decode_max_num_batched_tokens=d["max_num_batched_tokens"], decode_num_blocks=d["num_blocks"],
-    )  # fmt: skip
+        decode_gpu=str(decode["gpu"]),
+        decode_tp=d["tp"],
+        decode_max_num_seqs=d["max_num_seqs"],
+        decode_max_num_batched_tokens=d["max_num_batched_tokens"],
+        decode_num_blocks=d["num_blocks"],
+    )
     g_p, g_d = float(pools["prefill"]["per_instance_rps"]), float(pools["decode"]["per_instance_rps"])
-    return PlanUnit(chosen, mode, model, str(prefill["gpu"]), options, min(g_p, g_d),
-                    f"min(prefill {g_p:.4g}, decode {g_d:.4g}) req/s per instance: the pools' max feasible rates")  # fmt: skip
+    return PlanUnit(
+        chosen,
+        mode,
+        model,
+        str(prefill["gpu"]),
+        options,
+        min(g_p, g_d),
+        f"min(prefill {g_p:.4g}, decode {g_d:.4g}) req/s per instance: the pools' max feasible rates",
+    )

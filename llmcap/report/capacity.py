@@ -81,16 +81,39 @@ class CapacityReport:
     sources: Sources | None = None  # what timed the steps and priced the GPUs (None: not stated, no warnings to give)
     count_range: tuple[str, ...] = ()  # the count's range across seeds, in lines (`llmcap.sizing.uncertainty`)
     finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each (cheapest analytic plan first)
-    network: Mapping[str, Any] | None = None  # P/D: link provisioning and the replay's handoff percentiles (`SizingEvidence.network`)
+    network: Mapping[str, Any] | None = (
+        None  # P/D: link provisioning and the replay's handoff percentiles (`SizingEvidence.network`)
+    )
 
 
-def capacity_report(outcome: SizingOutcome, slo: SloParams, notes: tuple[str, ...] = (), provenance: Provenance | None = None,
-                    sources: Sources | None = None) -> CapacityReport:
+def capacity_report(
+    outcome: SizingOutcome,
+    slo: SloParams,
+    notes: tuple[str, ...] = (),
+    provenance: Provenance | None = None,
+    sources: Sources | None = None,
+) -> CapacityReport:
     """The report of a sizing outcome, `notes` before the sizing's own."""
     e = outcome.evidence
-    return CapacityReport(outcome.table, slo, e.curves, e.chosen, e.plan, e.records, e.kv_usage, notes=notes + e.notes, analytic=e.analytic,
-                          fit=e.fit, ledger=e.ledger, replay=e.replay, provenance=provenance, sources=sources, count_range=e.count_range,
-                          finalists=e.finalists, network=e.network)  # fmt: skip
+    return CapacityReport(
+        outcome.table,
+        slo,
+        e.curves,
+        e.chosen,
+        e.plan,
+        e.records,
+        e.kv_usage,
+        notes=notes + e.notes,
+        analytic=e.analytic,
+        fit=e.fit,
+        ledger=e.ledger,
+        replay=e.replay,
+        provenance=provenance,
+        sources=sources,
+        count_range=e.count_range,
+        finalists=e.finalists,
+        network=e.network,
+    )
 
 
 def write_report(report: CapacityReport, out_dir: str | Path, stem: str = "capacity") -> dict[str, Path]:

@@ -14,7 +14,11 @@ if TYPE_CHECKING:
     from llmcap.report.capacity_sections import Section
 
 TITLE = "KV budget and P→D network"
-_PARTS = (("post (queue on the link)", "handoff_post"), ("transfer", "handoff_transfer"), ("visible wait", "visible_wait"))
+_PARTS = (
+    ("post (queue on the link)", "handoff_post"),
+    ("transfer", "handoff_transfer"),
+    ("visible wait", "visible_wait"),
+)
 
 
 def _count(v: Any) -> str:
@@ -32,7 +36,9 @@ def kv_lines(report: CapacityReport) -> list[str]:
             continue
         planned, measured, used = row["kv_tokens_planned"], row["kv_tokens_measured"], row["kv_tokens_used"]
         source = "the engine's" if measured is not None and used == measured else "the memory plan's"
-        out.append(f"{pool} ({key}): KV tokens per instance planned {_count(planned)}, measured {_count(measured)} → sized with {source} {_count(used)}")
+        out.append(
+            f"{pool} ({key}): KV tokens per instance planned {_count(planned)}, measured {_count(measured)} → sized with {source} {_count(used)}"
+        )
     return out
 
 
@@ -40,7 +46,9 @@ def handoff_rows(report: CapacityReport) -> list[list[str]]:
     """The handoff's parts, p50 / p99 ms: in the chosen pairing's prefill-role search (the table row) and in the planned deployment's replay."""
     from llmcap.report.capacity_sections import fmt
 
-    row = next((r for r in report.table.to_pylist() if r["candidate"] == report.chosen and r["mode"] == "disaggregated"), None)
+    row = next(
+        (r for r in report.table.to_pylist() if r["candidate"] == report.chosen and r["mode"] == "disaggregated"), None
+    )
     replay = (report.network or {}).get("replay_handoff_ms") or {}
     out = []
     for label, name in _PARTS:
@@ -53,12 +61,20 @@ def handoff_rows(report: CapacityReport) -> list[list[str]]:
 def section(report: CapacityReport) -> Section:
     from llmcap.report.capacity_sections import Section, html_table, md_table, paragraphs
 
-    lines = kv_lines(report) or ["KV tokens per instance: the memory plan's (no engine stated a capacity for the chosen configuration)."]
+    lines = kv_lines(report) or [
+        "KV tokens per instance: the memory plan's (no engine stated a capacity for the chosen configuration)."
+    ]
     provisioning = (report.network or {}).get("provisioning")
     if provisioning is None:
         lines.append("P→D network: not disaggregated, no KV handoff.")
         return Section(TITLE, "\n\n".join(lines), paragraphs(lines))
     lines.append(provisioning["line"])
-    head = ["handoff part", "at G_P, p50 / p99 ms (prefill-role search)", f"planned deployment replay, p50 / p99 ms ({report.replay})"]
+    head = [
+        "handoff part",
+        "at G_P, p50 / p99 ms (prefill-role search)",
+        f"planned deployment replay, p50 / p99 ms ({report.replay})",
+    ]
     rows = handoff_rows(report)
-    return Section(TITLE, "\n\n".join(lines) + "\n\n" + md_table(head, rows), paragraphs(lines) + html_table(head, rows))
+    return Section(
+        TITLE, "\n\n".join(lines) + "\n\n" + md_table(head, rows), paragraphs(lines) + html_table(head, rows)
+    )

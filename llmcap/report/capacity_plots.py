@@ -68,7 +68,10 @@ def plot_attainment(curves: Mapping[str, SearchResult], target: float) -> bytes:
 
 def plot_goodput_per_gpu(table: pa.Table) -> bytes:
     """Goodput per GPU at each candidate's max feasible rate (the planning unit)."""
-    keys = [f"{c} ({m})" for c, m in zip(table.column("candidate").to_pylist(), table.column("mode").to_pylist(), strict=True)]
+    keys = [
+        f"{c} ({m})"
+        for c, m in zip(table.column("candidate").to_pylist(), table.column("mode").to_pylist(), strict=True)
+    ]
     vals = np.array([v or 0.0 for v in table.column("goodput_per_gpu").to_pylist()], dtype=float)
     fig, ax = plt.subplots(figsize=(7, 0.3 * max(len(keys), 3) + 1.2))
     if keys and (vals > 0).any():
@@ -125,7 +128,10 @@ def latency_panels(records: pa.Table, slo: SloParams) -> list[LatencyPanel]:
         if bound is None:
             x, label = v * 1e3, f"{name} (ms)"
         else:
-            x, label = v / bound, f"{name} ÷ the request's own target\n(target {_target_words(col, slo, bound)}; 1 = at the target)"
+            x, label = (
+                v / bound,
+                f"{name} ÷ the request's own target\n(target {_target_words(col, slo, bound)}; 1 = at the target)",
+            )
         out.append(LatencyPanel(label, np.sort(x[~np.isnan(x)]), bound is not None))
     return out
 
@@ -176,7 +182,13 @@ def plot_kv_usage(series: Mapping[str, tuple[ArrayLike, ArrayLike]] | None) -> b
 def plot_headroom(plan: CapacityPlan) -> bytes:
     """GPUs per pool stacked by reason: base, then each risk's headroom instances (× the pool's GPUs per instance)."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.7 * len(plan.pools)))
-    colors = dict(zip(("base", "traffic", "memory", "failure", "deployment", "control", "fit"), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    colors = dict(
+        zip(
+            ("base", "traffic", "memory", "failure", "deployment", "control", "fit"),
+            plt.rcParams["axes.prop_cycle"].by_key()["color"],
+            strict=True,
+        )
+    )
     seen: set[str] = set()
     for y, q in enumerate(plan.pools):
         g = q.pool.gpus_per_instance
@@ -189,7 +201,9 @@ def plot_headroom(plan: CapacityPlan) -> bytes:
                 ax.text(left + n * g / 2, y, str(n * g), ha="center", va="center", fontsize=8)
                 seen.add(label)
                 left += n * g
-    ax.set_yticks(range(len(plan.pools)), [f"{q.name} ({q.instances} × {q.pool.gpus_per_instance} GPU)" for q in plan.pools])
+    ax.set_yticks(
+        range(len(plan.pools)), [f"{q.name} ({q.instances} × {q.pool.gpus_per_instance} GPU)" for q in plan.pools]
+    )
     ax.set_xlabel(f"GPUs — total {plan.total_gpus}")
     ax.set_title("Base and headroom per pool")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)

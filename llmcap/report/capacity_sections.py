@@ -85,8 +85,17 @@ def figure(png: bytes, alt: str, panels: int = 1) -> str:
 def slo_line(report: CapacityReport) -> str:
     """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
     disaggregated = any(q.name == "prefill" for q in report.plan.pools)
-    names = {"ttft": "TTFT", "itl": itl_name(report.slo.itl_stat), "tpot": "TPOT", "e2el": "E2E", "queue": "queue", "attainment": "attainment"}
-    return "; ".join(f"{names.get(k, k)} {v}" for k, v in definitions(report.slo, disaggregated).items())  # a distribution target by its key
+    names = {
+        "ttft": "TTFT",
+        "itl": itl_name(report.slo.itl_stat),
+        "tpot": "TPOT",
+        "e2el": "E2E",
+        "queue": "queue",
+        "attainment": "attainment",
+    }
+    return "; ".join(
+        f"{names.get(k, k)} {v}" for k, v in definitions(report.slo, disaggregated).items()
+    )  # a distribution target by its key
 
 
 SLO_DEFINITION = (
@@ -103,9 +112,15 @@ def _header_items(report: CapacityReport) -> list[tuple[str, str, bool]]:
         items.append(("Model", p.model, False))
         items.append(("Trace", f"{p.trace} (canonical trace sha256 {p.trace_sha256[:16]}…)", False))
     items.append(("SLOs", f"{slo_line(report)} — {SLO_DEFINITION}", False))
-    items.append(("Target", f"{report.plan.target_rps:.4g} req/s (planning rate {report.plan.planning_rps:.4g} req/s)", False))
+    items.append(
+        ("Target", f"{report.plan.target_rps:.4g} req/s (planning rate {report.plan.planning_rps:.4g} req/s)", False)
+    )
     if p is not None:
-        code = "not a git checkout" if p.commit is None else f"commit {p.commit[:12]} of {p.commit_date} (the last change to the sizing code)"
+        code = (
+            "not a git checkout"
+            if p.commit is None
+            else f"commit {p.commit[:12]} of {p.commit_date} (the last change to the sizing code)"
+        )
         items.append(("Code", code, False))
     if report.sources is not None:
         items += source_items(report.sources)
@@ -114,7 +129,10 @@ def _header_items(report: CapacityReport) -> list[tuple[str, str, bool]]:
 
 def _efficiencies(s: Sources) -> str:
     """The roofline's efficiencies per plan GPU: the shipped calibration's (named) or the documented defaults."""
-    fitted = [f"{gpu} ({file}, sha256 {sha[:12]}{f'; defaults kept for {kept}' if kept else ''})" for gpu, file, sha, kept in s.calibrations]
+    fitted = [
+        f"{gpu} ({file}, sha256 {sha[:12]}{f'; defaults kept for {kept}' if kept else ''})"
+        for gpu, file, sha, kept in s.calibrations
+    ]
     parts = [f"efficiencies fitted to timed operations for {', '.join(fitted)}"] if fitted else []
     if s.uncalibrated:
         parts.append(f"documented default efficiencies, uncalibrated, for {', '.join(s.uncalibrated)}")
@@ -139,21 +157,50 @@ def source_items(s: Sources) -> list[tuple[str, str, bool]]:
 def header(report: CapacityReport) -> Section:
     items = _header_items(report)
     md = "\n".join(f"- **{label}:** {'⚠ ' if loud else ''}{text}" for label, text, loud in items)
-    rows = "".join(f"<dt>{html.escape(label)}</dt><dd{' class=loud' if loud else ''}>{_esc(text)}</dd>" for label, text, loud in items)
+    rows = "".join(
+        f"<dt>{html.escape(label)}</dt><dd{' class=loud' if loud else ''}>{_esc(text)}</dd>"
+        for label, text, loud in items
+    )
     return Section("What was planned", md, f"<dl>{rows}</dl>")
 
 
 # base: the bare count at the planning rate; the answer is the total (base + headroom), in instances, GPUs and $/h
-_ANSWER_HEAD = ["pool", "configuration", "instances (total)", "base instances", "headroom instances", "GPUs (total)", "$/h (total)"]
+_ANSWER_HEAD = [
+    "pool",
+    "configuration",
+    "instances (total)",
+    "base instances",
+    "headroom instances",
+    "GPUs (total)",
+    "$/h (total)",
+]
 
 
 def _answer_rows(report: CapacityReport) -> list[list[str]]:
     configs, p = pool_configurations(report.chosen), report.plan
     rows = [
-        [q.name, configs.get(q.name, report.chosen), str(q.instances), str(q.base_instances), f"+{q.instances - q.base_instances}", str(q.gpus), f"{q.usd_per_hour:,.2f}"]
+        [
+            q.name,
+            configs.get(q.name, report.chosen),
+            str(q.instances),
+            str(q.base_instances),
+            f"+{q.instances - q.base_instances}",
+            str(q.gpus),
+            f"{q.usd_per_hour:,.2f}",
+        ]
         for q in p.pools
     ]
-    rows.append(["total", "", str(p.total_instances), str(p.base_instances), f"+{p.total_instances - p.base_instances}", str(p.total_gpus), f"{p.usd_per_hour:,.2f}"])
+    rows.append(
+        [
+            "total",
+            "",
+            str(p.total_instances),
+            str(p.base_instances),
+            f"+{p.total_instances - p.base_instances}",
+            str(p.total_gpus),
+            f"{p.usd_per_hour:,.2f}",
+        ]
+    )
     return rows
 
 
@@ -172,9 +219,13 @@ def _how_sure(report: CapacityReport) -> list[str]:
         lines.append(f"Count range: {report.count_range[0]}.")
     if report.ledger is not None:
         lg = report.ledger
-        lines.append(f"Analytic floor (100% busy, no SLO, no headroom) {lg.gpus} GPUs: the plan is {lg.ratio:.2f}× that ({'within' if lg.within else 'OUTSIDE'} the expected range).")
+        lines.append(
+            f"Analytic floor (100% busy, no SLO, no headroom) {lg.gpus} GPUs: the plan is {lg.ratio:.2f}× that ({'within' if lg.within else 'OUTSIDE'} the expected range)."
+        )
     if report.sources is not None and report.sources.roofline:
-        lines.append("Step times are the roofline, not a measured profile of this engine: treat the count as an estimate until profiled.")
+        lines.append(
+            "Step times are the roofline, not a measured profile of this engine: treat the count as an estimate until profiled."
+        )
     return lines
 
 
@@ -193,9 +244,15 @@ def answer(report: CapacityReport) -> Section:
     if failing:
         assert report.fit is not None
         failed = report.fit.failed
-        why = f"over the cost limit ${report.fit.limit_usd_per_hour:,.2f}/h" if failed is None else f"still fails {failed.describe()}"
-        head = (f"NO PLAN PASSES: no shape passed every scenario within its cost limit. The closest, {p.total_gpus} GPUs "
-                f"(${p.usd_per_hour:,.2f}/h), {why}. Not an answer.")  # fmt: skip
+        why = (
+            f"over the cost limit ${report.fit.limit_usd_per_hour:,.2f}/h"
+            if failed is None
+            else f"still fails {failed.describe()}"
+        )
+        head = (
+            f"NO PLAN PASSES: no shape passed every scenario within its cost limit. The closest, {p.total_gpus} GPUs "
+            f"(${p.usd_per_hour:,.2f}/h), {why}. Not an answer."
+        )
     else:
         head = (
             f"{p.total_gpus} GPUs, ${p.usd_per_hour:,.2f}/h ({p.gpu_hours_per_day:,.0f} GPU-h/day) serve {p.target_rps:.4g} req/s "
@@ -203,7 +260,11 @@ def answer(report: CapacityReport) -> Section:
         )
     sure = _how_sure(report)
     md = f"**{head}**\n\n{md_table(_ANSWER_HEAD, _answer_rows(report))}\n\n" + "\n".join(f"- {s}" for s in sure)
-    body = f'<p class="answer{" loud" if failing else ""}">{html.escape(head)}</p>{html_table(_ANSWER_HEAD, _answer_rows(report))}<ul>' + "".join(f"<li>{html.escape(s)}</li>" for s in sure) + "</ul>"
+    body = (
+        f'<p class="answer{" loud" if failing else ""}">{html.escape(head)}</p>{html_table(_ANSWER_HEAD, _answer_rows(report))}<ul>'
+        + "".join(f"<li>{html.escape(s)}</li>" for s in sure)
+        + "</ul>"
+    )
     return Section("The answer", md, body)
 
 
@@ -224,10 +285,16 @@ def ledger(report: CapacityReport) -> Section:
     rows = []
     for name, floor in lg.pool_floors().items():
         planned = next((q.gpus for q in report.plan.pools if q.name == name), None)
-        rows.append([name, demand[name], str(floor), fmt(planned), "–" if planned is None else f"{planned / floor:.2f}×"])
+        rows.append(
+            [name, demand[name], str(floor), fmt(planned), "–" if planned is None else f"{planned / floor:.2f}×"]
+        )
     rows.append(["total", "", str(lg.gpus), str(lg.final_gpus), f"{lg.ratio:.2f}×"])
     note = lg.line() + "."
-    return Section("Ledger beside the simulation", f"{md_table(_LEDGER_HEAD, rows)}\n\n{note}", html_table(_LEDGER_HEAD, rows) + paragraphs([note]))
+    return Section(
+        "Ledger beside the simulation",
+        f"{md_table(_LEDGER_HEAD, rows)}\n\n{note}",
+        html_table(_LEDGER_HEAD, rows) + paragraphs([note]),
+    )
 
 
 _SCENARIO_HEAD = ["scenario", "serving", "attainment", "KV p99", "verdict", "why"]
@@ -236,16 +303,29 @@ _SCENARIO_HEAD = ["scenario", "serving", "attainment", "KV p99", "verdict", "why
 def scenarios(report: CapacityReport) -> Section:
     fit = report.fit
     if fit is None:
-        return Section("Scenarios and minimality", "Scenarios were not simulated.", "<p>Scenarios were not simulated.</p>")
+        return Section(
+            "Scenarios and minimality", "Scenarios were not simulated.", "<p>Scenarios were not simulated.</p>"
+        )
     rows = []
     for r in fit.results:
         sc = r.scenario
         kv = "–" if r.kv_p99_share is None else f"{r.kv_p99_share:.0%}"
-        rows.append([sc.name, ", ".join(f"{k} {v}" for k, v in sc.serving), f"{r.attainment:.4f}", kv, "pass" if r.passed else "FAIL", sc.reasoning])
+        rows.append(
+            [
+                sc.name,
+                ", ".join(f"{k} {v}" for k, v in sc.serving),
+                f"{r.attainment:.4f}",
+                kv,
+                "pass" if r.passed else "FAIL",
+                sc.reasoning,
+            ]
+        )
     lines = [f"settled on the whole trace, {_finalist_role(report, f)}: {f}" for f in report.finalists]
     lines += [f"one instance fewer — {m.note}" for m in fit.minimality] + [f"fit: {h}" for h in fit.history]
     a = report.analytic or report.plan
-    lines.append(f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs ({_answer_role(report)})")
+    lines.append(
+        f"analytic count {a.total_gpus} GPUs → simulated {report.plan.total_gpus} GPUs ({_answer_role(report)})"
+    )
     md = md_table(_SCENARIO_HEAD, rows) + "\n\n" + "\n".join(f"- {s}" for s in lines)
     return Section("Scenarios and minimality", md, html_table(_SCENARIO_HEAD, rows) + paragraphs(lines))
 
@@ -271,19 +351,47 @@ def _headroom_rows(report: CapacityReport) -> list[list[str]]:
     rows: list[list[str]] = []
     for q in report.plan.pools:
         g = q.pool.per_instance_rps
-        rows.append([q.name, "base", f"{q.target_rps:.4g}", str(q.base_instances), f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance"])
+        rows.append(
+            [
+                q.name,
+                "base",
+                f"{q.target_rps:.4g}",
+                str(q.base_instances),
+                f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance",
+            ]
+        )
         rows += [[q.name, i.risk, f"+{i.rps:.4g}", f"+{i.instances}", i.reasoning] for i in q.items]
         extra = q.instances - q.base_instances - sum(i.instances for i in q.items)
         if extra:
-            rows.append([q.name, "simulation", "", f"{extra:+d}", "the scenario fit and minimality check changed the analytic count"])
-        rows.append([q.name, "total", f"{q.instances * g:.4g}", str(q.instances), f"{q.combination()}; {q.gpus} GPUs, ${q.usd_per_hour:,.2f}/h"])
+            rows.append(
+                [
+                    q.name,
+                    "simulation",
+                    "",
+                    f"{extra:+d}",
+                    "the scenario fit and minimality check changed the analytic count",
+                ]
+            )
+        rows.append(
+            [
+                q.name,
+                "total",
+                f"{q.instances * g:.4g}",
+                str(q.instances),
+                f"{q.combination()}; {q.gpus} GPUs, ${q.usd_per_hour:,.2f}/h",
+            ]
+        )
     return rows
 
 
 def headroom(report: CapacityReport) -> Section:
     rows = _headroom_rows(report)
     rule = f"Combination: {COMBINATION_RULE}."
-    body = figure(plots.plot_headroom(report.plan), "GPUs per pool: base and headroom by risk") + html_table(_HEADROOM_HEAD, rows) + paragraphs([rule])
+    body = (
+        figure(plots.plot_headroom(report.plan), "GPUs per pool: base and headroom by risk")
+        + html_table(_HEADROOM_HEAD, rows)
+        + paragraphs([rule])
+    )
     return Section("Headroom per pool", f"{md_table(_HEADROOM_HEAD, rows)}\n\n{rule}", body)
 
 
@@ -291,10 +399,16 @@ def latency(report: CapacityReport) -> Section:
     title = "Latency of the chosen deployment"
     if report.records is None or report.records.num_rows == 0:
         return Section(title, "Not simulated.", "<p>Not simulated.</p>")
-    what = (f"CDFs of each request's TTFT and {plots.itl_shown(report.slo)[1]} replaying {report.replay}, each divided by the request's own target "
-            "(TTFT's grows with the prompt when the SLO says so), so 1 (dashed) is every request's target; a statistic "
-            "no per-request target bounds is in ms, unmarked.")  # fmt: skip
-    return Section(title, what, paragraphs([what]) + figure(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs", panels=2))
+    what = (
+        f"CDFs of each request's TTFT and {plots.itl_shown(report.slo)[1]} replaying {report.replay}, each divided by the request's own target "
+        "(TTFT's grows with the prompt when the SLO says so), so 1 (dashed) is every request's target; a statistic "
+        "no per-request target bounds is in ms, unmarked."
+    )
+    return Section(
+        title,
+        what,
+        paragraphs([what]) + figure(plots.plot_latency_cdfs(report.records, report.slo), "latency CDFs", panels=2),
+    )
 
 
 def kv_usage(report: CapacityReport) -> Section:
@@ -306,15 +420,29 @@ def kv_usage(report: CapacityReport) -> Section:
 
 
 _SHOWN = [
-    ("candidate", "candidate (mode)"), ("pd_ratio", "P:D"), ("gpus_per_unit", "GPUs/unit"),
-    ("max_rps", "max RPS"), ("attainment", "attain."), ("goodput_per_gpu", "goodput/GPU"), ("binding_slo", "binding SLO"),
-    ("ttft_p90_ms", "TTFT p90"), ("ttft_p99_ms", "TTFT p99"), ("itl_p90_ms", itl_name("token_p90")), ("itl_p99_ms", itl_name("token_p99")),
+    ("candidate", "candidate (mode)"),
+    ("pd_ratio", "P:D"),
+    ("gpus_per_unit", "GPUs/unit"),
+    ("max_rps", "max RPS"),
+    ("attainment", "attain."),
+    ("goodput_per_gpu", "goodput/GPU"),
+    ("binding_slo", "binding SLO"),
+    ("ttft_p90_ms", "TTFT p90"),
+    ("ttft_p99_ms", "TTFT p99"),
+    ("itl_p90_ms", itl_name("token_p90")),
+    ("itl_p99_ms", itl_name("token_p99")),
     ("e2e_p99_ms", "E2E p99"),
-    ("tokens_per_s", "tok/s"), ("mean_waiting", "waiting"), ("kv_usage_p99", "KV p99"), ("preemptions", "preempt."),
-    ("network_payload_mb", "KV MB/req"), ("visible_wait_ms_p99", "handoff p99 ms"),
-    ("instances", "instances"), ("gpus", "GPUs"), ("usd_per_hour", "$/h"),
+    ("tokens_per_s", "tok/s"),
+    ("mean_waiting", "waiting"),
+    ("kv_usage_p99", "KV p99"),
+    ("preemptions", "preempt."),
+    ("network_payload_mb", "KV MB/req"),
+    ("visible_wait_ms_p99", "handoff p99 ms"),
+    ("instances", "instances"),
+    ("gpus", "GPUs"),
+    ("usd_per_hour", "$/h"),
     ("search_status", "search"),
-]  # fmt: skip
+]
 
 
 def capacity_table(report: CapacityReport) -> Section:
@@ -325,7 +453,9 @@ def capacity_table(report: CapacityReport) -> Section:
     rows = [[f"{r['candidate']} ({r['mode']})", *(fmt(r[c]) for c, _ in _SHOWN[1:])] for r in data]
     chosen = 0 if data and data[0]["candidate"] == report.chosen else None
     what = "Each candidate at its max feasible rate (latencies in ms); the chosen configuration first. Binding SLO: the target most requests missed just above that rate."
-    return Section("Capacity table", f"{what}\n\n{md_table(head, rows)}", paragraphs([what]) + html_table(head, rows, chosen))
+    return Section(
+        "Capacity table", f"{what}\n\n{md_table(head, rows)}", paragraphs([what]) + html_table(head, rows, chosen)
+    )
 
 
 def attainment(report: CapacityReport) -> Section:
@@ -355,14 +485,28 @@ def pruned(report: CapacityReport) -> Section:
     summary = f"{len(items)} candidates pruned or not simulated"
     lis = "".join(f"<li>{_esc(n)}</li>" for n in items)
     md = f"<details><summary>{summary}</summary>\n\n" + "\n".join(f"- {n}" for n in items) + "\n\n</details>"
-    return Section("Pruned and not simulated", md, f"<details><summary>{html.escape(summary)}</summary><ul>{lis}</ul></details>")
+    return Section(
+        "Pruned and not simulated", md, f"<details><summary>{html.escape(summary)}</summary><ul>{lis}</ul></details>"
+    )
 
 
 BUILDERS: dict[str, Callable[[CapacityReport], Section]] = {
-    "provenance": header, "answer": answer, "ledger": ledger, "scenarios": scenarios, "count-range": count_range, "headroom": headroom,
-    "latency-cdfs": latency, "kv-usage": kv_usage, "kv-network": kv_network.section, "capacity-table": capacity_table, "attainment": attainment,
-    "goodput": goodput, "replay": replay, "notes": notes, "pruned": pruned,
-}  # fmt: skip
+    "provenance": header,
+    "answer": answer,
+    "ledger": ledger,
+    "scenarios": scenarios,
+    "count-range": count_range,
+    "headroom": headroom,
+    "latency-cdfs": latency,
+    "kv-usage": kv_usage,
+    "kv-network": kv_network.section,
+    "capacity-table": capacity_table,
+    "attainment": attainment,
+    "goodput": goodput,
+    "replay": replay,
+    "notes": notes,
+    "pruned": pruned,
+}
 SECTIONS = tuple(BUILDERS)  # the <section id=...> of each, in page order
 
 
@@ -391,7 +535,10 @@ _CSS = (
 
 def render_html(report: CapacityReport) -> str:
     """One self-contained page, one <section id=...> per `SECTIONS` entry, in that order."""
-    body = "".join(f'<section id="{sid}"><h2>{html.escape(s.title)}</h2>{s.html}</section>\n' for sid, s in ((i, b(report)) for i, b in BUILDERS.items()))
+    body = "".join(
+        f'<section id="{sid}"><h2>{html.escape(s.title)}</h2>{s.html}</section>\n'
+        for sid, s in ((i, b(report)) for i, b in BUILDERS.items())
+    )
     title = html.escape(_title(report))
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'

@@ -12,10 +12,12 @@ from llmcap.sizing.slo import itl_name
 
 # The capacity report is written by the size stage, before the replay runs: it points here.
 CAPACITY_SECTION_TITLE = "Replay check (step 5)"
-CAPACITY_SECTION_TEXT = ("The chosen unit is replayed at 0.8x / 1.0x / 1.2x (params replay.rate_scales) of its predicted max "
-                         "feasible rate by the replay stage, after this report: see ../replay/replay.html "
-                         "(data/reports/replay/: measured vs predicted per ISL x OSL bucket, attainment per run, verdict). "
-                         "Without replay.endpoint its figures come from the digital twin, not from a real engine.")  # fmt: skip
+CAPACITY_SECTION_TEXT = (
+    "The chosen unit is replayed at 0.8x / 1.0x / 1.2x (params replay.rate_scales) of its predicted max "
+    "feasible rate by the replay stage, after this report: see ../replay/replay.html "
+    "(data/reports/replay/: measured vs predicted per ISL x OSL bucket, attainment per run, verdict). "
+    "Without replay.endpoint its figures come from the digital twin, not from a real engine."
+)
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -29,14 +31,33 @@ def _f(v: Any, digits: int = 1) -> str:
 
 
 def _run_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    head = ["run", "seed", "rate req/s", "requests", "measured ok/unfinished/rejected", "measured attainment",
-            "predicted attainment", "send lateness p99 / max ms (wall)", "valid"]  # fmt: skip
+    head = [
+        "run",
+        "seed",
+        "rate req/s",
+        "requests",
+        "measured ok/unfinished/rejected",
+        "measured attainment",
+        "predicted attainment",
+        "send lateness p99 / max ms (wall)",
+        "valid",
+    ]
     rows = []
     for r in s["runs"]:
         m, p, st = r["measured"], r["predicted"], r["measured"]["status"]
-        rows.append([r["run"], str(r["excerpt_seed"]), _f(r["rate_rps"], 4), str(m["requests"]),
-                     f"{st['ok']}/{st['unfinished']}/{st['rejected']}", _f(m["attainment"], 3), _f(p["attainment"], 3),
-                     f"{_f(m['send_lateness_ms']['p99'])} / {_f(m['send_lateness_ms']['max'])}", _f(m["valid"])])  # fmt: skip
+        rows.append(
+            [
+                r["run"],
+                str(r["excerpt_seed"]),
+                _f(r["rate_rps"], 4),
+                str(m["requests"]),
+                f"{st['ok']}/{st['unfinished']}/{st['rejected']}",
+                _f(m["attainment"], 3),
+                _f(p["attainment"], 3),
+                f"{_f(m['send_lateness_ms']['p99'])} / {_f(m['send_lateness_ms']['max'])}",
+                _f(m["valid"]),
+            ]
+        )
     return head, rows
 
 
@@ -53,22 +74,35 @@ def _bucket_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for b in s["buckets"]:
         row = [b["run"], b["isl_bucket"], b["osl_bucket"], f"{b['n_measured']}/{b['n_predicted']}"]
         for metric in ("ttft", "itl"):
-            row += [f"{_f(b[f'{metric}_p{q}_measured_ms'])} / {_f(b[f'{metric}_p{q}_predicted_ms'])}" for q in (50, 90, 99)]
+            row += [
+                f"{_f(b[f'{metric}_p{q}_measured_ms'])} / {_f(b[f'{metric}_p{q}_predicted_ms'])}" for q in (50, 90, 99)
+            ]
         rows.append(row)
     return head, rows
 
 
 def _lines(s: dict[str, Any]) -> list[str]:
     u, v = s["unit"], s["verdict"]
-    source = "the DIGITAL TWIN (simulated, not a measurement)" if s["source"] == "digital-twin" else "the configured endpoint"
-    lines = [f"Unit: {u['description']} ({u['mode']}); predicted max feasible rate {u['rate_rps']:.4g} req/s ({u['rate_basis']}).",
-             f"Measured against {source}; {s['requests_sent']:,} requests sent in {len(s['runs'])} runs of {s['excerpt_requests']} "
-             f"requests (seeds {s['excerpt_seeds']}), SLO attainment target {s['attainment_target']:.0%}.",
-             f"Verdict (measured): {v['measured']['text']}.", f"Verdict (predicted, same excerpts): {v['predicted']['text']}."]  # fmt: skip
+    source = (
+        "the DIGITAL TWIN (simulated, not a measurement)"
+        if s["source"] == "digital-twin"
+        else "the configured endpoint"
+    )
+    lines = [
+        f"Unit: {u['description']} ({u['mode']}); predicted max feasible rate {u['rate_rps']:.4g} req/s ({u['rate_basis']}).",
+        f"Measured against {source}; {s['requests_sent']:,} requests sent in {len(s['runs'])} runs of {s['excerpt_requests']} "
+        f"requests (seeds {s['excerpt_seeds']}), SLO attainment target {s['attainment_target']:.0%}.",
+        f"Verdict (measured): {v['measured']['text']}.",
+        f"Verdict (predicted, same excerpts): {v['predicted']['text']}.",
+    ]
     if s["dilation"] != 1.0:
-        lines.append(f"The twin ran time-dilated ({s['dilation']:g} wall s per simulated s); measured times are in simulated seconds.")
+        lines.append(
+            f"The twin ran time-dilated ({s['dilation']:g} wall s per simulated s); measured times are in simulated seconds."
+        )
     if not s["valid"]:
-        lines.append("INVALID: some sends ran later than replay.max_lateness_ms; those latencies measure the client, not the server.")
+        lines.append(
+            "INVALID: some sends ran later than replay.max_lateness_ms; those latencies measure the client, not the server."
+        )
     lines.append(f"{TPOT} in the per-bucket table, across requests: {s['itl_definition']}.")
     return lines
 
@@ -94,13 +128,24 @@ def _html_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def render_html(s: dict[str, Any]) -> str:
-    warn = f'<p style="color:#b00;font-weight:bold;font-size:1.2em">{html.escape(s["warning"])}</p>' if s["warning"] else ""
+    warn = (
+        f'<p style="color:#b00;font-weight:bold;font-size:1.2em">{html.escape(s["warning"])}</p>'
+        if s["warning"]
+        else ""
+    )
     body = warn + "".join(f"<p>{html.escape(line)}</p>" for line in _lines(s))
-    body += "<h2>Runs</h2>" + _html_table(*_run_rows(s)) + "<h2>Per bucket: measured / predicted</h2>" + _html_table(*_bucket_rows(s))
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Replay check</title>'
-            "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
-            "td,th{border:1px solid #ccc;padding:2px 6px}</style></head>\n"
-            f"<body><h1>Replay check (step 5)</h1>\n{body}</body></html>\n")  # fmt: skip
+    body += (
+        "<h2>Runs</h2>"
+        + _html_table(*_run_rows(s))
+        + "<h2>Per bucket: measured / predicted</h2>"
+        + _html_table(*_bucket_rows(s))
+    )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Replay check</title>'
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:12px}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}</style></head>\n"
+        f"<body><h1>Replay check (step 5)</h1>\n{body}</body></html>\n"
+    )
 
 
 def write_replay_report(summary: dict[str, Any], out_dir: Path) -> dict[str, Path]:

@@ -23,7 +23,12 @@ def render_markdown(summary: dict, plot_files: list[str]) -> str:
     lines += [_row(["", *keys]), _row(["---"] * (len(keys) + 1))]
     for name in ("isl", "osl"):
         lines.append(_row([name.upper(), *(f"{s[name][k]:,.1f}" for k in keys)]))
-    lines += ["", "## Arrival rate per window (req/s)", "", _row(["window", "windows", "p50", "p90", "p99", "max", "CV", "index of dispersion", "peak/mean"])]
+    lines += [
+        "",
+        "## Arrival rate per window (req/s)",
+        "",
+        _row(["window", "windows", "p50", "p90", "p99", "max", "CV", "index of dispersion", "peak/mean"]),
+    ]
     lines.append(_row(["---"] * 9))
     for w, r in s["rps_windows"].items():
         if not r.get("windows"):

@@ -100,8 +100,12 @@ class StepRecord:
 
 
 #: A rollout's exit code by its end: only one that put all traffic on the candidate exits 0.
-EXIT_CODES = {"completed": exit_codes.OK, "rolled_back": exit_codes.ROLLED_BACK, "rejected": exit_codes.REJECTED,
-              "timed_out": exit_codes.TIMED_OUT}  # fmt: skip
+EXIT_CODES = {
+    "completed": exit_codes.OK,
+    "rolled_back": exit_codes.ROLLED_BACK,
+    "rejected": exit_codes.REJECTED,
+    "timed_out": exit_codes.TIMED_OUT,
+}
 
 
 @dataclass
@@ -118,15 +122,22 @@ class RolloutOutcome:
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self) | {"exit_code": self.exit_code, "outcome": exit_codes.NAMES[self.exit_code]}
-        for step, rec in zip(doc["steps"], self.steps):
-            for ev, e in zip(step["evaluations"], rec.evaluations):
+        for step, rec in zip(doc["steps"], self.steps, strict=True):
+            for ev, e in zip(step["evaluations"], rec.evaluations, strict=True):
                 ev["verdicts"] = [g.describe() for g in e.gates]
         return doc
 
 
-async def run_rollout(plan: RolloutPlan, control: WeightControl, source: MetricsSource, predictions: Mapping[float, Prediction],
-                      tolerances: Tolerances = Tolerances(), approve: Approve | None = None,
-                      on_event: Callable[[str], None] | None = None, clock: Clock = WallClock()) -> RolloutOutcome:  # fmt: skip
+async def run_rollout(
+    plan: RolloutPlan,
+    control: WeightControl,
+    source: MetricsSource,
+    predictions: Mapping[float, Prediction],
+    tolerances: Tolerances = Tolerances(),
+    approve: Approve | None = None,
+    on_event: Callable[[str], None] | None = None,
+    clock: Clock = WallClock(),
+) -> RolloutOutcome:
     missing = [w for w in plan.steps if w not in predictions]
     if missing:
         raise ValueError(f"no prediction for the step weights {missing}")
@@ -145,8 +156,11 @@ async def run_rollout(plan: RolloutPlan, control: WeightControl, source: Metrics
             approval = await approve(w, _evidence(steps))
             if approval.get("decision") != "approve":
                 status = "timed_out" if approval.get("decision") == "timeout" else "rejected"
-                return await roll_back(status, f"{status.replace('_', ' ')} before {w:.0%} by {approval.get('by') or 'nobody'}: "
-                                               f"{approval.get('reason') or 'no reason given'}")  # fmt: skip
+                return await roll_back(
+                    status,
+                    f"{status.replace('_', ' ')} before {w:.0%} by {approval.get('by') or 'nobody'}: "
+                    f"{approval.get('reason') or 'no reason given'}",
+                )
         await source.sample()  # the window's opening sample: counters are read from here
         rec = StepRecord(w, clock.now(), approval=approval)
         await control.set(w)
@@ -157,11 +171,15 @@ async def run_rollout(plan: RolloutPlan, control: WeightControl, source: Metrics
             await source.sample()
             now = clock.now()
             obs = await source.observe(rec.started_s, now)
-            ev = Evaluation(now, (rec.started_s, now), obs.requests, evaluate(obs, predictions[w], tolerances, plan.ttft_target_s))
+            ev = Evaluation(
+                now, (rec.started_s, now), obs.requests, evaluate(obs, predictions[w], tolerances, plan.ttft_target_s)
+            )
             rec.evaluations.append(ev)
             if ev.breaches:
                 rec.ended_s = now
-                return await roll_back("rolled_back", f"at {w:.0%}: " + "; ".join(g.describe() for g in ev.breaches), ev.breaches)
+                return await roll_back(
+                    "rolled_back", f"at {w:.0%}: " + "; ".join(g.describe() for g in ev.breaches), ev.breaches
+                )
             if now - rec.started_s >= plan.hold_s:
                 break
         rec.ended_s = clock.now()
@@ -174,5 +192,9 @@ def _evidence(steps: list[StepRecord]) -> dict[str, Any]:
     if not steps or not steps[-1].evaluations:
         return {"previous_step": None}
     last = steps[-1].evaluations[-1]
-    return {"previous_step": steps[-1].weight, "window_s": last.window, "requests": last.requests,
-            "gates": [g.describe() for g in last.gates]}  # fmt: skip
+    return {
+        "previous_step": steps[-1].weight,
+        "window_s": last.window,
+        "requests": last.requests,
+        "gates": [g.describe() for g in last.gates],
+    }

@@ -44,27 +44,42 @@ def _pct(w: float) -> int:
     return int(round(w * 100))
 
 
-def analysis_template(names: ClusterNames, weight: float, pred: Prediction, tol: Tolerances, ttft_target_s: float,
-                      interval_s: float, hold_s: float) -> dict:  # fmt: skip
+def analysis_template(
+    names: ClusterNames,
+    weight: float,
+    pred: Prediction,
+    tol: Tolerances,
+    ttft_target_s: float,
+    interval_s: float,
+    hold_s: float,
+) -> dict:
     window = f"{max(1, int(round(hold_s)))}s"
     qs = queries(f'job="{names.service("canary")}"', window, ttft_target_s)
     metrics = []
     for gate, (op, limit) in limits(pred, tol, ttft_target_s).items():
         if gate not in qs:
             continue  # errors are the gateway's to count: no engine metric to export a query for
-        metrics.append({
-            "name": gate.replace("_", "-"),
-            "interval": f"{max(1, int(round(interval_s)))}s",
-            "count": max(1, int(hold_s // interval_s)),
-            # no data yet (NaN: no requests in the window) is not a breach, as the local gates say "not judged"
-            "successCondition": f"isNaN(result[0]) || result[0] {op} {limit:.6g}",
-            "failureLimit": 0,
-            "provider": {"prometheus": {"address": names.prometheus, "query": qs[gate]}},
-        })  # fmt: skip
-    return {"apiVersion": ROLLOUTS_API, "kind": "AnalysisTemplate",
-            "metadata": {"name": f"{names.app}-gates-{_pct(weight)}pct", "namespace": names.namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "llmcap"}},
-            "spec": {"metrics": metrics}}  # fmt: skip
+        metrics.append(
+            {
+                "name": gate.replace("_", "-"),
+                "interval": f"{max(1, int(round(interval_s)))}s",
+                "count": max(1, int(hold_s // interval_s)),
+                # no data yet (NaN: no requests in the window) is not a breach, as the local gates say "not judged"
+                "successCondition": f"isNaN(result[0]) || result[0] {op} {limit:.6g}",
+                "failureLimit": 0,
+                "provider": {"prometheus": {"address": names.prometheus, "query": qs[gate]}},
+            }
+        )
+    return {
+        "apiVersion": ROLLOUTS_API,
+        "kind": "AnalysisTemplate",
+        "metadata": {
+            "name": f"{names.app}-gates-{_pct(weight)}pct",
+            "namespace": names.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "llmcap"},
+        },
+        "spec": {"metrics": metrics},
+    }
 
 
 def rollout(names: ClusterNames, plan: RolloutPlan, replicas: int) -> dict:
@@ -76,41 +91,82 @@ def rollout(names: ClusterNames, plan: RolloutPlan, replicas: int) -> dict:
         steps.append({"analysis": {"templates": [{"templateName": f"{names.app}-gates-{_pct(w)}pct"}]}})
     labels = {"app": names.app}
     return {
-        "apiVersion": ROLLOUTS_API, "kind": "Rollout",
-        "metadata": {"name": names.app, "namespace": names.namespace, "labels": {"app.kubernetes.io/managed-by": "llmcap"}},
+        "apiVersion": ROLLOUTS_API,
+        "kind": "Rollout",
+        "metadata": {
+            "name": names.app,
+            "namespace": names.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "llmcap"},
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": dict(labels)},  # copies: a shared dict would come out as a YAML anchor
-            "template": {"metadata": {"labels": dict(labels)},
-                         "spec": {"containers": [{"name": "engine", "image": names.image,
-                                                  "ports": [{"name": "http", "containerPort": names.port}]}]}},
-            "strategy": {"canary": {
-                "stableService": names.service("stable"), "canaryService": names.service("canary"),
-                "trafficRouting": {"plugins": {"argoproj-labs/gatewayAPI": {"httpRoute": names.http_route or names.app,
-                                                                            "namespace": names.namespace}}},
-                "steps": steps,
-            }},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": names.image,
+                            "ports": [{"name": "http", "containerPort": names.port}],
+                        }
+                    ]
+                },
+            },
+            "strategy": {
+                "canary": {
+                    "stableService": names.service("stable"),
+                    "canaryService": names.service("canary"),
+                    "trafficRouting": {
+                        "plugins": {
+                            "argoproj-labs/gatewayAPI": {
+                                "httpRoute": names.http_route or names.app,
+                                "namespace": names.namespace,
+                            }
+                        }
+                    },
+                    "steps": steps,
+                }
+            },
         },
-    }  # fmt: skip
+    }
 
 
 def http_route(names: ClusterNames, weight: float) -> dict:
     return {
-        "apiVersion": GATEWAY_API, "kind": "HTTPRoute",
-        "metadata": {"name": names.http_route or names.app, "namespace": names.namespace,
-                     "annotations": {"llmcap.io/candidate-weight": f"{weight:g}"}},
-        "spec": {"parentRefs": [{"name": names.gateway}],
-                 "rules": [{"backendRefs": [{"name": names.service("stable"), "port": names.port, "weight": 100 - _pct(weight)},
-                                            {"name": names.service("canary"), "port": names.port, "weight": _pct(weight)}]}]},
-    }  # fmt: skip
+        "apiVersion": GATEWAY_API,
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": names.http_route or names.app,
+            "namespace": names.namespace,
+            "annotations": {"llmcap.io/candidate-weight": f"{weight:g}"},
+        },
+        "spec": {
+            "parentRefs": [{"name": names.gateway}],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"name": names.service("stable"), "port": names.port, "weight": 100 - _pct(weight)},
+                        {"name": names.service("canary"), "port": names.port, "weight": _pct(weight)},
+                    ]
+                }
+            ],
+        },
+    }
 
 
-def cluster_objects(names: ClusterNames, plan: RolloutPlan, predictions: Mapping[float, Prediction], tol: Tolerances,
-                    replicas: int) -> dict[str, list[dict]]:  # fmt: skip
+def cluster_objects(
+    names: ClusterNames, plan: RolloutPlan, predictions: Mapping[float, Prediction], tol: Tolerances, replicas: int
+) -> dict[str, list[dict]]:
     """{"rollout.yaml": Rollout + AnalysisTemplates, "httproutes.yaml": an HTTPRoute per step}."""
-    templates = [analysis_template(names, w, predictions[w], tol, plan.ttft_target_s, plan.interval_s, plan.hold_s) for w in plan.steps]
-    return {"rollout.yaml": [rollout(names, plan, replicas), *templates],
-            "httproutes.yaml": [http_route(names, w) for w in (0.0, *plan.steps)]}
+    templates = [
+        analysis_template(names, w, predictions[w], tol, plan.ttft_target_s, plan.interval_s, plan.hold_s)
+        for w in plan.steps
+    ]
+    return {
+        "rollout.yaml": [rollout(names, plan, replicas), *templates],
+        "httproutes.yaml": [http_route(names, w) for w in (0.0, *plan.steps)],
+    }
 
 
 def yaml_documents(objects: list[dict]) -> str:

@@ -48,30 +48,56 @@ class Prediction:
     preemptions_per_request: float
 
     @classmethod
-    def from_values(cls, share: float, ttft_s: np.ndarray, itl_s: np.ndarray, itl_weights: np.ndarray,
-                    kv_usage_max: float, waiting_max: float, preemptions: int) -> Prediction:  # fmt: skip
+    def from_values(
+        cls,
+        share: float,
+        ttft_s: np.ndarray,
+        itl_s: np.ndarray,
+        itl_weights: np.ndarray,
+        kv_usage_max: float,
+        waiting_max: float,
+        preemptions: int,
+    ) -> Prediction:
         order = np.argsort(itl_s)
         cum = np.concatenate([[0.0], np.cumsum(np.asarray(itl_weights)[order])])  # float counts: the 0.0 makes them so
         itl = Buckets(ITL_BOUNDS, cum[np.searchsorted(np.asarray(itl_s)[order], ITL_BOUNDS, side="right")])
         n = int(np.asarray(ttft_s).size)
-        return cls(share, n, of_values(ttft_s, TTFT_BOUNDS), itl, float(kv_usage_max), float(waiting_max),
-                   preemptions / n if n else 0.0)  # fmt: skip
-
+        return cls(
+            share,
+            n,
+            of_values(ttft_s, TTFT_BOUNDS),
+            itl,
+            float(kv_usage_max),
+            float(waiting_max),
+            preemptions / n if n else 0.0,
+        )
 
     def to_json(self) -> dict:
         """Finite bounds only (the +Inf bucket is implied: its count is the total)."""
-        return {"share": self.share, "requests": self.requests, "kv_usage_max": self.kv_usage_max, "waiting_max": self.waiting_max,
-                "preemptions_per_request": self.preemptions_per_request,
-                "ttft": {"le": self.ttft.bounds[:-1].tolist(), "count": self.ttft.counts.tolist()},
-                "itl": {"le": self.itl.bounds[:-1].tolist(), "count": self.itl.counts.tolist()}}  # fmt: skip
+        return {
+            "share": self.share,
+            "requests": self.requests,
+            "kv_usage_max": self.kv_usage_max,
+            "waiting_max": self.waiting_max,
+            "preemptions_per_request": self.preemptions_per_request,
+            "ttft": {"le": self.ttft.bounds[:-1].tolist(), "count": self.ttft.counts.tolist()},
+            "itl": {"le": self.itl.bounds[:-1].tolist(), "count": self.itl.counts.tolist()},
+        }
 
     @classmethod
     def from_json(cls, doc: dict) -> Prediction:
         def buckets(h: dict) -> Buckets:
             return Buckets(np.array([*h["le"], np.inf]), np.asarray(h["count"], dtype=np.float64))
 
-        return cls(float(doc["share"]), int(doc["requests"]), buckets(doc["ttft"]), buckets(doc["itl"]), float(doc["kv_usage_max"]),
-                   float(doc["waiting_max"]), float(doc["preemptions_per_request"]))  # fmt: skip
+        return cls(
+            float(doc["share"]),
+            int(doc["requests"]),
+            buckets(doc["ttft"]),
+            buckets(doc["itl"]),
+            float(doc["kv_usage_max"]),
+            float(doc["waiting_max"]),
+            float(doc["preemptions_per_request"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -125,7 +151,11 @@ def evaluate(obs: Observation, pred: Prediction, tol: Tolerances, ttft_target_s:
         "error_rate": (obs.error_rate, 0.0, obs.requests >= tol.min_requests_errors),
         "ttft_p99": (None if obs.ttft is None else obs.ttft.quantile(0.99), pred.ttft.quantile(0.99), enough),
         "itl_p99": (None if obs.itl is None else obs.itl.quantile(0.99), pred.itl.quantile(0.99), enough),
-        "attainment": (None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s), pred.ttft.fraction_at_most(ttft_target_s), enough),
+        "attainment": (
+            None if obs.ttft is None else obs.ttft.fraction_at_most(ttft_target_s),
+            pred.ttft.fraction_at_most(ttft_target_s),
+            enough,
+        ),
         "kv_usage": (obs.kv_usage_max, pred.kv_usage_max, enough),
         "waiting": (obs.waiting_max, pred.waiting_max, enough),
         "preemptions": (rate, pred.preemptions_per_request, enough),

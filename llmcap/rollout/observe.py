@@ -83,7 +83,9 @@ class ScrapeSource:
     """Scrapes the gateway's and the candidate engine's /metrics at each `sample()`; a window is read
     from the last sample at or before its start to the last at or before its end."""
 
-    def __init__(self, gateway_url: str, engine_url: str | None, client: httpx.AsyncClient | None = None, side: str = "candidate") -> None:
+    def __init__(
+        self, gateway_url: str, engine_url: str | None, client: httpx.AsyncClient | None = None, side: str = "candidate"
+    ) -> None:
         self.gateway_url, self.engine_url = gateway_url.rstrip("/"), engine_url.rstrip("/") if engine_url else None
         self.side = side  # the gateway's label for the deployment observed: "candidate", or "shadow:NAME" for a shadow
         self._client = client or httpx.AsyncClient(timeout=10.0)
@@ -115,7 +117,9 @@ class ScrapeSource:
         within = [s for s in self.samples if start_s <= s.t <= end_s and s.engine is not None]
 
         def counter(name: str, **labels: str) -> float:
-            return _sum(last.flat_gateway, name, **labels) - (_sum(first.flat_gateway, name, **labels) if first else 0.0)
+            return _sum(last.flat_gateway, name, **labels) - (
+                _sum(first.flat_gateway, name, **labels) if first else 0.0
+            )
 
         retries = counter(GW_RETRIES) if self.side == "candidate" else 0.0  # only the candidate's failures are retried
         done = counter(GW_REQUESTS, side=self.side)
@@ -123,7 +127,11 @@ class ScrapeSource:
 
         def hist(name: str) -> Buckets | None:
             now = histogram(last.gateway, name, {"side": self.side})
-            return None if now is None else now.minus(histogram(first.gateway, name, {"side": self.side}) if first else None)
+            return (
+                None
+                if now is None
+                else now.minus(histogram(first.gateway, name, {"side": self.side}) if first else None)
+            )
 
         def gauge_max(name: str) -> float | None:
             return max((_sum(s.flat_engine, name) for s in within), default=None)
@@ -132,5 +140,14 @@ class ScrapeSource:
         engines = [s for s in (first, last) if s is not None and s.engine is not None]
         if len(engines) == 2:
             preempt = _sum(engines[1].flat_engine, PREEMPTIONS) - _sum(engines[0].flat_engine, PREEMPTIONS)
-        return Observation(start_s, end_s, done + retries, failed + retries, hist(GW_TTFT), hist(GW_ITL),
-                           gauge_max(KV_USAGE), gauge_max(WAITING), preempt)  # fmt: skip
+        return Observation(
+            start_s,
+            end_s,
+            done + retries,
+            failed + retries,
+            hist(GW_TTFT),
+            hist(GW_ITL),
+            gauge_max(KV_USAGE),
+            gauge_max(WAITING),
+            preempt,
+        )

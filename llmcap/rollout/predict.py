@@ -24,8 +24,15 @@ def thinned(trace: pa.Table, share: float, seed: int = 0) -> pa.Table:
     return trace.filter(pa.array(keep))
 
 
-def predict_share(trace: pa.Table, config: SimConfig, model: StepTimeModel, share: float, seed: int = 0,
-                  decode_model: StepTimeModel | None = None, client_latency_s: float = 0.0) -> Prediction:  # fmt: skip
+def predict_share(
+    trace: pa.Table,
+    config: SimConfig,
+    model: StepTimeModel,
+    share: float,
+    seed: int = 0,
+    decode_model: StepTimeModel | None = None,
+    client_latency_s: float = 0.0,
+) -> Prediction:
     """`client_latency_s`: the HTTP path's own share of TTFT (API server, gateway), which the simulator (an
     engine core) does not contain, e.g. a calibration's `client_overhead_s`."""
     part = thinned(trace, share, seed)
@@ -37,9 +44,15 @@ def predict_share(trace: pa.Table, config: SimConfig, model: StepTimeModel, shar
     ttft = pc.drop_null(rec.column("ttft_s")).to_numpy()
     ts = result.timeseries
     preemptions = int(pc.sum(rec.column("preemptions")).as_py() or 0)
-    return Prediction.from_values(share, ttft, result.itl_values, result.itl_weights,
-                                  float(pc.max(ts.column("kv_usage")).as_py() or 0.0),
-                                  float(pc.max(ts.column("waiting")).as_py() or 0.0), preemptions)  # fmt: skip
+    return Prediction.from_values(
+        share,
+        ttft,
+        result.itl_values,
+        result.itl_weights,
+        float(pc.max(ts.column("kv_usage")).as_py() or 0.0),
+        float(pc.max(ts.column("waiting")).as_py() or 0.0),
+        preemptions,
+    )
 
 
 PREDICTIONS_KIND = "llmcap-rollout-predictions"
@@ -56,8 +69,11 @@ def load_predictions(path: Path) -> dict[float, Prediction]:
     except (OSError, ValueError) as exc:
         raise InputFileError(path, f"cannot read the rollout predictions: {exc}") from None
     if not isinstance(doc, dict) or doc.get("kind") != PREDICTIONS_KIND:
-        raise InputFileError(path, f"not a rollout predictions file (not {PREDICTIONS_KIND!r}): write one with `llmcap rollout predict`",
-                             field="kind")  # fmt: skip
+        raise InputFileError(
+            path,
+            f"not a rollout predictions file (not {PREDICTIONS_KIND!r}): write one with `llmcap rollout predict`",
+            field="kind",
+        )
     out = {}
     for i, step in enumerate(doc.get("steps") or []):
         try:

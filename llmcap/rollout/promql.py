@@ -31,13 +31,17 @@ def queries(selector: str, window: str, ttft_target_s: float) -> dict[str, str]:
     return {
         "ttft_p99": f"histogram_quantile(0.99, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{sel}[{window}])))",
         "itl_p99": f"histogram_quantile(0.99, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{sel}[{window}])))",
-        "attainment": (f"sum(rate(vllm:time_to_first_token_seconds_bucket{rsel}[{window}])) / "
-                       f"sum(rate(vllm:time_to_first_token_seconds_count{sel}[{window}]))"),
+        "attainment": (
+            f"sum(rate(vllm:time_to_first_token_seconds_bucket{rsel}[{window}])) / "
+            f"sum(rate(vllm:time_to_first_token_seconds_count{sel}[{window}]))"
+        ),
         "kv_usage": f"max(max_over_time(vllm:kv_cache_usage_perc{sel}[{window}]))",
         "waiting": f"max(max_over_time(vllm:num_requests_waiting{sel}[{window}]))",
-        "preemptions": (f"sum(increase(vllm:num_preemptions_total{sel}[{window}])) / "
-                        f"clamp_min(sum(increase(vllm:request_success_total{sel}[{window}])), 1)"),
-    }  # fmt: skip
+        "preemptions": (
+            f"sum(increase(vllm:num_preemptions_total{sel}[{window}])) / "
+            f"clamp_min(sum(increase(vllm:request_success_total{sel}[{window}])), 1)"
+        ),
+    }
 
 
 class PromQLSource:
@@ -46,7 +50,9 @@ class PromQLSource:
     `increase(...)` and go through the same quantile code; `increase` extrapolates every bucket of a
     series set by the same factor, so quantiles match a direct scrape's and only counts are scaled."""
 
-    def __init__(self, prometheus_url: str, gateway_job: str, engine_job: str, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self, prometheus_url: str, gateway_job: str, engine_job: str, client: httpx.AsyncClient | None = None
+    ) -> None:
         self.url = prometheus_url.rstrip("/") + "/api/v1/query"
         self.gw, self.engine = f'job="{gateway_job}"', f'job="{engine_job}"'
         self._client = client or httpx.AsyncClient(timeout=10.0)
@@ -77,14 +83,24 @@ class PromQLSource:
 
     async def observe(self, start_s: float, end_s: float) -> Observation:
         window = f"{max(1, int(round((end_s - start_s) * 1000)))}ms"
-        done = await self._scalar(f'sum(increase({GW_REQUESTS}{{{self.gw}, side="candidate"}}[{window}]))', end_s) or 0.0
-        ok = await self._scalar(f'sum(increase({GW_REQUESTS}{{{self.gw}, side="candidate", outcome="ok"}}[{window}]))', end_s) or 0.0
+        done = (
+            await self._scalar(f'sum(increase({GW_REQUESTS}{{{self.gw}, side="candidate"}}[{window}]))', end_s) or 0.0
+        )
+        ok = (
+            await self._scalar(
+                f'sum(increase({GW_REQUESTS}{{{self.gw}, side="candidate", outcome="ok"}}[{window}]))', end_s
+            )
+            or 0.0
+        )
         retries = await self._scalar(f"sum(increase({GW_RETRIES}{{{self.gw}}}[{window}]))", end_s) or 0.0
         return Observation(
-            start_s, end_s, done + retries, done - ok + retries,
+            start_s,
+            end_s,
+            done + retries,
+            done - ok + retries,
             await self._buckets(GW_TTFT, window, end_s),
             await self._buckets(GW_ITL, window, end_s),
             await self._scalar(f"max(max_over_time({KV_USAGE}{{{self.engine}}}[{window}]))", end_s),
             await self._scalar(f"max(max_over_time({WAITING}{{{self.engine}}}[{window}]))", end_s),
             await self._scalar(f"sum(increase({PREEMPTIONS}{{{self.engine}}}[{window}]))", end_s),
-        )  # fmt: skip
+        )

@@ -12,6 +12,7 @@ nobody, and check two things.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,12 +44,16 @@ class ImpactBound:
 @dataclass
 class ShadowResult:
     share: float
-    production: dict[str, dict[str, float | None]]  # "without" / "with": requests, ok, ttft_p50_s, ttft_p99_s, itl_p99_s
+    production: dict[
+        str, dict[str, float | None]
+    ]  # "without" / "with": requests, ok, ttft_p50_s, ttft_p99_s, itl_p99_s
     impact: list[tuple[str, float | None, float | None, bool]]  # (metric, with, limit, within)
     shadow: Observation
     gates: list[GateResult]
     mirror: dict[str, float]  # mirrored, dropped, failed copies
-    rows: dict[str, pa.Table] = field(repr=False, default_factory=dict)  # the gateway's: production_without, production_with, shadow
+    rows: dict[str, pa.Table] = field(
+        repr=False, default_factory=dict
+    )  # the gateway's: production_without, production_with, shadow
 
     @property
     def production_unharmed(self) -> bool:
@@ -60,22 +65,42 @@ class ShadowResult:
         return all(g.passed for g in self.gates) and any(g.judged for g in self.gates)
 
     def summary(self) -> dict[str, Any]:
-        return {"share": self.share, "production": self.production, "production_unharmed": self.production_unharmed,
-                "impact": [{"metric": m, "with_mirror": w, "limit": lim, "within": ok} for m, w, lim, ok in self.impact],
-                "shadow_as_predicted": self.as_predicted, "gates": [g.describe() for g in self.gates], "mirror": self.mirror,
-                "shadow_requests": self.shadow.requests, "shadow_errors": self.shadow.errors}  # fmt: skip
+        return {
+            "share": self.share,
+            "production": self.production,
+            "production_unharmed": self.production_unharmed,
+            "impact": [{"metric": m, "with_mirror": w, "limit": lim, "within": ok} for m, w, lim, ok in self.impact],
+            "shadow_as_predicted": self.as_predicted,
+            "gates": [g.describe() for g in self.gates],
+            "mirror": self.mirror,
+            "shadow_requests": self.shadow.requests,
+            "shadow_errors": self.shadow.errors,
+        }
 
     def markdown(self) -> str:
         w, wo = self.production["with"], self.production["without"]
-        lines = [f"# Shadow check: the candidate mirrored {self.share:.0%} of traffic", "",
-                 f"**Production unharmed: {'yes' if self.production_unharmed else 'NO'}** · "
-                 f"**Candidate as predicted: {'yes' if self.as_predicted else 'NO'}** (predictions are simulated)", "",
-                 "| production | without mirror | with mirror | limit |", "|---|---:|---:|---:|"]  # fmt: skip
+        lines = [
+            f"# Shadow check: the candidate mirrored {self.share:.0%} of traffic",
+            "",
+            f"**Production unharmed: {'yes' if self.production_unharmed else 'NO'}** · "
+            f"**Candidate as predicted: {'yes' if self.as_predicted else 'NO'}** (predictions are simulated)",
+            "",
+            "| production | without mirror | with mirror | limit |",
+            "|---|---:|---:|---:|",
+        ]
         for metric, with_value, limit, ok in self.impact:
-            lines.append(f"| {metric} | {_ms(wo.get(metric))} | {_ms(with_value)} | {_ms(limit)}{'' if ok else ' **exceeded**'} |")
-        lines += ["", f"Requests: {wo['requests']:.0f} without ({wo['ok']:.0f} ok), {w['requests']:.0f} with ({w['ok']:.0f} ok). "
-                  f"Copies: {self.mirror['mirrored']:.0f} sent, {self.mirror['dropped']:.0f} dropped at the bound, "
-                  f"{self.mirror['failed']:.0f} failed.", "", "## The candidate against its prediction", ""]  # fmt: skip
+            lines.append(
+                f"| {metric} | {_ms(wo.get(metric))} | {_ms(with_value)} | {_ms(limit)}{'' if ok else ' **exceeded**'} |"
+            )
+        lines += [
+            "",
+            f"Requests: {wo['requests']:.0f} without ({wo['ok']:.0f} ok), {w['requests']:.0f} with ({w['ok']:.0f} ok). "
+            f"Copies: {self.mirror['mirrored']:.0f} sent, {self.mirror['dropped']:.0f} dropped at the bound, "
+            f"{self.mirror['failed']:.0f} failed.",
+            "",
+            "## The candidate against its prediction",
+            "",
+        ]
         lines += [f"- {g.describe()}" for g in self.gates]
         return "\n".join(lines) + "\n"
 
@@ -88,24 +113,40 @@ def _production(res: ReplayResult) -> dict[str, float | None]:
     t = res.requests
     ok = np.asarray(t.column("status").to_pylist()) == "ok"
     ttft = np.asarray(t.column("ttft_s").to_pylist(), dtype=object)[ok].astype(np.float64)
-    q = (lambda x, p: float(np.percentile(x, p)) if x.size else None)  # noqa: E731
-    return {"requests": float(t.num_rows), "ok": float(ok.sum()), "ttft_p50_s": q(ttft, 50), "ttft_p99_s": q(ttft, 99),
-            "itl_p99_s": q(res.itls, 99)}  # fmt: skip
+    q = lambda x, p: float(np.percentile(x, p)) if x.size else None  # noqa: E731
+    return {
+        "requests": float(t.num_rows),
+        "ok": float(ok.sum()),
+        "ttft_p50_s": q(ttft, 50),
+        "ttft_p99_s": q(ttft, 99),
+        "itl_p99_s": q(res.itls, 99),
+    }
 
 
 async def _sampling(source: ScrapeSource, stop: asyncio.Event) -> None:
     while not stop.is_set():
         await source.sample()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SAMPLE_S)
-        except TimeoutError:
-            pass
 
 
-async def run_shadow(baseline_url: str, candidate_url: str, model: str, arrival_s: np.ndarray, isl: np.ndarray, osl: np.ndarray,
-                     share: float, prediction: Prediction, tolerances: Tolerances = Tolerances(), ttft_target_s: float = 2.0,
-                     bound: ImpactBound = ImpactBound(), max_in_flight: int = 256, vocab_size: int = 1000,
-                     timeout_s: float = 600.0, drain_s: float = DRAIN_S) -> ShadowResult:  # fmt: skip
+async def run_shadow(
+    baseline_url: str,
+    candidate_url: str,
+    model: str,
+    arrival_s: np.ndarray,
+    isl: np.ndarray,
+    osl: np.ndarray,
+    share: float,
+    prediction: Prediction,
+    tolerances: Tolerances = Tolerances(),
+    ttft_target_s: float = 2.0,
+    bound: ImpactBound = ImpactBound(),
+    max_in_flight: int = 256,
+    vocab_size: int = 1000,
+    timeout_s: float = 600.0,
+    drain_s: float = DRAIN_S,
+) -> ShadowResult:
     """Replay the traffic without, then with, `share` of it mirrored to the candidate; see the module docstring.
     Copies still streaming `drain_s` after the replay ends are cut and counted as failed."""
     runs: dict[str, ReplayResult] = {}
@@ -121,7 +162,9 @@ async def run_shadow(baseline_url: str, candidate_url: str, model: str, arrival_
                 await source.sample()
                 start = time.time()
                 sampler = asyncio.create_task(_sampling(source, stop))
-            runs[phase] = await replay_async(gw.url, model, arrival_s, isl, osl, seed=seed, vocab_size=vocab_size, timeout_s=timeout_s)
+            runs[phase] = await replay_async(
+                gw.url, model, arrival_s, isl, osl, seed=seed, vocab_size=vocab_size, timeout_s=timeout_s
+            )
             if phase == "with":
                 drain_until = time.monotonic() + drain_s
                 while gw.mirrors_in_flight and time.monotonic() < drain_until:

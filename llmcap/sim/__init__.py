@@ -31,12 +31,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmcap.perf.model import StepTimeModel, prefill_time
-from llmcap.sim.cluster import run_cluster
-from llmcap.sim.engine import Replica
-from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig
-from llmcap.sim.metrics import autoscale_tables, itl_distribution, records_table, summary, timeseries_table, weighted_quantiles
-from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.policy_names import router_names
+from llmcap.sim.cluster import run_cluster
+from llmcap.sim.config import AutoscaleConfig, EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig
+from llmcap.sim.engine import Replica
+from llmcap.sim.metrics import (
+    autoscale_tables,
+    itl_distribution,
+    records_table,
+    summary,
+    timeseries_table,
+    weighted_quantiles,
+)
+from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.sim.routers import register_router, unregister_router
 from llmcap.sim.steptime import StepTimer
 from llmcap.sim.workload import Workload, workload_from_table
@@ -139,8 +146,15 @@ def simulate(
     series = timeseries_table(run)
     scaling = AutoscaleLog(*autoscale_tables(run)) if run.scaled else None
     wall = time.perf_counter() - start
-    log.debug("simulated %d requests on %s in %.3f s wall (%s core)", work.n,
-              f"P/D {config.pd.prefill_replicas}:{config.pd.decode_replicas}" if config.pd is not None else f"{config.replicas} replica(s)", wall, CORE)
+    log.debug(
+        "simulated %d requests on %s in %.3f s wall (%s core)",
+        work.n,
+        f"P/D {config.pd.prefill_replicas}:{config.pd.decode_replicas}"
+        if config.pd is not None
+        else f"{config.replicas} replica(s)",
+        wall,
+        CORE,
+    )
     s = summary(records, itl, run, wall)
     if "prefix_tiers" in s:
         tier_gains(s["prefix_tiers"], model, config.engine.max_num_batched_tokens)

@@ -35,7 +35,8 @@ newest running request is freed and later recomputed. A policy that reserves ahe
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Protocol
+from collections.abc import Callable
+from typing import ClassVar, Protocol
 
 from llmcap.policy_names import BUILT_IN_ADMISSIONS, add_admission_name, drop_admission_name, known_admission
 
@@ -168,7 +169,12 @@ class SglangAdmission(Admission):
         # After j steps the running outputs left are at least `running_remaining - decoding·j`, the ratio at
         # least its value then and the free tokens at most today's: the first j where even that bound
         # admits is the earliest the scheduler must look (bisection: the bound only loosens with j).
-        step, fewest_new, free_tokens, running_remaining = view.step, view.new_tokens, view.free_tokens, view.running_remaining
+        step, fewest_new, free_tokens, running_remaining = (
+            view.step,
+            view.new_tokens,
+            view.free_tokens,
+            view.running_remaining,
+        )
         lo, hi = 1, k
         while lo < hi:
             j = (lo + hi) // 2
@@ -186,7 +192,9 @@ class SglangAdmission(Admission):
 ADMISSION_POLICIES: dict[str, Callable[[], AdmissionPolicy]] = {}
 
 
-def register_admission(name: str, policy: Callable[[], AdmissionPolicy], *, never_preempts: bool = False, reserves_output: bool = False) -> None:
+def register_admission(
+    name: str, policy: Callable[[], AdmissionPolicy], *, never_preempts: bool = False, reserves_output: bool = False
+) -> None:
     """Make `policy` (a class taking no arguments; one instance per replica) available as
     `admission_policy: name` everywhere. `never_preempts`: it reserves each request's whole KV life;
     `reserves_output`: it admits against the output a request may still generate (its max_tokens) — what

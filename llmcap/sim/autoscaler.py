@@ -62,7 +62,9 @@ class Autoscaler:
     def __init__(self, cfg: AutoscaleConfig) -> None:
         self.cfg = cfg
         self.recent: deque[tuple[float, int]] = deque()  # (t, reactive recommendation) within the window
-        self.seen: deque[tuple[float, float, float, float]] = deque()  # (t, waiting, KV usage, running averages) within metric_window_s
+        self.seen: deque[tuple[float, float, float, float]] = (
+            deque()
+        )  # (t, waiting, KV usage, running averages) within metric_window_s
         self.last_up = -math.inf
         self.ticks: list[ScaleTick] = []
 
@@ -78,7 +80,10 @@ class Autoscaler:
     def _recommendation(self, ready: int, current: int, waiting_avg: float, kv_avg: float, running_avg: float) -> int:
         cfg = self.cfg
         desired = []
-        for value, target in ((kv_avg, cfg.kv_usage), (running_avg, cfg.running_per_replica)):  # utilisation gauges: both ways
+        for value, target in (
+            (kv_avg, cfg.kv_usage),
+            (running_avg, cfg.running_per_replica),
+        ):  # utilisation gauges: both ways
             if target is not None:
                 ratio = value / target
                 desired.append(current if abs(ratio - 1.0) <= cfg.tolerance else math.ceil(ready * ratio))
@@ -86,7 +91,9 @@ class Autoscaler:
             desired.append(math.ceil(ready * waiting_avg / cfg.waiting_per_replica))  # a queue: a trigger, up only
         return max(desired) if desired else current
 
-    def decide(self, t: float, ready: int, starting: int, waiting_avg: float, kv_avg: float, running_avg: float = 0.0) -> int:
+    def decide(
+        self, t: float, ready: int, starting: int, waiting_avg: float, kv_avg: float, running_avg: float = 0.0
+    ) -> int:
         cfg = self.cfg
         current = ready + starting
         self.seen.append((t, waiting_avg, kv_avg, running_avg))
@@ -113,8 +120,8 @@ class Autoscaler:
 def share_budget(current: list[int], wanted: list[int], gpus: list[int], budget: int) -> list[int]:
     """Each pool's granted count under `budget` GPUs (module docstring): `current` instances held (ready or starting),
     `wanted` the autoscaler's target, `gpus` per instance; pools in order prefill (or aggregated) then decode."""
-    granted = [min(c, w) for c, w in zip(current, wanted)]
-    free = budget - sum(n * g for n, g in zip(granted, gpus))
+    granted = [min(c, w) for c, w in zip(current, wanted, strict=True)]
+    free = budget - sum(n * g for n, g in zip(granted, gpus, strict=True))
     while True:
         open_ = [i for i in range(len(wanted)) if granted[i] < wanted[i] and gpus[i] <= free]
         if not open_:

@@ -50,12 +50,28 @@ def run_cluster(
     # per-request inputs as compact arrays of plain numbers (8 B each; lists of Python objects cost ~5x)
     isl, osl = array("q", work.isl.tobytes()), array("q", work.osl.tobytes())
     # singleton suffixes only where an engine keeps them as runs (Replica.lazy)
-    segments = work.segment_index(isl, singletons=ecfg.enable_prefix_caching and not ecfg.offload_tiers() and not cfg.reference)
+    segments = work.segment_index(
+        isl, singletons=ecfg.enable_prefix_caching and not ecfg.offload_tiers() and not cfg.reference
+    )
     cap = None if work.cap is None else array("q", work.cap.tobytes())
     adapter = None if work.adapter is None else array("q", work.adapter.tobytes())
     priority = None if work.priority is None else array("q", work.priority.tobytes())
-    loop = ClusterLoop(cfg, timer, rec, rng, n, isl, osl, decode_timer=decode_timer, segments=segments, itl_exact=exact,
-                       on_decision=on_decision, cap=cap, adapter=adapter, priority=priority)  # fmt: skip
+    loop = ClusterLoop(
+        cfg,
+        timer,
+        rec,
+        rng,
+        n,
+        isl,
+        osl,
+        decode_timer=decode_timer,
+        segments=segments,
+        itl_exact=exact,
+        on_decision=on_decision,
+        cap=cap,
+        adapter=adapter,
+        priority=priority,
+    )
     arrival = array("d", work.arrival.tobytes())
     for i in range(n):
         t = arrival[i]

@@ -81,7 +81,16 @@ class DecodeRuns(StepLog):
             kv_used += self._allocs(self.run_alloc, started)
             tokens += (m - self.run_done) * self.decode_batch
             steps += m - self.run_done
-        return (len(self.running), self.waiting.size(), kv_used, tokens, steps, self.hit_tokens, self.preemptions, self.finished)
+        return (
+            len(self.running),
+            self.waiting.size(),
+            kv_used,
+            tokens,
+            steps,
+            self.hit_tokens,
+            self.preemptions,
+            self.finished,
+        )
 
     def sample_until(self, t: float) -> None:
         """Time-series rows for every grid time <= t not yet sampled (state after events before it)."""
@@ -113,7 +122,9 @@ class DecodeRuns(StepLog):
         if self.run_lazy:
             self._log(b, self.run_ctx0 + self.run_done * b, n, b)
         else:
-            self.pending_literal.extend(self.run_durs[self.run_done : m])  # array to array: a copy, not a per-item parse
+            self.pending_literal.extend(
+                self.run_durs[self.run_done : m]
+            )  # array to array: a copy, not a per-item parse
             self._log(-1, 0, n, b)
         self.step_clock += n
         self.ctx_sum += n * b
@@ -189,12 +200,21 @@ class DecodeRuns(StepLog):
                         break
                     j += 1
                 k = min(k, j)
-        if k > 1 and self.waiting.size() and self.admission.tracks_progress and len(self.running) < self.max_seqs:  # its estimate shrinks every step
+        if (
+            k > 1 and self.waiting.size() and self.admission.tracks_progress and len(self.running) < self.max_seqs
+        ):  # its estimate shrinks every step
             head = self.waiting.peek()
             view = self.admission_view
-            view.new_tokens = min(head.cap - head.generated, CLIP_NEW_TOKENS) + bs  # its new tokens with its whole prompt cached
+            view.new_tokens = (
+                min(head.cap - head.generated, CLIP_NEW_TOKENS) + bs
+            )  # its new tokens with its whole prompt cached
             view.lifetime_blocks = lifetime_blocks(head.isl, head.cap, bs)
-            view.num_blocks, view.free_tokens, view.running_remaining, view.step = self.kv.num_blocks, self.kv.free * bs, self._outputs_left(), S
+            view.num_blocks, view.free_tokens, view.running_remaining, view.step = (
+                self.kv.num_blocks,
+                self.kv.free * bs,
+                self._outputs_left(),
+                S,
+            )
             k = self.admission.steps_before_admissible(view, k, B)
         d_max = 0
         if not self.timer.linear:

@@ -273,7 +273,12 @@ class Replica(DecodeRuns):
         # that held the head back here would stall the queue for good (admission.py, `sglang`)
         if self.running or self.held:
             view = self.admission_view
-            view.lifetime_blocks, view.num_blocks, view.free_tokens, view.new_tokens = lifetime, kv.num_blocks, kv.free * bs, new_tokens
+            view.lifetime_blocks, view.num_blocks, view.free_tokens, view.new_tokens = (
+                lifetime,
+                kv.num_blocks,
+                kv.free * bs,
+                new_tokens,
+            )
             view.running_remaining = self._outputs_left() if policy.tracks_progress else 0
             view.step = self.step_clock
             if not policy.admits(view):
@@ -373,7 +378,9 @@ class Replica(DecodeRuns):
         budget = self.max_batched - self.decode_batch - sum(c for _, c in entries)  # victims give theirs back
         if self.preemptions != preempted_before and self.admission.tracks_progress:
             left = self.running.values()
-            self.admission.retracted(S, sum(self._generated_now(r) for r in left), sum(r.cap for r in left), len(self.running))
+            self.admission.retracted(
+                S, sum(self._generated_now(r) for r in left), sum(r.cap for r in left), len(self.running)
+            )
         # 3. waiting requests in the queue's order, unless this step preempted; as vLLM, one whose LoRA adapter
         # would make the batch hold more than max_loras adapters is skipped (it keeps its place), the next one tried
         if self.preemptions == preempted_before:
@@ -412,9 +419,15 @@ class Replica(DecodeRuns):
         d_seqs, d_ctx = self.decode_batch, self.ctx_sum
         d_max = 0
         if not self.timer.linear and self.decode_batch:
-            d_max = max(r.computed_at_join + (self.step_clock - r.joined_at_step) + 1 for r in self.running.values() if r.decoding)
+            d_max = max(
+                r.computed_at_join + (self.step_clock - r.joined_at_step) + 1
+                for r in self.running.values()
+                if r.decoding
+            )
         for req, c in entries:
-            if c == 1 and req.generated >= 1 and req.n_comp == req.isl + req.generated - 1:  # a decode token (handoff entry)
+            if (
+                c == 1 and req.generated >= 1 and req.n_comp == req.isl + req.generated - 1
+            ):  # a decode token (handoff entry)
                 d_seqs += 1
                 d_ctx += req.n_comp + 1
                 d_max = max(d_max, req.n_comp + 1)

@@ -95,7 +95,17 @@ class Tier:
 class PrefixMatch:
     """What `KVCache.match_prefix` found of a prompt's prefix chain."""
 
-    __slots__ = ("hits", "host_hits", "hit_blocks", "lru_blocks", "host_blocks", "tier_blocks", "searched", "matched", "chained")
+    __slots__ = (
+        "hits",
+        "host_hits",
+        "hit_blocks",
+        "lru_blocks",
+        "host_blocks",
+        "tier_blocks",
+        "searched",
+        "matched",
+        "chained",
+    )
 
     def __init__(self, tiers: int) -> None:
         self.hits: list[Seg] = []  # cached segments, in chain order

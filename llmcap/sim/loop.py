@@ -49,12 +49,24 @@ class ClusterLoop:
     req)` when a handoff's KV landed and `req` joined the decode replica."""
 
     def __init__(
-        self, cfg: SimConfig, timer: StepTimer, rec: Recorder, rng: np.random.Generator | None, n_requests: int,
-        isl: array[int], osl: array[int], *, decode_timer: StepTimer | None = None, segments: SegmentIndex | None = None,
-        itl_exact: bool = True, on_decision: Callable[[Replica, float], None] | None = None,
-        on_landing: Callable[[Replica, Req], None] | None = None, cap: array[int] | None = None,
-        adapter: array[int] | None = None, priority: array[int] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: SimConfig,
+        timer: StepTimer,
+        rec: Recorder,
+        rng: np.random.Generator | None,
+        n_requests: int,
+        isl: array[int],
+        osl: array[int],
+        *,
+        decode_timer: StepTimer | None = None,
+        segments: SegmentIndex | None = None,
+        itl_exact: bool = True,
+        on_decision: Callable[[Replica, float], None] | None = None,
+        on_landing: Callable[[Replica, Req], None] | None = None,
+        cap: array[int] | None = None,
+        adapter: array[int] | None = None,
+        priority: array[int] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.pd = pd = cfg.pd
         self.rec = rec
@@ -83,8 +95,9 @@ class ClusterLoop:
             self.back: list[Replica] = []
         else:
             self.front, self.scaled_front = self._pool(pd.prefill_replicas, ecfg, timer, "prefill", cfg.autoscale)
-            self.back, self.scaled_back = self._pool(pd.decode_replicas, self.engines[1], decode_timer or timer, "decode",
-                                                     cfg.decode_autoscale)  # fmt: skip
+            self.back, self.scaled_back = self._pool(
+                pd.decode_replicas, self.engines[1], decode_timer or timer, "decode", cfg.decode_autoscale
+            )
         self.scaled = [sp for sp in (self.scaled_front, self.scaled_back) if sp is not None]
         self.router = Router(cfg.router, self.front, n_requests, rng, cfg.prefix_load_penalty)
         self.back_router = handoff_router(cfg.router, self.back, n_requests) if pd is not None else None
@@ -106,10 +119,18 @@ class ClusterLoop:
     def _replica(self, j: int, ec: EngineConfig, tm: StepTimer, role: str, t: float = 0.0) -> Replica:
         cfg = self.cfg
         r = Replica(
-            j, ec, tm, self.rec, role=role, reference=cfg.reference, max_run_steps=cfg.max_run_steps,
-            resolution_s=cfg.timeseries_resolution_s, first_token_at_handoff=self.at_handoff, segments=self.segments,
+            j,
+            ec,
+            tm,
+            self.rec,
+            role=role,
+            reference=cfg.reference,
+            max_run_steps=cfg.max_run_steps,
+            resolution_s=cfg.timeseries_resolution_s,
+            first_token_at_handoff=self.at_handoff,
+            segments=self.segments,
             itl_exact=self.itl_exact,
-        )  # fmt: skip
+        )
         r.gid = self.gids
         self.gids += 1
         r.grid_i = int(-(-t // r.res))  # its time series starts at the first grid time from its birth
@@ -118,7 +139,9 @@ class ClusterLoop:
             self.links.append(Link(self.pd.link))
         return r
 
-    def _pool(self, n: int, ec: EngineConfig, tm: StepTimer, role: str, scaler: AutoscaleConfig | None) -> tuple[list[Replica], ScaledPool | None]:
+    def _pool(
+        self, n: int, ec: EngineConfig, tm: StepTimer, role: str, scaler: AutoscaleConfig | None
+    ) -> tuple[list[Replica], ScaledPool | None]:
         """A pool of `n` replicas, or, autoscaled, its routable ones (a list the autoscaler changes in place)."""
         if scaler is None:
             return [self._replica(j, ec, tm, role) for j in range(n)], None
@@ -138,11 +161,15 @@ class ClusterLoop:
             return False
         if self.pd is None:
             return blocks(isl + osl - 1, self.front_bs) <= self.front_blocks
-        return blocks(isl, self.front_bs) <= self.front_blocks and blocks(isl + osl - 1, self.back_bs) <= self.back_blocks
+        return (
+            blocks(isl, self.front_bs) <= self.front_blocks and blocks(isl + osl - 1, self.back_bs) <= self.back_blocks
+        )
 
     # ------------------------------------------------------------ inputs
 
-    def submit(self, i: int, t: float, keys: list[int] | None = None, block_ends: list[int] | None = None) -> Req | None:
+    def submit(
+        self, i: int, t: float, keys: list[int] | None = None, block_ends: list[int] | None = None
+    ) -> Req | None:
         """Request row i arrives at t (after `run_until(t, inclusive=False)`): the request on its replica, or
         None: rejected, it never fits. `keys`/`block_ends`: its prefix segments (None: the segment index's,
         read when needed)."""

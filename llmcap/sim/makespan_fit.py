@@ -49,7 +49,12 @@ def makespan(records: pa.Table) -> float:
 
 
 def fit_to_makespan(
-    burst: pa.Table, fit: CalibratedFit, config: SimConfig, measured_s: float, rtol: float = 1e-3, max_iter: int = 12,
+    burst: pa.Table,
+    fit: CalibratedFit,
+    config: SimConfig,
+    measured_s: float,
+    rtol: float = 1e-3,
+    max_iter: int = 12,
 ) -> tuple[CalibratedFit, MakespanFit]:
     """Scale `fit` so that simulating `burst` (the trace exactly as it was replayed) takes `measured_s`."""
     if not (np.isfinite(measured_s) and measured_s > 0):
@@ -65,4 +70,6 @@ def fit_to_makespan(
         if abs(got / measured_s - 1) <= rtol:
             return fit.scaled(factor), MakespanFit(factor, measured_s, unscaled, got, it)
         factor *= measured_s / got
-    raise LlmcapError(f"speed factor did not converge in {max_iter} rounds: last {factor:.4g}, makespan {got:.4g} s vs {measured_s:.4g} s")
+    raise LlmcapError(
+        f"speed factor did not converge in {max_iter} rounds: last {factor:.4g}, makespan {got:.4g} s vs {measured_s:.4g} s"
+    )

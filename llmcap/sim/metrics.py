@@ -8,9 +8,9 @@ import pyarrow as pa
 
 from llmcap.sim.cluster import ClusterRun
 from llmcap.sim.histogram import HIST_BINS_PER_DECADE, HIST_MIN_S, itl_histogram
-from llmcap.sim.state import INF
 from llmcap.sim.recorder import OK, STATUS_NAMES
 from llmcap.sim.records import REQUEST_SCHEMA
+from llmcap.sim.state import INF
 
 TIMESERIES_SCHEMA = pa.schema(
     [
@@ -34,7 +34,9 @@ def _col(values: np.ndarray, typ: pa.DataType) -> pa.Array:
     return pa.array(values, type=typ, mask=np.isnan(values))
 
 
-def records_table(run: ClusterRun, request_id: np.ndarray, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray, pd: bool) -> pa.Table:
+def records_table(
+    run: ClusterRun, request_id: np.ndarray, arrival: np.ndarray, isl: np.ndarray, osl: np.ndarray, pd: bool
+) -> pa.Table:
     r = run.recorder
     f64 = pa.float64()
     prefilled = ~np.isnan(r.prefill_done)
@@ -147,7 +149,8 @@ def timeseries_table(run: ClusterRun) -> pa.Table:
         cols = {
             "replica": np.full(m, rep.index, dtype=np.int32),
             "role": pa.array([rep.role], pa.string()).take(np.zeros(m, dtype=np.int32)),
-            "t_s": np.arange(rep.grid_i - m, rep.grid_i) * rep.res,  # (an autoscaled replica's grid starts when it was asked for)
+            "t_s": np.arange(rep.grid_i - m, rep.grid_i)
+            * rep.res,  # (an autoscaled replica's grid starts when it was asked for)
             "running": ts[:, 0].astype(np.int32),
             "waiting": ts[:, 1].astype(np.int32),
             "kv_used_blocks": ts[:, 2].copy(),
@@ -178,7 +181,9 @@ def prefix_tiers(run: ClusterRun, prompt_tokens: int) -> list[dict]:
     out: dict[str, dict] = {}
     for rep in run.replicas:
         for level, tier in enumerate(rep.cfg.offload_tiers() if rep.caching else ()):
-            t = out.setdefault(tier.name, {"tier": tier.name, "hit_tokens": 0, "load_s": 0.0, "lookups": 0, "lookup_s": 0.0})
+            t = out.setdefault(
+                tier.name, {"tier": tier.name, "hit_tokens": 0, "load_s": 0.0, "lookups": 0, "lookup_s": 0.0}
+            )
             t["hit_tokens"] += rep.tier_hit_tokens[level]
             t["load_s"] += rep.tier_load_s[level]
             t["lookups"] += rep.tier_lookups[level]
@@ -213,7 +218,9 @@ def summary(records: pa.Table, itl: tuple[np.ndarray, np.ndarray], run: ClusterR
         "unfinished": int((r.status == 1).sum()),
         "duration_s": duration,
         "ttft_ms": _pcts(col("ttft_s")),
-        "itl_ms": {k: (v * 1e3 if np.isfinite(v) else None) for k, v in zip(("p50", "p90", "p99"), itl_ms)},
+        "itl_ms": {
+            k: (v * 1e3 if np.isfinite(v) else None) for k, v in zip(("p50", "p90", "p99"), itl_ms, strict=True)
+        },
         "tpot_ms": _pcts(tpot[~np.isnan(tpot)]),
         "e2e_ms": _pcts(col("e2e_s")),
         "throughput": {
@@ -250,18 +257,22 @@ def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
     ticks, lives = [], []
     for pool in run.scaled:
         k = pool.scaler.ticks
-        ticks.append(pa.table({
-            "pool": pa.array([pool.role] * len(k), pa.string()),
-            "t_s": pa.array([x.t for x in k], pa.float64()),
-            "ready": pa.array([x.ready for x in k], pa.int32()),
-            "starting": pa.array([x.starting for x in k], pa.int32()),
-            "waiting_avg": pa.array([x.waiting_avg for x in k], pa.float64()),
-            "kv_usage_avg": pa.array([x.kv_usage_avg for x in k], pa.float64()),
-            "running_avg": pa.array([x.running_avg for x in k], pa.float64()),
-            "floor": pa.array([x.floor for x in k], pa.int32()),
-            "reactive": pa.array([x.reactive for x in k], pa.int32()),
-            "target": pa.array([x.target for x in k], pa.int32()),
-        }))  # fmt: skip
+        ticks.append(
+            pa.table(
+                {
+                    "pool": pa.array([pool.role] * len(k), pa.string()),
+                    "t_s": pa.array([x.t for x in k], pa.float64()),
+                    "ready": pa.array([x.ready for x in k], pa.int32()),
+                    "starting": pa.array([x.starting for x in k], pa.int32()),
+                    "waiting_avg": pa.array([x.waiting_avg for x in k], pa.float64()),
+                    "kv_usage_avg": pa.array([x.kv_usage_avg for x in k], pa.float64()),
+                    "running_avg": pa.array([x.running_avg for x in k], pa.float64()),
+                    "floor": pa.array([x.floor for x in k], pa.int32()),
+                    "reactive": pa.array([x.reactive for x in k], pa.int32()),
+                    "target": pa.array([x.target for x in k], pa.int32()),
+                }
+            )
+        )
         n = len(pool.members)
         served = rec.decode_replica if pool.role == "decode" else rec.prefill_replica
         done = rec.prefill_done + rec.transfer if pool.role == "prefill" else rec.finish
@@ -273,16 +284,23 @@ def autoscale_tables(run: ClusterRun) -> tuple[pa.Table, pa.Table]:
         asked = np.array(pool.asked_s, dtype=np.float64)
         ready = np.array(pool.ready_s, dtype=np.float64)
         cfg = pool.scaler.cfg
-        running_s, model_ready_s = _scale_up_point(asked, ready, stopped, cfg.pod_running_after_s), _scale_up_point(asked, ready, stopped, cfg.model_ready_after_s)
-        lives.append(pa.table({
-            "pool": pa.array([pool.role] * n, pa.string()),
-            "replica": pa.array(np.arange(n), pa.int32()),
-            "asked_s": pa.array(asked, pa.float64()),
-            "running_s": _col(running_s, pa.float64()),
-            "model_ready_s": _col(model_ready_s, pa.float64()),
-            "ready_s": _col(ready, pa.float64()),
-            "stopped_s": _col(stopped, pa.float64()),
-            "released_s": pa.array(released, pa.float64()),
-            "held_s": pa.array(released - asked, pa.float64()),
-        }))  # fmt: skip
+        running_s, model_ready_s = (
+            _scale_up_point(asked, ready, stopped, cfg.pod_running_after_s),
+            _scale_up_point(asked, ready, stopped, cfg.model_ready_after_s),
+        )
+        lives.append(
+            pa.table(
+                {
+                    "pool": pa.array([pool.role] * n, pa.string()),
+                    "replica": pa.array(np.arange(n), pa.int32()),
+                    "asked_s": pa.array(asked, pa.float64()),
+                    "running_s": _col(running_s, pa.float64()),
+                    "model_ready_s": _col(model_ready_s, pa.float64()),
+                    "ready_s": _col(ready, pa.float64()),
+                    "stopped_s": _col(stopped, pa.float64()),
+                    "released_s": pa.array(released, pa.float64()),
+                    "held_s": pa.array(released - asked, pa.float64()),
+                }
+            )
+        )
     return pa.concat_tables(ticks), pa.concat_tables(lives)

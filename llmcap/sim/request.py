@@ -9,13 +9,42 @@ class Req:
     """A request inside one replica (created when it arrives there, dropped when it leaves)."""
 
     __slots__ = (
-        "i", "isl", "osl", "generated", "n_comp", "alloc", "keys", "block_ends", "segs", "seg_blocks", "published", "stamp",
-        "joined_at_step", "generated_at_join", "computed_at_join", "last_step", "ver", "last_tok", "decode_spans", "times_preempted",
-        "xfer", "decoding", "admitted", "handoff_t", "single", "lazy_lo", "cap", "adapter",
-        "lazy_n", "lazy_blocks", "priority",
-    )  # fmt: skip
+        "i",
+        "isl",
+        "osl",
+        "generated",
+        "n_comp",
+        "alloc",
+        "keys",
+        "block_ends",
+        "segs",
+        "seg_blocks",
+        "published",
+        "stamp",
+        "joined_at_step",
+        "generated_at_join",
+        "computed_at_join",
+        "last_step",
+        "ver",
+        "last_tok",
+        "decode_spans",
+        "times_preempted",
+        "xfer",
+        "decoding",
+        "admitted",
+        "handoff_t",
+        "single",
+        "lazy_lo",
+        "cap",
+        "adapter",
+        "lazy_n",
+        "lazy_blocks",
+        "priority",
+    )
 
-    def __init__(self, i: int, isl: int, osl: int, keys: list[int] | None = None, block_ends: list[int] | None = None) -> None:
+    def __init__(
+        self, i: int, isl: int, osl: int, keys: list[int] | None = None, block_ends: list[int] | None = None
+    ) -> None:
         self.i = i
         self.isl = isl
         self.osl = osl  # tokens this replica generates before the request leaves it

@@ -16,8 +16,9 @@ the simulator, the twin and the configuration then know its name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -32,7 +33,9 @@ class ReplicaView:
     def __init__(self, pool: list[Replica]) -> None:
         self._pool = pool
         self.t = 0.0
-        self.arrival = 0  # the request's arrival number (0, 1, ...: rejected requests counted): what per-request draws go by
+        self.arrival = (
+            0  # the request's arrival number (0, 1, ...: rejected requests counted): what per-request draws go by
+        )
 
     def size(self) -> int:
         return len(self._pool)
@@ -189,8 +192,11 @@ def unregister_router(name: str) -> None:
 
 
 BUILT_IN_POLICIES: dict[str, Callable[[RouterSetup], RoutingPolicy]] = {
-    "round_robin": RoundRobin, "least_outstanding_tokens": LeastOutstandingTokens, "power_of_two": PowerOfTwo, "prefix_aware": PrefixAware,
-}  # fmt: skip
+    "round_robin": RoundRobin,
+    "least_outstanding_tokens": LeastOutstandingTokens,
+    "power_of_two": PowerOfTwo,
+    "prefix_aware": PrefixAware,
+}
 assert tuple(BUILT_IN_POLICIES) == BUILT_IN_ROUTERS  # one policy class per built-in name (llmcap.policy_names)
 for _name, _policy in BUILT_IN_POLICIES.items():
     register_router(_name, _policy)
@@ -199,7 +205,9 @@ for _name, _policy in BUILT_IN_POLICIES.items():
 class Router:
     """A pool's routing: the named policy over a read-only view of the pool."""
 
-    def __init__(self, policy: str, pool: list[Replica], n_requests: int, rng: np.random.Generator | None, penalty: float) -> None:
+    def __init__(
+        self, policy: str, pool: list[Replica], n_requests: int, rng: np.random.Generator | None, penalty: float
+    ) -> None:
         make = ROUTERS[known_router(policy)]
         self.name = policy
         self.view = ReplicaView(pool)

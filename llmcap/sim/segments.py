@@ -13,7 +13,13 @@ from typing import Any
 
 class SegmentIndex:
     def __init__(
-        self, firsts: list[int], offsets: list[array[int]], keys: list[Any], isl: array[int], trace_block: int, block_size: int,
+        self,
+        firsts: list[int],
+        offsets: list[array[int]],
+        keys: list[Any],
+        isl: array[int],
+        trace_block: int,
+        block_size: int,
         singles: array[int] | None = None,
     ) -> None:
         self.firsts = firsts  # first trace row of each chunk

@@ -20,7 +20,13 @@ from llmcap.perf.model import LinearStepModel
 
 
 def analytic_step_model(
-    model: str, gpu: str, tp: int = 1, weight_quant: str = "bf16", kv_dtype: str = "bf16", mfu: float = 0.5, launch_s: float = 2e-3
+    model: str,
+    gpu: str,
+    tp: int = 1,
+    weight_quant: str = "bf16",
+    kv_dtype: str = "bf16",
+    mfu: float = 0.5,
+    launch_s: float = 2e-3,
 ) -> LinearStepModel:
     spec = load_model(model)
     g = get_gpu(gpu)

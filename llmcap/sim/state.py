@@ -15,8 +15,8 @@ from llmcap.sim.admission import AdmissionPolicy, AdmissionView, make_admission
 from llmcap.sim.config import EngineConfig
 from llmcap.sim.histogram import HIST_BINS_PER_DECADE, HIST_DECADES
 from llmcap.sim.kvcache import KVCache
-from llmcap.sim.recorder import Recorder
 from llmcap.sim.queues import create_request_queue
+from llmcap.sim.recorder import Recorder
 from llmcap.sim.request import Req
 from llmcap.sim.segments import SegmentIndex
 from llmcap.sim.steptime import StepTimer
@@ -79,10 +79,14 @@ class ReplicaState:
         self.step_clock = 0  # steps completed = index of the next step
         self.decode_batch = 0
         self.ctx_sum = 0  # Σ context (prompt + generated) of decodes at step `step_clock`
-        self.phase = [0] * self.bs  # decodes by (computed_at_join - joined_at_step) mod bs: who needs a block at which step
+        self.phase = [
+            0
+        ] * self.bs  # decodes by (computed_at_join - joined_at_step) mod bs: who needs a block at which step
         self.fin_heap: list[tuple[int, int, int, Req]] = []  # (last step, stamp, version, request)
         self.outstanding = 0  # Σ tokens still to process: isl + osl - 1 - n_comp
-        self.inbound = 0  # P/D decode side: tokens of handoffs sent to it that have not landed yet (the router counts them)
+        self.inbound = (
+            0  # P/D decode side: tokens of handoffs sent to it that have not landed yet (the router counts them)
+        )
         # the plan in progress: a step or a run of pure-decode steps [done, k) starting at t0
         self.busy = False
         self.t = 0.0  # time of the last decision

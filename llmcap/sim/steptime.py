@@ -56,7 +56,9 @@ class StepTimer:
     def one(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float) -> float:
         """Seconds of one step."""
         if self.is_linear:
-            return ((((self.c0 + self.c_tok * p_tok) + self.c_pair * p_pairs) + self.c_pseq * p_seqs) + self.c_dseq * d_seqs) + self.c_ctx * d_ctx
+            return (
+                (((self.c0 + self.c_tok * p_tok) + self.c_pair * p_pairs) + self.c_pseq * p_seqs) + self.c_dseq * d_seqs
+            ) + self.c_ctx * d_ctx
         if self.scalar is not None:
             d = self.scalar.step(p_tok, p_pairs, p_seqs, d_seqs, d_ctx)
             if d >= 0.0:
@@ -116,7 +118,9 @@ class StepTimer:
         """Durations of decode steps of b[i] sequences at total context ctx[i] (float64, integers), in bulk:
         the numbers `run_end` adds up (on_demand(b) for every b)."""
         if self.is_linear:
-            base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * b.astype(np.float64)
+            base = (((self.c0 + self.c_tok * 0.0) + self.c_pair * 0.0) + self.c_pseq * 0.0) + self.c_dseq * b.astype(
+                np.float64
+            )
             return base + self.c_ctx * ctx
         assert self.fast is not None
         return self.fast.decode_times_batch(b, ctx)
@@ -142,7 +146,9 @@ class StepTimer:
         else:
             steps = np.arange(k, dtype=np.float64)
             zeros = np.zeros(k)
-            batch = StepBatch(zeros, zeros, zeros, np.full(k, float(b)), steps * float(b) + float(ctx0), steps + float(max0))
+            batch = StepBatch(
+                zeros, zeros, zeros, np.full(k, float(b)), steps * float(b) + float(ctx0), steps + float(max0)
+            )
             d_arr = np.asarray(self.model.step_time(batch), dtype=np.float64)
         run = np.empty(k + 1)  # t0, then the durations: their running sum is the step ends
         run[0] = t0

@@ -44,7 +44,9 @@ class Workload:
     block_size: int = 16
     cap: np.ndarray | None = None  # int64 max_tokens, ≥ osl (the output where a request states none); None: no caps
     adapter: np.ndarray | None = None  # int64 LoRA adapter ids, by name's sort order (-1: none); None: no adapters
-    priority: np.ndarray | None = None  # int64 scheduling priorities, lower first (the `priority` queue); None: all equal
+    priority: np.ndarray | None = (
+        None  # int64 scheduling priorities, lower first (the `priority` queue); None: all equal
+    )
 
     @property
     def n(self) -> int:
@@ -59,8 +61,15 @@ class Workload:
         # Arrow's list offsets are int32 (int64 for large lists): kept at their width
         offsets = [array("i" if c.offsets.itemsize == 4 else "q", c.offsets.tobytes()) for c in self.chunks]
         singles = array("i", singleton_suffixes(self.chunks).tobytes()) if singletons else None
-        return SegmentIndex([c.first for c in self.chunks], offsets, [c.keys for c in self.chunks], isl, self.trace_block,
-                            self.block_size, singles)
+        return SegmentIndex(
+            [c.first for c in self.chunks],
+            offsets,
+            [c.keys for c in self.chunks],
+            isl,
+            self.trace_block,
+            self.block_size,
+            singles,
+        )
 
 
 def singleton_suffixes(chunks: tuple[HashChunk, ...]) -> np.ndarray:
@@ -120,7 +129,9 @@ def workload_from_table(table: pa.Table, block_size: int, use_hashes: bool = Tru
     trace_block = block_size_of(table) if "hash_ids" in table.column_names else None
     if not use_hashes or trace_block is None or table.num_rows == 0:
         return Workload(arrival, isl, osl, cap=cap, adapter=adapter, priority=priority)
-    return Workload(arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap, adapter, priority)
+    return Workload(
+        arrival, isl, osl, _hash_chunks(table.column("hash_ids")), trace_block, block_size, cap, adapter, priority
+    )
 
 
 def _priorities(table: pa.Table) -> np.ndarray | None:

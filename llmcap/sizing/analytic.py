@@ -194,7 +194,11 @@ class RateBounds:
 
 
 def decode_tokens_s_bound(
-    max_batch: int, weights_bytes_per_rank: float, kv_bytes_per_token_per_rank: float, mean_context: float, hbm_bytes_s: float
+    max_batch: int,
+    weights_bytes_per_rank: float,
+    kv_bytes_per_token_per_rank: float,
+    mean_context: float,
+    hbm_bytes_s: float,
 ) -> float:
     """Decode tokens/s one instance cannot exceed: every step reads the rank's weights plus the batch's KV.
 

@@ -49,7 +49,11 @@ from llmcap.trace.synth import scale_rate, synthesize
 FORECAST_GRID = 64  # samples of the rate curve per look-ahead window
 # each pool's utilisation signal (AutoscaleConfig field, time-series column): a prefill instance frees its KV at the
 # handoff, so its KV usage says little about its load; the prompts it is working on do
-SIGNAL = {"both": ("kv_usage", "kv_usage"), "decode": ("kv_usage", "kv_usage"), "prefill": ("running_per_replica", "running")}
+SIGNAL = {
+    "both": ("kv_usage", "kv_usage"),
+    "decode": ("kv_usage", "kv_usage"),
+    "prefill": ("running_per_replica", "running"),
+}
 KV_PROBE_REQUESTS = 2000  # requests of the run that sets the KV-usage target
 
 
@@ -76,12 +80,20 @@ class DiurnalDay:
         return synthesize(trace, n, spec, rng)
 
     def describe(self) -> str:
-        return (f"a synthesized diurnal day: rate = {self.mean_rps:.4g} × (1 + {self.amplitude:g} sin 2πt/{self.period_s:,.0f} s) req/s "
-                f"over {self.duration_s:,.0f} s (peak {self.peak_rps:.4g} req/s), requests drawn whole from the trace")  # fmt: skip
+        return (
+            f"a synthesized diurnal day: rate = {self.mean_rps:.4g} × (1 + {self.amplitude:g} sin 2πt/{self.period_s:,.0f} s) req/s "
+            f"over {self.duration_s:,.0f} s (peak {self.peak_rps:.4g} req/s), requests drawn whole from the trace"
+        )
 
     def to_dict(self) -> dict:
-        return {"kind": "synthetic", "mean_rps": self.mean_rps, "peak_rps": self.peak_rps, "amplitude": self.amplitude,
-                "period_s": self.period_s, "duration_s": self.duration_s}  # fmt: skip
+        return {
+            "kind": "synthetic",
+            "mean_rps": self.mean_rps,
+            "peak_rps": self.peak_rps,
+            "amplitude": self.amplitude,
+            "period_s": self.period_s,
+            "duration_s": self.duration_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -124,16 +136,23 @@ class TraceDay:
         return keep.set_column(keep.schema.get_field_index("arrival_s"), "arrival_s", pa.array(self._arrivals))
 
     def describe(self) -> str:
-        return (f"the trace's held-back final {self.duration_s / 3600:,.3g} h as it came (mean {self.mean_rps:.4g} req/s, peak "
-                f"{self.peak_rps:.4g} req/s per {self.bin_s:g} s)")  # fmt: skip
+        return (
+            f"the trace's held-back final {self.duration_s / 3600:,.3g} h as it came (mean {self.mean_rps:.4g} req/s, peak "
+            f"{self.peak_rps:.4g} req/s per {self.bin_s:g} s)"
+        )
 
     def to_dict(self) -> dict:
-        return {"kind": "trace", "mean_rps": self.mean_rps, "peak_rps": self.peak_rps, "start_s": self.start_s, "duration_s": self.duration_s,
-                "bin_s": self.bin_s}  # fmt: skip
+        return {
+            "kind": "trace",
+            "mean_rps": self.mean_rps,
+            "peak_rps": self.peak_rps,
+            "start_s": self.start_s,
+            "duration_s": self.duration_s,
+            "bin_s": self.bin_s,
+        }
 
 
 Day = DiurnalDay | TraceDay
-
 
 
 @dataclass(frozen=True)
@@ -197,13 +216,30 @@ def scale_up_points(log: AutoscaleLog) -> list[dict[str, float | str]]:
     """Every scale-up that reached the router, in order: its pool and four points (s): target replica set (asked), pod
     running, model ready, router admitted (NaN where the run did not know a phase)."""
     life = log.replicas.to_pandas()
-    up = life[((life.asked_s > 0) | (life.ready_s > 0)) & life.ready_s.notna()].sort_values(["asked_s", "pool", "replica"])  # not those there at 0
-    return [{"pool": str(r.pool), "target_s": float(r.asked_s), "running_s": float(r.running_s), "model_ready_s": float(r.model_ready_s),
-             "admitted_s": float(r.ready_s)} for r in up.itertuples()]  # fmt: skip
+    up = life[((life.asked_s > 0) | (life.ready_s > 0)) & life.ready_s.notna()].sort_values(
+        ["asked_s", "pool", "replica"]
+    )  # not those there at 0
+    return [
+        {
+            "pool": str(r.pool),
+            "target_s": float(r.asked_s),
+            "running_s": float(r.running_s),
+            "model_ready_s": float(r.model_ready_s),
+            "admitted_s": float(r.ready_s),
+        }
+        for r in up.itertuples()
+    ]
 
 
-def forecast_floor(day: Day, instance_rps: float, fraction: float, t_ready_s: float, interval_s: float,
-                   forecast_error: float, forecast: Forecast | None = None) -> tuple[tuple[float, ...], tuple[int, ...]]:  # fmt: skip
+def forecast_floor(
+    day: Day,
+    instance_rps: float,
+    fraction: float,
+    t_ready_s: float,
+    interval_s: float,
+    forecast_error: float,
+    forecast: Forecast | None = None,
+) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """N_floor as steps (module docstring): (times it changes, instances from then on). `forecast`: the curve and
     error planned for (None: the day's own curve, off by `forecast_error`)."""
     curve, error = (day.rate_at, forecast_error) if forecast is None else (forecast.rate_at, forecast.error)
@@ -215,22 +251,50 @@ def forecast_floor(day: Day, instance_rps: float, fraction: float, t_ready_s: fl
     return tuple(float(t) for t in ticks[change]), tuple(int(n) for n in need[change])
 
 
-def _config(engine: EngineConfig, router: str, counts: Mapping[str, int], pd: PDConfig | None, resolution: float,
-            scalers: Mapping[str, AutoscaleConfig] | None = None, max_total_gpus: int | None = None) -> SimConfig:  # fmt: skip
+def _config(
+    engine: EngineConfig,
+    router: str,
+    counts: Mapping[str, int],
+    pd: PDConfig | None,
+    resolution: float,
+    scalers: Mapping[str, AutoscaleConfig] | None = None,
+    max_total_gpus: int | None = None,
+) -> SimConfig:
     """The deployment at `counts` instances per pool role, or autoscaled by `scalers` (per role) under `max_total_gpus`."""
     scalers = scalers or {}
     budget = max_total_gpus if scalers else None
     if pd is None:
-        return SimConfig(engine=engine, replicas=counts["both"], router=router, autoscale=scalers.get("both"),
-                         timeseries_resolution_s=resolution, max_total_gpus=budget)  # fmt: skip
+        return SimConfig(
+            engine=engine,
+            replicas=counts["both"],
+            router=router,
+            autoscale=scalers.get("both"),
+            timeseries_resolution_s=resolution,
+            max_total_gpus=budget,
+        )
     pools = pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
-    return SimConfig(engine=engine, pd=pools, router=router, autoscale=scalers.get("prefill"), decode_autoscale=scalers.get("decode"),
-                     timeseries_resolution_s=resolution, max_total_gpus=budget)  # fmt: skip
+    return SimConfig(
+        engine=engine,
+        pd=pools,
+        router=router,
+        autoscale=scalers.get("prefill"),
+        decode_autoscale=scalers.get("decode"),
+        timeseries_resolution_s=resolution,
+        max_total_gpus=budget,
+    )
 
 
-def reactive_targets(trace: pa.Table, model: StepTimeModel, engine: EngineConfig, pools: Sequence[PoolRate], utilization: float,
-                     pd: PDConfig | None = None, decode_model: StepTimeModel | None = None, router: str = "least_outstanding_tokens",
-                     seed: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+def reactive_targets(
+    trace: pa.Table,
+    model: StepTimeModel,
+    engine: EngineConfig,
+    pools: Sequence[PoolRate],
+    utilization: float,
+    pd: PDConfig | None = None,
+    decode_model: StepTimeModel | None = None,
+    router: str = "least_outstanding_tokens",
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
     """Each pool's reactive target, {AutoscaleConfig field: value}: the mean of its utilisation gauge (`SIGNAL`) on one
     of its instances serving an excerpt of `trace` at `utilization` × its G (the other pool, P/D, given enough
     instances not to be the bottleneck), over the middle 80% of the arrival span (no warm-up, no drain)."""
@@ -240,24 +304,45 @@ def reactive_targets(trace: pa.Table, model: StepTimeModel, engine: EngineConfig
         rate = utilization * q.instance_rps
         counts = {o.role: 1 if o is q else math.ceil(rate / o.instance_rps) + 1 for o in pools}
         probe = scale_rate(part, rate)
-        result = simulate(probe, model, _config(engine, router, counts, pd, 1.0), rng=np.random.default_rng(seed), decode_model=decode_model)
+        result = simulate(
+            probe,
+            model,
+            _config(engine, router, counts, pd, 1.0),
+            rng=np.random.default_rng(seed),
+            decode_model=decode_model,
+        )
         ts = result.timeseries
         field, column = SIGNAL[q.role]
-        t, role, gauge = ts.column("t_s").to_numpy(), ts.column("role").to_numpy(zero_copy_only=False), ts.column(column).to_numpy()
+        t, role, gauge = (
+            ts.column("t_s").to_numpy(),
+            ts.column("role").to_numpy(zero_copy_only=False),
+            ts.column(column).to_numpy(),
+        )
         lo, hi = np.quantile(probe.column("arrival_s").to_numpy(), [0.1, 0.9])
         value = float(np.mean(gauge[(t >= lo) & (t < hi) & (role == q.role)]))
         out[q.role] = {field: min(1.0, max(1e-3, value)) if field == "kv_usage" else max(1e-3, value)}
     return out
 
 
-def _outcome(name: str, fraction: float | None, records: pa.Table, replica_s: float, gpu_s: float, peak: int, ups: int,
-             slo: SloParams, windows: int, log: AutoscaleLog | None, kind: str = "") -> PlanOutcome:  # fmt: skip
+def _outcome(
+    name: str,
+    fraction: float | None,
+    records: pa.Table,
+    replica_s: float,
+    gpu_s: float,
+    peak: int,
+    ups: int,
+    slo: SloParams,
+    windows: int,
+    log: AutoscaleLog | None,
+    kind: str = "",
+) -> PlanOutcome:
     arrival = records.column("arrival_s").to_numpy()
     t0, t1 = float(arrival[0]), float(arrival[-1])
     edges = np.linspace(t0, t1, windows + 1)
     worst = min(
         attainment(records, slo, Window(a, b, closed_end=i == windows - 1))
-        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True))
         if ((arrival >= a) & (arrival <= b)).any()
     )
     whole = attainment(records, slo, Window(t0, t1, closed_end=True))
@@ -294,32 +379,50 @@ def autoscale_whatif(
     floor at the largest fraction is simulated beside it; `max_total_gpus`: one GPU budget for the autoscaled pools."""
     roles = sorted(q.role for q in pools)
     if roles not in (["both"], ["decode", "prefill"]) or (pd is None) != (roles == ["both"]):
-        raise LlmcapError(f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})")
+        raise LlmcapError(
+            f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})"
+        )
     for q in pools:
         if not q.instance_rps > 0:
-            raise LlmcapError(f"one {q.role} instance's max feasible rate must be positive to plan a pool, got {q.instance_rps:g} req/s")
+            raise LlmcapError(
+                f"one {q.role} instance's max feasible rate must be positive to plan a pool, got {q.instance_rps:g} req/s"
+            )
     if not fractions or any(not 0.0 <= f <= 1.5 for f in fractions):
         raise LlmcapError(f"floor fractions must lie in [0, 1.5], got {list(fractions)}")
     base = scaler or AutoscaleConfig()
     static = {q.role: max(1, math.ceil(day.peak_rps / q.instance_rps - 1e-9)) for q in pools}
     base = base.model_copy(update={"max_replicas": max(base.max_replicas, 2 * max(static.values()))})
     if scaler is not None and (scaler.kv_usage is not None or scaler.running_per_replica is not None):
-        targets = {q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools}
+        targets = {
+            q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools
+        }
     else:
-        targets = {role: {"kv_usage": None, "running_per_replica": None} | t
-                   for role, t in reactive_targets(trace, model, engine, pools, utilization, pd, decode_model, router, seed).items()}  # fmt: skip
+        targets = {
+            role: {"kv_usage": None, "running_per_replica": None} | t
+            for role, t in reactive_targets(
+                trace, model, engine, pools, utilization, pd, decode_model, router, seed
+            ).items()
+        }
     main = forecast or Forecast("synthetic", day, forecast_error, f"the day's own curve × (1 + {forecast_error:g})")
     gpus = {q.role: q.gpus_per_instance for q in pools}
 
     def start(fc: Forecast) -> dict[str, int]:
         # the day starts where the previous one ended: with what its first minutes need, whatever the policy
-        n = {q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9)) for q in pools}
-        if max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus:  # the budget's rule from nothing held
-            order = sorted(n, key=lambda r: r != "prefill")  # prefill (or aggregated) first, decode last: share_budget's order
+        n = {
+            q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9)) for q in pools
+        }
+        if (
+            max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus
+        ):  # the budget's rule from nothing held
+            order = sorted(
+                n, key=lambda r: r != "prefill"
+            )  # prefill (or aggregated) first, decode last: share_budget's order
             granted = share_budget([0] * len(order), [n[r] for r in order], [gpus[r] for r in order], max_total_gpus)
             if min(granted) < 1:
-                raise LlmcapError(f"max_total_gpus {max_total_gpus} does not hold one instance of every pool ({gpus} GPUs each)")
-            n = dict(zip(order, granted))
+                raise LlmcapError(
+                    f"max_total_gpus {max_total_gpus} does not hold one instance of every pool ({gpus} GPUs each)"
+                )
+            n = dict(zip(order, granted, strict=True))
         return n
 
     requests = day.requests(trace, np.random.default_rng(seed))
@@ -333,8 +436,18 @@ def autoscale_whatif(
         on_plan("static (" + " + ".join(f"{role} {n}" for role, n in static.items()) + ")")
     records, _ = run(_config(engine, router, static, pd, resolution))
     end = float(np.nanmax(records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)))
-    static_plan = _outcome("static", None, records, sum(static.values()) * end, sum(n * gpus[r] * end for r, n in static.items()),
-                           sum(static.values()), 0, slo, windows, None)  # fmt: skip
+    static_plan = _outcome(
+        "static",
+        None,
+        records,
+        sum(static.values()) * end,
+        sum(n * gpus[r] * end for r, n in static.items()),
+        sum(static.values()),
+        0,
+        slo,
+        windows,
+        None,
+    )
 
     def autoscaled(f: float, fc: Forecast, name: str) -> PlanOutcome:
         if on_plan:
@@ -342,14 +455,33 @@ def autoscale_whatif(
         scalers, first = {}, start(fc)
         for q in pools:
             times, counts = forecast_floor(day, q.instance_rps, f, base.t_ready_s, base.interval_s, fc.error, fc)
-            scalers[q.role] = base.model_copy(update={"floor_times_s": times, "floor_replicas": counts, "initial_replicas": first[q.role],
-                                                      "gpus_per_replica": gpus[q.role]} | targets[q.role])  # fmt: skip
+            scalers[q.role] = base.model_copy(
+                update={
+                    "floor_times_s": times,
+                    "floor_replicas": counts,
+                    "initial_replicas": first[q.role],
+                    "gpus_per_replica": gpus[q.role],
+                }
+                | targets[q.role]
+            )
         records, log = run(_config(engine, router, first, pd, resolution, scalers, max_total_gpus))
         assert log is not None
         life, ticks = log.replicas.to_pandas(), log.ticks.to_pandas()
         held = sum(log.replica_seconds(role) * gpus[role] for role in gpus)
         peak = int((ticks.ready + ticks.starting).groupby(ticks.t_s).sum().max())
-        return _outcome(name, f, records, log.replica_seconds(), held, peak, int((life.asked_s > 0).sum()), slo, windows, log, fc.kind)
+        return _outcome(
+            name,
+            f,
+            records,
+            log.replica_seconds(),
+            held,
+            peak,
+            int((life.asked_s > 0).sum()),
+            slo,
+            windows,
+            log,
+            fc.kind,
+        )
 
     plans = [autoscaled(f, main, f"auto f={f:g}") for f in fractions]
     flat_plan = None
@@ -358,5 +490,17 @@ def autoscale_whatif(
     set_targets = {role: {k: v for k, v in t.items() if v is not None} for role, t in targets.items()}
     nan = lambda x: math.nan if x is None else x  # noqa: E731
     ready = (nan(base.pod_running_after_s), nan(base.model_ready_after_s), base.t_ready_s)
-    return AutoscaleWhatIf(day, tuple(pools), static, set_targets, static_plan, tuple(plans), slo.attainment_target, main, flat_plan,
-                           forecast_note, max_total_gpus, ready)  # fmt: skip
+    return AutoscaleWhatIf(
+        day,
+        tuple(pools),
+        static,
+        set_targets,
+        static_plan,
+        tuple(plans),
+        slo.attainment_target,
+        main,
+        flat_plan,
+        forecast_note,
+        max_total_gpus,
+        ready,
+    )

@@ -50,11 +50,15 @@ def states(plan: CapacityPlan) -> tuple[State, ...]:
     for pool in plan.pools:
         share = pool.placement.nodes * node_down_share(pool.params)
         if share > 0:  # a pool with no node (no instance) has none to lose
-            down.append(State(tuple({**base, pool.name: pool.instances - pool.placement.lost(1)}.items()), share, pool.name))
+            down.append(
+                State(tuple({**base, pool.name: pool.instances - pool.placement.lost(1)}.items()), share, pool.name)
+            )
     total = sum(s.share for s in down)
     if total >= 1:
-        raise LlmcapError(f"availability: nodes are down {total:.1%} of the time (node_repair_h vs node_mtbf_h); "
-                          "one node down at a time no longer describes it")  # fmt: skip
+        raise LlmcapError(
+            f"availability: nodes are down {total:.1%} of the time (node_repair_h vs node_mtbf_h); "
+            "one node down at a time no longer describes it"
+        )
     return (State(tuple(base.items()), 1.0 - total), *down)
 
 
@@ -75,5 +79,7 @@ def costliest(judged: list[tuple[State, EvalResult]]) -> tuple[State, EvalResult
 
 def describe(judged: list[tuple[State, EvalResult]]) -> str:
     """Each state's share of the time and what it serves, e.g. "all serving 99.88% × 0.9950; prefill node down 0.12% × 0.81"."""
-    return "; ".join(f"{'all serving' if not s.down else s.down + ' node down'} {s.share:.3%} × {served_share(r):.4f}"
-                     for s, r in judged)  # fmt: skip
+    return "; ".join(
+        f"{'all serving' if not s.down else s.down + ' node down'} {s.share:.3%} × {served_share(r):.4f}"
+        for s, r in judged
+    )

@@ -32,7 +32,13 @@ class PdFactory:
     whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
-        pd_cfg = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=self.link, first_token_from=first_token_from(self.params.slo.ttft_includes_handoff), decode_engine=self.decode.engine)
+        pd_cfg = PDConfig(
+            prefill_replicas=n_p,
+            decode_replicas=n_d,
+            link=self.link,
+            first_token_from=first_token_from(self.params.slo.ttft_includes_handoff),
+            decode_engine=self.decode.engine,
+        )
         ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
         return ev.whole_trace() if self.whole_trace else ev
 
@@ -49,7 +55,9 @@ class WholeTrace:
 
     def __call__(self, counts: Mapping[str, int]) -> SimEvaluate:
         if self.pd is None:
-            return unit_evaluate(self.trace, self.params, self.unit, replicas=counts["instances"], excerpt=self.trace.num_rows)
+            return unit_evaluate(
+                self.trace, self.params, self.unit, replicas=counts["instances"], excerpt=self.trace.num_rows
+            )
         return self.pd(counts["prefill"], counts["decode"])
 
 
@@ -78,7 +86,14 @@ class FitJob:
 
     def __call__(self, parallel: Parallel | None = None) -> FitResult:
         run, seed = self.run, self.seed
-        return fit_scenarios(self.plan, lambda counts: run(counts, seed), self.judge, self.limit_usd_per_hour, parallel, self.known_failing)
+        return fit_scenarios(
+            self.plan,
+            lambda counts: run(counts, seed),
+            self.judge,
+            self.limit_usd_per_hour,
+            parallel,
+            self.known_failing,
+        )
 
 
 @dataclass(frozen=True)

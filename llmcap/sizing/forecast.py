@@ -77,20 +77,34 @@ class SeasonalFit:
     def to_dict(self) -> dict:
         out: dict = {"fitted": self.fitted is not None, "span_h": self.span_s / 3600.0, "reason": self.reason}
         if self.fitted is not None and self.flat is not None and self.holdout_rmse is not None:
-            out |= {"error": self.fitted.error, "flat_error": self.flat.error, "holdout_start_s": self.holdout_start_s, "bin_s": self.bin_s,
-                    "holdout_rmse_rps": {"fitted": self.holdout_rmse[0], "flat": self.holdout_rmse[1]}}  # fmt: skip
+            out |= {
+                "error": self.fitted.error,
+                "flat_error": self.flat.error,
+                "holdout_start_s": self.holdout_start_s,
+                "bin_s": self.bin_s,
+                "holdout_rmse_rps": {"fitted": self.holdout_rmse[0], "flat": self.holdout_rmse[1]},
+            }
         return out
 
 
-def fit_seasonality(arrival_s: ArrayLike, bin_s: float = 900.0, holdout: float = 0.2, harmonics: int = 3, quantile: float = 0.95,
-                    min_days: float = 2.0) -> SeasonalFit:  # fmt: skip
+def fit_seasonality(
+    arrival_s: ArrayLike,
+    bin_s: float = 900.0,
+    holdout: float = 0.2,
+    harmonics: int = 3,
+    quantile: float = 0.95,
+    min_days: float = 2.0,
+) -> SeasonalFit:
     """Daily (and, over ≥ 2 weeks, weekly) seasonality of the arrival rate, and the forecast error on the held-back
     final `holdout` of the span (module docstring)."""
     a = np.sort(np.asarray(arrival_s, dtype=np.float64))
     span = float(a[-1] - a[0]) if a.size > 1 else 0.0
     if span < min_days * DAY_S:
-        return SeasonalFit(span, f"the trace spans {span / 3600:.3g} h: a daily cycle needs at least {min_days:g} days of arrivals to fit "
-                                 "and to hold part back, so the floor keeps the synthesized diurnal curve × (1 + forecast_error)")  # fmt: skip
+        return SeasonalFit(
+            span,
+            f"the trace spans {span / 3600:.3g} h: a daily cycle needs at least {min_days:g} days of arrivals to fit "
+            "and to hold part back, so the floor keeps the synthesized diurnal curve × (1 + forecast_error)",
+        )
     periods = (DAY_S, WEEK_S) if span >= 2 * WEEK_S else (DAY_S,)
     n = int(span // bin_s)
     counts, edges = np.histogram(a - a[0], bins=n, range=(0.0, n * bin_s))
@@ -108,8 +122,21 @@ def fit_seasonality(arrival_s: ArrayLike, bin_s: float = 900.0, holdout: float =
     names = " and weekly" if len(periods) > 1 else ""
     where = f"fitted on the first {1 - holdout:.0%} of {span / DAY_S:.3g} days in {bin_s:g} s bins; error = P{quantile * 100:g} of actual ÷ forecast − 1 on the held-back {holdout:.0%}"
     return SeasonalFit(
-        span, f"daily{names} seasonality ({harmonics} harmonics each) {where}",
-        Forecast("fitted", curve, errors[0], f"daily{names} harmonics fitted on the trace, error {errors[0]:.3g} from the held-back part"),
-        Forecast("flat", flat, errors[1], f"flat at the fit part's mean {flat.coef[0]:.4g} req/s, error {errors[1]:.3g} from the held-back part"),
-        float(edges[cut]), bin_s, (rmse[0], rmse[1]),
-    )  # fmt: skip
+        span,
+        f"daily{names} seasonality ({harmonics} harmonics each) {where}",
+        Forecast(
+            "fitted",
+            curve,
+            errors[0],
+            f"daily{names} harmonics fitted on the trace, error {errors[0]:.3g} from the held-back part",
+        ),
+        Forecast(
+            "flat",
+            flat,
+            errors[1],
+            f"flat at the fit part's mean {flat.coef[0]:.4g} req/s, error {errors[1]:.3g} from the held-back part",
+        ),
+        float(edges[cut]),
+        bin_s,
+        (rmse[0], rmse[1]),
+    )

@@ -95,7 +95,10 @@ def _memory_factor(pool: PoolInput, safe_fraction: float) -> tuple[float, str]:
     limit = safe_fraction * pool.kv_tokens
     p99 = pool.p99_kv_tokens
     if p99 <= limit:
-        return 1.0, f"P99 KV tokens {p99:,.0f} ≤ {safe_fraction:g} × {pool.kv_tokens:,.0f} = {limit:,.0f} per instance at its max rate"
+        return (
+            1.0,
+            f"P99 KV tokens {p99:,.0f} ≤ {safe_fraction:g} × {pool.kv_tokens:,.0f} = {limit:,.0f} per instance at its max rate",
+        )
     return p99 / limit, (
         f"P99 KV tokens {p99:,.0f} > {safe_fraction:g} × {pool.kv_tokens:,.0f} = {limit:,.0f} per instance at its max rate: "
         f"the pool carries λ × {p99:,.0f} / {limit:,.0f} = λ × {p99 / limit:.4g}"
@@ -152,10 +155,16 @@ class PoolPlan:
 
     def with_instances(self, n: int) -> PoolPlan:
         """The same pool at `n` instances (after simulation added or removed some), re-placed."""
-        return replace(self, instances=n, placement=place(n, self.pool.gpus_per_instance, self.pool.gpus_per_node, self.params.node_failures > 0))
+        return replace(
+            self,
+            instances=n,
+            placement=place(n, self.pool.gpus_per_instance, self.pool.gpus_per_node, self.params.node_failures > 0),
+        )
 
 
-def plan_pool(traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_rps: float, growth_source: str) -> PoolPlan:
+def plan_pool(
+    traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_rps: float, growth_source: str
+) -> PoolPlan:
     """One pool's count under the module docstring's scenarios and combination rule."""
     p, g = params, pool.per_instance_rps
     if g <= 0:
@@ -166,7 +175,9 @@ def plan_pool(traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_
     upgrade = p.max_surge + p.max_unavailable
     spread = p.node_failures > 0
     n = survivors + upgrade
-    while n - max(place(n, pool.gpus_per_instance, pool.gpus_per_node, spread).lost(p.node_failures), upgrade) < survivors:
+    while (
+        n - max(place(n, pool.gpus_per_instance, pool.gpus_per_node, spread).lost(p.node_failures), upgrade) < survivors
+    ):
         n += 1
     placed = place(n, pool.gpus_per_instance, pool.gpus_per_node, spread)
     lost = placed.lost(p.node_failures)
@@ -177,21 +188,27 @@ def plan_pool(traffic: Traffic, pool: PoolInput, params: HeadroomParams, growth_
         HeadroomItem("traffic", lam - traffic.target_rps, max(1, ceil_count(lam / g)) - base, traffic.reasoning),
         HeadroomItem("memory", lam * (mem - 1), mem_n, mem_why),
         HeadroomItem(
-            "failure", lost * g, out if lost >= upgrade else 0,
+            "failure",
+            lost * g,
+            out if lost >= upgrade else 0,
             f"{placed.describe()}; losing {p.node_failures} node(s) loses {lost} {pool.name} instance(s) = {lost * g:.4g} req/s; "
             f"the rest must carry {lam:.4g} req/s",
         ),
         HeadroomItem(
-            "deployment", upgrade * g, out if upgrade > lost else 0,
+            "deployment",
+            upgrade * g,
+            out if upgrade > lost else 0,
             f"rolling upgrade of the {pool.name} pool, one step at a time: {p.max_surge} surge (GPUs for the new instance, not yet "
             f"serving) + {p.max_unavailable} unavailable = {upgrade} instance(s) = {upgrade * g:.4g} req/s out; the rest must carry {lam:.4g} req/s",
         ),
         HeadroomItem(
-            "control", 0.0, 0,
+            "control",
+            0.0,
+            0,
             f"static plan sized to the planning rate: 0 (an autoscaler would need {growth_rps:.4g} req/s ready ahead — {growth_source} "
             f"within T_ready {p.ready_time_s:g} s)",
         ),
-    )  # fmt: skip
+    )
     return PoolPlan(pool, traffic.target_rps, lam, base, survivors, n, items, placed, p)
 
 
@@ -269,7 +286,10 @@ def planning_demand(target_rps: float, params: HeadroomParams, arrival_s: ArrayL
     if p.ramp_rps_per_s is not None:
         growth, src = p.ramp_rps_per_s * p.ready_time_s, f"given ramp {p.ramp_rps_per_s:g} req/s²"
     elif arrival_s is not None:
-        growth, src = demand_growth(arrival_s, p.traffic_window_s, p.ready_time_s), f"the trace's largest {p.traffic_window_s:g} s-window rise"
+        growth, src = (
+            demand_growth(arrival_s, p.traffic_window_s, p.ready_time_s),
+            f"the trace's largest {p.traffic_window_s:g} s-window rise",
+        )
     else:
         growth, src = 0.0, "no ramp given and no arrivals"
     return Demand(traffic_plan(target_rps, p, arrival_s), growth, src)
@@ -278,11 +298,19 @@ def planning_demand(target_rps: float, params: HeadroomParams, arrival_s: ArrayL
 def plan_pools(demand: Demand, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams) -> CapacityPlan:
     """Each pool's count for `demand` under the scenarios of the module docstring."""
     t = demand.traffic
-    return CapacityPlan(t.target_rps, t.planning_rps, t.reasoning, tuple(plan_pool(t, q, params, demand.growth_rps, demand.growth_source) for q in pools))
+    return CapacityPlan(
+        t.target_rps,
+        t.planning_rps,
+        t.reasoning,
+        tuple(plan_pool(t, q, params, demand.growth_rps, demand.growth_source) for q in pools),
+    )
 
 
 def plan_headroom(
-    target_rps: float, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams | None = None, arrival_s: ArrayLike | None = None
+    target_rps: float,
+    pools: list[PoolInput] | tuple[PoolInput, ...],
+    params: HeadroomParams | None = None,
+    arrival_s: ArrayLike | None = None,
 ) -> CapacityPlan:
     """Each pool's count for `target_rps` under the scenarios of the module docstring.
 

@@ -41,7 +41,9 @@ def _matches(row: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
     return bool(match) and all(str(row[c]) == str(v) for c, v in match.items())
 
 
-def apply_engine_kv(candidates: pd.DataFrame, engine: Sequence[EngineKV], budget: str) -> tuple[pd.DataFrame, list[str]]:
+def apply_engine_kv(
+    candidates: pd.DataFrame, engine: Sequence[EngineKV], budget: str
+) -> tuple[pd.DataFrame, list[str]]:
     """`candidates` with `kv_tokens_planned` (the memory plan's KV tokens per instance) and `kv_tokens_measured` (the
     engine's, where one applies) on every row, and — `budget` "engine" — the engine's number in `kv_tokens_per_instance`
     and `kv_tokens_per_rank` of the rows it applies to (a row it leaves without room for one max-context request is
@@ -53,33 +55,56 @@ def apply_engine_kv(candidates: pd.DataFrame, engine: Sequence[EngineKV], budget
     for kv in engine:
         hit = [i for i, (_, row) in enumerate(out.iterrows()) if _matches(row, kv.match)]
         if not hit:
-            notes.append(f"KV budget: {kv.source} matches no candidate of this search (its configuration: "
-                         f"{', '.join(f'{c} {v}' for c, v in kv.match.items()) or 'unstated'}); the memory plan's numbers are used")  # fmt: skip
+            notes.append(
+                f"KV budget: {kv.source} matches no candidate of this search (its configuration: "
+                f"{', '.join(f'{c} {v}' for c, v in kv.match.items()) or 'unstated'}); the memory plan's numbers are used"
+            )
             continue
         for i in hit:
             row = out.iloc[i]
             block = int(row["block_size"])
             measured[i] = (kv.tokens // block) * block * int(row["dp"])
         first = out.iloc[hit[0]]
-        key = describe_key((str(first["gpu"]), int(first["tp"]), int(first["pp"]), int(first["ep"]), str(first["weight_quant"]), str(first["kv_dtype"])))
-        planned = sorted({int(out.iloc[i]["kv_tokens_planned"]) for i in hit if not pd.isna(out.iloc[i]["kv_tokens_planned"])})
+        key = describe_key(
+            (
+                str(first["gpu"]),
+                int(first["tp"]),
+                int(first["pp"]),
+                int(first["ep"]),
+                str(first["weight_quant"]),
+                str(first["kv_dtype"]),
+            )
+        )
+        planned = sorted(
+            {int(out.iloc[i]["kv_tokens_planned"]) for i in hit if not pd.isna(out.iloc[i]["kv_tokens_planned"])}
+        )
         engine_tokens = int(measured[hit[0]])
         said = f"{planned[0]:,}" if len(planned) == 1 else f"{planned[0]:,}–{planned[-1]:,}" if planned else "none"
         change = f" ({engine_tokens / planned[0] - 1:+.0%})" if len(planned) == 1 and planned[0] else ""
-        used = "sizing uses the engine's" if budget == "engine" else "sizing uses the memory plan's (size.kv_budget: plan)"
-        notes.append(f"KV budget of {key}: memory plan {said} KV tokens per instance, engine {engine_tokens:,}{change} from {kv.source}; {used}")
+        used = (
+            "sizing uses the engine's" if budget == "engine" else "sizing uses the memory plan's (size.kv_budget: plan)"
+        )
+        notes.append(
+            f"KV budget of {key}: memory plan {said} KV tokens per instance, engine {engine_tokens:,}{change} from {kv.source}; {used}"
+        )
     out["kv_tokens_measured"] = measured
     if budget == "engine":
         stated_rows = out["kv_tokens_measured"].notna()
         out.loc[stated_rows, "kv_tokens_per_instance"] = out.loc[stated_rows, "kv_tokens_measured"]
-        out.loc[stated_rows, "kv_tokens_per_rank"] = out.loc[stated_rows, "kv_tokens_measured"] // out.loc[stated_rows, "dp"]
+        out.loc[stated_rows, "kv_tokens_per_rank"] = (
+            out.loc[stated_rows, "kv_tokens_measured"] // out.loc[stated_rows, "dp"]
+        )
         short = stated_rows & out["feasible"] & (out["kv_tokens_per_rank"] < out["max_context_len"])
         if short.any():
             out.loc[short, "feasible"] = False
             out.loc[short, "reason_codes"] = "kv_below_one_max_context_request"
-            out.loc[short, "reasons"] = [f"the engine's KV holds {int(t):,} tokens/rank < one max-context request ({int(c):,} tokens)"
-                                         for t, c in zip(out.loc[short, "kv_tokens_per_rank"], out.loc[short, "max_context_len"])]  # fmt: skip
-            notes.append(f"KV budget: {int(short.sum())} candidate(s) no longer hold one max-context request with the engine's KV")
+            out.loc[short, "reasons"] = [
+                f"the engine's KV holds {int(t):,} tokens/rank < one max-context request ({int(c):,} tokens)"
+                for t, c in zip(out.loc[short, "kv_tokens_per_rank"], out.loc[short, "max_context_len"], strict=True)
+            ]
+            notes.append(
+                f"KV budget: {int(short.sum())} candidate(s) no longer hold one max-context request with the engine's KV"
+            )
     return out, notes
 
 
@@ -90,10 +115,25 @@ def kv_budget_summary(candidates: pd.DataFrame) -> list[dict[str, Any]]:
     rows = candidates[candidates["kv_tokens_measured"].notna()]
     out: dict[tuple, dict[str, Any]] = {}
     for _, r in rows.iterrows():
-        key = (str(r["gpu"]), int(r["tp"]), int(r["pp"]), int(r["ep"]), str(r["weight_quant"]), str(r["kv_dtype"]), int(r["dp"]), int(r["block_size"]))
-        out.setdefault(key, {"configuration": describe_key(key[:6]) + (f", DP{key[6]}" if key[6] > 1 else ""),
-                             "planned": sorted({int(x) for x in rows.loc[_same(rows, key), "kv_tokens_planned"].dropna()}),
-                             "measured": int(r["kv_tokens_measured"]), "used": int(r["kv_tokens_per_instance"])})  # fmt: skip
+        key = (
+            str(r["gpu"]),
+            int(r["tp"]),
+            int(r["pp"]),
+            int(r["ep"]),
+            str(r["weight_quant"]),
+            str(r["kv_dtype"]),
+            int(r["dp"]),
+            int(r["block_size"]),
+        )
+        out.setdefault(
+            key,
+            {
+                "configuration": describe_key(key[:6]) + (f", DP{key[6]}" if key[6] > 1 else ""),
+                "planned": sorted({int(x) for x in rows.loc[_same(rows, key), "kv_tokens_planned"].dropna()}),
+                "measured": int(r["kv_tokens_measured"]),
+                "used": int(r["kv_tokens_per_instance"]),
+            },
+        )
     return list(out.values())
 
 

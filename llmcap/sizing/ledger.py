@@ -57,7 +57,9 @@ class Ledger:
                 "prefill": whole(max(self.prefill_gpus, self.transfer_gpus), self.prefill_gpus_per_instance),
                 "decode": whole(max(self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance),
             }
-        return {"instances": whole(max(self.prefill_gpus + self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance)}
+        return {
+            "instances": whole(max(self.prefill_gpus + self.decode_gpus, self.kv_gpus), self.decode_gpus_per_instance)
+        }
 
     @property
     def gpus(self) -> int:
@@ -83,10 +85,17 @@ class Ledger:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "prefill_gpus": self.prefill_gpus, "decode_gpus": self.decode_gpus, "kv_gpus": self.kv_gpus,
-            "transfer_gpus": self.transfer_gpus, "gpus": self.gpus, "final_gpus": self.final_gpus, "ratio": self.ratio,
-            "factor": FACTOR, "within": self.within, "line": self.line(),
-        }  # fmt: skip
+            "prefill_gpus": self.prefill_gpus,
+            "decode_gpus": self.decode_gpus,
+            "kv_gpus": self.kv_gpus,
+            "transfer_gpus": self.transfer_gpus,
+            "gpus": self.gpus,
+            "final_gpus": self.final_gpus,
+            "ratio": self.ratio,
+            "factor": FACTOR,
+            "within": self.within,
+            "line": self.line(),
+        }
 
 
 def four_ledgers(

@@ -29,12 +29,24 @@ fingerprint matches a candidate replaces the roofline for that candidate."""
 
 KEY_FIELDS = ("device_sku", "tp", "pp", "ep", "quantization", "kv_dtype")  # the fingerprint's names
 ROW_COLUMNS = ("gpu", "tp", "pp", "ep", "weight_quant", "kv_dtype")  # the candidate table's
-OPTIONS = {"gpu": "--gpu", "tp": "--tp", "weight_quant": "--weight-quant", "kv_dtype": "--kv-dtype"}  # to narrow a search
+OPTIONS = {
+    "gpu": "--gpu",
+    "tp": "--tp",
+    "weight_quant": "--weight-quant",
+    "kv_dtype": "--kv-dtype",
+}  # to narrow a search
 
 
 def config_key(row: Mapping[str, Any]) -> ConfigKey:
     """A candidate row's key."""
-    return (str(row["gpu"]), int(row["tp"]), int(row["pp"]), int(row["ep"]), str(row["weight_quant"]), str(row["kv_dtype"]))
+    return (
+        str(row["gpu"]),
+        int(row["tp"]),
+        int(row["pp"]),
+        int(row["ep"]),
+        str(row["weight_quant"]),
+        str(row["kv_dtype"]),
+    )
 
 
 def stated(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,7 +88,9 @@ def with_corrections(measured: MeasuredModels, applied: list[Mapping[str, Any]],
     out = dict(measured)
     for entry in applied:
         key = config_key(entry["configuration"])
-        base = out.get(key) or build_step_model(model, key[0], tp=key[1], pp=key[2], ep=key[3], weight_quant=key[4], kv_dtype=key[5])
+        base = out.get(key) or build_step_model(
+            model, key[0], tp=key[1], pp=key[2], ep=key[3], weight_quant=key[4], kv_dtype=key[5]
+        )
         out[key] = apply_corrections(base, [StepCorrection.model_validate(c) for c in entry["corrections"]])
     return out
 
@@ -105,25 +119,33 @@ class MeasuredProfile:
         for column in ROW_COLUMNS:
             values = sorted(map(str, rows[column].unique()))
             if column not in said and len(values) > 1:
-                raise LlmcapError(f"{self.describe()} does not state its {column}; this search considers {', '.join(values)}: "
-                                  f"give {OPTIONS.get(column, column)} to say which the profile measured")
+                raise LlmcapError(
+                    f"{self.describe()} does not state its {column}; this search considers {', '.join(values)}: "
+                    f"give {OPTIONS.get(column, column)} to say which the profile measured"
+                )
         match = rows
         for column, value in said.items():
             match = match[match[column].astype(str) == str(value)]
         if match.empty:
-            raise LlmcapError(f"{self.describe()} matches no feasible candidate of this search: include its configuration "
-                              "(--gpu, --tp, --weight-quant, --kv-dtype) or leave --profile out")
+            raise LlmcapError(
+                f"{self.describe()} matches no feasible candidate of this search: include its configuration "
+                "(--gpu, --tp, --weight-quant, --kv-dtype) or leave --profile out"
+            )
         return {config_key(r): self.fit.model for r in match.to_dict("records")}
-
 
     def check_matches(self, requested: Mapping[str, Any]) -> None:
         """One clear error when a field the profile states differs from `requested` (row column → value). A
         device outside the catalog (a CPU engine) is not compared: the GPU then only sets the KV memory plan."""
         said = stated(self.fingerprint)
-        off = [f"{OPTIONS.get(c, c)} {requested[c]} (profile: {said[c]})" for c in requested
-               if c in said and str(said[c]) != str(requested[c]) and not (c == "gpu" and not _in_catalog(str(said[c])))]
+        off = [
+            f"{OPTIONS.get(c, c)} {requested[c]} (profile: {said[c]})"
+            for c in requested
+            if c in said and str(said[c]) != str(requested[c]) and not (c == "gpu" and not _in_catalog(str(said[c])))
+        ]
         if off:
-            raise LlmcapError(f"{self.describe()} was measured on another configuration than asked for: {'; '.join(off)}")
+            raise LlmcapError(
+                f"{self.describe()} was measured on another configuration than asked for: {'; '.join(off)}"
+            )
 
 
 def _in_catalog(sku: str) -> bool:
@@ -138,6 +160,14 @@ def load_profile(directory: Path) -> MeasuredProfile:
     """`directory`'s fit and fingerprint; one clear error when it is not a profile or holds no fit."""
     prof = read_profile(directory)
     if prof.fit is None:
-        raise InputFileError(directory / "fit.json", "this profile holds no step-model fit (re-run `llmcap profile`, which writes one)")
+        raise InputFileError(
+            directory / "fit.json", "this profile holds no step-model fit (re-run `llmcap profile`, which writes one)"
+        )
     cap = prof.manifest.get("kv_capacity_tokens")
-    return MeasuredProfile(directory, prof.fit, prof.fingerprint.model_dump(mode="json"), prof.fingerprint_hash, None if cap is None else int(cap))
+    return MeasuredProfile(
+        directory,
+        prof.fit,
+        prof.fingerprint.model_dump(mode="json"),
+        prof.fingerprint_hash,
+        None if cap is None else int(cap),
+    )

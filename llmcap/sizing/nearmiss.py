@@ -55,7 +55,12 @@ def _mean(point: RatePoint, key: str) -> float | None:
 
 
 def _targets(slo: SloParams) -> tuple[str, str]:
-    ttft = "none" if slo.ttft_ms is None else f"{slo.ttft_ms:,.0f} ms" + (f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else "")
+    ttft = (
+        "none"
+        if slo.ttft_ms is None
+        else f"{slo.ttft_ms:,.0f} ms"
+        + (f" + {slo.ttft_ms_per_1k_isl:g} ms per 1k prompt tokens" if slo.ttft_ms_per_1k_isl else "")
+    )
     itl = "none" if slo.itl_ms is None else f"{slo.itl_ms:,.0f} ms for {itl_name(slo.itl_stat)}"
     return ttft, itl
 
@@ -82,7 +87,9 @@ def near_miss(candidate: str, result: SearchResult, slo: SloParams) -> NearMiss 
         if deadline is not None:
             counts["deadline"] = deadline
         binding = max(counts, key=lambda k: (counts[k], k == "ttft"))  # a tie goes to TTFT
-        tally = " vs ".join(f"{v:,.0f} {name}" for name, v in zip(("TTFT", "ITL/TPOT", "deadline"), counts.values(), strict=False))
+        tally = " vs ".join(
+            f"{v:,.0f} {name}" for name, v in zip(("TTFT", "ITL/TPOT", "deadline"), counts.values(), strict=True)
+        )
         reason = f"{binding.upper()} binds ({tally} misses in the steady window); {shown}"
     return NearMiss(candidate, best.rate, attainment, result.attainment_target, binding, reason, ttft_p99, itl_p99)
 
@@ -91,12 +98,21 @@ def idle_miss(candidate: str, attainment: float, slo: SloParams) -> NearMiss:
     """A row ruled out unsimulated: alone on an idle instance (each request by itself, no queue) only
     `attainment` of the requests meet the SLOs."""
     ttft_target, itl_target = _targets(slo)
-    return NearMiss(candidate, 0.0, attainment, slo.attainment_target, "idle",
-                    f"even idle, each request alone, it misses (TTFT target {ttft_target}, ITL target {itl_target}): faster GPUs or more TP, or looser SLOs",
-                    None, None)  # fmt: skip
+    return NearMiss(
+        candidate,
+        0.0,
+        attainment,
+        slo.attainment_target,
+        "idle",
+        f"even idle, each request alone, it misses (TTFT target {ttft_target}, ITL target {itl_target}): faster GPUs or more TP, or looser SLOs",
+        None,
+        None,
+    )
 
 
-def near_misses(searched: Sequence[tuple[str, SearchResult]], slo: SloParams, idle: Sequence[NearMiss] = ()) -> list[NearMiss]:
+def near_misses(
+    searched: Sequence[tuple[str, SearchResult]], slo: SloParams, idle: Sequence[NearMiss] = ()
+) -> list[NearMiss]:
     """Each searched row's near miss and the rows ruled out idle, closest first (highest attainment, then
     lowest rate, then name)."""
     found = [m for key, res in searched if (m := near_miss(key, res, slo)) is not None] + list(idle)

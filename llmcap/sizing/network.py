@@ -71,27 +71,49 @@ class Provisioning:
 
     def line(self) -> str:
         binding = "burst" if self.burst_bytes_s >= self.flows_bytes_s else "concurrent flows"
-        return (f"P→D link per prefill instance: max(burst {self.burst_bytes_s / GBPS:,.1f} Gbit/s = {self.peak_rps:.4g} req/s peak ÷ "
-                f"{self.instances} × {self.payload_bytes / 1e6:,.1f} MB, concurrent flows {self.flows_bytes_s / GBPS:,.1f} Gbit/s = "
-                f"{self.flat_out_rps:.4g} req/s flat out × {self.payload_bytes / 1e6:,.1f} MB) × {self.overhead:g} overhead = "
-                f"{self.required_bytes_s / GBPS:,.1f} Gbit/s ({binding}); per NIC {self.required_bytes_s / self.nics / GBPS:,.1f} of "
-                f"{self.nic_bytes_s / GBPS:,.0f} Gbit/s ({self.nics} NIC(s), link {self.link_bytes_s / GBPS:,.0f} Gbit/s): {self.verdict()}")  # fmt: skip
+        return (
+            f"P→D link per prefill instance: max(burst {self.burst_bytes_s / GBPS:,.1f} Gbit/s = {self.peak_rps:.4g} req/s peak ÷ "
+            f"{self.instances} × {self.payload_bytes / 1e6:,.1f} MB, concurrent flows {self.flows_bytes_s / GBPS:,.1f} Gbit/s = "
+            f"{self.flat_out_rps:.4g} req/s flat out × {self.payload_bytes / 1e6:,.1f} MB) × {self.overhead:g} overhead = "
+            f"{self.required_bytes_s / GBPS:,.1f} Gbit/s ({binding}); per NIC {self.required_bytes_s / self.nics / GBPS:,.1f} of "
+            f"{self.nic_bytes_s / GBPS:,.0f} Gbit/s ({self.nics} NIC(s), link {self.link_bytes_s / GBPS:,.0f} Gbit/s): {self.verdict()}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "payload_mb": self.payload_bytes / 1e6, "peak_rps": self.peak_rps, "prefill_instances": self.instances,
-            "flat_out_rps": self.flat_out_rps, "burst_gbps": self.burst_bytes_s / GBPS, "flows_gbps": self.flows_bytes_s / GBPS,
-            "overhead": self.overhead, "required_gbps": self.required_bytes_s / GBPS, "nics": self.nics,
-            "required_gbps_per_nic": self.required_bytes_s / self.nics / GBPS, "nic_gbps": self.nic_bytes_s / GBPS,
-            "link_gbps": self.link_bytes_s / GBPS, "fits": self.fits, "verdict": self.verdict(), "line": self.line(),
-        }  # fmt: skip
+            "payload_mb": self.payload_bytes / 1e6,
+            "peak_rps": self.peak_rps,
+            "prefill_instances": self.instances,
+            "flat_out_rps": self.flat_out_rps,
+            "burst_gbps": self.burst_bytes_s / GBPS,
+            "flows_gbps": self.flows_bytes_s / GBPS,
+            "overhead": self.overhead,
+            "required_gbps": self.required_bytes_s / GBPS,
+            "nics": self.nics,
+            "required_gbps_per_nic": self.required_bytes_s / self.nics / GBPS,
+            "nic_gbps": self.nic_bytes_s / GBPS,
+            "link_gbps": self.link_bytes_s / GBPS,
+            "fits": self.fits,
+            "verdict": self.verdict(),
+            "line": self.line(),
+        }
 
 
 def handoff_line(metrics: dict[str, float]) -> str:
     """The handoff percentiles (`llmcap.sizing.simeval.handoff_metrics`) as one line; "" without handoffs."""
-    parts = [(label, name) for label, name in (("post", "handoff_post"), ("transfer", "handoff_transfer"), ("visible wait", "visible_wait"))
-             if f"{name}_ms_p50" in metrics]  # fmt: skip
-    return "; ".join(f"{label} p50 {metrics[f'{name}_ms_p50']:,.1f} ms, p99 {metrics[f'{name}_ms_p99']:,.1f} ms" for label, name in parts)
+    parts = [
+        (label, name)
+        for label, name in (
+            ("post", "handoff_post"),
+            ("transfer", "handoff_transfer"),
+            ("visible wait", "visible_wait"),
+        )
+        if f"{name}_ms_p50" in metrics
+    ]
+    return "; ".join(
+        f"{label} p50 {metrics[f'{name}_ms_p50']:,.1f} ms, p99 {metrics[f'{name}_ms_p99']:,.1f} ms"
+        for label, name in parts
+    )
 
 
 def provision(row: SizedRow, mean_isl: float, peak_rps: float, overhead: float) -> Provisioning | None:
@@ -100,14 +122,27 @@ def provision(row: SizedRow, mean_isl: float, peak_rps: float, overhead: float) 
         return None
     pre = row.unit
     flat_out = pre.bounds.prefill_compute
-    if not math.isfinite(flat_out) and row.pd_roles is not None:  # every prompt cached: no compute bound, its searched rate G_P
+    if (
+        not math.isfinite(flat_out) and row.pd_roles is not None
+    ):  # every prompt cached: no compute bound, its searched rate G_P
         flat_out = row.pd_roles[0].rate
-    return Provisioning(pre.engine.kv_bytes_per_token * mean_isl, peak_rps, row.plan.pool("prefill").instances, flat_out,
-                        overhead, pre.gpus, pre.gpu.nic_bytes_s)  # fmt: skip
+    return Provisioning(
+        pre.engine.kv_bytes_per_token * mean_isl,
+        peak_rps,
+        row.plan.pool("prefill").instances,
+        flat_out,
+        overhead,
+        pre.gpus,
+        pre.gpu.nic_bytes_s,
+    )
 
 
 def table_columns(p: Provisioning | None) -> dict[str, Any]:
     """The capacity table's network columns of a row (`llmcap.sizing.table.NETWORK_COLUMNS`)."""
     if p is None:
         return {"pd_link_required_gbps": None, "pd_link_gbps": None, "pd_link_verdict": None}
-    return {"pd_link_required_gbps": p.required_bytes_s / GBPS, "pd_link_gbps": p.link_bytes_s / GBPS, "pd_link_verdict": p.verdict()}
+    return {
+        "pd_link_required_gbps": p.required_bytes_s / GBPS,
+        "pd_link_gbps": p.link_bytes_s / GBPS,
+        "pd_link_verdict": p.verdict(),
+    }

@@ -13,7 +13,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from llmcap.first_token import TTFT_INCLUDES_HANDOFF
 from llmcap.policy_names import DEFAULT_ADMISSION, DEFAULT_ROUTER, known_admission, known_router
 
-
 ItlStat = Literal["p50", "p99", "max", "mean", "token_p50", "token_p90", "token_p95", "token_p99", "token_p99.9"]
 """How `itl_ms` is judged. Per request: its median gap (p50), P99 gap, worst gap (max), or mean gap (mean: the
 request's TPOT, vLLM's per-request `tpot`). token_pNN: the NN-th percentile of every gap of every request of the
@@ -24,7 +23,9 @@ DistMetric = Literal["ttft", "tpot", "e2e", "queue", "itl_p50", "itl_p99", "itl_
 class _Strict(BaseModel):
     # strict: a YAML `true` is no 1 and "3" no 3 (ints still pass for floats); no knob means anything at .inf/.nan.
     # Tuple fields say strict=False: YAML gives lists (their items stay strict).
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True, allow_inf_nan=False
+    )
 
 
 class DistributionTarget(_Strict):
@@ -269,7 +270,9 @@ class AutoscaleParams(_ReadyTime):
     max_total_gpus: int | None = Field(default=None, gt=0)
     """One GPU budget for the autoscaled pools together (P/D: prefill and decode; `llmcap.sim.autoscaler.share_budget`:
     each keeps what it holds, the rest goes to the pool with the larger unmet share, ties to decode); None: no limit."""
-    floor_fractions: tuple[Annotated[float, Field(ge=0, le=1.5)], ...] = Field(default=(0.0, 0.5, 1.0), min_length=1, strict=False)
+    floor_fractions: tuple[Annotated[float, Field(ge=0, le=1.5)], ...] = Field(
+        default=(0.0, 0.5, 1.0), min_length=1, strict=False
+    )
     """Forecast floors tried, as shares of the full floor (0: purely reactive)."""
     windows: int = Field(default=24, ge=1)
     """Attainment is also reported for the worst of this many equal windows of the day."""
@@ -281,7 +284,9 @@ class PrefixTier(_Strict):
     name: str = Field(min_length=1)
     gb: float = Field(gt=0, description="capacity, GB per instance")
     gbps: float = Field(gt=0, description="load bandwidth into HBM, GB/s")
-    lookup_ms: float = Field(default=0.0, ge=0, description="latency of asking it for a prefix, paid by every admission that looks")
+    lookup_ms: float = Field(
+        default=0.0, ge=0, description="latency of asking it for a prefix, paid by every admission that looks"
+    )
 
     def spec(self) -> str:
         return f"{self.name}:{self.gb:g}:{self.gbps:g}:{self.lookup_ms:g}"
@@ -361,5 +366,7 @@ class SizeParams(_Strict):
     @model_validator(mode="after")
     def _one_split(self) -> SizeParams:
         if self.pools_split_isl is not None and self.pools_split_cap is not None:
-            raise ValueError("pools_split_isl and pools_split_cap each split the requests in two: set one (null the other)")
+            raise ValueError(
+                "pools_split_isl and pools_split_cap each split the requests in two: set one (null the other)"
+            )
         return self

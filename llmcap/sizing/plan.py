@@ -42,18 +42,18 @@ import pyarrow.compute as pc
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
+from llmcap.sizing.analytic import windowed_peak_rate
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
 from llmcap.sizing.ledger import Ledger, four_ledgers
 from llmcap.sizing.measured import MeasuredModels
-from llmcap.sizing.analytic import windowed_peak_rate
 from llmcap.sizing.network import Provisioning, provision
 from llmcap.sizing.network import table_columns as network_columns
-from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
+from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.sizer import Sizer
 from llmcap.sizing.slo import deadlines, definitions
 from llmcap.sizing.summary import PoolPlanSummary, SizingSummary
@@ -80,7 +80,9 @@ class SizingEvidence:
     replay: str
     count_range: tuple[str, ...]
     finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each
-    network: dict[str, Any] | None = None  # P/D: the chosen plan's link provisioning and the replay's handoff percentiles
+    network: dict[str, Any] | None = (
+        None  # P/D: the chosen plan's link provisioning and the replay's handoff percentiles
+    )
 
 
 @dataclass(frozen=True)
@@ -109,26 +111,54 @@ def ledger_check(lengths: Lengths, row: SizedRow, rate_rps: float, plan: Capacit
     """The four-ledger floor of `row`'s configuration at `rate_rps` (`llmcap.sizing.ledger`), beside `plan`'s count."""
     pre, dec = row.unit, row.decode or row.unit
     return four_ledgers(
-        rate_rps, lengths.isl, lengths.osl, lengths.cached,
-        prefill_tokens_s=pre.bounds.prefill_compute * float((lengths.isl - lengths.cached).mean()), prefill_gpus=pre.gpus,
-        decode_tokens_s=dec.bounds.decode_bandwidth * float(lengths.osl.mean()), decode_gpus=dec.gpus,
-        decode_step_s=dec.decode_step_s, kv_tokens_per_instance=float(dec.row["kv_tokens_per_instance"]),
-        kv_bytes_per_token=dec.engine.kv_bytes_per_token, nic_bytes_s_per_gpu=pre.gpu.nic_bytes_s,
-        disaggregated=row.decode is not None, final_gpus=plan.total_gpus,
-    )  # fmt: skip
+        rate_rps,
+        lengths.isl,
+        lengths.osl,
+        lengths.cached,
+        prefill_tokens_s=pre.bounds.prefill_compute * float((lengths.isl - lengths.cached).mean()),
+        prefill_gpus=pre.gpus,
+        decode_tokens_s=dec.bounds.decode_bandwidth * float(lengths.osl.mean()),
+        decode_gpus=dec.gpus,
+        decode_step_s=dec.decode_step_s,
+        kv_tokens_per_instance=float(dec.row["kv_tokens_per_instance"]),
+        kv_bytes_per_token=dec.engine.kv_bytes_per_token,
+        nic_bytes_s_per_gpu=pre.gpu.nic_bytes_s,
+        disaggregated=row.decode is not None,
+        final_gpus=plan.total_gpus,
+    )
 
 
-def _table_rows(workload_id: str, rows: Sequence[SizedRow], roles: Sequence[RoleRow], settled: Mapping[str, bool],
-                provisioned: Callable[[SizedRow], Provisioning | None]) -> list[dict[str, Any]]:  # fmt: skip
-    out = [capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan, scenarios=settled.get(r.key))
-           for r in rows if r.mode == "aggregated"]  # fmt: skip
-    out += [capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles]
+def _table_rows(
+    workload_id: str,
+    rows: Sequence[SizedRow],
+    roles: Sequence[RoleRow],
+    settled: Mapping[str, bool],
+    provisioned: Callable[[SizedRow], Provisioning | None],
+) -> list[dict[str, Any]]:
+    out = [
+        capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan, scenarios=settled.get(r.key))
+        for r in rows
+        if r.mode == "aggregated"
+    ]
+    out += [
+        capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles
+    ]
     for r in rows:
         if r.mode == "disaggregated":
             assert r.pd_roles is not None
             pr, dr = r.pd_roles
-            out.append(pairing_row(workload_id, r.key, r.config, (pr.result, pr.rate, pr.unit.gpus), (dr.result, dr.rate, dr.unit.gpus), r.plan,
-                                   settled.get(r.key)) | network_columns(provisioned(r)))  # fmt: skip
+            out.append(
+                pairing_row(
+                    workload_id,
+                    r.key,
+                    r.config,
+                    (pr.result, pr.rate, pr.unit.gpus),
+                    (dr.result, dr.rate, dr.unit.gpus),
+                    r.plan,
+                    settled.get(r.key),
+                )
+                | network_columns(provisioned(r))
+            )
     return out
 
 
@@ -137,13 +167,17 @@ def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]
     return {
         q.name: {
             "configuration": configs.get(q.name, chosen),
-            "per_instance_rps": q.pool.per_instance_rps, "gpus_per_instance": q.pool.gpus_per_instance,
-            "base_instances": q.base_instances, "instances": q.instances, "gpus": q.gpus, "usd_per_hour": q.usd_per_hour,
+            "per_instance_rps": q.pool.per_instance_rps,
+            "gpus_per_instance": q.pool.gpus_per_instance,
+            "base_instances": q.base_instances,
+            "instances": q.instances,
+            "gpus": q.gpus,
+            "usd_per_hour": q.usd_per_hour,
             "headroom": {i.risk: {"rps": i.rps, "instances": i.instances, "reasoning": i.reasoning} for i in q.items},
             "placement": q.placement.describe(),
         }
         for q in plan.pools
-    }  # fmt: skip
+    }
 
 
 SHOWN_REASONS = 4  # distinct reasons named in the one-line error; the CLI lists every candidate's beside it
@@ -165,8 +199,14 @@ def no_feasible_candidate(candidates: pd.DataFrame) -> str:
     return f"no feasible candidate to size: step 2 ruled out all {n} candidates: {shown or 'no reason recorded'}{more}"
 
 
-PHASES = ("disaggregated pools", "aggregated candidates", "choice (whole-trace confirmation)", "scenarios (settling the shortlisted shapes)", "count range",
-          "planned deployment replay")  # fmt: skip
+PHASES = (
+    "disaggregated pools",
+    "aggregated candidates",
+    "choice (whole-trace confirmation)",
+    "scenarios (settling the shortlisted shapes)",
+    "count range",
+    "planned deployment replay",
+)
 
 
 def size_deployments(
@@ -226,8 +266,10 @@ def size_deployments(
         assert outcome.chosen.row.plan is not None
         analytic = outcome.chosen.row.plan
         if not fitted.ok:
-            sizer.notes.append(f"NO PLAN PASSES: none of the {len(finalists)} shape(s) settled on the whole trace passed every scenario "
-                               f"within its cost limit; the closest is shown: {outcome.chosen.line()}")  # fmt: skip
+            sizer.notes.append(
+                f"NO PLAN PASSES: none of the {len(finalists)} shape(s) settled on the whole trace passed every scenario "
+                f"within its cost limit; the closest is shown: {outcome.chosen.line()}"
+            )
     plan = chosen.plan
     assert plan is not None
     phase(4)
@@ -247,17 +289,37 @@ def size_deployments(
     records, kv_usage = sim.records, _kv_usage(sim.timeseries)
     counts = " + ".join(f"{q.name} {q.instances}" for q in plan.pools)
     replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
-    curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {f"{r.role}: {r.unit.key}": r.result for r in sizer.roles}
+    curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {
+        f"{r.role}: {r.unit.key}": r.result for r in sizer.roles
+    }
     ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
     link = provisioned(chosen)
-    network = None if link is None else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
+    network = (
+        None
+        if link is None
+        else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
+    )
     for t in sim.summary.get("prefix_tiers") or ():
-        sizer.notes.append(f"prefix tier {t['tier']} ({replay}): {t['hit_ratio']:.1%} of prompt tokens loaded from it, "
-                           f"load {t['load_s']:,.1f} s, {t['lookups']:,} lookups {t['lookup_s']:,.1f} s, saved prefill ≈ "
-                           f"{t['saved_prefill_s']:,.1f} s: net {t['net_gain_s']:+,.1f} s")  # fmt: skip
-    evidence = SizingEvidence(curves, chosen.key, plan, records, kv_usage, notes=tuple(sizer.notes), analytic=analytic, fit=fitted,
-                              ledger=ledger, replay=replay, count_range=() if spread is None else tuple(spread.lines()),
-                              finalists=tuple(f["line"] for f in finalists or ()), network=network)  # fmt: skip
+        sizer.notes.append(
+            f"prefix tier {t['tier']} ({replay}): {t['hit_ratio']:.1%} of prompt tokens loaded from it, "
+            f"load {t['load_s']:,.1f} s, {t['lookups']:,} lookups {t['lookup_s']:,.1f} s, saved prefill ≈ "
+            f"{t['saved_prefill_s']:,.1f} s: net {t['net_gain_s']:+,.1f} s"
+        )
+    evidence = SizingEvidence(
+        curves,
+        chosen.key,
+        plan,
+        records,
+        kv_usage,
+        notes=tuple(sizer.notes),
+        analytic=analytic,
+        fit=fitted,
+        ledger=ledger,
+        replay=replay,
+        count_range=() if spread is None else tuple(spread.lines()),
+        finalists=tuple(f["line"] for f in finalists or ()),
+        network=network,
+    )
     summary: SizingSummary = {
         "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
         "target_rps": sizer.target,
@@ -268,7 +330,9 @@ def size_deployments(
         "router": sizer.params.router,
         "admission_policy": params.admission_policy,
         "routers_compared": routers or None,
-        "pd_ratio": None if chosen.mode == "aggregated" else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
+        "pd_ratio": None
+        if chosen.mode == "aggregated"
+        else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
         "max_rps_per_unit": chosen.result.max_rate,
         "gpus_per_unit": chosen.gpus_per_unit,
         "base_instances": plan.base_instances,
@@ -324,7 +388,16 @@ def class_pools(
         rate = s["target_rps"] * n / trace.num_rows
         update = {"target_rps": rate, "pools_split_isl": None, "pools_split_cap": None}
         try:
-            out = size_deployments(sub, candidates, model, params.model_copy(update=update), executor, name, measured=measured, simulate_scenarios=False)
+            out = size_deployments(
+                sub,
+                candidates,
+                model,
+                params.model_copy(update=update),
+                executor,
+                name,
+                measured=measured,
+                simulate_scenarios=False,
+            )
         except LlmcapError as exc:
             raise LlmcapError(f"class '{name}' ({n:,} requests) alone: {exc}") from None
         o = out.summary
@@ -332,19 +405,26 @@ def class_pools(
     return compare_pools(pools_shared, split)
 
 
-def request_classes(trace: pa.Table, split_isl: int | None, split_cap: float | None) -> tuple[str, list[tuple[str, np.ndarray]]]:
+def request_classes(
+    trace: pa.Table, split_isl: int | None, split_cap: float | None
+) -> tuple[str, list[tuple[str, np.ndarray]]]:
     """(where the split is, [(class name, its requests)]): prompts of at most `split_isl` tokens vs longer ones, or
     requests whose max_tokens exceeds `split_cap` × the median output vs the rest (no cap stated: the rest)."""
     if split_isl is not None:
         isl = trace.column("isl").to_numpy()
-        return f"ISL {split_isl:,}", [(f"ISL ≤ {split_isl:,}", isl <= split_isl), (f"ISL > {split_isl:,}", isl > split_isl)]
+        return f"ISL {split_isl:,}", [
+            (f"ISL ≤ {split_isl:,}", isl <= split_isl),
+            (f"ISL > {split_isl:,}", isl > split_isl),
+        ]
     if split_cap is None:
         raise LlmcapError("a request-class split needs pools_split_isl or pools_split_cap")
     bound = split_cap * float(np.median(trace.column("osl").to_numpy()))
     caps = trace.column("max_tokens").to_numpy(zero_copy_only=False).astype(np.float64)  # null: NaN, never above
     long_cap = np.nan_to_num(caps, nan=0.0) > bound
-    return (f"max_tokens {split_cap:g}× the median OSL ({bound:,.0f})",
-            [(f"max_tokens ≤ {bound:,.0f} or none", ~long_cap), (f"max_tokens > {bound:,.0f}", long_cap)])  # fmt: skip
+    return (
+        f"max_tokens {split_cap:g}× the median OSL ({bound:,.0f})",
+        [(f"max_tokens ≤ {bound:,.0f} or none", ~long_cap), (f"max_tokens > {bound:,.0f}", long_cap)],
+    )
 
 
 def _base_usd(summary: SizingSummary) -> float:

@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from llmcap.errors import LlmcapError
+from llmcap.first_token import first_token_from
 from llmcap.perf import RooflineModel, build_step_model
 from llmcap.perf.model import StepTimeModel
-from llmcap.first_token import first_token_from
 from llmcap.sim import SimConfig, SimResult, simulate
 from llmcap.sizing import availability as avail
 from llmcap.sizing.availability import State
@@ -40,7 +40,9 @@ class PlannedDeployment:
     planning_rps: float  # the rate every scenario replays the whole trace at
     seed: int  # the seed of the sizer's whole-trace runs (tie spreading, power-of-two draws)
     config: SimConfig  # the deployment at the plan's counts
-    step_models: Mapping[str, Mapping[str, Any]]  # pool -> roofline configuration (STEP_MODEL_FIELDS) or {"source": ...}
+    step_models: Mapping[
+        str, Mapping[str, Any]
+    ]  # pool -> roofline configuration (STEP_MODEL_FIELDS) or {"source": ...}
     scenarios: Mapping[str, Mapping[str, int]]  # scenario name -> serving instances per pool
     slo: SloParams
     availability: tuple[State, ...] = ()  # with slo.availability: the states judged over time (module docstring)
@@ -48,21 +50,31 @@ class PlannedDeployment:
     @property
     def counts(self) -> dict[str, int]:
         pd = self.config.pd
-        return {"instances": self.config.replicas} if pd is None else {"prefill": pd.prefill_replicas, "decode": pd.decode_replicas}
+        return (
+            {"instances": self.config.replicas}
+            if pd is None
+            else {"prefill": pd.prefill_replicas, "decode": pd.decode_replicas}
+        )
 
     def config_at(self, counts: Mapping[str, int]) -> SimConfig:
         """The deployment with `counts` serving instances per pool (a pool with none left cannot be simulated)."""
         empty = [pool for pool, n in counts.items() if n < 1]
         if empty:
-            raise LlmcapError(f"no {empty[0]} instance left serving: nothing to simulate (the scenario fails by construction)")
+            raise LlmcapError(
+                f"no {empty[0]} instance left serving: nothing to simulate (the scenario fails by construction)"
+            )
         if self.config.pd is None:
             return self.config.model_copy(update={"replicas": counts["instances"]})
-        pd = self.config.pd.model_copy(update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]})
+        pd = self.config.pd.model_copy(
+            update={"prefill_replicas": counts["prefill"], "decode_replicas": counts["decode"]}
+        )
         return self.config.model_copy(update={"pd": pd})
 
     def scenario_counts(self, name: str) -> dict[str, int]:
         if name not in self.scenarios:
-            raise LlmcapError(f"--scenario {name!r}: the plan's scenarios are {', '.join(repr(s) for s in self.scenarios)}")
+            raise LlmcapError(
+                f"--scenario {name!r}: the plan's scenarios are {', '.join(repr(s) for s in self.scenarios)}"
+            )
         return dict(self.scenarios[name])
 
     def step_times(self) -> tuple[StepTimeModel, StepTimeModel | None]:
@@ -71,8 +83,10 @@ class PlannedDeployment:
         for pool in self.counts:
             desc = self.step_models[pool]
             if desc.get("source") != "roofline":
-                raise LlmcapError(f"the plan's {pool} pool was timed by {desc.get('source')!r}, which summary.json does not carry: "
-                                  "simulate that configuration with --profile instead")  # fmt: skip
+                raise LlmcapError(
+                    f"the plan's {pool} pool was timed by {desc.get('source')!r}, which summary.json does not carry: "
+                    "simulate that configuration with --profile instead"
+                )
             models.append(build_step_model(self.model, str(desc["gpu"]), **{k: desc[k] for k in STEP_MODEL_FIELDS[1:]}))
         return models[0], (models[1] if len(models) > 1 else None)
 
@@ -82,7 +96,9 @@ class PlannedDeployment:
         seed = self.seed if seed is None else seed
         workload = scale_rate(spread_ties(trace, np.random.default_rng(seed)), self.planning_rps)
         step, decode = self.step_times()
-        return simulate(workload, step, self.config_at(counts or self.counts), rng=np.random.default_rng(seed), decode_model=decode)
+        return simulate(
+            workload, step, self.config_at(counts or self.counts), rng=np.random.default_rng(seed), decode_model=decode
+        )
 
     def judge(self, result: SimResult, trace: pa.Table | None = None) -> PlanCheck:
         """The plan's SLO on one replay of `trace`: steady-window attainment against the target (each request's own
@@ -97,7 +113,17 @@ class PlannedDeployment:
         run-level targets and whether the run was overloaded (`llmcap.sizing.simeval`)."""
         config = self.config_at(counts)
         step, decode = self.step_times()
-        whole = SimEvaluate(trace, step, config.engine, self.slo, max(trace.num_rows, 2), config.replicas, config.router, config.pd, decode)
+        whole = SimEvaluate(
+            trace,
+            step,
+            config.engine,
+            self.slo,
+            max(trace.num_rows, 2),
+            config.replicas,
+            config.router,
+            config.pd,
+            decode,
+        )
         return whole(self.planning_rps, self.seed if seed is None else seed)
 
     def judge_availability(self, trace: pa.Table, seed: int | None = None) -> AvailabilityCheck:
@@ -115,26 +141,54 @@ class PlannedDeployment:
 
     def to_dict(self) -> dict[str, Any]:
         config = self.config.model_dump(mode="json", exclude_defaults=True)
-        if self.config.pd is not None:  # where TTFT ends is always written: the record must not change meaning with a default
+        if (
+            self.config.pd is not None
+        ):  # where TTFT ends is always written: the record must not change meaning with a default
             lean, pd = config["pd"], self.config.pd.model_dump(mode="json")
-            config["pd"] = {k: lean.get(k, v) for k, v in pd.items() if k in lean or k == "first_token_from"}  # in field order
+            config["pd"] = {
+                k: lean.get(k, v) for k, v in pd.items() if k in lean or k == "first_token_from"
+            }  # in field order
         return {
-            "model": self.model, "planning_rps": self.planning_rps, "seed": self.seed, "counts": self.counts,
-            "sim_config": config, "step_models": {k: dict(v) for k, v in self.step_models.items()},
-            "scenarios": {k: dict(v) for k, v in self.scenarios.items()}, "slo": self.slo.model_dump(mode="json"),
-        } | ({"availability": [{"serving": dict(s.serving), "share": s.share, "down": s.down} for s in self.availability]}
-             if self.availability else {})  # fmt: skip
+            "model": self.model,
+            "planning_rps": self.planning_rps,
+            "seed": self.seed,
+            "counts": self.counts,
+            "sim_config": config,
+            "step_models": {k: dict(v) for k, v in self.step_models.items()},
+            "scenarios": {k: dict(v) for k, v in self.scenarios.items()},
+            "slo": self.slo.model_dump(mode="json"),
+        } | (
+            {
+                "availability": [
+                    {"serving": dict(s.serving), "share": s.share, "down": s.down} for s in self.availability
+                ]
+            }
+            if self.availability
+            else {}
+        )
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any], where: str = "summary.json") -> PlannedDeployment:
         try:
             slo = SloParams.model_validate(record["slo"])
-            states = tuple(State(tuple((str(k), int(v)) for k, v in s["serving"].items()), float(s["share"]), str(s["down"]))
-                           for s in record.get("availability") or ())  # fmt: skip
-            return cls(str(record["model"]), float(record["planning_rps"]), int(record["seed"]), _sim_config(record["sim_config"], slo),
-                       dict(record["step_models"]), dict(record["scenarios"]), slo, states)  # fmt: skip
+            states = tuple(
+                State(tuple((str(k), int(v)) for k, v in s["serving"].items()), float(s["share"]), str(s["down"]))
+                for s in record.get("availability") or ()
+            )
+            return cls(
+                str(record["model"]),
+                float(record["planning_rps"]),
+                int(record["seed"]),
+                _sim_config(record["sim_config"], slo),
+                dict(record["step_models"]),
+                dict(record["scenarios"]),
+                slo,
+                states,
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise LlmcapError(f"{where}: no usable `deployment` record ({type(exc).__name__}: {exc}); size the plan again with this version") from None
+            raise LlmcapError(
+                f"{where}: no usable `deployment` record ({type(exc).__name__}: {exc}); size the plan again with this version"
+            ) from None
 
 
 def _sim_config(record: Mapping[str, Any], slo: SloParams) -> SimConfig:
@@ -178,7 +232,9 @@ def step_model_record(step: StepTimeModel, row: Mapping[str, Any]) -> dict[str, 
     """What timed a pool's steps: its roofline configuration (from the candidate `row`), or only the kind when measured or corrected."""
     if type(step) is not RooflineModel:
         return {"source": "measured profile or corrected step times"}
-    return {"source": "roofline"} | {k: (str(row[k]) if k in ("gpu", "weight_quant", "kv_dtype") else int(row[k])) for k in STEP_MODEL_FIELDS}
+    return {"source": "roofline"} | {
+        k: (str(row[k]) if k in ("gpu", "weight_quant", "kv_dtype") else int(row[k])) for k in STEP_MODEL_FIELDS
+    }
 
 
 def sized_blocks(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:

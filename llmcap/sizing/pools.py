@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-
 @dataclass(frozen=True)
 class Pool:
     name: str

@@ -99,7 +99,11 @@ def scenarios(plan: CapacityPlan, over_time: bool = False) -> list[Scenario]:
     out = [Scenario("traffic", tuple(base.items()), f"all planned instances at {plan.planning_rps:.4g} req/s")]
     for pool in plan.pools:
         for kind, lost, why in (
-            ("node loss", pool.node_loss, f"the fullest {pool.params.node_failures} node(s) of the {pool.name} pool lost"),
+            (
+                "node loss",
+                pool.node_loss,
+                f"the fullest {pool.params.node_failures} node(s) of the {pool.name} pool lost",
+            ),
             ("upgrade", pool.upgrading, f"one rolling-upgrade step of the {pool.name} pool out of service"),
         ):
             if lost > 0:
@@ -108,7 +112,15 @@ def scenarios(plan: CapacityPlan, over_time: bool = False) -> list[Scenario]:
     if over_time:
         mix = availability.states(plan)
         down = ", ".join(f"{s.down} node down {s.share:.3%}" for s in mix if s.down)
-        out.append(Scenario("availability", tuple(base.items()), f"over time: {down} of the time" if down else "over time: no node is ever down", "", mix))
+        out.append(
+            Scenario(
+                "availability",
+                tuple(base.items()),
+                f"over time: {down} of the time" if down else "over time: no node is ever down",
+                "",
+                mix,
+            )
+        )
     return out
 
 
@@ -153,14 +165,18 @@ class Judge:
     def _blame(self, r: EvalResult, kv_ok: bool) -> str:
         if self.prefill_pool is None:
             return self.kv_pool
-        if r.run_miss:  # run-level targets missed: prefill's when every one is TTFT or queue time (`DistributionCheck.miss_line`)
+        if (
+            r.run_miss
+        ):  # run-level targets missed: prefill's when every one is TTFT or queue time (`DistributionCheck.miss_line`)
             prefill_side = all(part.startswith(("TTFT ", "queue time ")) for part in r.run_miss.split("; "))
             return self.prefill_pool if kv_ok and prefill_side else self.kv_pool
         ttft, itl = r.metrics.get("ttft_misses", 0.0), r.metrics.get("itl_misses", 0.0)
         return self.prefill_pool if kv_ok and ttft >= itl else self.kv_pool
 
 
-def _simulate(keys: Sequence[tuple], run: RunDeployment, cache: dict[tuple, EvalResult], parallel: Parallel | None) -> None:
+def _simulate(
+    keys: Sequence[tuple], run: RunDeployment, cache: dict[tuple, EvalResult], parallel: Parallel | None
+) -> None:
     """Each deployment of `keys` (serving tuples) not in `cache` into it: one with a pool left at 0 fails unsimulated,
     the rest are simulated, `parallel.width` at a time when given."""
     todo = []
@@ -181,7 +197,13 @@ def _simulate(keys: Sequence[tuple], run: RunDeployment, cache: dict[tuple, Eval
             cache[key] = run(dict(key))
 
 
-def check(plan: CapacityPlan, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult], parallel: Parallel | None = None) -> list[ScenarioResult]:
+def check(
+    plan: CapacityPlan,
+    run: RunDeployment,
+    judge: Judge,
+    cache: dict[tuple, EvalResult],
+    parallel: Parallel | None = None,
+) -> list[ScenarioResult]:
     """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure
     (with `parallel`, the next scenarios are simulated together with the one needed now)."""
     out = []
@@ -226,8 +248,13 @@ class FitResult:
 PROGRESS_STEP = 0.01  # attainments closer than this are a tie between two growths
 
 
-def _evaluate(chosen: Sequence[Scenario], run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
-              parallel: Parallel | None) -> list[ScenarioResult]:  # fmt: skip
+def _evaluate(
+    chosen: Sequence[Scenario],
+    run: RunDeployment,
+    judge: Judge,
+    cache: dict[tuple, EvalResult],
+    parallel: Parallel | None,
+) -> list[ScenarioResult]:
     """Each scenario judged, each distinct deployment simulated once (`cache`), `parallel` when given."""
     _simulate([d for sc in chosen for d in sc.deployments()], run, cache, parallel)
     return [judge.judged(sc, cache) for sc in chosen]
@@ -252,8 +279,14 @@ def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
 
-def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: float = math.inf, parallel: Parallel | None = None,
-        known_failing: Mapping[str, int] | None = None) -> FitResult:  # fmt: skip
+def fit(
+    plan: CapacityPlan,
+    run: RunDeployment,
+    judge: Judge,
+    max_usd_per_hour: float = math.inf,
+    parallel: Parallel | None = None,
+    known_failing: Mapping[str, int] | None = None,
+) -> FitResult:
     """Grow the plan until every scenario passes (doubling steps per pool, no plan above `max_usd_per_hour`),
     then settle each pool's count at its minimum (module docstring). Not `ok` when growth reached the limit or
     the minimal passing plan still costs more than it. `known_failing`: counts per pool known to fail, where the
@@ -275,18 +308,39 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: 
                 step -= 1
             grown = _with(plan, pool, step)
             if grown.usd_per_hour <= max_usd_per_hour:
-                options.append((next(sc for sc in scenarios(grown, judge.availability is not None) if sc.name == bad.scenario.name), pool, step, grown))
+                options.append(
+                    (
+                        next(
+                            sc
+                            for sc in scenarios(grown, judge.availability is not None)
+                            if sc.name == bad.scenario.name
+                        ),
+                        pool,
+                        step,
+                        grown,
+                    )
+                )
         if not options:
-            history.append(f"{_counts_txt(plan.counts())}: {bad.describe()}; one more instance of any pool would cost more than "
-                           f"the limit ${max_usd_per_hour:,.2f}/h: stopped")  # fmt: skip
+            history.append(
+                f"{_counts_txt(plan.counts())}: {bad.describe()}; one more instance of any pool would cost more than "
+                f"the limit ${max_usd_per_hour:,.2f}/h: stopped"
+            )
             return FitResult(plan, tuple(results), False, tuple(history), (), max_usd_per_hour)
         outcomes = _evaluate([sc for sc, *_ in options], run, judge, cache, parallel)
         # the growth that moves the failing scenario furthest (by PROGRESS_STEP; ties: the pool it points at)
-        k = max(range(len(options)), key=lambda i: (outcomes[i].passed, math.floor(outcomes[i].attainment / PROGRESS_STEP), -i))
+        k = max(
+            range(len(options)),
+            key=lambda i: (outcomes[i].passed, math.floor(outcomes[i].attainment / PROGRESS_STEP), -i),
+        )
         _, pool, step, grown = options[k]
         failing[pool] = max(failing.get(pool, 0), plan.pool(pool).instances)
-        compared = "" if len(options) == 1 else " (" + "; ".join(
-            f"+{o[2]} {o[1]}: {r.attainment:.4f}" for o, r in zip(options, outcomes, strict=True)) + ")"  # fmt: skip
+        compared = (
+            ""
+            if len(options) == 1
+            else " ("
+            + "; ".join(f"+{o[2]} {o[1]}: {r.attainment:.4f}" for o, r in zip(options, outcomes, strict=True))
+            + ")"
+        )
         history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +{step} {pool}{compared}")
         plan, last, steps[pool] = grown, pool, step
         results = check(plan, run, judge, cache, parallel)
@@ -301,14 +355,22 @@ def fit(plan: CapacityPlan, run: RunDeployment, judge: Judge, max_usd_per_hour: 
                 settled_at[pool] = plan.counts()
     final = tuple(check(plan, run, judge, cache, parallel))
     if plan.usd_per_hour > max_usd_per_hour:  # it started above the limit and could not shrink below it
-        history.append(f"{_counts_txt(plan.counts())}: passes every scenario only at ${plan.usd_per_hour:,.2f}/h, over the limit ${max_usd_per_hour:,.2f}/h")
+        history.append(
+            f"{_counts_txt(plan.counts())}: passes every scenario only at ${plan.usd_per_hour:,.2f}/h, over the limit ${max_usd_per_hour:,.2f}/h"
+        )
         return FitResult(plan, final, False, tuple(history), tuple(minimal.values()), max_usd_per_hour)
     return FitResult(plan, final, True, tuple(history), tuple(minimal.values()))
 
 
 def _settle(
-    plan: CapacityPlan, pool: str, failing: int, run: RunDeployment, judge: Judge, cache: dict[tuple, EvalResult],
-    parallel: Parallel | None, history: list[str],
+    plan: CapacityPlan,
+    pool: str,
+    failing: int,
+    run: RunDeployment,
+    judge: Judge,
+    cache: dict[tuple, EvalResult],
+    parallel: Parallel | None,
+    history: list[str],
 ) -> tuple[CapacityPlan, Minimality]:
     """`plan` (every scenario passing) with `pool` at the fewest instances that still pass, and the one-fewer
     evidence: bisected between `failing` (a count seen failing; else found by trying one fewer, then halving: a
@@ -329,7 +391,9 @@ def _settle(
 
     hi = plan.pool(pool).instances
     lo = failing if 0 < failing < hi else None
-    if lo is None:  # no failing count known: one fewer (the evidence a minimal count needs anyway), then halve until one fails
+    if (
+        lo is None
+    ):  # no failing count known: one fewer (the evidence a minimal count needs anyway), then halve until one fails
         nxt = hi - 1
         while lo is None:
             if nxt < 1:

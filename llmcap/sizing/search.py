@@ -105,7 +105,9 @@ class Confirmation:
 
 @dataclass(frozen=True)
 class SearchResult:
-    max_rate: float  # the highest feasible (and, when confirmed, confirmed) rate below every infeasible one; 0 when none
+    max_rate: (
+        float  # the highest feasible (and, when confirmed, confirmed) rate below every infeasible one; 0 when none
+    )
     upper_rate: float | None  # the lowest infeasible rate seen (None: none seen)
     status: Status
     points: tuple[RatePoint, ...]  # the search's evaluations, in order (confirmation's: `confirmation.points`)
@@ -230,13 +232,17 @@ def search_max_rate(
     return result if confirm is None else confirm_max_rate(confirm, result, p, executor)
 
 
-def _evaluate_rate(evaluate: Evaluate, rate: float, target: float, p: SearchParams, phase: str, executor: Executor | None) -> RatePoint:
+def _evaluate_rate(
+    evaluate: Evaluate, rate: float, target: float, p: SearchParams, phase: str, executor: Executor | None
+) -> RatePoint:
     fn = partial(_run_seed, evaluate, rate)
     results = tuple(executor.map(fn, list(p.seeds)) if executor is not None else [fn(s) for s in p.seeds])
     return RatePoint(rate, _feasible(results, target, p.feasibility), p.seeds, results, phase)
 
 
-def confirm_max_rate(confirm: Evaluate, result: SearchResult, params: SearchParams | None = None, executor: Executor | None = None) -> SearchResult:
+def confirm_max_rate(
+    confirm: Evaluate, result: SearchResult, params: SearchParams | None = None, executor: Executor | None = None
+) -> SearchResult:
     """`result` with its answer confirmed on `confirm` (module docstring): the highest rate that held there,
     never above the search's. A search without an answer (max rate 0) is returned as it is."""
     p = params or SearchParams()
@@ -291,7 +297,14 @@ class SearchTask:
 
 
 def run_search_task(task: SearchTask) -> SearchResult:
-    return search_max_rate(task.evaluate, task.attainment_target, task.params, task.initial_rate, confirm=task.confirm, floor_rate=task.floor_rate)
+    return search_max_rate(
+        task.evaluate,
+        task.attainment_target,
+        task.params,
+        task.initial_rate,
+        confirm=task.confirm,
+        floor_rate=task.floor_rate,
+    )
 
 
 def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = None) -> dict[str, SearchResult]:
@@ -303,6 +316,12 @@ def search_candidates(tasks: Sequence[SearchTask], executor: Executor | None = N
     slots = getattr(executor, "slots", None)
     if executor is not None and len(tasks) == 1 and callable(slots) and slots() > 1:
         t = tasks[0]
-        return {t.key: search_max_rate(t.evaluate, t.attainment_target, t.params, t.initial_rate, executor, t.confirm, t.floor_rate)}
-    results = executor.map(run_search_task, list(tasks)) if executor is not None else [run_search_task(t) for t in tasks]
+        return {
+            t.key: search_max_rate(
+                t.evaluate, t.attainment_target, t.params, t.initial_rate, executor, t.confirm, t.floor_rate
+            )
+        }
+    results = (
+        executor.map(run_search_task, list(tasks)) if executor is not None else [run_search_task(t) for t in tasks]
+    )
     return dict(zip(keys, results, strict=True))

@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
-from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.policy_names import DEFAULT_ROUTER
+from llmcap.sim import EngineConfig, PDConfig, SimConfig, SimResult, simulate
 from llmcap.sizing.params import SloParams, SteadyParams
 from llmcap.sizing.search import EvalResult
 from llmcap.sizing.slo import attainment, misses, run_checks, run_miss, window_for, with_deadlines
@@ -64,7 +64,7 @@ def _pct_ms(x: np.ndarray, prefix: str) -> dict[str, float]:
     if x.size == 0:
         return {}
     p = np.percentile(x, [50, 90, 99]) * 1e3
-    return {f"{prefix}_p{q}_ms": float(v) for q, v in zip((50, 90, 99), p)}
+    return {f"{prefix}_p{q}_ms": float(v) for q, v in zip((50, 90, 99), p, strict=True)}
 
 
 def run_metrics(
@@ -180,7 +180,11 @@ class SimEvaluate:
         # a fixed resolution would cost bins ∝ 1/rate at the low rates the search may probe
         resolution = max(1.0, float(arrival[-1] - arrival[0]) / self.timeseries_bins)
         config = SimConfig(
-            engine=self.engine, replicas=self.replicas, router=self.router, pd=self.pd, timeseries_resolution_s=resolution
+            engine=self.engine,
+            replicas=self.replicas,
+            router=self.router,
+            pd=self.pd,
+            timeseries_resolution_s=resolution,
         )
         return simulate(part, self.step_model, config, rng=np.random.default_rng(seed), decode_model=self.decode_model)
 
@@ -199,10 +203,14 @@ class SimEvaluate:
     def _judge(self, result: SimResult) -> EvalResult:
         rec = with_deadlines(result.records, self.trace)
         att = attainment(rec, self.slo)
-        metrics = run_metrics(result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None)
+        metrics = run_metrics(
+            result, self.slo, self.engine.kv_bytes_per_token, self.engine.block_size, self.pd is not None
+        )
         stab = stability(rec, window_for(rec, self.slo), self._trend_scale_s(rec), self.steady)
         metrics |= {"replayed_requests": float(rec.num_rows), "served_ratio": stab.served_ratio}
-        if "deadline_s" in rec.column_names:  # the trace's own deadlines: how many the steady window missed (near misses name them)
+        if (
+            "deadline_s" in rec.column_names
+        ):  # the trace's own deadlines: how many the steady window missed (near misses name them)
             metrics["deadline_misses"] = float((misses(rec, self.slo)["deadline_s"] & _steady(rec, self.slo)).sum())
         checks = run_checks(rec, result.itl_values, result.itl_weights, self.slo)
         metrics |= {f"{c.metric}_ms": c.observed_ms for c in checks if c.metric.startswith("itl_token_")}

@@ -2,7 +2,6 @@
 describes: disaggregated roles, aggregated candidates by branch and bound, the choice with its
 whole-trace confirmation, the scenario fit, the count range and the replay of the planned deployment."""
 
-
 from __future__ import annotations
 
 import math
@@ -16,37 +15,52 @@ import pyarrow as pa
 
 from llmcap.catalog import ModelSpec
 from llmcap.catalog.gpus import default_catalog_dir
+from llmcap.perf.model_error import model_error
+from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import LinkConfig, SimConfig, SimResult
-from llmcap.sizing.executor import Executor
 from llmcap.sizing.analytic import ceil_count
+from llmcap.sizing.availability import states as availability_states
 from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
+from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_pools, planning_demand
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.planned import PlannedDeployment, step_model_record
 from llmcap.sizing.scenarios import FitResult, Judge, Minimality, Parallel
-from llmcap.sizing.availability import states as availability_states
 from llmcap.sizing.scenarios import scenarios as scenario_list
 from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
 from llmcap.sizing.summary import FinalistSummary
 from llmcap.sizing.uncertainty import CountRange, ModelErrorEnd, pool_spread, seed_max_rates, seeded_range
-from llmcap.perf.model_error import model_error
-from llmcap.perf.scaled import ScaledStepModel
-from llmcap.trace.synth import mean_rate, scale_rate
 from llmcap.sizing.units import (
-    Lengths, RoleRow, SizedRow, Unit, best_per_layout, decode_bound, make_unit, rate_per_usd, search_metric, unit_evaluate,
+    Lengths,
+    RoleRow,
+    SizedRow,
+    Unit,
+    best_per_layout,
+    decode_bound,
+    make_unit,
+    rate_per_usd,
+    search_metric,
+    unit_evaluate,
     unit_numerics,
-)  # fmt: skip
-
+)
+from llmcap.trace.synth import mean_rate, scale_rate
 
 
 class Sizer:
     """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
 
-    def __init__(self, trace: pa.Table, model: ModelSpec, params: SizeParams, executor: Executor | None, say: Callable[[str], None],
-                 measured: MeasuredModels | None):  # fmt: skip
+    def __init__(
+        self,
+        trace: pa.Table,
+        model: ModelSpec,
+        params: SizeParams,
+        executor: Executor | None,
+        say: Callable[[str], None],
+        measured: MeasuredModels | None,
+    ):
         self.trace, self.model, self.params, self.executor, self.say = trace, model, params, executor, say
         self.measured = measured
         self.lengths = Lengths.of(trace)
@@ -57,7 +71,9 @@ class Sizer:
         self.planning = self.demand.traffic.planning_rps
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []
-        self.idle_misses: list[NearMiss] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
+        self.idle_misses: list[
+            NearMiss
+        ] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
 
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
@@ -97,17 +113,25 @@ class Sizer:
         of each parallel layout first) while their bound can still beat the best goodput per GPU found so
         far (`incumbent` seeds it, e.g. from the P/D search), up to `max_simulated`."""
         p = self.params
-        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers) for _, r in rows.iterrows()]
+        units = [
+            make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers)
+            for _, r in rows.iterrows()
+        ]
         for u in units:
             if u.unloaded_attainment < p.slo.attainment_target:
-                self.notes.append(f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs")
+                self.notes.append(
+                    f"pruned {u.key}: even idle only {u.unloaded_attainment:.1%} of requests meet the SLOs"
+                )
                 self.idle_misses.append(idle_miss(u.key, u.unloaded_attainment, p.slo))
         itl_s = math.inf if p.slo.itl_ms is None else p.slo.itl_ms * 1e-3
 
         def stalls(u: Unit) -> bool:  # a full chunk's step alone is longer than the ITL target
             return u.chunk_step_s > itl_s
 
-        viable = sorted((u for u in units if u.unloaded_attainment >= p.slo.attainment_target), key=lambda u: (stalls(u), -u.bound_per_gpu, u.key))
+        viable = sorted(
+            (u for u in units if u.unloaded_attainment >= p.slo.attainment_target),
+            key=lambda u: (stalls(u), -u.bound_per_gpu, u.key),
+        )
         # Rounds take the best of each parallel layout first (GPU, TP, PP, EP), so variants of one layout
         # (KV dtype, chunk size) do not use up the budget before other layouts are tried. Within a layout a
         # chunk whose step fits the ITL target comes first: a larger chunk has the better prefill bound, but
@@ -119,7 +143,9 @@ class Sizer:
             order.append((rank.get(layout, 0), -u.bound_per_gpu, u.key, u))
             rank[layout] = rank.get(layout, 0) + 1
         queue = [u for *_, u in sorted(order, key=lambda t: t[:3])]
-        self.say(f"aggregated: {len(queue)} candidates can meet the SLOs when idle; simulating by analytic bound per GPU")
+        self.say(
+            f"aggregated: {len(queue)} candidates can meet the SLOs when idle; simulating by analytic bound per GPU"
+        )
         out: list[SizedRow] = []
         best = incumbent
         bounded: list[Unit] = []
@@ -135,19 +161,27 @@ class Sizer:
             for u in batch:
                 res = results[u.key]
                 if res.status == "below_floor":
-                    self.notes.append(f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found")
+                    self.notes.append(
+                        f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found"
+                    )
                 row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
                 out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:
                     best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
         for u in bounded:
-            self.notes.append(f"pruned {u.key}: analytic bound {u.bound_per_gpu:.3g} req/s per GPU ({u.bounds.binding}) cannot beat the best goodput found")
+            self.notes.append(
+                f"pruned {u.key}: analytic bound {u.bound_per_gpu:.3g} req/s per GPU ({u.bounds.binding}) cannot beat the best goodput found"
+            )
         for u in queue:
-            self.notes.append(f"not simulated {u.key} (bound {u.bound_per_gpu:.3g} req/s per GPU): max_simulated {p.max_simulated} reached")
+            self.notes.append(
+                f"not simulated {u.key} (bound {u.bound_per_gpu:.3g} req/s per GPU): max_simulated {p.max_simulated} reached"
+            )
         return out
 
     def pd_factory(self, prefill: Unit, decode: Unit) -> PdFactory:
-        link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=self.params.pd_link_latency_s)
+        link = LinkConfig(
+            bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=self.params.pd_link_latency_s
+        )
         return PdFactory(self.trace, prefill, decode, link, self.params)
 
     def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
@@ -163,10 +197,17 @@ class Sizer:
         (`llmcap.sizing.headroom`) — no fixed P:D unit.
         """
         p = self.params
-        units = [make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers) for _, r in rows.iterrows()]
+        units = [
+            make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers)
+            for _, r in rows.iterrows()
+        ]
         good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
-        self.idle_misses += [idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good]
-        dec = best_per_layout([u for u in good if u.row["role"] == "decode"], lambda u: rate_per_usd(decode_bound(u), u))
+        self.idle_misses += [
+            idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good
+        ]
+        dec = best_per_layout(
+            [u for u in good if u.row["role"] == "decode"], lambda u: rate_per_usd(decode_bound(u), u)
+        )
         if not dec:
             return []
         # Both pools run the same numerics (the handed-off KV must be readable, the tokens the same model's):
@@ -178,7 +219,9 @@ class Sizer:
         if not pre:
             return []
         pre, dec = pre[: p.pd_prefill_shortlist], dec[: p.pd_decode_shortlist]
-        self.say(f"disaggregated: searching the prefill pool rate of {len(pre)} row(s), then the decode pool rate of {len(dec)}")
+        self.say(
+            f"disaggregated: searching the prefill pool rate of {len(pre)} row(s), then the decode pool rate of {len(dec)}"
+        )
         lead_d = dec[0]
 
         def prefill_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
@@ -207,12 +250,18 @@ class Sizer:
                 key = f"P[{pr.unit.key}]+D[{dr.unit.key}]"
                 plan = None
                 if pr.rate > 0 and dr.rate > 0:
-                    plan = self.plan([self.pool("prefill", pr.unit, pr.rate, None), self.pool("decode", dr.unit, dr.rate, dr.result)])
+                    plan = self.plan(
+                        [self.pool("prefill", pr.unit, pr.rate, None), self.pool("decode", dr.unit, dr.rate, dr.result)]
+                    )
                 out.append(SizedRow(key, "disaggregated", pr.result, plan, pr.unit, decode=dr.unit, pd_roles=(pr, dr)))
         return out
 
     def role_rates(
-        self, role: str, units: Sequence[Unit], bound: Callable[[Unit], float], make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]]
+        self,
+        role: str,
+        units: Sequence[Unit],
+        bound: Callable[[Unit], float],
+        make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]],
     ) -> list[RoleRow]:
         """Each unit's per-instance rate as one instance of a pool of n (pools multiplex: one instance alone
         queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
@@ -230,11 +279,15 @@ class Sizer:
         todo = list(units)
         for _ in range(2):
             evals = {u.key: make_eval(u, sizes[u.key]) for u in todo}
-            tasks = [SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo]
+            tasks = [
+                SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo
+            ]
             res = search_candidates(tasks, self.executor)
             for u in todo:
                 n = sizes[u.key]
-                rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n)
+                rows[u.key] = RoleRow(
+                    role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n
+                )
             todo = [u for u in todo if off(u)]
             for u in todo:
                 sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
@@ -254,15 +307,25 @@ class Sizer:
         while True:
             sized = [r for r in rows if r.plan is not None]
             if not sized:
-                searched = [(r.key, r.result) for r in rows if r.mode == "aggregated"] + [(f"{q.role}: {q.unit.key}", q.result) for q in self.roles]
+                searched = [(r.key, r.result) for r in rows if r.mode == "aggregated"] + [
+                    (f"{q.role}: {q.unit.key}", q.result) for q in self.roles
+                ]
                 raise NoFeasiblePlan(near_misses(searched, self.params.slo, self.idle_misses))
             chosen = min(sized, key=cost)
-            if self.params.confirm_whole_trace == "off" or chosen.result.confirmation is not None or chosen.whole_trace is None:
+            if (
+                self.params.confirm_whole_trace == "off"
+                or chosen.result.confirmation is not None
+                or chosen.whole_trace is None
+            ):
                 break
             rows = [self.confirm(r) if r is chosen else r for r in rows]
-        unconfirmed = [r.key for r in rows if r.mode == "aggregated" and r.result.confirmation is None and r.result.max_rate > 0]
+        unconfirmed = [
+            r.key for r in rows if r.mode == "aggregated" and r.result.confirmation is None and r.result.max_rate > 0
+        ]
         if unconfirmed:
-            self.notes.append(f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}")
+            self.notes.append(
+                f"max rates from excerpts only (not confirmed on the whole trace): {', '.join(unconfirmed)}"
+            )
         return chosen, rows
 
     def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
@@ -273,7 +336,9 @@ class Sizer:
         """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
         if row.decode is None:
             return WholeTrace(self.trace, self.params, row.unit)
-        return WholeTrace(self.trace, self.params, row.unit, replace(self.pd_factory(row.unit, row.decode), whole_trace=True))
+        return WholeTrace(
+            self.trace, self.params, row.unit, replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
+        )
 
     def planned(self, row: SizedRow, plan: CapacityPlan) -> PlannedDeployment:
         """`row`'s deployment at `plan`'s counts as the record `llmcap simulate --plan` replays (`llmcap.sizing.planned`)."""
@@ -282,13 +347,18 @@ class Sizer:
         if row.decode is None:
             steps = {"instances": step_model_record(row.unit.step_model, row.unit.row)}
         else:
-            steps = {"prefill": step_model_record(row.unit.step_model, row.unit.row), "decode": step_model_record(row.decode.step_model, row.decode.row)}
+            steps = {
+                "prefill": step_model_record(row.unit.step_model, row.unit.row),
+                "decode": step_model_record(row.decode.step_model, row.decode.row),
+            }
         named = {s.name: s.counts() for s in scenario_list(plan)}
         # a catalog model by its name: an absolute path would differ between checkouts (and break reproduction)
         in_catalog = Path(self.model.source).resolve().parent.parent == (default_catalog_dir() / "models").resolve()
         ref = self.model.name if in_catalog else self.model.source
         states = availability_states(plan) if self.params.slo.availability is not None else ()
-        return PlannedDeployment(ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo, states)
+        return PlannedDeployment(
+            ref, plan.planning_rps, self.params.search.seeds[0], config, steps, named, self.params.slo, states
+        )
 
     def deployment(self, row: SizedRow) -> tuple[Deployed, Judge]:
         """`row`'s deployment simulated on the whole trace at the planning rate, (counts, seed) → evaluation, and
@@ -334,15 +404,21 @@ class Sizer:
         """The most `row`'s scenario fit may spend ($/h): `max_cost_factor` × its analytic plan, within `max_usd_per_hour`."""
         assert row.plan is not None
         p = self.params
-        return min(p.max_cost_factor * row.plan.usd_per_hour, math.inf if p.max_usd_per_hour is None else p.max_usd_per_hour)
+        return min(
+            p.max_cost_factor * row.plan.usd_per_hour, math.inf if p.max_usd_per_hour is None else p.max_usd_per_hour
+        )
 
-    def fit_job(self, row: SizedRow, known_failing: Mapping[str, int] | None = None, notes: tuple[str, ...] = ()) -> FitJob:
+    def fit_job(
+        self, row: SizedRow, known_failing: Mapping[str, int] | None = None, notes: tuple[str, ...] = ()
+    ) -> FitJob:
         """`row`'s plan to be simulated end to end in every scenario, grown until all pass (within its cost limit), each
         pool settled at its minimum (`known_failing`: counts known to fail, where the bisection may start)."""
         assert row.plan is not None
         run, judge = self.deployment(row)
         say = f"simulating the scenarios of {row.key} on the whole trace at {row.plan.planning_rps:.4g} req/s"
-        return FitJob((*notes, say), run, self.params.search.seeds[0], row.plan, judge, self.cost_limit(row), known_failing)
+        return FitJob(
+            (*notes, say), run, self.params.search.seeds[0], row.plan, judge, self.cost_limit(row), known_failing
+        )
 
     def fit(self, row: SizedRow, known_failing: Mapping[str, int] | None = None) -> FitResult:
         """`fit_job(row, known_failing)`, run."""
@@ -367,16 +443,24 @@ class Sizer:
         self.say(f"settling the counts of {len(shapes)} shape(s) on the whole trace in every scenario")
         finalists = [Finalist(r, f) for r, f in zip(shapes, self.jobs([self.fit_job(r) for r in shapes]), strict=True)]
         passing = [f for f in finalists if f.fit.ok]
-        chosen = min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f))) if passing else max(finalists, key=_closeness)
+        chosen = (
+            min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f)))
+            if passing
+            else max(finalists, key=_closeness)
+        )
         routers: dict[str, dict[str, Any]] = {}
         if chosen.fit.ok and len(self.routers()) > 1:
             chosen, routers = self._routed(chosen)
-            finalists = [chosen if f.row.key == chosen.row.key else f for f in finalists]  # its fit under the router kept
+            finalists = [
+                chosen if f.row.key == chosen.row.key else f for f in finalists
+            ]  # its fit under the router kept
         if len(sized) > len(shapes):
             following = sized[len(shapes)]
             assert following.plan is not None
-            self.notes.append(f"settled on the whole trace: the {len(shapes)} cheapest analytic plans of {len(sized)} (final_shortlist); "
-                              f"the next, {following.key}, started at ${following.plan.usd_per_hour:,.2f}/h")  # fmt: skip
+            self.notes.append(
+                f"settled on the whole trace: the {len(shapes)} cheapest analytic plans of {len(sized)} (final_shortlist); "
+                f"the next, {following.key}, started at ${following.plan.usd_per_hour:,.2f}/h"
+            )
         return Settled(chosen, tuple(finalists), routers)
 
     def _routed(self, chosen: Finalist) -> tuple[Finalist, dict[str, dict[str, Any]]]:
@@ -389,9 +473,14 @@ class Sizer:
         order = list(fits)
         best = min(order, key=lambda r: (not fits[r].ok, fits[r].plan.usd_per_hour, order.index(r)))
         self.params = base.model_copy(update={"router": best})
-        compared = {r: {"gpus": f.plan.total_gpus, "usd_per_hour": f.plan.usd_per_hour, "scenarios_pass": f.ok} for r, f in fits.items()}
-        tried = "; ".join(f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
-                          for r, c in compared.items())  # fmt: skip
+        compared = {
+            r: {"gpus": f.plan.total_gpus, "usd_per_hour": f.plan.usd_per_hour, "scenarios_pass": f.ok}
+            for r, f in fits.items()
+        }
+        tried = "; ".join(
+            f"{r} {c['gpus']} GPUs (${c['usd_per_hour']:,.0f}/h){'' if c['scenarios_pass'] else ', scenarios not all met'}"
+            for r, c in compared.items()
+        )
         self.notes.append(f"routing searched on the chosen plan: {tried} → {best}")
         return Finalist(chosen.row, fits[best]), compared
 
@@ -403,37 +492,69 @@ class Sizer:
         if row.pd_roles is None:
             spreads = [pool_spread("instances", seed_max_rates(row.result), self.target)]
         else:
-            spreads = [pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target) for r in row.pd_roles]
+            spreads = [
+                pool_spread(r.role, {s: g / r.instances for s, g in seed_max_rates(r.result).items()}, self.target)
+                for r in row.pd_roles
+            ]
         run, judge = self.deployment(row)
         seeds = [s for s in self.params.count_seeds if s != self.params.search.seeds[0]]
-        said = (f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range",) if seeds else ()
-        checks: list[Job] = [SeedJob(said if i == 0 else (), run, seed, row.plan, judge) for i, seed in enumerate(seeds)]
+        said = (
+            (f"simulating the plan's scenarios on seeds {', '.join(map(str, seeds))} for the count's range",)
+            if seeds
+            else ()
+        )
+        checks: list[Job] = [
+            SeedJob(said if i == 0 else (), run, seed, row.plan, judge) for i, seed in enumerate(seeds)
+        ]
         ends, fits, note = self.model_error_jobs(row, minimal)
         done = self.jobs([*checks, *fits])
-        fitted = done[len(checks):]
-        ended = tuple(replace(e, gpus=f.plan.total_gpus if f.ok else None, counts=f.plan.counts()) for e, f in zip(ends, fitted, strict=True))
-        return replace(seeded_range(row.plan, self.params.search.seeds[0], done[: len(checks)], spreads), model_error=ended, model_error_note=note)
+        fitted = done[len(checks) :]
+        ended = tuple(
+            replace(e, gpus=f.plan.total_gpus if f.ok else None, counts=f.plan.counts())
+            for e, f in zip(ends, fitted, strict=True)
+        )
+        return replace(
+            seeded_range(row.plan, self.params.search.seeds[0], done[: len(checks)], spreads),
+            model_error=ended,
+            model_error_note=note,
+        )
 
-    def model_error_jobs(self, row: SizedRow, minimal: Sequence[Minimality] = ()) -> tuple[list[ModelErrorEnd], list[Job], str]:
+    def model_error_jobs(
+        self, row: SizedRow, minimal: Sequence[Minimality] = ()
+    ) -> tuple[list[ModelErrorEnd], list[Job], str]:
         """`row`'s plan to be fitted again with each pool's step times × (1 ∓ its model's known error) (`llmcap.sizing.uncertainty`):
         each end (its count left to the fit) and its fit; `minimal`: the plan's one-fewer evidence (a count that fails at
         the model's own speed fails slower too). Without ends, why not."""
         assert row.plan is not None
         if not self.params.model_error_range:
-            return [], [], "step-time model error: not simulated (size.model_error_range: false); the range is seeds only"
+            return (
+                [],
+                [],
+                "step-time model error: not simulated (size.model_error_range: false); the range is seeds only",
+            )
         units = {"instances": row.unit} if row.decode is None else {"prefill": row.unit, "decode": row.decode}
         errors = {pool: model_error(u.step_model) for pool, u in units.items()}
         unknown = [pool for pool, e in errors.items() if e is None]
         if unknown:
-            return [], [], f"step-time model error: not measured for the {', '.join(unknown)} pool's step model; its range is seeds only"
+            return (
+                [],
+                [],
+                f"step-time model error: not measured for the {', '.join(unknown)} pool's step model; its range is seeds only",
+            )
         ends: list[ModelErrorEnd] = []
         fits: list[Job] = []
         for end, sign in (("faster", -1.0), ("slower", 1.0)):
             factors = {pool: 1.0 + sign * e.relative for pool, e in errors.items() if e is not None}
-            scaled = {pool: replace(u, step_model=ScaledStepModel(u.step_model, factors[pool])) for pool, u in units.items()}
-            variant = replace(row, unit=scaled["instances" if row.decode is None else "prefill"], decode=scaled.get("decode"))
+            scaled = {
+                pool: replace(u, step_model=ScaledStepModel(u.step_model, factors[pool])) for pool, u in units.items()
+            }
+            variant = replace(
+                row, unit=scaled["instances" if row.decode is None else "prefill"], decode=scaled.get("decode")
+            )
             known = {m.pool: m.instances for m in minimal if m.failed is not None} if sign > 0 else None
-            fits.append(self.fit_job(variant, known, (f"fitting the plan with step times {end} by the model's own error",)))
+            fits.append(
+                self.fit_job(variant, known, (f"fitting the plan with step times {end} by the model's own error",))
+            )
             ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None}, None, {}))
         return ends, fits, ""
 
@@ -461,14 +582,19 @@ class Finalist:
         assert self.row.plan is not None
         plan, failed = self.fit.plan, self.fit.failed
         return {
-            "candidate": self.row.key, "mode": self.row.mode, "analytic_gpus": self.row.plan.total_gpus,
-            "analytic_usd_per_hour": self.row.plan.usd_per_hour, "gpus": plan.total_gpus, "usd_per_hour": plan.usd_per_hour,
-            "counts": plan.counts(), "passes": self.fit.ok,
+            "candidate": self.row.key,
+            "mode": self.row.mode,
+            "analytic_gpus": self.row.plan.total_gpus,
+            "analytic_usd_per_hour": self.row.plan.usd_per_hour,
+            "gpus": plan.total_gpus,
+            "usd_per_hour": plan.usd_per_hour,
+            "counts": plan.counts(),
+            "passes": self.fit.ok,
             "binding": self.binding,
             "failed": None if failed is None else failed.describe(),
             "cost_limit_usd_per_hour": None if self.fit.ok else self.fit.limit_usd_per_hour,
             "line": self.line(),
-        }  # fmt: skip
+        }
 
     def line(self) -> str:
         assert self.row.plan is not None

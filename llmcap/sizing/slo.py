@@ -66,8 +66,12 @@ def itl_column(stat: ItlStat) -> str | None:
     return "tpot_s" if stat == "mean" else f"itl_{stat}_s"
 
 
-_ITL_NAMES = {"p50": "ITL (per-request median gap)", "p99": "ITL (per-request p99 gap)", "max": "ITL (per-request worst gap)",
-              "mean": "TPOT (per-request mean gap)"}  # fmt: skip
+_ITL_NAMES = {
+    "p50": "ITL (per-request median gap)",
+    "p99": "ITL (per-request p99 gap)",
+    "max": "ITL (per-request worst gap)",
+    "mean": "TPOT (per-request mean gap)",
+}
 
 
 def itl_name(stat: ItlStat) -> str:
@@ -111,7 +115,9 @@ def misses(records: pa.Table, slo: SloParams) -> dict[str, NDArray[np.bool_]]:
         out[col] = ok & ~passed  # a non-ok request is already counted under "status"
     if "deadline_s" in records.column_names:
         deadline = _col(records, "deadline_s")
-        out["deadline_s"] = ok & ~np.isnan(deadline) & ~(_col(records, "e2e_s") <= deadline)  # a request without one has none to miss
+        out["deadline_s"] = (
+            ok & ~np.isnan(deadline) & ~(_col(records, "e2e_s") <= deadline)
+        )  # a request without one has none to miss
     return out
 
 
@@ -257,8 +263,15 @@ class DistributionCheck:
         return f"{name} P{self.percentile:g} {self.observed_ms:.4g} ms > {self.target_ms:g} ms"
 
 
-_DIST_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E", "queue": "queue time", "itl_p50": "per-request ITL p50",
-               "itl_p99": "per-request ITL p99", "itl_max": "per-request worst gap"}  # fmt: skip
+_DIST_NAMES = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "e2e": "E2E",
+    "queue": "queue time",
+    "itl_p50": "per-request ITL p50",
+    "itl_p99": "per-request ITL p99",
+    "itl_max": "per-request worst gap",
+}
 
 
 def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None = None) -> list[DistributionCheck]:
@@ -271,11 +284,15 @@ def distribution_checks(records: pa.Table, slo: SloParams, window: Window | None
         v = np.where(ok, _col(records, col), np.inf)[m]
         v = v[~np.isnan(v)]  # one-token requests have no ITL/TPOT
         obs = percentile_with_inf(v, t.percentile) / _MS
-        out.append(DistributionCheck(t.metric, t.percentile, t.target_ms, obs, not obs > t.target_ms, int(v.size)))  # no values: nothing to miss
+        out.append(
+            DistributionCheck(t.metric, t.percentile, t.target_ms, obs, not obs > t.target_ms, int(v.size))
+        )  # no values: nothing to miss
     return out
 
 
-def token_itl_check(itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams) -> DistributionCheck | None:
+def token_itl_check(
+    itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams
+) -> DistributionCheck | None:
     """The token-level ITL target (`itl_stat: token_pNN`) against a run's gaps as (value, tokens) pairs
     (`SimResult.itl_values` / `itl_weights`): the smallest gap whose cumulative share of tokens reaches NN%
     (inverted CDF). None when no token-level target is set; a run without gaps passes (nothing to violate)."""
@@ -295,17 +312,23 @@ def definitions(slo: SloParams, disaggregated: bool, with_deadline: int = 0) -> 
         per_1k = f" + {slo.ttft_ms_per_1k_isl:g} ms per 1,000 prompt tokens" if slo.ttft_ms_per_1k_isl > 0 else ""
         seen = "arrival → first token"
         if disaggregated:
-            seen += (" emitted by the decode instance after the P→D KV handoff (the first token the user sees)"
-                     if slo.ttft_includes_handoff else " computed by the prefill instance (the P→D handoff not included)")  # fmt: skip
+            seen += (
+                " emitted by the decode instance after the P→D KV handoff (the first token the user sees)"
+                if slo.ttft_includes_handoff
+                else " computed by the prefill instance (the P→D handoff not included)"
+            )
         out["ttft"] = f"≤ {slo.ttft_ms:g} ms{per_1k}, per request, {seen}"
     if slo.itl_ms is not None:
         q = token_percentile(slo.itl_stat)
         if q is not None:
             what = f"token-level P{q:g} of every inter-token gap of every request of the run (as vllm bench serve reports ITL)"
         else:
-            what = {"p50": "per request, the median of its inter-token gaps", "p99": "per request, the P99 of its inter-token gaps",
-                    "max": "per request, its worst inter-token gap",
-                    "mean": "per request, its mean inter-token gap (TPOT: (last token − first token) / (OSL − 1))"}[slo.itl_stat]  # fmt: skip
+            what = {
+                "p50": "per request, the median of its inter-token gaps",
+                "p99": "per request, the P99 of its inter-token gaps",
+                "max": "per request, its worst inter-token gap",
+                "mean": "per request, its mean inter-token gap (TPOT: (last token − first token) / (OSL − 1))",
+            }[slo.itl_stat]
         out["itl"] = f"≤ {slo.itl_ms:g} ms, {what} (itl_stat {slo.itl_stat})"
     if slo.tpot_ms is not None:
         out["tpot"] = f"≤ {slo.tpot_ms:g} ms, per request, (last token − first token) / (OSL − 1) (vLLM's tpot)"
@@ -314,19 +337,29 @@ def definitions(slo: SloParams, disaggregated: bool, with_deadline: int = 0) -> 
     if slo.max_queue_ms is not None:
         out["queue"] = f"≤ {slo.max_queue_ms:g} ms, per request, arrival → first scheduled"
     if with_deadline:
-        out["deadline"] = f"≤ the request's own deadline_s from the trace, per request, arrival → last token ({with_deadline:,} requests carry one)"
+        out["deadline"] = (
+            f"≤ the request's own deadline_s from the trace, per request, arrival → last token ({with_deadline:,} requests carry one)"
+        )
     for t in slo.distribution:
-        out[f"{t.metric}_p{t.percentile:g}"] = (f"≤ {t.target_ms:g} ms: P{t.percentile:g} of {_DIST_NAMES[t.metric]} across the steady "
-                                                "window's requests, per run (a run that misses it fails whatever its attainment)")  # fmt: skip
-    out["attainment"] = f"≥ {slo.attainment_target:g}: the share of the steady window's requests meeting every per-request target"
+        out[f"{t.metric}_p{t.percentile:g}"] = (
+            f"≤ {t.target_ms:g} ms: P{t.percentile:g} of {_DIST_NAMES[t.metric]} across the steady "
+            "window's requests, per run (a run that misses it fails whatever its attainment)"
+        )
+    out["attainment"] = (
+        f"≥ {slo.attainment_target:g}: the share of the steady window's requests meeting every per-request target"
+    )
     if slo.availability is not None:
-        out["availability"] = (f"≥ {slo.availability:g}: the share of requests meeting every per-request target over the long run, with "
-                               "nodes failing and being repaired (headroom.node_mtbf_h, node_repair_h): every instance serving and each "
-                               "pool with its fullest node down, weighted by the time each lasts")  # fmt: skip
+        out["availability"] = (
+            f"≥ {slo.availability:g}: the share of requests meeting every per-request target over the long run, with "
+            "nodes failing and being repaired (headroom.node_mtbf_h, node_repair_h): every instance serving and each "
+            "pool with its fullest node down, weighted by the time each lasts"
+        )
     return out
 
 
-def run_checks(records: pa.Table, itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams) -> list[DistributionCheck]:
+def run_checks(
+    records: pa.Table, itl_values: NDArray[np.float64], itl_weights: NDArray[np.int64], slo: SloParams
+) -> list[DistributionCheck]:
     """Every target judged on the run as a whole rather than per request: the token-level ITL (over all its
     gaps) and each `distribution` target (across the steady window's requests). A run meets its SLO only
     if its attainment does and every one of these passes."""

@@ -60,7 +60,9 @@ class FinalistSummary(TypedDict):
 
 
 class SizingSummary(TypedDict):
-    verdict: str  # "passes": the plan passes every scenario; "fails": no shape passed within its cost limit (not an answer)
+    verdict: (
+        str  # "passes": the plan passes every scenario; "fails": no shape passed within its cost limit (not an answer)
+    )
     target_rps: float
     slo_definitions: dict[str, str]
     planning_rps: float
@@ -87,9 +89,15 @@ class SizingSummary(TypedDict):
     fit_history: list[str] | None
     count_range: dict[str, Any] | None
     ledger: dict[str, Any]
-    prefix_tiers: list[dict[str, Any]] | None  # the planned deployment's replay: each offload tier's hits, load, lookups, net gain
-    network: dict[str, Any] | None  # P/D: the prefill instances' link provisioning and the replay's handoff percentiles (llmcap.sizing.network)
-    deployment: dict[str, Any]  # the planned deployment as `llmcap simulate --plan` replays it (`llmcap.sizing.planned`)
+    prefix_tiers: (
+        list[dict[str, Any]] | None
+    )  # the planned deployment's replay: each offload tier's hits, load, lookups, net gain
+    network: (
+        dict[str, Any] | None
+    )  # P/D: the prefill instances' link provisioning and the replay's handoff percentiles (llmcap.sizing.network)
+    deployment: dict[
+        str, Any
+    ]  # the planned deployment as `llmcap simulate --plan` replays it (`llmcap.sizing.planned`)
     candidates_feasible: int
     candidates_simulated: int
     notes: list[str]
@@ -107,4 +115,6 @@ class CapacitySummary(SizingSummary):
     pool_provenance: dict[str, dict[str, str]]
     # per configuration an engine stated a KV capacity for: planned, measured and used tokens per instance (llmcap.sizing.kvbudget)
     kv_budget: list[dict[str, Any]]
-    engine_preset: NotRequired[dict[str, dict[str, Any]]]  # by GPU: the engine defaults the candidates took (llmcap.engine_presets)
+    engine_preset: NotRequired[
+        dict[str, dict[str, Any]]
+    ]  # by GPU: the engine defaults the candidates took (llmcap.engine_presets)

@@ -51,23 +51,55 @@ from llmcap.sizing.search import SearchResult
 _STR, _I64, _F64 = pa.string(), pa.int64(), pa.float64()
 
 CONFIG_COLUMNS = [
-    ("gpu", _STR), ("weight_quant", _STR), ("kv_dtype", _STR),
-    ("tp", _I64), ("pp", _I64), ("ep", _I64), ("dp", _I64),
-    ("max_num_seqs", _I64), ("max_num_batched_tokens", _I64), ("gpus_per_instance", _I64), ("admission_policy", _STR), ("step_model", _STR),
-    ("kv_tokens_planned", _I64), ("kv_tokens_measured", _I64), ("kv_tokens_used", _I64),
-]  # fmt: skip
+    ("gpu", _STR),
+    ("weight_quant", _STR),
+    ("kv_dtype", _STR),
+    ("tp", _I64),
+    ("pp", _I64),
+    ("ep", _I64),
+    ("dp", _I64),
+    ("max_num_seqs", _I64),
+    ("max_num_batched_tokens", _I64),
+    ("gpus_per_instance", _I64),
+    ("admission_policy", _STR),
+    ("step_model", _STR),
+    ("kv_tokens_planned", _I64),
+    ("kv_tokens_measured", _I64),
+    ("kv_tokens_used", _I64),
+]
 METRIC_COLUMNS = [
     *(f"{m}_p{q}_ms" for m in ("ttft", "itl", "e2e") for q in (50, 90, 99)),
-    "tokens_per_s", "mean_active", "mean_waiting", "preemptions",
-    "kv_usage_p50", "kv_usage_p99", "network_payload_mb", "visible_wait_ms_p99",
-    "visible_wait_ms_p50", "handoff_post_ms_p50", "handoff_post_ms_p99", "handoff_transfer_ms_p50", "handoff_transfer_ms_p99",
-]  # fmt: skip
+    "tokens_per_s",
+    "mean_active",
+    "mean_waiting",
+    "preemptions",
+    "kv_usage_p50",
+    "kv_usage_p99",
+    "network_payload_mb",
+    "visible_wait_ms_p99",
+    "visible_wait_ms_p50",
+    "handoff_post_ms_p50",
+    "handoff_post_ms_p99",
+    "handoff_transfer_ms_p50",
+    "handoff_transfer_ms_p99",
+]
 HANDOFF_COLUMNS = tuple(m for m in METRIC_COLUMNS if m.startswith(("visible_wait_", "handoff_")))
-NETWORK_COLUMNS = [("pd_link_required_gbps", _F64), ("pd_link_gbps", _F64), ("pd_link_verdict", _STR)]  # P/D pairings (llmcap.sizing.network)
+NETWORK_COLUMNS = [
+    ("pd_link_required_gbps", _F64),
+    ("pd_link_gbps", _F64),
+    ("pd_link_verdict", _STR),
+]  # P/D pairings (llmcap.sizing.network)
 SIZING_COLUMNS = [
-    ("target_rps", _F64), ("base_instances", _I64), ("headroom_instances", _I64), ("instances", _I64),
-    ("gpus", _I64), ("gpu_hours_per_day", _F64), ("usd_per_hour", _F64), ("operational_margin", _F64), ("scenarios", _STR),
-]  # fmt: skip
+    ("target_rps", _F64),
+    ("base_instances", _I64),
+    ("headroom_instances", _I64),
+    ("instances", _I64),
+    ("gpus", _I64),
+    ("gpu_hours_per_day", _F64),
+    ("usd_per_hour", _F64),
+    ("operational_margin", _F64),
+    ("scenarios", _STR),
+]
 
 CAPACITY_SCHEMA = pa.schema(
     [

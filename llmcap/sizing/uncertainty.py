@@ -53,11 +53,16 @@ class PoolSpread:
     def describe(self) -> str:
         lo, hi = min(self.rates.values()), max(self.rates.values())
         spread = 0.0 if hi <= 0 else (hi - lo) / hi
-        verdict = (f"within seed noise of {ceil_count(self.base[0])} vs {ceil_count(self.base[1])} instances" if self.near_integer
-                   else f"{ceil_count(self.base[1])} instances at every seed")  # fmt: skip
+        verdict = (
+            f"within seed noise of {ceil_count(self.base[0])} vs {ceil_count(self.base[1])} instances"
+            if self.near_integer
+            else f"{ceil_count(self.base[1])} instances at every seed"
+        )
         per_seed = ", ".join(f"seed {s}: {r:.4g}" for s, r in sorted(self.rates.items()))
-        return (f"{self.pool}: G {lo:.4g}–{hi:.4g} req/s per instance (spread {spread:.0%}; {per_seed}); "
-                f"base {self.base[0]:.2f}–{self.base[1]:.2f} instances: {verdict}")  # fmt: skip
+        return (
+            f"{self.pool}: G {lo:.4g}–{hi:.4g} req/s per instance (spread {spread:.0%}; {per_seed}); "
+            f"base {self.base[0]:.2f}–{self.base[1]:.2f} instances: {verdict}"
+        )
 
 
 def pool_spread(pool: str, rates: Mapping[int, float], rate_rps: float, memory_factor: float = 1.0) -> PoolSpread:
@@ -90,7 +95,11 @@ class ModelErrorEnd:
         for pool, f in self.factors.items():
             groups.setdefault((f, self.bases[pool]), []).append(pool)
         scaled = ", ".join(f"{' and '.join(pools)} ×{f:.3g} ({basis})" for (f, basis), pools in groups.items())
-        got = f"{self.gpus} GPUs ({', '.join(f'{k} {v}' for k, v in self.counts.items())})" if self.gpus is not None else "no count within the cost limit passes"
+        got = (
+            f"{self.gpus} GPUs ({', '.join(f'{k} {v}' for k, v in self.counts.items())})"
+            if self.gpus is not None
+            else "no count within the cost limit passes"
+        )
         return f"step times {self.end} by the model's own error — {scaled}: {got}"
 
 
@@ -124,34 +133,60 @@ class CountRange:
 
     def lines(self) -> list[str]:
         out = [f"{self.headline()}: low end assumes the fastest of them, high end the slowest"]
-        out.append(f"GPU count {self.low_gpus}–{self.high_gpus} across seeds {', '.join(map(str, self.seeds))} (point answer "
-                   f"{self.point_gpus}; ±1 instance per pool resolution: each seed's scenarios at the plan and one fewer per pool)")  # fmt: skip
+        out.append(
+            f"GPU count {self.low_gpus}–{self.high_gpus} across seeds {', '.join(map(str, self.seeds))} (point answer "
+            f"{self.point_gpus}; ±1 instance per pool resolution: each seed's scenarios at the plan and one fewer per pool)"
+        )
         out += [e.line() for e in self.model_error] + ([self.model_error_note] if self.model_error_note else [])
         for c in self.checks:
             plan = "passes every scenario" if c.failed is None else f"FAILS {c.failed.describe()} → +1 {c.failed.blame}"
-            fewer = f"; one fewer still passes in {', '.join(c.fewer_passes)}" if c.fewer_passes else "; one fewer fails in every pool"
+            fewer = (
+                f"; one fewer still passes in {', '.join(c.fewer_passes)}"
+                if c.fewer_passes
+                else "; one fewer fails in every pool"
+            )
             out.append(f"seed {c.seed}: the plan {plan}{fewer}")
         out += [s.describe() for s in self.spreads]
         return out
 
     def as_dict(self) -> dict:
-        return {"point_gpus": self.point_gpus, "low_gpus": self.low_gpus, "high_gpus": self.high_gpus, "seeds": list(self.seeds),
-                "low": self.low, "high": self.high, "headline": self.headline(),
-                "model_error": [{"end": e.end, "factors": e.factors, "bases": e.bases, "gpus": e.gpus, "counts": e.counts} for e in self.model_error],
-                "near_integer": {s.pool: s.near_integer for s in self.spreads},
-                "rate_by_seed": {s.pool: {str(k): v for k, v in s.rates.items()} for s in self.spreads}, "lines": self.lines()}  # fmt: skip
+        return {
+            "point_gpus": self.point_gpus,
+            "low_gpus": self.low_gpus,
+            "high_gpus": self.high_gpus,
+            "seeds": list(self.seeds),
+            "low": self.low,
+            "high": self.high,
+            "headline": self.headline(),
+            "model_error": [
+                {"end": e.end, "factors": e.factors, "bases": e.bases, "gpus": e.gpus, "counts": e.counts}
+                for e in self.model_error
+            ],
+            "near_integer": {s.pool: s.near_integer for s in self.spreads},
+            "rate_by_seed": {s.pool: {str(k): v for k, v in s.rates.items()} for s in self.spreads},
+            "lines": self.lines(),
+        }
 
 
 def count_range(
-    plan: CapacityPlan, run: RunSeed, judge: Judge, point_seed: int, extra_seeds: Sequence[int], spreads: Sequence[PoolSpread],
+    plan: CapacityPlan,
+    run: RunSeed,
+    judge: Judge,
+    point_seed: int,
+    extra_seeds: Sequence[int],
+    spreads: Sequence[PoolSpread],
     parallel: Callable[[int], Parallel | None] = lambda _seed: None,
 ) -> CountRange:
     """The final `plan` (already shown to pass and be minimal on `point_seed`) judged on `extra_seeds` (module docstring);
     `parallel(seed)`: how to simulate that seed's scenarios several at a time."""
-    return seeded_range(plan, point_seed, [seed_check(plan, run, judge, seed, parallel(seed)) for seed in extra_seeds], spreads)
+    return seeded_range(
+        plan, point_seed, [seed_check(plan, run, judge, seed, parallel(seed)) for seed in extra_seeds], spreads
+    )
 
 
-def seed_check(plan: CapacityPlan, run: RunSeed, judge: Judge, seed: int, parallel: Parallel | None = None) -> SeedCheck:
+def seed_check(
+    plan: CapacityPlan, run: RunSeed, judge: Judge, seed: int, parallel: Parallel | None = None
+) -> SeedCheck:
     """`plan`'s scenarios, and each pool with one instance fewer, on `seed`."""
     cache: dict[tuple, EvalResult] = {}
 
@@ -161,16 +196,22 @@ def seed_check(plan: CapacityPlan, run: RunSeed, judge: Judge, seed: int, parall
     failed = next((r for r in check(plan, on_seed, judge, cache, parallel) if not r.passed), None)
     fewer = []
     for pool in plan.pools:
-        if pool.instances > 1 and all(r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache, parallel)):
+        if pool.instances > 1 and all(
+            r.passed for r in check(plan.with_counts({pool.name: pool.instances - 1}), on_seed, judge, cache, parallel)
+        ):
             fewer.append(pool.name)
     return SeedCheck(seed, failed, tuple(fewer))
 
 
-def seeded_range(plan: CapacityPlan, point_seed: int, checks: Sequence[SeedCheck], spreads: Sequence[PoolSpread]) -> CountRange:
+def seeded_range(
+    plan: CapacityPlan, point_seed: int, checks: Sequence[SeedCheck], spreads: Sequence[PoolSpread]
+) -> CountRange:
     """The count range of `plan` from its extra seeds' `checks` (module docstring)."""
     low = high = plan.total_gpus
     for c in checks:
         if c.failed is not None:
             high = max(high, plan.total_gpus + plan.pool(c.failed.blame).pool.gpus_per_instance)
         low = min(low, plan.total_gpus - sum(plan.pool(p).pool.gpus_per_instance for p in c.fewer_passes))
-    return CountRange(plan.total_gpus, low, high, (point_seed, *(c.seed for c in checks)), tuple(checks), tuple(spreads))
+    return CountRange(
+        plan.total_gpus, low, high, (point_seed, *(c.seed for c in checks)), tuple(checks), tuple(spreads)
+    )

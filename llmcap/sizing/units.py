@@ -2,7 +2,6 @@
 configuration from the memory plan, analytic bounds), the trace's length statistics it is judged on
 (`Lengths`), and the rows the search produces (`SizedRow`, `RoleRow`)."""
 
-
 from __future__ import annotations
 
 import math
@@ -34,8 +33,20 @@ from llmcap.sizing.slo import itl_column
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded, reuse_at, stack_distances
 from llmcap.trace.schema import block_size_of
 
-CONFIG_KEYS = ("gpu", "weight_quant", "kv_dtype", "tp", "pp", "ep", "dp", "max_num_seqs", "max_num_batched_tokens", "gpus_per_instance",
-               "kv_tokens_planned", "kv_tokens_measured")  # fmt: skip
+CONFIG_KEYS = (
+    "gpu",
+    "weight_quant",
+    "kv_dtype",
+    "tp",
+    "pp",
+    "ep",
+    "dp",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpus_per_instance",
+    "kv_tokens_planned",
+    "kv_tokens_measured",
+)
 
 
 def candidate_key(row: Mapping[str, Any]) -> str:
@@ -51,7 +62,9 @@ def candidate_row(candidates: pd.DataFrame, key: str, roles: tuple[str, ...]) ->
     for _, row in feasible.iterrows():
         if candidate_key(row) == key:
             return row.to_dict()
-    raise LlmcapError(f"the chosen plan's candidate {key} ({'/'.join(roles)}) is not a feasible row of the candidates table")
+    raise LlmcapError(
+        f"the chosen plan's candidate {key} ({'/'.join(roles)}) is not a feasible row of the candidates table"
+    )
 
 
 ISL_STEPS = 64  # prompt lengths timed at 64 steps per power of two (rounded down by < 1/64)
@@ -133,9 +146,16 @@ class Unit:
 
     @property
     def config(self) -> dict[str, Any]:
-        own = {k: (None if v is pd.NA else v.item() if hasattr(v, "item") else v) for k, v in self.row.items() if k in CONFIG_KEYS}
-        return own | {"admission_policy": self.engine.admission_policy, "step_model": self.step_model_source,
-                      "kv_tokens_used": int(self.row["kv_tokens_per_instance"])}
+        own = {
+            k: (None if v is pd.NA else v.item() if hasattr(v, "item") else v)
+            for k, v in self.row.items()
+            if k in CONFIG_KEYS
+        }
+        return own | {
+            "admission_policy": self.engine.admission_policy,
+            "step_model": self.step_model_source,
+            "kv_tokens_used": int(self.row["kv_tokens_per_instance"]),
+        }
 
 
 def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarray:
@@ -145,7 +165,9 @@ def prefill_alone(step: StepTimeModel, lengths: Lengths, chunk: int) -> np.ndarr
     return prefill_time(step, pairs[0], pairs[1], chunk=chunk)[inverse]
 
 
-def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Lengths, slo: SloParams, prefill_s: np.ndarray | None = None) -> float:
+def unloaded_attainment(
+    step: StepTimeModel, engine: EngineConfig, lengths: Lengths, slo: SloParams, prefill_s: np.ndarray | None = None
+) -> float:
     """Attainment on an idle instance (every request alone): an upper bound on attainment at any rate.
 
     TTFT ≥ the request's own (chunked) prefill (`prefill_s`, computed here when not given); ITL ≥ a batch-1
@@ -161,16 +183,28 @@ def unloaded_attainment(step: StepTimeModel, engine: EngineConfig, lengths: Leng
     return float(ok.mean())
 
 
-def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: SloParams, measured: MeasuredModels | None = None,
-              admission_policy: str = "vllm", tiers: Sequence[PrefixTier] = ()) -> Unit:  # fmt: skip
+def make_unit(
+    model: ModelSpec,
+    row: Mapping[str, Any],
+    lengths: Lengths,
+    slo: SloParams,
+    measured: MeasuredModels | None = None,
+    admission_policy: str = "vllm",
+    tiers: Sequence[PrefixTier] = (),
+) -> Unit:
     """Step model (measured when one matches, else roofline), engine config (KV blocks from the memory plan,
     the engine's `admission_policy`, the prefix cache's offload `tiers`) and rate bounds of one candidate row
     (prefix hits: an LRU cache of the instance's KV size and its tiers', `Lengths.at_capacity`)."""
     gpu = get_gpu(str(row["gpu"]))
     step = (measured or {}).get(config_key(row)) or build_step_model(
-        model.source, gpu.name, tp=int(row["tp"]), pp=int(row["pp"]), ep=int(row["ep"]),
-        weight_quant=str(row["weight_quant"]), kv_dtype=str(row["kv_dtype"]),
-    )  # fmt: skip
+        model.source,
+        gpu.name,
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        ep=int(row["ep"]),
+        weight_quant=str(row["weight_quant"]),
+        kv_dtype=str(row["kv_dtype"]),
+    )
     source = step_model_source(step)
     block, kv_tokens = int(row["block_size"]), int(row["kv_tokens_per_instance"])
     kv_bytes = model.kv_bytes_per_token(kv_dtype_bytes(str(row["kv_dtype"])))
@@ -199,10 +233,22 @@ def make_unit(model: ModelSpec, row: Mapping[str, Any], lengths: Lengths, slo: S
     batch = max(1, min(engine.max_num_seqs, kv_tokens // max(1, math.ceil(mean_isl + mean_osl))))
     t_batch, t_one = decode_step_time(timing, [batch, 1], mean_isl + mean_osl / 2)
     prefill_tokens_s = uncached / max(float(alone.mean()), 1e-12)
-    bounds = rate_bounds(lengths.isl, lengths.osl, prefill_tokens_s, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached)
+    bounds = rate_bounds(
+        lengths.isl, lengths.osl, prefill_tokens_s, batch / float(t_batch), kv_tokens, float(t_one), lengths.cached
+    )
     chunk_step = float(prefill_time(timing, [min(chunk, int(lengths.isl.max()))], chunk=chunk)[0])
-    return Unit(candidate_key(row), row, gpu, step, engine, bounds, unloaded_attainment(timing, engine, lengths, slo, alone), float(t_batch), chunk_step,
-                source)  # fmt: skip
+    return Unit(
+        candidate_key(row),
+        row,
+        gpu,
+        step,
+        engine,
+        bounds,
+        unloaded_attainment(timing, engine, lengths, slo, alone),
+        float(t_batch),
+        chunk_step,
+        source,
+    )
 
 
 def step_model_source(step: StepTimeModel) -> str:
@@ -216,7 +262,9 @@ def step_model_source(step: StepTimeModel) -> str:
     cal = step.calibration
     if cal is None:
         return "roofline, default efficiencies"
-    kept = f"; defaults for {', '.join(cal.not_applied)}" if cal.not_applied else ""  # where independent timings refute the fit
+    kept = (
+        f"; defaults for {', '.join(cal.not_applied)}" if cal.not_applied else ""
+    )  # where independent timings refute the fit
     return f"roofline, calibrated ({cal.describe()['file']}, sha256 {cal.sha256[:12]}{kept})"
 
 
@@ -274,15 +322,28 @@ def search_metric(result: SearchResult, name: str) -> float | None:
 
 
 def unit_evaluate(
-    trace: pa.Table, params: SizeParams, unit: Unit, replicas: int = 1, pd: PDConfig | None = None,
-    decode: Unit | None = None, excerpt: int | None = None,
-) -> SimEvaluate:  # fmt: skip
+    trace: pa.Table,
+    params: SizeParams,
+    unit: Unit,
+    replicas: int = 1,
+    pd: PDConfig | None = None,
+    decode: Unit | None = None,
+    excerpt: int | None = None,
+) -> SimEvaluate:
     """The simulator-backed evaluate(rate, seed) of `replicas` instances of `unit` (or a P/D deployment with `pd`,
     `unit` as the prefill pool and `decode` as the decode pool)."""
     return SimEvaluate(
-        trace, unit.step_model, unit.engine, params.slo, excerpt or params.excerpt_requests, replicas, params.router, pd,
-        None if decode is None else decode.step_model, params.steady,
-    )  # fmt: skip
+        trace,
+        unit.step_model,
+        unit.engine,
+        params.slo,
+        excerpt or params.excerpt_requests,
+        replicas,
+        params.router,
+        pd,
+        None if decode is None else decode.step_model,
+        params.steady,
+    )
 
 
 def rate_per_usd(rate: float, unit: Unit) -> float:

@@ -23,12 +23,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap.trace.params import CleanParams, TraceParams
 from llmcap.errors import InputFileError, LlmcapError
 from llmcap.trace.clean import REASONS, CleanReport, CleanResult, clean_trace
+from llmcap.trace.params import CleanParams, TraceParams
 from llmcap.trace.readers import RawTrace, read_trace
-from llmcap.trace.scope import scope_prefix_hashes
 from llmcap.trace.schema import ADDED_SINCE, CANONICAL_SCHEMA
+from llmcap.trace.scope import scope_prefix_hashes
 from llmcap.trace.source import local_file
 from llmcap.trace.stats import characterise
 from llmcap.trace.synth import mean_rate, resample_joint, scale_rate, synthesize
@@ -79,7 +79,9 @@ def write_table(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
-READ_BATCH_ROWS = 1 << 16  # Parquet is decoded this many rows at a time: one huge row group never peaks at several times its size
+READ_BATCH_ROWS = (
+    1 << 16
+)  # Parquet is decoded this many rows at a time: one huge row group never peaks at several times its size
 
 
 def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
@@ -102,6 +104,10 @@ def load_trace(path: str | Path, columns: Sequence[str] | None = None) -> pa.Tab
     except (OSError, pa.ArrowInvalid) as exc:
         raise InputFileError(path, f"not a readable Parquet trace ({exc})") from None
     schema = pa.schema([CANONICAL_SCHEMA.field(c) for c in names], metadata=metadata)
-    read = pa.Table.from_batches(batches, schema=pa.schema([pf.schema_arrow.field(c) for c in stored], metadata=metadata))
-    columns = [read.column(c) if c in stored else pa.nulls(read.num_rows, CANONICAL_SCHEMA.field(c).type) for c in names]
+    read = pa.Table.from_batches(
+        batches, schema=pa.schema([pf.schema_arrow.field(c) for c in stored], metadata=metadata)
+    )
+    columns = [
+        read.column(c) if c in stored else pa.nulls(read.num_rows, CANONICAL_SCHEMA.field(c).type) for c in names
+    ]
     return pa.Table.from_arrays(columns, names=names).replace_schema_metadata(metadata).cast(schema)

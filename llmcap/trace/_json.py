@@ -47,7 +47,9 @@ def read_jsonl(path: Path, found: Sniff, cols: dict[str, str]):
         with path.open("rb") as fh:
             if found.bom:
                 fh.seek(3)
-            table = flatten(pajson.read_json(fh, read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24)))
+            table = flatten(
+                pajson.read_json(fh, read_options=pajson.ReadOptions(use_threads=False, block_size=1 << 24))
+            )
         missing = [c for c in wanted if c not in table.column_names]
         table = _coerce_json_table(table, wanted, missing)
         if table is not None and table.num_rows == record_lines.size:
@@ -66,7 +68,11 @@ def _coerce_json_table(table: pa.Table, wanted: list[str], missing: list[str]) -
             out[name] = pa.nulls(table.num_rows)
             continue
         col = table.column(name)
-        if pa.types.is_struct(col.type) or (pa.types.is_list(col.type) and not pa.types.is_integer(col.type.value_type) and not pa.types.is_null(col.type.value_type)):
+        if pa.types.is_struct(col.type) or (
+            pa.types.is_list(col.type)
+            and not pa.types.is_integer(col.type.value_type)
+            and not pa.types.is_null(col.type.value_type)
+        ):
             return None
         out[name] = col
     return pa.table(out)
@@ -93,7 +99,9 @@ def _read_jsonl_per_line(path: Path, index: LineIndex, record_lines: np.ndarray,
         if c in list_cols:  # a hash list that is not a list of integers is unusable: null, quarantined later
             columns[c] = pa.array([_int64_hashes(v) for v in vals], pa.list_(pa.int64()))
         else:
-            columns[c] = pa.array([None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string())
+            columns[c] = pa.array(
+                [None if v is None or isinstance(v, (list, dict)) else str(v) for v in vals], pa.string()
+            )
     return pa.table(columns), errors, raw, index, record_lines
 
 
@@ -107,8 +115,12 @@ def read_json_document(path: Path, found: Sniff, cols: dict[str, str]):
     if bad:
         raise InputFileError(path, "expected a list of per-request values", field=bad[0])
     if len(set(lengths.values())) > 1:
-        raise InputFileError(path, f"per-request lists differ in length: {lengths}", field=max(lengths, key=lengths.__getitem__))
-    table = pa.table({c: pa.array([None if isinstance(v, (list, dict)) else str(v) for v in doc[c]], pa.string()) for c in wanted})
+        raise InputFileError(
+            path, f"per-request lists differ in length: {lengths}", field=max(lengths, key=lengths.__getitem__)
+        )
+    table = pa.table(
+        {c: pa.array([None if isinstance(v, (list, dict)) else str(v) for v in doc[c]], pa.string()) for c in wanted}
+    )
     return table, {}, {}, None, np.ones(table.num_rows, dtype=np.int64)
 
 

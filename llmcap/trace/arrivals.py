@@ -20,7 +20,11 @@ def generate_arrivals(n: int, spec: ArrivalSpec, rng: np.random.Generator) -> np
         return np.zeros(0, dtype=np.float64)
     if spec.process == "mmpp":
         unit_clock = _mmpp_unit_clock(n, spec, rng)
-        return unit_clock / spec.rate_rps if spec.diurnal_amplitude == 0.0 else _invert_cumulative_intensity(unit_clock, spec)
+        return (
+            unit_clock / spec.rate_rps
+            if spec.diurnal_amplitude == 0.0
+            else _invert_cumulative_intensity(unit_clock, spec)
+        )
     if spec.process == "poisson":
         gaps = rng.exponential(1.0, size=n - 1)
     else:

@@ -17,9 +17,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.trace.params import CleanParams
 from llmcap.errors import LlmcapError
 from llmcap.trace import schema
+from llmcap.trace.params import CleanParams
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 from llmcap.trace.readers import RawTrace
 
@@ -68,7 +68,9 @@ class CleanReport:
     arrival_process: str | None  # generated arrivals: how they were drawn
     duplicates: str  # the duplicate policy applied (CleanParams.duplicates)
     warnings: tuple[str, ...] = ()  # kept-but-suspicious input, said once each (a clock that changes units, reused ids)
-    prefix_scope: str = ""  # prefix hashes re-numbered apart by model/adapter/tenant (`llmcap.trace.scope`); "" when not
+    prefix_scope: str = (
+        ""  # prefix hashes re-numbered apart by model/adapter/tenant (`llmcap.trace.scope`); "" when not
+    )
     accounting_ok: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -116,14 +118,30 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
     if "priority" in raw.labels:
         priority = raw.labels["priority"].to_numpy(zero_copy_only=False)
         with np.errstate(invalid="ignore"):
-            flag(~np.isnan(priority) & (np.isinf(priority) | (priority != np.floor(priority))), "priority_invalid", _fmt("priority=", priority))
+            flag(
+                ~np.isnan(priority) & (np.isinf(priority) | (priority != np.floor(priority))),
+                "priority_invalid",
+                _fmt("priority=", priority),
+            )
     if "hash_ids" in raw.labels:
-        flag(pc.is_null(raw.labels["hash_ids"]).to_numpy(zero_copy_only=False), "hash_ids_invalid", "hash_ids missing or not a list of integers")
+        flag(
+            pc.is_null(raw.labels["hash_ids"]).to_numpy(zero_copy_only=False),
+            "hash_ids_invalid",
+            "hash_ids missing or not a list of integers",
+        )
     with np.errstate(invalid="ignore"):
         total = raw.isl + raw.osl
-        flag(total > params.max_context_tokens, "exceeds_max_context", _fmt("ISL+OSL=", total, f" > {params.max_context_tokens}"))
+        flag(
+            total > params.max_context_tokens,
+            "exceeds_max_context",
+            _fmt("ISL+OSL=", total, f" > {params.max_context_tokens}"),
+        )
         if params.window_start_s is not None:
-            flag(raw.arrival_s < params.window_start_s, "outside_window", f"before window_start_s={params.window_start_s}")
+            flag(
+                raw.arrival_s < params.window_start_s,
+                "outside_window",
+                f"before window_start_s={params.window_start_s}",
+            )
         if params.window_end_s is not None:
             flag(raw.arrival_s >= params.window_end_s, "outside_window", f"at/after window_end_s={params.window_end_s}")
     for rule in params.exclude:
@@ -165,12 +183,21 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         raise AssertionError(f"row accounting broken: {n} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined")
     trace = trace.replace_schema_metadata(
         schema.metadata(
-            source_format=raw.format, source_file=raw.path.name, block_size=raw.block_size, start=report.start,
+            source_format=raw.format,
+            source_file=raw.path.name,
+            block_size=raw.block_size,
+            start=report.start,
             generated_arrivals=raw.generated_arrivals,
-        )  # fmt: skip
+        )
     )
-    log.info("%s: %d rows in, %d kept, %d quarantined%s", report.source_file, report.rows_in, report.rows_kept, report.rows_quarantined,
-             f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "")
+    log.info(
+        "%s: %d rows in, %d kept, %d quarantined%s",
+        report.source_file,
+        report.rows_in,
+        report.rows_kept,
+        report.rows_quarantined,
+        f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "",
+    )
     return CleanResult(trace=trace, quarantine=quarantine, report=report)
 
 
@@ -232,7 +259,9 @@ def _exclude_matches(raw: RawTrace, field: str, pattern: str) -> np.ndarray | No
             return None
         matched = pc.match_substring_regex(raw.labels[field], f"^(?:{pattern})$")
     except (re.error, pa.ArrowInvalid) as exc:
-        raise LlmcapError(f"exclude rule {field}={pattern!r}: not a usable regular expression ({str(exc).splitlines()[0]})") from None
+        raise LlmcapError(
+            f"exclude rule {field}={pattern!r}: not a usable regular expression ({str(exc).splitlines()[0]})"
+        ) from None
     return matched.fill_null(False).to_numpy(zero_copy_only=False)
 
 
@@ -254,8 +283,14 @@ def _flag_max_tokens(flag, cap: np.ndarray, osl: np.ndarray) -> None:
     """A cap is optional (NaN: none), but one that is given must be a whole number ≥ 1 and hold the output it capped."""
     with np.errstate(invalid="ignore"):
         given = ~np.isnan(cap)
-        flag(given & (np.isinf(cap) | (cap < 1) | (cap != np.floor(cap))), "max_tokens_invalid", _fmt("max_tokens=", cap))
-        flag(given & (osl > cap), "osl_above_max_tokens", lambda rows: [f"osl={o:.6g} > max_tokens={c:.6g}" for o, c in zip(osl[rows], cap[rows], strict=True)])
+        flag(
+            given & (np.isinf(cap) | (cap < 1) | (cap != np.floor(cap))), "max_tokens_invalid", _fmt("max_tokens=", cap)
+        )
+        flag(
+            given & (osl > cap),
+            "osl_above_max_tokens",
+            lambda rows: [f"osl={o:.6g} > max_tokens={c:.6g}" for o, c in zip(osl[rows], cap[rows], strict=True)],
+        )
 
 
 def _fmt(prefix: str, values: np.ndarray, suffix: str = ""):
@@ -278,7 +313,9 @@ def _duplicates(raw: RawTrace, candidates: np.ndarray) -> np.ndarray:
     tied = frame[maybe]
     if "hash_ids" in raw.labels:
         hashes = raw.labels["hash_ids"].take(pa.array(tied.index.to_numpy())).to_pylist()
-        tied = tied.assign(_hashes=[tuple(h) for h in hashes])  # no candidate's list is null: those were hash_ids_invalid
+        tied = tied.assign(
+            _hashes=[tuple(h) for h in hashes]
+        )  # no candidate's list is null: those were hash_ids_invalid
     repeated = tied.duplicated(keep="first")
     dup[tied.index[repeated.to_numpy()].to_numpy()] = True
     return dup
@@ -314,7 +351,9 @@ def _canonical(raw: RawTrace, order: np.ndarray) -> pa.Table:
         columns["prefix_hit_tokens"] = pa.nulls(order.size, pa.int64())
     for name in schema.LABEL_COLUMNS:
         columns[name] = raw.labels[name].take(idx) if name in raw.labels else pa.nulls(order.size, pa.string())
-    columns["deadline_s"] = raw.labels["deadline_s"].take(idx) if "deadline_s" in raw.labels else pa.nulls(order.size, pa.float64())
+    columns["deadline_s"] = (
+        raw.labels["deadline_s"].take(idx) if "deadline_s" in raw.labels else pa.nulls(order.size, pa.float64())
+    )
     columns["source_row"] = pa.array(raw.source_row[order])
     return pa.table(columns, schema=schema.CANONICAL_SCHEMA)
 

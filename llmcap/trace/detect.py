@@ -19,7 +19,9 @@ PARQUET_MAGIC = b"PAR1"
 @dataclass(frozen=True)
 class Sniff:
     container: str  # "csv" | "jsonl" | "json" (one document of per-request lists) | "parquet"
-    fields: tuple[str, ...]  # CSV header (names stripped of surrounding spaces) / first JSON object's keys / parquet columns
+    fields: tuple[
+        str, ...
+    ]  # CSV header (names stripped of surrounding spaces) / first JSON object's keys / parquet columns
     bom: bool
     raw_fields: tuple[str, ...] = ()  # CSV: the header names as written
 
@@ -48,7 +50,9 @@ def sniff(path: Path) -> Sniff:
         raise InputFileError(path, "file is empty", line=1)
     nul = body.find(b"\x00")
     if nul >= 0:
-        raise InputFileError(path, f"binary data (NUL byte at offset {nul}), not a text trace", line=body.count(b"\n", 0, nul) + 1)
+        raise InputFileError(
+            path, f"binary data (NUL byte at offset {nul}), not a text trace", line=body.count(b"\n", 0, nul) + 1
+        )
     text = _decode_prefix(path, body)
     first = next(line for line in text.splitlines() if line.strip())
     first_line_no = text.splitlines().index(first) + 1
@@ -61,7 +65,7 @@ def sniff(path: Path) -> Sniff:
                 raise InputFileError(path, f"first record is not valid JSON ({exc.msg})", line=first_line_no) from None
             return Sniff("json", document, bom)
         # one JSON document of per-request lists (`vllm bench serve --save-detailed`), not one record per line
-        if JSON_DOCUMENT_KEYS <= set(keys):
+        if set(keys) >= JSON_DOCUMENT_KEYS:
             return Sniff("json", keys, bom)
         return Sniff("jsonl", flat_keys(json.loads(first)), bom)
     header = next(csv.reader(io.StringIO(first)))
@@ -96,7 +100,7 @@ def _json_document_keys(path: Path) -> tuple[str, ...] | None:
         doc = json.loads(path.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-    return tuple(doc) if isinstance(doc, dict) and JSON_DOCUMENT_KEYS <= set(doc) else None
+    return tuple(doc) if isinstance(doc, dict) and set(doc) >= JSON_DOCUMENT_KEYS else None
 
 
 def _decode_prefix(path: Path, body: bytes) -> str:
@@ -107,7 +111,9 @@ def _decode_prefix(path: Path, body: bytes) -> str:
         if exc.start >= len(body) - 3 and len(body) == SNIFF_BYTES:
             return body[: exc.start].decode("utf-8")
         line = body.count(b"\n", 0, exc.start) + 1
-        raise InputFileError(path, f"not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})", line=line) from None
+        raise InputFileError(
+            path, f"not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})", line=line
+        ) from None
 
 
 #: Known formats: the container they come in and the header fields that identify them.
@@ -127,7 +133,9 @@ def detect_format(path: Path, forced: str = "auto") -> tuple[str, Sniff]:
     if forced != "auto":
         expected = SIGNATURES[forced][0] if forced in SIGNATURES else forced
         if expected != found.container:
-            raise InputFileError(path, f"--format {forced} expects {expected}, but the file looks like {found.container}")
+            raise InputFileError(
+                path, f"--format {forced} expects {expected}, but the file looks like {found.container}"
+            )
         return forced, found
     fields = set(found.fields)
     for name, (container, signature) in SIGNATURES.items():

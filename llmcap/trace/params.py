@@ -10,9 +10,25 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-TraceFormat = Literal["auto", "mooncake", "azure", "burstgpt", "lengths", "vllm-bench", "guidellm", "csv", "jsonl", "parquet"]
+TraceFormat = Literal[
+    "auto", "mooncake", "azure", "burstgpt", "lengths", "vllm-bench", "guidellm", "csv", "jsonl", "parquet"
+]
 TimeUnit = Literal["auto", "s", "ms", "us", "ns", "datetime"]
-CANONICAL_MAPPABLE = ("arrival", "isl", "osl", "max_tokens", "priority", "hash_ids", "model", "adapter", "tenant", "session", "feature", "deadline_s", "request_id")
+CANONICAL_MAPPABLE = (
+    "arrival",
+    "isl",
+    "osl",
+    "max_tokens",
+    "priority",
+    "hash_ids",
+    "model",
+    "adapter",
+    "tenant",
+    "session",
+    "feature",
+    "deadline_s",
+    "request_id",
+)
 
 
 class StrictParams(BaseModel):
@@ -86,7 +102,9 @@ ScopeLabel = Literal["model", "adapter", "tenant"]
 
 class CleanParams(StrictParams):
     max_context_tokens: int = Field(262_144, gt=0, description="ISL+OSL above this is quarantined")
-    window_start_s: float | None = Field(None, ge=0, description="keep arrivals at or after this (s from first request)")
+    window_start_s: float | None = Field(
+        None, ge=0, description="keep arrivals at or after this (s from first request)"
+    )
     window_end_s: float | None = Field(None, gt=0, description="keep arrivals before this (s from first request)")
     exclude: list[ExcludeRule] = Field(default_factory=list)
     duplicates: Literal["by_id", "identical", "keep"] = Field(
@@ -104,8 +122,14 @@ class CleanParams(StrictParams):
 
     @model_validator(mode="after")
     def _window_not_empty(self) -> CleanParams:
-        if self.window_start_s is not None and self.window_end_s is not None and self.window_end_s <= self.window_start_s:
-            raise ValueError(f"window_end_s ({self.window_end_s:g}) must be after window_start_s ({self.window_start_s:g})")
+        if (
+            self.window_start_s is not None
+            and self.window_end_s is not None
+            and self.window_end_s <= self.window_start_s
+        ):
+            raise ValueError(
+                f"window_end_s ({self.window_end_s:g}) must be after window_start_s ({self.window_start_s:g})"
+            )
         return self
 
 

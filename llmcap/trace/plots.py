@@ -91,6 +91,9 @@ def plot_prefix_cdf(table: pa.Table, lru_capacities: list[int], path: Path) -> P
 
 def plot_workload(table: pa.Table, windows_s: list[float], lru_capacities: list[int], out_dir: Path) -> list[Path]:
     """All workload plots into `out_dir`; returns the files written."""
-    paths = [plot_arrivals(table, windows_s, out_dir / "arrivals.png"), plot_joint(table, out_dir / "isl_osl_joint.png")]
+    paths = [
+        plot_arrivals(table, windows_s, out_dir / "arrivals.png"),
+        plot_joint(table, out_dir / "isl_osl_joint.png"),
+    ]
     prefix = plot_prefix_cdf(table, lru_capacities, out_dir / "prefix_reuse_cdf.png")
     return paths + ([prefix] if prefix else [])

@@ -57,7 +57,9 @@ def reuse_at(distances: np.ndarray, offsets: np.ndarray, capacity_blocks: int) -
     hit = (distances >= 0) & (distances < capacity_blocks)
     lengths = np.diff(offsets)
     misses_before = np.concatenate(([0], np.cumsum(~hit)))  # misses before each access, over the whole trace
-    leading = hit & (misses_before[:-1] == np.repeat(misses_before[offsets[:-1]], lengths))  # no miss earlier in its request
+    leading = hit & (
+        misses_before[:-1] == np.repeat(misses_before[offsets[:-1]], lengths)
+    )  # no miss earlier in its request
     row = np.repeat(np.arange(lengths.size), lengths)
     return np.bincount(row, weights=leading, minlength=lengths.size).astype(np.int64)
 
@@ -97,7 +99,11 @@ def summarise_prefix(
     reuse = leading_reuse_unbounded(hash_ids)
     total_isl = float(isl.sum())
     distances = stack_distances(hash_ids) if lru_capacities else None  # one pass for every capacity
-    lru = {c: float(hit_tokens(reuse_at(*distances, c), isl, block_size).sum() / total_isl) for c in lru_capacities} if distances else {}
+    lru = (
+        {c: float(hit_tokens(reuse_at(*distances, c), isl, block_size).sum() / total_isl) for c in lru_capacities}
+        if distances
+        else {}
+    )
     return PrefixSummary(
         block_size=block_size,
         ideal_hit_ratio=float(hit_tokens(reuse, isl, block_size).sum() / total_isl),

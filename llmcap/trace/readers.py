@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from llmcap.trace.params import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
 from llmcap.errors import InputFileError
 from llmcap.trace._json import read_json_document, read_jsonl
 from llmcap.trace._lines import LineIndex
 from llmcap.trace.arrivals import generate_arrivals
 from llmcap.trace.detect import Sniff, detect_format
+from llmcap.trace.params import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
 from llmcap.trace.timestamps import arrival_seconds, resolve_time_unit, to_float
 
 REQUIRED = ("isl", "osl")
@@ -52,7 +52,13 @@ PRESETS: dict[str, Preset] = {
     "azure": Preset("csv", {"arrival": "TIMESTAMP", "isl": "ContextTokens", "osl": "GeneratedTokens"}, "datetime"),
     "burstgpt": Preset(
         "csv",
-        {"arrival": "Timestamp", "isl": "Request tokens", "osl": "Response tokens", "model": "Model", "tenant": "Log Type"},
+        {
+            "arrival": "Timestamp",
+            "isl": "Request tokens",
+            "osl": "Response tokens",
+            "model": "Model",
+            "tenant": "Log Type",
+        },
         "s",
         zero_osl_reason="failed_request",
     ),
@@ -61,12 +67,17 @@ PRESETS: dict[str, Preset] = {
     # vLLM); a failed request has 0 output tokens. The file keeps no request's max_tokens (only the lengths it
     # measured), so its caps read as unknown
     "vllm-bench": Preset(
-        "json", {"arrival": "start_times", "isl": "input_lens", "osl": "output_lens"}, "s", zero_osl_reason="failed_request"
+        "json",
+        {"arrival": "start_times", "isl": "input_lens", "osl": "output_lens"},
+        "s",
+        zero_osl_reason="failed_request",
     ),
     # guidellm's request data (its synthetic/preprocessed datasets): lengths only, arrivals generated. guidellm sends
     # output_tokens_count as the request's max_tokens with ignore_eos (backends/openai/request_handlers.py): it is the
     # cap and, the end of sequence ignored, the output too
-    "guidellm": Preset("jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count", "max_tokens": "output_tokens_count"}, "s"),
+    "guidellm": Preset(
+        "jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count", "max_tokens": "output_tokens_count"}, "s"
+    ),
 }
 
 _DEFAULT_GENERIC = {"arrival": "arrival_s", **{c: c for c in CANONICAL_MAPPABLE if c != "arrival"}}
@@ -81,7 +92,9 @@ class RawTrace:
     arrival_s: np.ndarray  # float64 seconds from the earliest parseable arrival; NaN when unparseable
     isl: np.ndarray  # float64; NaN when missing/unparseable
     osl: np.ndarray
-    labels: dict[str, pa.Array]  # model/adapter/tenant/session/feature (string), deadline_s, max_tokens and priority (float64), hash_ids (list)
+    labels: dict[
+        str, pa.Array
+    ]  # model/adapter/tenant/session/feature (string), deadline_s, max_tokens and priority (float64), hash_ids (list)
     source_row: np.ndarray  # int64, 0-based record index
     line: np.ndarray  # int64 1-based line in the file (row index + 1 for Parquet)
     parse_error: np.ndarray  # object: None, or why the record could not be parsed
@@ -125,12 +138,22 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     for canon in REQUIRED:
         if canon not in source_cols or source_cols[canon] not in found.fields:
             wanted = source_cols.get(canon, _DEFAULT_GENERIC[canon])
-            raise InputFileError(path, f"required column for '{canon}' is missing (have: {', '.join(found.fields)})", line=1, field=wanted)
+            raise InputFileError(
+                path,
+                f"required column for '{canon}' is missing (have: {', '.join(found.fields)})",
+                line=1,
+                field=wanted,
+            )
     if fmt == "vllm-bench" and "start_times" not in found.fields:
         del source_cols["arrival"]  # older vLLM wrote no send times: a length-only file, arrivals generated (and said)
     if "arrival" in source_cols and source_cols["arrival"] not in found.fields:
         if fmt in PRESETS or "arrival" in params.columns:
-            raise InputFileError(path, f"the arrival-time column is missing (have: {', '.join(found.fields)})", line=1, field=source_cols["arrival"])
+            raise InputFileError(
+                path,
+                f"the arrival-time column is missing (have: {', '.join(found.fields)})",
+                line=1,
+                field=source_cols["arrival"],
+            )
         del source_cols["arrival"]
     if fmt not in PRESETS and "max_tokens" not in source_cols:
         cap = _cap_column(path, found)
@@ -142,14 +165,20 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
             source_cols["arrival"] = clock
 
     _require_unique_columns(path, found, source_cols)
-    reader = {"csv": _read_csv, "jsonl": read_jsonl, "json": read_json_document, "parquet": _read_parquet}[preset.container]
+    reader = {"csv": _read_csv, "jsonl": read_jsonl, "json": read_json_document, "parquet": _read_parquet}[
+        preset.container
+    ]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
     _require_scalar_types(path, table, source_cols)
     if table.num_rows == 0 and not parse_errors:
-        raise InputFileError(path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1)
+        raise InputFileError(
+            path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1
+        )
 
     n = table.num_rows + len(parse_errors)
-    ok_rows = np.setdiff1d(np.arange(n, dtype=np.int64), np.fromiter(parse_errors, dtype=np.int64, count=len(parse_errors)))
+    ok_rows = np.setdiff1d(
+        np.arange(n, dtype=np.int64), np.fromiter(parse_errors, dtype=np.int64, count=len(parse_errors))
+    )
     error = np.full(n, None, dtype=object)
     for r, why in parse_errors.items():
         error[r] = why
@@ -163,7 +192,9 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     labels: dict[str, pa.Array] = {}
     for name in ("model", "adapter", "tenant", "session", "feature", "request_id"):
         if name in source_cols:
-            labels[name] = _scatter_arrow(pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string())
+            labels[name] = _scatter_arrow(
+                pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string()
+            )
     for name in ("deadline_s", "max_tokens", "priority"):
         if name in source_cols:
             labels[name] = pa.array(scatter_float(name), from_pandas=True)
@@ -172,12 +203,18 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         del source_cols["hash_ids"]  # an all-null column (a canonical trace of a source without hashes) is no hashes
     if "hash_ids" in source_cols:
         hashes = table.column(source_cols["hash_ids"])
-        if not pa.types.is_list(hashes.type) or not (pa.types.is_integer(hashes.type.value_type) or pa.types.is_null(hashes.type.value_type)):
-            raise InputFileError(path, f"hash_ids must be a list of integers, got {hashes.type}", field=source_cols["hash_ids"])
+        if not pa.types.is_list(hashes.type) or not (
+            pa.types.is_integer(hashes.type.value_type) or pa.types.is_null(hashes.type.value_type)
+        ):
+            raise InputFileError(
+                path, f"hash_ids must be a list of integers, got {hashes.type}", field=source_cols["hash_ids"]
+            )
         labels["hash_ids"] = _scatter_arrow(_hash_ids_as_int64(hashes), ok_rows, n, pa.list_(pa.int64()))
         if block_size is None:
             raise InputFileError(
-                path, "the trace has prefix hashes but no block size: pass --hash-block-size (trace.block_size)", field=source_cols["hash_ids"]
+                path,
+                "the trace has prefix hashes but no block size: pass --hash-block-size (trace.block_size)",
+                field=source_cols["hash_ids"],
             )
 
     generated = "arrival" not in source_cols
@@ -210,7 +247,7 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         block_size=block_size if "hash_ids" in labels else None,
         zero_osl_reason=preset.zero_osl_reason,
         generated_arrivals=generated,
-        arrival_column=None if "arrival" not in source_cols else source_cols["arrival"],
+        arrival_column=source_cols.get("arrival"),
         arrival_unit=arrival_unit,
         arrival_process=_describe(params.arrivals) if generated and canonical is None else None,
         line_index=line_index,
@@ -223,9 +260,12 @@ def _require_unique_columns(path: Path, found: Sniff, source_cols: dict[str, str
         where = [i + 1 for i, f in enumerate(found.fields) if f == name]
         if len(where) > 1:
             raise InputFileError(
-                path, f"the header names '{name}' {len(where)} times (columns {', '.join(map(str, where))}), so which one is "
-                f"'{canon}' is ambiguous: rename or drop one", line=1 if found.container != "parquet" else None, field=name,
-            )  # fmt: skip
+                path,
+                f"the header names '{name}' {len(where)} times (columns {', '.join(map(str, where))}), so which one is "
+                f"'{canon}' is ambiguous: rename or drop one",
+                line=1 if found.container != "parquet" else None,
+                field=name,
+            )
 
 
 #: Canonical columns read as numbers (the arrival clock may also be a date-time).
@@ -239,7 +279,12 @@ def _require_scalar_types(path: Path, table: pa.Table, source_cols: dict[str, st
         if canon == "hash_ids" or name not in table.column_names:
             continue
         typ = table.column(name).type
-        text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_dictionary(typ) or pa.types.is_null(typ)
+        text = (
+            pa.types.is_string(typ)
+            or pa.types.is_large_string(typ)
+            or pa.types.is_dictionary(typ)
+            or pa.types.is_null(typ)
+        )
         number = pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_decimal(typ)
         clock = canon == "arrival" and (pa.types.is_timestamp(typ) or pa.types.is_date(typ))
         if text or number or clock or (canon not in NUMERIC and pa.types.is_boolean(typ)):
@@ -268,22 +313,30 @@ def _clock_column(path: Path, found: Sniff, generate: bool) -> str | None:
     if generate:
         if candidates:
             raise InputFileError(
-                path, f"arrivals were asked to be generated, but the file has a clock column ({', '.join(candidates)}): "
-                "drop --generate-arrivals or map it with -c arrival=COLUMN", line=1, field=candidates[0],
-            )  # fmt: skip
+                path,
+                f"arrivals were asked to be generated, but the file has a clock column ({', '.join(candidates)}): "
+                "drop --generate-arrivals or map it with -c arrival=COLUMN",
+                line=1,
+                field=candidates[0],
+            )
         return None
     if len(candidates) == 1:
         return candidates[0]
     if candidates:
         raise InputFileError(
-            path, f"several columns could be the arrival clock ({', '.join(candidates)}): map one with "
-            "-c arrival=COLUMN (trace.columns.arrival)", line=1, field="arrival_s",
-        )  # fmt: skip
+            path,
+            f"several columns could be the arrival clock ({', '.join(candidates)}): map one with "
+            "-c arrival=COLUMN (trace.columns.arrival)",
+            line=1,
+            field="arrival_s",
+        )
     raise InputFileError(
-        path, f"no arrival-time column (have: {', '.join(found.fields)}): map one with -c arrival=COLUMN "
+        path,
+        f"no arrival-time column (have: {', '.join(found.fields)}): map one with -c arrival=COLUMN "
         "(trace.columns.arrival), or pass --generate-arrivals (trace.generate_arrivals) to draw them from trace.arrivals",
-        line=1, field="arrival_s",
-    )  # fmt: skip
+        line=1,
+        field="arrival_s",
+    )
 
 
 #: What OpenAI-style request bodies call the cap on output tokens: `max_tokens`, and `max_completion_tokens`, which
@@ -297,8 +350,12 @@ def _cap_column(path: Path, found: Sniff) -> str | None:
     none; an error naming them when there are several (which one the engine honoured is not guessed)."""
     candidates = [f for f in found.fields if f.rsplit(".", 1)[-1] in CAP_NAMES]
     if len(candidates) > 1:
-        raise InputFileError(path, f"several columns could be max_tokens ({', '.join(candidates)}): map one with -c max_tokens=COLUMN",
-                             line=1, field=candidates[0])  # fmt: skip
+        raise InputFileError(
+            path,
+            f"several columns could be max_tokens ({', '.join(candidates)}): map one with -c max_tokens=COLUMN",
+            line=1,
+            field=candidates[0],
+        )
     return candidates[0] if candidates else None
 
 
@@ -356,7 +413,9 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
             parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
             convert_options=pacsv.ConvertOptions(
                 include_columns=[as_written[c] for c in wanted],
-                column_types={as_written[c]: pa.binary() for c in wanted},  # text checked per column below, so a bad byte is one row's fault
+                column_types={
+                    as_written[c]: pa.binary() for c in wanted
+                },  # text checked per column below, so a bad byte is one row's fault
                 strings_can_be_null=True,
             ),
         )
@@ -381,14 +440,19 @@ def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
     if table.num_rows + len(errors) != n:
         line = index.first_open_quote_line()
         raise InputFileError(
-            path, "a quoted field runs onto the next line (quoted newlines are not supported: one record per line)"
-            if line is not None else f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines", line=line,
-        )  # fmt: skip
+            path,
+            "a quoted field runs onto the next line (quoted newlines are not supported: one record per line)"
+            if line is not None
+            else f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines",
+            line=line,
+        )
     table = _utf8_columns(table, errors, raw, index, record_lines)
     return table, errors, raw, index, record_lines.astype(np.int64)
 
 
-def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], index: LineIndex, record_lines: np.ndarray) -> pa.Table:
+def _utf8_columns(
+    table: pa.Table, errors: dict[int, str], raw: dict[int, str], index: LineIndex, record_lines: np.ndarray
+) -> pa.Table:
     """The CSV's binary columns as text. A record with bytes that are not UTF-8 is quarantined (malformed,
     named by column) rather than failing the file; only such a column is looked at value by value."""
     bad_rows: dict[int, str] = {}
@@ -405,12 +469,16 @@ def _utf8_columns(table: pa.Table, errors: dict[int, str], raw: dict[int, str], 
                 values.append(None if value is None else value.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 values.append(None)
-                bad_rows.setdefault(row, f"malformed record: not UTF-8 text in column '{name}' (byte 0x{value[exc.start]:02x})")
+                bad_rows.setdefault(
+                    row, f"malformed record: not UTF-8 text in column '{name}' (byte 0x{value[exc.start]:02x})"
+                )
         columns[name] = pa.chunked_array([pa.array(values, pa.string())])
     table = pa.table(columns)
     if not bad_rows:
         return table
-    parsed = np.setdiff1d(np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors)))  # record index per table row
+    parsed = np.setdiff1d(
+        np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors))
+    )  # record index per table row
     for row, why in bad_rows.items():
         record = int(parsed[row])
         errors[record] = why

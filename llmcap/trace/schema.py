@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "trace/3"  # trace/2 added max_tokens, trace/3 feature and priority (an older file reads with them null)
+SCHEMA_VERSION = (
+    "trace/3"  # trace/2 added max_tokens, trace/3 feature and priority (an older file reads with them null)
+)
 
 #: Columns an older canonical trace lacks, by the version that added them: read back as null.
 ADDED_SINCE = {"max_tokens": "trace/2", "feature": "trace/3", "priority": "trace/3"}

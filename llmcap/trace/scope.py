@@ -33,7 +33,9 @@ def scope_prefix_hashes(trace: pa.Table, labels: Sequence[str]) -> tuple[pa.Tabl
     present = _present(trace, labels)
     if "hash_ids" not in trace.column_names or not present or trace.num_rows == 0:
         return trace, ""
-    keys = pc.binary_join_element_wise(*[pc.fill_null(trace.column(n).cast(pa.string()), "\x00") for n in present], "\x1f")
+    keys = pc.binary_join_element_wise(
+        *[pc.fill_null(trace.column(n).cast(pa.string()), "\x00") for n in present], "\x1f"
+    )
     scope = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy().astype(np.int64)
     scopes = int(scope.max()) + 1
     if scopes == 1:
@@ -43,14 +45,21 @@ def scope_prefix_hashes(trace: pa.Table, labels: Sequence[str]) -> tuple[pa.Tabl
     owner = scope[pc.list_parent_indices(hashes).to_numpy()]
     pairs = np.stack([owner, values], axis=1)
     _, renumbered = np.unique(pairs, axis=0, return_inverse=True)  # one id per (scope, block): ordered, deterministic
-    scoped = pa.ListArray.from_arrays(hashes.offsets, pa.array(renumbered.reshape(-1).astype(np.int64)), type=hashes.type,
-                                      mask=hashes.is_null())
+    scoped = pa.ListArray.from_arrays(
+        hashes.offsets, pa.array(renumbered.reshape(-1).astype(np.int64)), type=hashes.type, mask=hashes.is_null()
+    )
     shared = int(np.unique(values).size)
-    line = (f"prefix hashes scoped by {' + '.join(present)}: {scopes} scopes; {shared:,} distinct blocks become "
-            f"{int(renumbered.max()) + 1 if renumbered.size else 0:,} (reuse across scopes no longer counts)")  # fmt: skip
+    line = (
+        f"prefix hashes scoped by {' + '.join(present)}: {scopes} scopes; {shared:,} distinct blocks become "
+        f"{int(renumbered.max()) + 1 if renumbered.size else 0:,} (reuse across scopes no longer counts)"
+    )
     out = trace.set_column(trace.schema.get_field_index("hash_ids"), "hash_ids", scoped)
     block_size = block_size_of(trace)
-    if "prefix_hit_tokens" in out.column_names and block_size:  # the hits counted before scoping included reuse across scopes
+    if (
+        "prefix_hit_tokens" in out.column_names and block_size
+    ):  # the hits counted before scoping included reuse across scopes
         hits = hit_tokens(leading_reuse_unbounded(scoped), out.column("isl").to_numpy(), block_size)
-        out = out.set_column(out.schema.get_field_index("prefix_hit_tokens"), "prefix_hit_tokens", pa.array(hits, pa.int64()))
+        out = out.set_column(
+            out.schema.get_field_index("prefix_hit_tokens"), "prefix_hit_tokens", pa.array(hits, pa.int64())
+        )
     return out, line

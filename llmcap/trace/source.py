@@ -25,14 +25,16 @@ from llmcap.errors import InputFileError
 
 
 def _zstd(path: Path) -> io.BufferedIOBase:
-    return pa.CompressedInputStream(pa.OSFile(str(path)), "zstd")  # a pyarrow NativeFile: file-like (read, context manager)
+    return pa.CompressedInputStream(
+        pa.OSFile(str(path)), "zstd"
+    )  # a pyarrow NativeFile: file-like (read, context manager)
 
 
-#: Compressed containers by file suffix, and how to open each for reading.
+#: Compressed containers by file suffix, and how to open each for reading (the caller closes what they open).
 DECOMPRESSORS: dict[str, Callable[[Path], io.BufferedIOBase]] = {
-    ".gz": lambda p: gzip.open(p, "rb"),
-    ".bz2": lambda p: bz2.open(p, "rb"),
-    ".xz": lambda p: lzma.open(p, "rb"),
+    ".gz": lambda p: gzip.open(p, "rb"),  # noqa: SIM115
+    ".bz2": lambda p: bz2.open(p, "rb"),  # noqa: SIM115
+    ".xz": lambda p: lzma.open(p, "rb"),  # noqa: SIM115
     ".zst": _zstd,
     ".zstd": _zstd,
 }
@@ -68,8 +70,10 @@ def local_file(path: Path) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="llmcap-trace-") as tmp:
         local = Path(tmp) / (name or "trace")
         try:
-            with (opener(path) if opener is not None else path.open("rb")) as src, local.open("wb") as dst:
+            with opener(path) if opener is not None else path.open("rb") as src, local.open("wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         except (OSError, EOFError, zlib.error, lzma.LZMAError, pa.ArrowInvalid) as exc:
-            raise InputFileError(path, f"cannot read{' compressed' if opener else ''} input ({str(exc).splitlines()[0]})") from None
+            raise InputFileError(
+                path, f"cannot read{' compressed' if opener else ''} input ({str(exc).splitlines()[0]})"
+            ) from None
         yield local

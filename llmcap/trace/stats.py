@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.trace.params import CharacteriseParams
 from llmcap.trace import schema
+from llmcap.trace.params import CharacteriseParams
 from llmcap.trace.prefix import summarise_prefix
 
 
@@ -108,9 +108,12 @@ def summarise_caps(caps: pa.ChunkedArray, osl: np.ndarray, percentiles: Sequence
     cap = caps.to_numpy(zero_copy_only=False)[given].astype(np.float64)
     real = osl[given].astype(np.float64)
     ratio = cap / real
-    return {"requests": int(given.sum()), "share": float(given.mean()),
-            "cap_over_osl": {f"p{p:g}": float(np.percentile(ratio, p)) for p in percentiles},
-            "reserved_over_real": float(cap.sum() / real.sum())}  # fmt: skip
+    return {
+        "requests": int(given.sum()),
+        "share": float(given.mean()),
+        "cap_over_osl": {f"p{p:g}": float(np.percentile(ratio, p)) for p in percentiles},
+        "reserved_over_real": float(cap.sum() / real.sum()),
+    }
 
 
 def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
@@ -120,7 +123,9 @@ def characterise(table: pa.Table, params: CharacteriseParams) -> dict:
     osl = table.column("osl").to_numpy()
     n = int(arrival.size)
     duration = float(arrival[-1] - arrival[0]) if n else 0.0
-    varying = n > 2 and np.ptp(isl) > 0 and np.ptp(osl) > 0  # a constant column has no correlation: undefined, not a warning
+    varying = (
+        n > 2 and np.ptp(isl) > 0 and np.ptp(osl) > 0
+    )  # a constant column has no correlation: undefined, not a warning
     from scipy import stats as sstats  # here: scipy is slow to import and only characterisation needs it
 
     spearman = sstats.spearmanr(isl, osl).statistic if varying else float("nan")

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.trace.params import ArrivalSpec
 from llmcap.errors import LlmcapError
 from llmcap.trace import schema
 from llmcap.trace.arrivals import generate_arrivals
+from llmcap.trace.params import ArrivalSpec
 from llmcap.trace.prefix import hit_tokens, leading_reuse_unbounded
 
 

@@ -3,7 +3,7 @@ spacing), datetimes with or without an offset, and both turned into seconds from
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -81,16 +81,24 @@ def _check_epoch_magnitude(path: Path, name: str, values: np.ndarray, unit: str)
     if top / _UNITS_PER_SECOND[unit] < EPOCH_MAX_S:
         return
     likely = next((u for u in ("ms", "us", "ns") if 1e8 <= top / _UNITS_PER_SECOND[u] < EPOCH_MAX_S), None)
-    hint = f"they look like epoch {_UNIT_WORDS[likely]}: set --time-unit {likely} (trace.time_unit)" if likely else "set --time-unit"
+    hint = (
+        f"they look like epoch {_UNIT_WORDS[likely]}: set --time-unit {likely} (trace.time_unit)"
+        if likely
+        else "set --time-unit"
+    )
     raise InputFileError(
-        path, f"arrival times up to {top:.4g} are not {_UNIT_WORDS[unit]} (that is after the year 2286); {hint}", field=name
+        path,
+        f"arrival times up to {top:.4g} are not {_UNIT_WORDS[unit]} (that is after the year 2286); {hint}",
+        field=name,
     )
 
 
 _UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 
 
-def arrival_seconds(path: Path, name: str, col: pa.ChunkedArray, unit: str, lines: np.ndarray) -> tuple[np.ndarray, str]:
+def arrival_seconds(
+    path: Path, name: str, col: pa.ChunkedArray, unit: str, lines: np.ndarray
+) -> tuple[np.ndarray, str]:
     """Seconds relative to the earliest parseable arrival, and that start as text."""
     if unit == "datetime":
         ns = _to_epoch_ns(path, name, col, lines)
@@ -137,9 +145,11 @@ def _to_epoch_ns(path: Path, name: str, col: pa.ChunkedArray, lines: np.ndarray)
         row = int(np.flatnonzero(odd)[0])
         kind = "has a UTC offset" if odd is has else "has no UTC offset"
         raise InputFileError(
-            path, f"arrival times mix times with and without a UTC offset; this one {kind}: {text[row]}",
-            line=int(lines[row]) if row < lines.size else None, field=name,
-        )  # fmt: skip
+            path,
+            f"arrival times mix times with and without a UTC offset; this one {kind}: {text[row]}",
+            line=int(lines[row]) if row < lines.size else None,
+            field=name,
+        )
     series = pd.Series(text.to_numpy(zero_copy_only=False), dtype=object)
     parsed = pd.to_datetime(series, errors="coerce", format="ISO8601", utc=bool(has.any()))
     if has.any():
@@ -149,5 +159,5 @@ def _to_epoch_ns(path: Path, name: str, col: pa.ChunkedArray, lines: np.ndarray)
 
 def _iso(epoch_ns: int) -> str:
     seconds, nanos = divmod(epoch_ns, 1_000_000_000)
-    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+    stamp = datetime.fromtimestamp(seconds, tz=UTC).replace(tzinfo=None)
     return f"{stamp.isoformat(timespec='seconds')}.{nanos:09d}"

@@ -60,5 +60,10 @@ class Faults:
         return None
 
     def state(self) -> dict:
-        return {"error_rate": self.error_rate, "crash_after": self.crash_after, "requests": self.requests,
-                "errors": self.errors, "crashed": self.crashed}  # fmt: skip
+        return {
+            "error_rate": self.error_rate,
+            "crash_after": self.crash_after,
+            "requests": self.requests,
+            "errors": self.errors,
+            "crashed": self.crashed,
+        }

@@ -48,7 +48,9 @@ class Responder:
         lines.append(f"connection: {'keep-alive' if self.keep_alive else 'close'}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    async def send(self, status: int, body: bytes, content_type: str = "application/json", extra: dict[str, str] | None = None) -> None:
+    async def send(
+        self, status: int, body: bytes, content_type: str = "application/json", extra: dict[str, str] | None = None
+    ) -> None:
         self.started = True
         self._writer.write(self._head(status, content_type, {"content-length": str(len(body)), **(extra or {})}) + body)
         await self._writer.drain()
@@ -137,7 +139,9 @@ class HttpServer:
             if not writer.transport.is_closing():
                 writer.close()
 
-    async def _read(self, reader: asyncio.StreamReader, peer: str) -> tuple[Request | None, bool, tuple[int, str] | None]:
+    async def _read(
+        self, reader: asyncio.StreamReader, peer: str
+    ) -> tuple[Request | None, bool, tuple[int, str] | None]:
         """(request, keep-alive, problem): (None, _, None) at a clean end of the connection."""
         try:
             head = await reader.readuntil(b"\r\n\r\n")

@@ -63,9 +63,17 @@ class OnlineCluster:
     """The simulator's event loop (`llmcap.sim.loop.ClusterLoop`) over the twin's replicas, fed flights."""
 
     def __init__(
-        self, timer: StepTimer, cfg: SimConfig, rng: np.random.Generator | None, emit: Emit, *,
-        slots: int = DEFAULT_SLOTS, decode_timer: StepTimer | None = None, keep_times: bool = False, draws: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        timer: StepTimer,
+        cfg: SimConfig,
+        rng: np.random.Generator | None,
+        emit: Emit,
+        *,
+        slots: int = DEFAULT_SLOTS,
+        decode_timer: StepTimer | None = None,
+        keep_times: bool = False,
+        draws: int | None = None,
+    ) -> None:
         """`draws`: the power-of-two router's pairs drawn at a time (default: `slots`); the simulator draws one
         batch for its whole trace, so a trace of n requests fed with draws=n is routed as `simulate` routes it."""
         self.cfg = cfg
@@ -76,12 +84,29 @@ class OnlineCluster:
         self.free_slots: deque[int] = deque(range(slots))
         # one engine step per decision (tokens are known at every step's end); fixed pools and no clock
         # limit (a twin serves until stopped)
-        online = cfg.model_copy(update={"reference": True, "timeseries_resolution_s": SAMPLE_EVERY_S, "autoscale": None,
-                                        "decode_autoscale": None, "max_time_s": math.inf})  # fmt: skip
+        online = cfg.model_copy(
+            update={
+                "reference": True,
+                "timeseries_resolution_s": SAMPLE_EVERY_S,
+                "autoscale": None,
+                "decode_autoscale": None,
+                "max_time_s": math.inf,
+            }
+        )
         rows = array("q", bytes(8 * slots))
-        self.loop = ClusterLoop(online, timer, rec, rng, slots if draws is None else draws, rows, array("q", rows),
-                                decode_timer=decode_timer, itl_exact=False, on_decision=self._decided,
-                                on_landing=self._landed)  # fmt: skip
+        self.loop = ClusterLoop(
+            online,
+            timer,
+            rec,
+            rng,
+            slots if draws is None else draws,
+            rows,
+            array("q", rows),
+            decode_timer=decode_timer,
+            itl_exact=False,
+            on_decision=self._decided,
+            on_landing=self._landed,
+        )
         self.front, self.back, self.links = self.loop.front, self.loop.back, self.loop.links
         self.replicas = self.front + self.back
         self.watch: list[dict[int, Flight]] = [{} for _ in self.replicas]  # slot -> flight, per replica gid
@@ -112,7 +137,9 @@ class OnlineCluster:
         self.loop.isl[i], self.loop.osl[i] = flight.isl, flight.osl
         caching = self.cfg.engine.enable_prefix_caching
         keys = flight.keys if caching else []
-        block_ends = (flight.block_ends if flight.block_ends is not None else list(range(1, len(keys) + 1))) if caching else []
+        block_ends = (
+            (flight.block_ends if flight.block_ends is not None else list(range(1, len(keys) + 1))) if caching else []
+        )
         req = self.loop.submit(i, t, keys, block_ends)
         assert req is not None, "submit a flight only when it fits"
         flight.req, flight.front = req, int(self.rec.prefill_replica[i])
@@ -120,8 +147,18 @@ class OnlineCluster:
 
     def _reset_slot(self, i: int) -> None:
         rec = self.rec
-        for col in (rec.admitted, rec.first_token, rec.prefill_done, rec.decode_admitted, rec.finish, rec.transfer, rec.post,
-                    rec.itl_p50, rec.itl_p99, rec.itl_max):  # fmt: skip
+        for col in (
+            rec.admitted,
+            rec.first_token,
+            rec.prefill_done,
+            rec.decode_admitted,
+            rec.finish,
+            rec.transfer,
+            rec.post,
+            rec.itl_p50,
+            rec.itl_p99,
+            rec.itl_max,
+        ):
             col[i] = math.nan
         rec.cached[i] = rec.host_cached[i] = rec.preemptions[i] = 0
         rec.prefill_replica[i] = rec.decode_replica[i] = -1

@@ -14,6 +14,7 @@ Everything the twin says about itself says "twin": the `server` and `x-llmcap-tw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -87,8 +88,9 @@ class Twin:
         step: StepTimeModel = spec.step_model
         if spec.long_prompt_slowdown != 1.0:
             step = ScaledStepModel(step, spec.long_prompt_slowdown, spec.long_prompt_tokens)
-        self.cluster = OnlineCluster(StepTimer(step), spec.config, rng, self._emit, slots=spec.slots,
-                                     decode_timer=decode_timer)  # fmt: skip
+        self.cluster = OnlineCluster(
+            StepTimer(step), spec.config, rng, self._emit, slots=spec.slots, decode_timer=decode_timer
+        )
         self.faults = Faults(error_rate=spec.error_rate, crash_after=spec.crash_after, seed=spec.seed)
         self.metrics = TwinMetrics(self.cluster, spec.served_model_name, {**spec.info, "version": spec.engine_version})
         self.metrics.slowdown = spec.slowdown
@@ -118,10 +120,8 @@ class Twin:
         self._end()
         await self.http.stop()
         if self._driver is not None:
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._driver
-            except asyncio.CancelledError:
-                pass
 
     def crash(self) -> None:
         """Die as an engine process dies: connections cut mid-stream, nothing listening any more."""
@@ -191,8 +191,14 @@ class Twin:
             if route == ("GET", "/health"):
                 await res.send(200, b"")
             elif route == ("GET", "/version"):
-                await res.send_json(200, {"version": self.spec.engine_version, "twin": True,
-                                          "note": "llmcap digital twin: token timing is simulated, not measured"})  # fmt: skip
+                await res.send_json(
+                    200,
+                    {
+                        "version": self.spec.engine_version,
+                        "twin": True,
+                        "note": "llmcap digital twin: token timing is simulated, not measured",
+                    },
+                )
             elif route == ("GET", "/v1/models"):
                 await res.send_json(200, {"object": "list", "data": [self._model_card()]})
             elif route == ("GET", "/metrics"):
@@ -214,9 +220,15 @@ class Twin:
             res.keep_alive = False
 
     def _model_card(self) -> dict:
-        return {"id": self.spec.served_model_name, "object": "model", "created": 0, "owned_by": "llmcap-twin",
-                "root": self.spec.info.get("model", self.spec.served_model_name), "max_model_len": self.spec.max_model_len,
-                "twin": True}  # fmt: skip
+        return {
+            "id": self.spec.served_model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "llmcap-twin",
+            "root": self.spec.info.get("model", self.spec.served_model_name),
+            "max_model_len": self.spec.max_model_len,
+            "twin": True,
+        }
 
     async def _admin_faults(self, req: Request, res: Responder) -> None:
         if req.peer not in LOOPBACK:
@@ -229,8 +241,15 @@ class Twin:
                 await _error(res, 400, f"bad fault update: {exc}", "BadRequestError")
                 return
             self._apply(update)
-        await res.send_json(200, {**self.faults.state(), "slowdown": self.clock.slowdown, "stalled": self.clock.stalled(),
-                                  "twin_time_s": self.clock.tau()})  # fmt: skip
+        await res.send_json(
+            200,
+            {
+                **self.faults.state(),
+                "slowdown": self.clock.slowdown,
+                "stalled": self.clock.stalled(),
+                "twin_time_s": self.clock.tau(),
+            },
+        )
 
     def _apply(self, u: FaultUpdate) -> None:
         if u.slowdown is not None:
@@ -263,8 +282,13 @@ class Twin:
             return
         if not self.cluster.fits(len(prompt), max_tokens):
             self.cluster.reject()  # as the simulator's rejected rows, it takes its place in the routers' arrival order
-            await _error(res, 400, f"This model's maximum context length or KV cache cannot hold {len(prompt)} prompt + "
-                         f"{max_tokens} output tokens", "BadRequestError")  # fmt: skip
+            await _error(
+                res,
+                400,
+                f"This model's maximum context length or KV cache cannot hold {len(prompt)} prompt + "
+                f"{max_tokens} output tokens",
+                "BadRequestError",
+            )
             return
         if not self.cluster.free_slots:
             await _error(res, 503, "llmcap twin: too many requests in flight", "ServiceUnavailableError")
@@ -275,12 +299,24 @@ class Twin:
         finally:
             self._streams.discard(stream)
 
-    async def _respond(self, res: Responder, flight: Flight, stream: _Stream, prompt: list[int], stream_on: bool,
-                       usage_on: bool, ids_on: bool) -> None:  # fmt: skip
+    async def _respond(
+        self,
+        res: Responder,
+        flight: Flight,
+        stream: _Stream,
+        prompt: list[int],
+        stream_on: bool,
+        usage_on: bool,
+        ids_on: bool,
+    ) -> None:
         rid = f"cmpl-twin-{stream.number}"
         created = int(time.time())
         name = self.spec.served_model_name
-        usage = {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + flight.osl, "completion_tokens": flight.osl}
+        usage = {
+            "prompt_tokens": len(prompt),
+            "total_tokens": len(prompt) + flight.osl,
+            "completion_tokens": flight.osl,
+        }
         made = 0
         if stream_on:
             await res.start_stream()
@@ -297,24 +333,53 @@ class Twin:
             for _ in range(new):
                 made += 1
                 last = made == flight.osl
-                choice = {"index": 0, "text": " tok", "logprobs": None, "finish_reason": "length" if last else None,
-                          "stop_reason": None}  # fmt: skip
+                choice = {
+                    "index": 0,
+                    "text": " tok",
+                    "logprobs": None,
+                    "finish_reason": "length" if last else None,
+                    "stop_reason": None,
+                }
                 if ids_on:
                     choice["token_ids"] = [self._token_id(stream.number, made)]
                     if made == 1:
                         choice["prompt_token_ids"] = prompt
-                event = {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [choice], "usage": None}
+                event = {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": name,
+                    "choices": [choice],
+                    "usage": None,
+                }
                 await res.chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
             if done:
                 break
         if not stream_on:
             text = " tok" * made
-            await res.send_json(200, {"id": rid, "object": "text_completion", "created": created, "model": name, "usage": usage,
-                                      "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length",
-                                                   "stop_reason": None}]})  # fmt: skip
+            await res.send_json(
+                200,
+                {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": name,
+                    "usage": usage,
+                    "choices": [
+                        {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
+                    ],
+                },
+            )
             return
         if usage_on:
-            event = {"id": rid, "object": "text_completion", "created": created, "model": name, "choices": [], "usage": usage}
+            event = {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": name,
+                "choices": [],
+                "usage": usage,
+            }
             await res.chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
         await res.chunk(b"data: [DONE]\n\n")
         await res.end_stream()
@@ -349,4 +414,10 @@ def _parse_completion(body: object, served: str) -> tuple[list[int], int, bool, 
         return "max_tokens must be an integer >= 1"
     opts = body.get("stream_options") or {}
     stream_on = bool(body.get("stream", False))
-    return ids, max_tokens, stream_on, stream_on and bool(opts.get("include_usage", False)), bool(body.get("return_token_ids", False))
+    return (
+        ids,
+        max_tokens,
+        stream_on,
+        stream_on and bool(opts.get("include_usage", False)),
+        bool(body.get("return_token_ids", False)),
+    )

@@ -66,15 +66,39 @@ def script_hash() -> str:
 def corpus(n_lines: int = 20000) -> list[str]:
     """Pseudo-English made from seeded syllables, digits and punctuation."""
     rng = random.Random(SEED)
-    onsets = ["", "b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t",
-              "v", "w", "st", "tr", "pl", "gr", "sh", "ch", "th"]
+    onsets = [
+        "",
+        "b",
+        "c",
+        "d",
+        "f",
+        "g",
+        "h",
+        "j",
+        "k",
+        "l",
+        "m",
+        "n",
+        "p",
+        "r",
+        "s",
+        "t",
+        "v",
+        "w",
+        "st",
+        "tr",
+        "pl",
+        "gr",
+        "sh",
+        "ch",
+        "th",
+    ]
     vowels = ["a", "e", "i", "o", "u", "ai", "ea", "ou", "io"]
     codas = ["", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng"]
     lexicon = []
     for _ in range(3000):
         k = rng.choice([1, 1, 2, 2, 2, 3, 3, 4])
-        lexicon.append("".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas)
-                               for _ in range(k)))
+        lexicon.append("".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(k)))
     weights = [1.0 / (i + 1) for i in range(len(lexicon))]  # Zipf-like
     lines = []
     for _ in range(n_lines):

@@ -17,7 +17,8 @@ def _expected_kv_tokens(tp: int) -> int:
         2 * vocab * h // tp  # embedding + lm_head, vocab-parallel (128256 is a multiple of 64)
         + layers * (h * h + 2 * 1024 * h + h * h) // tp  # q, k, v, o
         + layers * 3 * h * inter // tp  # gate, up, down
-        + layers * 2 * h + h  # norms, replicated
+        + layers * 2 * h
+        + h  # norms, replicated
     )
     weights = 2 * params_per_rank
     runtime = (
@@ -34,7 +35,10 @@ def _expected_kv_tokens(tp: int) -> int:
 
 
 SPEC = EnumerationSpec(
-    gpus=["h100"], parallel=ParallelGrid(tp=[1, 2, 4, 8]), modes=["aggregated"], max_context_len=8192,
+    gpus=["h100"],
+    parallel=ParallelGrid(tp=[1, 2, 4, 8]),
+    modes=["aggregated"],
+    max_context_len=8192,
     aggregated=SchedulerGrid(max_num_seqs=[256], max_num_batched_tokens=[8192], block_sizes=[16]),
 )
 
@@ -68,8 +72,11 @@ def test_full_128k_context_does_not_fit_tp2(llama70b):
 
 def test_every_infeasible_row_says_why(llama70b):
     spec = EnumerationSpec(
-        gpus=["h100", "l40s"], weight_quants=["bf16", "fp8"], kv_dtypes=["bf16", "fp8"],
-        parallel=ParallelGrid(tp=[1, 3, 8, 16], pp=[1, 2], ep=[1, 2]), max_context_len=32768,
+        gpus=["h100", "l40s"],
+        weight_quants=["bf16", "fp8"],
+        kv_dtypes=["bf16", "fp8"],
+        parallel=ParallelGrid(tp=[1, 3, 8, 16], pp=[1, 2], ep=[1, 2]),
+        max_context_len=32768,
     )
     res = enumerate_candidates(llama70b, spec)
     t = res.table
@@ -86,13 +93,18 @@ def test_every_infeasible_row_says_why(llama70b):
 
 def test_disaggregated_rows_carry_their_role_knobs(llama70b):
     spec = EnumerationSpec(
-        gpus=["h100"], parallel=ParallelGrid(tp=[4]), modes=["disaggregated"], max_context_len=8192,
+        gpus=["h100"],
+        parallel=ParallelGrid(tp=[4]),
+        modes=["disaggregated"],
+        max_context_len=8192,
         prefill=SchedulerGrid(max_num_seqs=[8], max_num_batched_tokens=[16384]),
         decode=SchedulerGrid(max_num_seqs=[128, 512], max_num_batched_tokens=[256]),
     )
     t = enumerate_candidates(llama70b, spec).table
-    assert list(zip(t["role"], t["max_num_seqs"], t["max_num_batched_tokens"])) == [
-        ("prefill", 8, 16384), ("decode", 128, 256), ("decode", 512, 256),
+    assert list(zip(t["role"], t["max_num_seqs"], t["max_num_batched_tokens"], strict=True)) == [
+        ("prefill", 8, 16384),
+        ("decode", 128, 256),
+        ("decode", 512, 256),
     ]
     assert t.loc[2, "reason_codes"] == "batched_tokens_below_num_seqs"
 
@@ -111,7 +123,7 @@ def test_moe_expert_parallel_rows():
         gpus=["h100"], parallel=ParallelGrid(tp=[2, 4], ep=[1, 2, 4, 16]), modes=["aggregated"], max_context_len=4096
     )
     t = enumerate_candidates(load_model("Mixtral-8x7B"), spec).table
-    codes = dict(zip(zip(t["tp"], t["ep"]), t["reason_codes"]))
+    codes = dict(zip(zip(t["tp"], t["ep"], strict=True), t["reason_codes"], strict=True))
     assert codes[(2, 4)] == "ep_incompatible"  # EP must divide TP x DP
     assert codes[(4, 16)] == "ep_incompatible"
     assert codes[(4, 4)] == ""

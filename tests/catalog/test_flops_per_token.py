@@ -5,8 +5,13 @@ import json
 from llmcap.catalog import parse_model_config
 
 TINY = {
-    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
 }
 LINEAR = 2 * (276_032 - 64_000)  # active params without the input embedding
 ATTN_PER_CTX_TOKEN = 4 * 2 * 4 * (16 + 16)  # layers x 2 x heads x (qk dim + v dim)

@@ -8,7 +8,15 @@ from llmcap.catalog import get_gpu, load_gpu_catalog
 from llmcap.catalog.gpus import default_catalog_dir
 from llmcap.errors import InputFileError, LlmcapError
 
-REQUIRED = ["H100-SXM-80GB", "H200-SXM-141GB", "B200-SXM-180GB", "A100-SXM-80GB", "L40S-48GB", "MI300X-192GB", "H20-96GB"]
+REQUIRED = [
+    "H100-SXM-80GB",
+    "H200-SXM-141GB",
+    "B200-SXM-180GB",
+    "A100-SXM-80GB",
+    "L40S-48GB",
+    "MI300X-192GB",
+    "H20-96GB",
+]
 
 
 def test_catalog_has_the_required_gpus_in_file_order():

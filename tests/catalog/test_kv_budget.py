@@ -9,18 +9,38 @@ from llmcap.catalog.gpus import GpuSpec
 from llmcap.memory import MemoryParams, Parallelism, plan_memory
 
 TINY = {
-    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
 }
 TOY = GpuSpec(
-    name="toy", vendor="test", hbm_bytes=16 * 2**20, hbm_gb_datasheet=0.016, hbm_bandwidth_bytes_s=1e9,
-    dense_flops={"bf16": 1e12}, scale_up=None, scale_up_bytes_s=None, gpus_per_node=8, nic_bytes_s=1e9,
+    name="toy",
+    vendor="test",
+    hbm_bytes=16 * 2**20,
+    hbm_gb_datasheet=0.016,
+    hbm_bandwidth_bytes_s=1e9,
+    dense_flops={"bf16": 1e12},
+    scale_up=None,
+    scale_up_bytes_s=None,
+    gpus_per_node=8,
+    nic_bytes_s=1e9,
     usd_per_gpu_hour=1.0,
 )
 PARAMS = MemoryParams(
-    gpu_memory_utilization=0.5, max_num_batched_tokens=100, max_num_seqs=10, activation_bytes_per_token=1000,
-    logits_copies=2, non_torch_bytes=1_000_000, comm_buffer_bytes=500_000, cuda_graph_bytes=200_000,
-    workspace_bytes=100_000, safety_margin_bytes=50_000,
+    gpu_memory_utilization=0.5,
+    max_num_batched_tokens=100,
+    max_num_seqs=10,
+    activation_bytes_per_token=1000,
+    logits_copies=2,
+    non_torch_bytes=1_000_000,
+    comm_buffer_bytes=500_000,
+    cuda_graph_bytes=200_000,
+    workspace_bytes=100_000,
+    safety_margin_bytes=50_000,
 )
 USABLE = 8 * 2**20  # 16 MiB x 0.5
 RUNTIME_1GPU = 100 * 1000 + 2 * 10 * 1024 * 4 + 1_000_000 + 200_000 + 100_000  # activations, logits, ...
@@ -90,7 +110,9 @@ def test_pp_bottleneck_is_the_heavier_stage(tmp_path):
 
 def test_default_activation_estimate(tmp_path):
     params = PARAMS.model_copy(update={"activation_bytes_per_token": None})
-    rows = {r.label: r.bytes for r in plan_memory(_model(tmp_path), TOY, Parallelism(tp=2), params=params).breakdown.rows}
+    rows = {
+        r.label: r.bytes for r in plan_memory(_model(tmp_path), TOY, Parallelism(tp=2), params=params).breakdown.rows
+    }
     assert rows["activations (peak forward)"] == 100 * 2 * (4 * 64 + 3 * 128 // 2)
 
 
@@ -114,9 +136,17 @@ def test_negative_budget_is_reported_not_raised(tmp_path):
 
 def test_mla_latent_is_not_split_by_tp(tmp_path):
     cfg = {
-        "model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
-        "intermediate_size": 96, "vocab_size": 100,
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+        "intermediate_size": 96,
+        "vocab_size": 100,
     }
     m = _model(tmp_path, **cfg)
     for tp in (1, 4):

@@ -56,9 +56,16 @@ def test_qwen_window_applies_only_from_max_window_layers(tmp_path):
     from llmcap.catalog import parse_model_config
 
     cfg = {
-        "model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 8, "vocab_size": 10,
-        "sliding_window": 100, "use_sliding_window": True, "max_window_layers": 3,
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8,
+        "vocab_size": 10,
+        "sliding_window": 100,
+        "use_sliding_window": True,
+        "max_window_layers": 3,
     }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))

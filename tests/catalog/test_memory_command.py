@@ -21,7 +21,17 @@ def _run(*args: str):
 def test_help_names_the_options():
     r = _run("--help")
     assert r.exit_code == 0, r.output
-    for opt in ("--model", "--gpu", "--tp", "--pp", "--ep", "--weight-quant", "--kv-dtype", "--json", "--output-format"):
+    for opt in (
+        "--model",
+        "--gpu",
+        "--tp",
+        "--pp",
+        "--ep",
+        "--weight-quant",
+        "--kv-dtype",
+        "--json",
+        "--output-format",
+    ):
         assert opt in r.output, opt
 
 
@@ -44,8 +54,14 @@ def test_json_has_the_issue_contract_keys():
     r = _run("-m", "Llama-3.1-70B", "-g", "H100-SXM-80GB", "--tp", "4", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    for key in ("params_total", "params_active", "kv_bytes_per_token", "weights_bytes_per_rank",
-                "kv_budget_bytes_per_rank", "kv_tokens_per_rank"):
+    for key in (
+        "params_total",
+        "params_active",
+        "kv_bytes_per_token",
+        "weights_bytes_per_rank",
+        "kv_budget_bytes_per_rank",
+        "kv_tokens_per_rank",
+    ):
         assert isinstance(out[key], int), key
     assert out["kv_bytes_per_token"] == 327_680
     norms = 80 * 2 * 8192 + 8192  # replicated on every rank; everything else splits 4 ways
@@ -53,8 +69,21 @@ def test_json_has_the_issue_contract_keys():
 
 
 def test_json_for_moe_with_options():
-    r = _run("--model", "Mixtral-8x7B", "--gpu", "H100-SXM", "--tp", "2", "--ep", "2", "--kv-dtype", "fp8",
-             "--context-len", "4096", "--json")
+    r = _run(
+        "--model",
+        "Mixtral-8x7B",
+        "--gpu",
+        "H100-SXM",
+        "--tp",
+        "2",
+        "--ep",
+        "2",
+        "--kv-dtype",
+        "fp8",
+        "--context-len",
+        "4096",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["params_active"] == 12_879_925_248
@@ -65,10 +94,19 @@ def test_json_for_moe_with_options():
 def test_model_from_a_config_path(tmp_path):
     cfg = tmp_path / "tiny" / "config.json"
     cfg.parent.mkdir()
-    cfg.write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000,
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 256,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+            }
+        )
+    )
     for model in (str(cfg), str(cfg.parent)):
         r = _run("--model", model, "--gpu", "l40s", "--json")
         assert r.exit_code == 0, r.output
@@ -135,7 +173,6 @@ def test_a_model_that_does_not_fit_exits_2_with_the_missing_gib(fmt):
     assert "-63.29" not in line
 
 
-
 def test_a_budget_under_one_kv_block_does_not_fit_either():
     # 70B in fp8 on one H100 leaves 0.46 GiB of KV at 0.9; lower the utilisation until half a block is left
     args = ["--model", "Llama-3.1-70B", "--gpu", "h100", "--weight-quant", "fp8"]
@@ -144,4 +181,7 @@ def test_a_budget_under_one_kv_block_does_not_fit_either():
     hbm = fits["breakdown"][0]["bytes"]
     util = 0.9 - (fits["kv_budget_bytes_per_rank"] - block / 2) / hbm
     line = _one_error_line(_run(*args, "--gpu-memory-utilization", repr(util)))
-    assert f"does not fit: needs {block / 2 / MIB:.2f} MiB more" in line and f"less than one 16-token KV block ({block / MIB:.2f} MiB)" in line
+    assert (
+        f"does not fit: needs {block / 2 / MIB:.2f} MiB more" in line
+        and f"less than one 16-token KV block ({block / MIB:.2f} MiB)" in line
+    )

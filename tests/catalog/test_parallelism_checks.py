@@ -3,8 +3,8 @@
 import pytest
 
 from llmcap.catalog import load_model
-from llmcap.memory import Parallelism, parallelism_issues, pp_partition, validate_parallelism
 from llmcap.errors import LlmcapError
+from llmcap.memory import Parallelism, parallelism_issues, pp_partition, validate_parallelism
 
 
 def test_tp3_for_64_heads_is_rejected_with_every_reason():

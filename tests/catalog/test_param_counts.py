@@ -44,8 +44,13 @@ def test_qwen_models():
 
 def _tiny(tmp_path, **over):
     cfg = {
-        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
     }
     cfg.update(over)
     p = tmp_path / "config.json"
@@ -82,11 +87,25 @@ def test_qwen2_qkv_bias_and_qwen3_qk_norm(tmp_path):
 
 def test_tiny_mla_moe_by_component(tmp_path):
     cfg = {
-        "model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
-        "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "n_shared_experts": 1,
-        "first_k_dense_replace": 1, "moe_layer_freq": 1, "intermediate_size": 96, "vocab_size": 100,
-        "topk_method": "noaux_tc", "num_nextn_predict_layers": 1,
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "q_lora_rank": 32,
+        "kv_lora_rank": 16,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "moe_layer_freq": 1,
+        "intermediate_size": 96,
+        "vocab_size": 100,
+        "topk_method": "noaux_tc",
+        "num_nextn_predict_layers": 1,
     }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
@@ -111,10 +130,18 @@ def test_tiny_mla_moe_by_component(tmp_path):
     assert c.mtp == 64 + 64 + 2 * 64 * 64 + (attn + 260 + 4 * 3072 + 3072 + 176) + 64
 
 
-@pytest.mark.parametrize("step,dense,expected", [(1, [], (True,) * 4), (2, [], (False, True, False, True)), (1, [0], (False, True, True, True))])
+@pytest.mark.parametrize(
+    "step,dense,expected",
+    [(1, [], (True,) * 4), (2, [], (False, True, False, True)), (1, [0], (False, True, True, True))],
+)
 def test_qwen_moe_layer_pattern(tmp_path, step, dense, expected):
     m = _tiny(
-        tmp_path, model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
-        decoder_sparse_step=step, mlp_only_layers=dense,
+        tmp_path,
+        model_type="qwen3_moe",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        decoder_sparse_step=step,
+        mlp_only_layers=dense,
     )
     assert m.layer_is_moe == expected

@@ -8,8 +8,8 @@ config.json is in tests/fixtures/engine/tiny-llama/ (VLLM_CPU_KVCACHE_SPACE=1, -
 from pathlib import Path
 
 from llmcap.catalog import load_model
-from llmcap.memory import vllm_kv_capacity_tokens
 from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
+from llmcap.memory import vllm_kv_capacity_tokens
 
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "engine" / "tiny-llama"
 

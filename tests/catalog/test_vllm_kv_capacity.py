@@ -9,10 +9,19 @@ from llmcap.memory import vllm_kv_capacity_tokens
 def _tiny(tmp_path):
     # the measurement in docs/stack-notes.md: 4 layers, 2 KV heads, head dim 64, bf16
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000,
-    }))
+    p.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 256,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+            }
+        )
+    )
     return parse_model_config(p)
 
 

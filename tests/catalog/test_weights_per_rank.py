@@ -9,8 +9,13 @@ from llmcap.catalog.quant import QuantPolicy, weight_format
 from llmcap.memory import Parallelism, stage_weight_bytes, weight_bytes_total
 
 TINY = {
-    "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
 }
 BF16 = QuantPolicy(weight_format("bf16"))
 

@@ -24,10 +24,12 @@ def test_a_summary_without_lengths_is_one_clear_error():
 
 
 def test_concurrency_columns_follow_the_kv_capacity():
-    spec = EnumerationSpec(gpus=["h100"], parallel=ParallelGrid(tp=[2, 4, 8]), modes=["aggregated"], max_context_len=8192)
+    spec = EnumerationSpec(
+        gpus=["h100"], parallel=ParallelGrid(tp=[2, 4, 8]), modes=["aggregated"], max_context_len=8192
+    )
     res = enumerate_candidates(load_model("Llama-3.1-70B"), spec, {"p50": 2250, "long": 100_000})
     t = res.table
-    assert list(t.columns[t.columns.get_loc("max_seqs_at_max_context") + 1:][:2]) == ["max_seqs_p50", "max_seqs_long"]
+    assert list(t.columns[t.columns.get_loc("max_seqs_at_max_context") + 1 :][:2]) == ["max_seqs_p50", "max_seqs_long"]
     blocks = t["kv_tokens_per_instance"] // 16
     assert list(t["max_seqs_p50"]) == [min(int(b // 141), 256) for b in blocks]  # ceil(2250 / 16) = 141 blocks
     assert list(t["max_seqs_long"]) == [int(b // 6250) for b in blocks]

@@ -38,7 +38,9 @@ def test_a_split_serves_each_request_once_on_the_side_its_key_chose(tmp_path):
         async with running_twin() as base, running_twin() as cand:
             cfg = GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)
             async with running_gateway(cfg, record=tmp_path / "rows.jsonl") as gw:
-                res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl, request_id=np.arange(100, 100 + n)), BOUND_S)
+                res = await asyncio.wait_for(
+                    replay_async(gw.url, SERVED, arrival, isl, osl, request_id=np.arange(100, 100 + n)), BOUND_S
+                )
                 async with httpx.AsyncClient() as c:
                     metrics = parse_metrics((await c.get(f"{gw.url}/metrics")).text)
                 await gw.settle()
@@ -55,8 +57,8 @@ def test_a_split_serves_each_request_once_on_the_side_its_key_chose(tmp_path):
     recorded = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert sorted(x["request_id"] for x in recorded) == sorted(g["request_id"].tolist())
     # the gateway's TTFT is the client's, less the client-side overhead: never more than the replay saw
-    by_id = dict(zip(r["request_id"].tolist(), r["ttft_s"].tolist()))
-    assert all(t <= by_id[i] + 0.005 for i, t in zip(g["request_id"].tolist(), g["ttft_s"].tolist()))
+    by_id = dict(zip(r["request_id"].tolist(), r["ttft_s"].tolist(), strict=True))
+    assert all(t <= by_id[i] + 0.005 for i, t in zip(g["request_id"].tolist(), g["ttft_s"].tolist(), strict=True))
 
 
 def test_candidate_errors_before_the_first_byte_are_retried_on_the_baseline():
@@ -64,11 +66,14 @@ def test_candidate_errors_before_the_first_byte_are_retried_on_the_baseline():
     arrival, isl, osl = schedule(n)
 
     async def scenario():
-        async with running_twin() as base, running_twin(error_rate=1.0) as cand:
-            async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw:
-                res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl), BOUND_S)
-                await gw.settle()
-                return res, gw.table(), cand.faults.errors
+        async with (
+            running_twin() as base,
+            running_twin(error_rate=1.0) as cand,
+            running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw,
+        ):
+            res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl), BOUND_S)
+            await gw.settle()
+            return res, gw.table(), cand.faults.errors
 
     res, table, errors = asyncio.run(scenario())
     g = columns(table)
@@ -83,11 +88,14 @@ def test_a_candidate_crash_mid_rollout_loses_no_request():
     arrival, isl, osl = schedule(n, gap_s=0.05, osl=out)
 
     async def scenario():
-        async with running_twin() as base, running_twin(crash_after=6) as cand:
-            async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw:
-                res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl, timeout_s=10.0), BOUND_S)
-                await gw.settle()
-                return res, gw.table(), cand.crashed
+        async with (
+            running_twin() as base,
+            running_twin(crash_after=6) as cand,
+            running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url, candidate_weight=0.5)) as gw,
+        ):
+            res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl, timeout_s=10.0), BOUND_S)
+            await gw.settle()
+            return res, gw.table(), cand.crashed
 
     res, table, crashed = asyncio.run(scenario())
     g, r = columns(table), columns(res.requests)
@@ -97,21 +105,25 @@ def test_a_candidate_crash_mid_rollout_loses_no_request():
     assert g["retried"].sum() >= 1  # arrivals after the crash went to the baseline
     assert (g["status"][~cut] == "ok").all()
     # the client saw exactly what the gateway recorded: the cut ones broke, the rest finished
-    client = dict(zip(r["request_id"].tolist(), r["status"].tolist()))
-    assert all(client[i] == s for i, s in zip(g["request_id"].tolist(), g["status"].tolist()))
+    client = dict(zip(r["request_id"].tolist(), r["status"].tolist(), strict=True))
+    assert all(client[i] == s for i, s in zip(g["request_id"].tolist(), g["status"].tolist(), strict=True))
 
 
 def test_weights_change_at_run_time_through_the_loopback_admin_api():
     async def scenario():
-        async with running_twin() as base, running_twin() as cand:
-            async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw, httpx.AsyncClient() as c:
-                first = await replay_async(gw.url, SERVED, *schedule(20))
-                set_half = (await c.post(f"{gw.url}/admin/weights", json={"candidate": 1.0})).json()
-                second = await replay_async(gw.url, SERVED, *schedule(20))
-                bad = await c.post(f"{gw.url}/admin/weights", json={"candidate": 2})
-                back = (await c.post(f"{gw.url}/admin/weights", json={"candidate": 0})).json()
-                await gw.settle()
-                return first, second, set_half, bad.status_code, back, gw.table(), gw.weight_log
+        async with (
+            running_twin() as base,
+            running_twin() as cand,
+            running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw,
+            httpx.AsyncClient() as c,
+        ):
+            first = await replay_async(gw.url, SERVED, *schedule(20))
+            set_half = (await c.post(f"{gw.url}/admin/weights", json={"candidate": 1.0})).json()
+            second = await replay_async(gw.url, SERVED, *schedule(20))
+            bad = await c.post(f"{gw.url}/admin/weights", json={"candidate": 2})
+            back = (await c.post(f"{gw.url}/admin/weights", json={"candidate": 0})).json()
+            await gw.settle()
+            return first, second, set_half, bad.status_code, back, gw.table(), gw.weight_log
 
     first, second, state, bad, back, table, log = asyncio.run(scenario())
     g = columns(table)
@@ -122,7 +134,11 @@ def test_weights_change_at_run_time_through_the_loopback_admin_api():
 
 def test_a_request_the_gateway_cannot_read_is_refused_and_still_recorded():
     async def scenario():
-        async with running_twin() as base, running_gateway(GatewayConfig(baseline=base.url)) as gw, httpx.AsyncClient() as c:
+        async with (
+            running_twin() as base,
+            running_gateway(GatewayConfig(baseline=base.url)) as gw,
+            httpx.AsyncClient() as c,
+        ):
             r = await c.post(f"{gw.url}/v1/completions", content=b"{not json", headers={"x-request-id": "77"})
             await gw.settle()
             return r.status_code, r.json(), gw.table()
@@ -147,7 +163,9 @@ def test_a_request_open_when_the_gateway_stops_is_recorded_as_cut():
         server = await asyncio.start_server(silent, "127.0.0.1", 0)
         upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         async with running_gateway(GatewayConfig(baseline=upstream)) as gw, httpx.AsyncClient() as c:
-            pending = asyncio.create_task(c.post(f"{gw.url}/v1/completions", json={"prompt": "x", "max_tokens": 4}, headers={"x-request-id": "5"}))
+            pending = asyncio.create_task(
+                c.post(f"{gw.url}/v1/completions", json={"prompt": "x", "max_tokens": 4}, headers={"x-request-id": "5"})
+            )
             while not gw.requests_open:
                 await asyncio.sleep(0.01)
             await gw.stop(grace_s=0.2)
@@ -161,7 +179,11 @@ def test_a_request_open_when_the_gateway_stops_is_recorded_as_cut():
         return table
 
     g = columns(asyncio.run(scenario()))
-    assert g["request_id"].tolist() == [5] and g["outcome"].tolist() == ["failed_midstream"] and g["error"].tolist() == ["gateway: stopped"]
+    assert (
+        g["request_id"].tolist() == [5]
+        and g["outcome"].tolist() == ["failed_midstream"]
+        and g["error"].tolist() == ["gateway: stopped"]
+    )
 
 
 def test_a_stalled_shadow_does_not_slow_production():
@@ -173,7 +195,9 @@ def test_a_stalled_shadow_does_not_slow_production():
 
     async def run(shadow: bool):
         async with running_twin() as base, running_twin(stall_s=3600.0) as stalled:
-            shadows = (ShadowTarget("stalled", stalled.url, share=1.0, max_in_flight=8, timeout_s=60.0),) if shadow else ()
+            shadows = (
+                (ShadowTarget("stalled", stalled.url, share=1.0, max_in_flight=8, timeout_s=60.0),) if shadow else ()
+            )
             async with running_gateway(GatewayConfig(baseline=base.url, shadows=shadows)) as gw:
                 res = await asyncio.wait_for(replay_async(gw.url, SERVED, arrival, isl, osl), BOUND_S)
                 return res, gw

@@ -27,8 +27,20 @@ def test_the_gateway_process_serves_and_records(tmp_path):
 
     record = tmp_path / "gw" / "rows.jsonl"
     with twin_server("--model", "Llama-3.1-8B", "--gpu", "H100-SXM-80GB", "--served-model-name", "m") as (_, twin_url):
-        cmd = [sys.executable, "-m", "llmcap", "gateway", "--baseline", twin_url, "--candidate", twin_url,
-               "--port", "0", "--record", str(record)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmcap",
+            "gateway",
+            "--baseline",
+            twin_url,
+            "--candidate",
+            twin_url,
+            "--port",
+            "0",
+            "--record",
+            str(record),
+        ]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -66,15 +78,23 @@ def test_a_gateway_whose_deployment_serves_nothing_exits_unreachable(tmp_path):
     with socket.socket() as closed:  # bound, never listening: every forward is refused
         closed.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{closed.getsockname()[1]}"
-        proc = subprocess.Popen([sys.executable, "-m", "llmcap", "gateway", "--baseline", dead, "--port", "0", "--record", str(record)],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llmcap", "gateway", "--baseline", dead, "--port", "0", "--record", str(record)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             ready, _, _ = select.select([proc.stdout], [], [], 60)
             url = proc.stdout.readline().strip().rsplit(" ", 1)[-1] if ready else ""
 
             async def traffic():
                 async with httpx.AsyncClient() as c:
-                    return [await stream_completion(c, url, "m", token_prompt(40, 1000, k), 5, timeout_s=20) for k in range(3)]
+                    return [
+                        await stream_completion(c, url, "m", token_prompt(40, 1000, k), 5, timeout_s=20)
+                        for k in range(3)
+                    ]
 
             sent = asyncio.run(traffic())
         finally:

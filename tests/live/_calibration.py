@@ -71,11 +71,19 @@ class Calibration:
         return self.fit.client_overhead_s
 
 
-def profile_spec(cells: tuple[tuple[int, int], ...], max_num_batched_tokens: int, repeats: int = PROFILE_REPEATS,
-                 warmup: bool = True) -> ProfileSpec:
+def profile_spec(
+    cells: tuple[tuple[int, int], ...], max_num_batched_tokens: int, repeats: int = PROFILE_REPEATS, warmup: bool = True
+) -> ProfileSpec:
     """How the session's profile measures `cells` (the speed probe re-measures two of them the same way)."""
-    return ProfileSpec(cells=cells, osl=PROFILE_OSL, repeats=repeats, vocab_size=1000, ttft_probes=TTFT_PROBES,
-                       max_num_batched_tokens=max_num_batched_tokens, warmup=warmup)
+    return ProfileSpec(
+        cells=cells,
+        osl=PROFILE_OSL,
+        repeats=repeats,
+        vocab_size=1000,
+        ttft_probes=TTFT_PROBES,
+        max_num_batched_tokens=max_num_batched_tokens,
+        warmup=warmup,
+    )
 
 
 def calibrate(base_url: str, model: str, max_num_batched_tokens: int) -> Calibration:
@@ -108,16 +116,24 @@ class Frontend:
         return self.ttft_s - self.queue_s - self.prefill_s
 
     def describe(self) -> str:
-        return (f"{self.requests} requests alone: vLLM TTFT {self.ttft_s * 1e3:.1f} ms = queue {self.queue_s * 1e3:.1f} + prefill "
-                f"{self.prefill_s * 1e3:.1f} + API server {self.rest_s * 1e3:.1f} ms")
+        return (
+            f"{self.requests} requests alone: vLLM TTFT {self.ttft_s * 1e3:.1f} ms = queue {self.queue_s * 1e3:.1f} + prefill "
+            f"{self.prefill_s * 1e3:.1f} + API server {self.rest_s * 1e3:.1f} ms"
+        )
 
 
 def measure_frontend(base_url: str, model: str) -> Frontend:
     """Requests alone (ISLs cycling through FRONTEND_ISL, 2 output tokens), the engine's histograms over them.
     With the engine idle at each arrival, no step is in progress to wait for: the rest is the API server's."""
     isl = np.array([FRONTEND_ISL[k % len(FRONTEND_ISL)] for k in range(FRONTEND_PROBES)], dtype=np.int64)
-    probes = pa.table({"request_id": np.arange(isl.size), "arrival_s": np.arange(isl.size) * FRONTEND_GAP_S, "isl": isl,
-                       "osl": np.full(isl.size, 2, dtype=np.int64)})
+    probes = pa.table(
+        {
+            "request_id": np.arange(isl.size),
+            "arrival_s": np.arange(isl.size) * FRONTEND_GAP_S,
+            "isl": isl,
+            "osl": np.full(isl.size, 2, dtype=np.int64),
+        }
+    )
     _, sums0 = scrape_histograms(base_url)
     res = replay(base_url, model, probes, seed=FRONTEND_PROMPT_SEED)
     _, sums1 = scrape_histograms(base_url)
@@ -129,6 +145,7 @@ def measure_frontend(base_url: str, model: str) -> Frontend:
 
 
 # ------------------------------------------------------------------ the engine's histograms
+
 
 def histogram_buckets(lo_s: float = 1e-3, hi_s: float = 60.0, ratio: float = 1.04) -> list[float]:
     """Log-spaced upper bounds lo_s·ratio^k up to the first one >= hi_s (4% wide by default: ~280 buckets,
@@ -152,8 +169,9 @@ Histograms = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (upper bounds, 
 Sums = dict[str, tuple[float, float]]  # name -> (sum, count)
 
 
-def scrape_histograms(base_url: str, names: tuple[str, ...] = (TTFT_HIST, ITL_HIST),
-                      mean_names: tuple[str, ...] = MEAN_HISTS) -> tuple[Histograms, Sums]:
+def scrape_histograms(
+    base_url: str, names: tuple[str, ...] = (TTFT_HIST, ITL_HIST), mean_names: tuple[str, ...] = MEAN_HISTS
+) -> tuple[Histograms, Sums]:
     """One /metrics read: the buckets of `names` and the (sum, count) of `mean_names`, each summed over
     label sets (one engine)."""
     text = httpx.get(f"{base_url}/metrics", timeout=30.0).text
@@ -229,13 +247,17 @@ def azure_workload(max_model_len: int) -> pa.Table:
 def engine_config(engine) -> EngineConfig:  # engine: tests.live.conftest.LiveEngine
     """The simulator's replica = the live engine's own settings (KV as it reports it)."""
     return EngineConfig(
-        num_blocks=engine.kv.num_blocks, block_size=engine.kv.block_size, max_num_seqs=engine.max_num_seqs,
-        max_num_batched_tokens=engine.max_num_batched_tokens, enable_prefix_caching=bool(engine.kv.prefix_caching),
+        num_blocks=engine.kv.num_blocks,
+        block_size=engine.kv.block_size,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        enable_prefix_caching=bool(engine.kv.prefix_caching),
         kv_bytes_per_token=engine.kv.bytes_per_token or 0.0,
     )
 
 
 # ------------------------------------------------------------------ a replay, measured from both sides
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -310,22 +332,26 @@ def profile_probe(cal: Calibration) -> SpeedProbe:
 
 def probe_speed(base_url: str, model: str, max_num_batched_tokens: int) -> SpeedProbe:
     """PROBE_CELLS once (~1 s; fresh prompts, the profile's OSL and TTFT probes, no warm-up)."""
-    return _probe_of(measure_endpoint(base_url, model, profile_spec(PROBE_CELLS, max_num_batched_tokens, repeats=1, warmup=False)))
+    return _probe_of(
+        measure_endpoint(base_url, model, profile_spec(PROBE_CELLS, max_num_batched_tokens, repeats=1, warmup=False))
+    )
 
 
 def probe_factors(ref: SpeedProbe, *probes: SpeedProbe) -> tuple[float, float]:
     """(prefill, decode) speed of the engine around a run against the profile's: the TTFT and decode-step
     ratios of the probes taken around it, each averaged (`CalibratedFit.scaled_by_phase` takes them)."""
-    prefill, decode = (float(np.mean(x)) for x in zip(*(p.ratio(ref) for p in probes)))
+    prefill, decode = (float(np.mean(x)) for x in zip(*(p.ratio(ref) for p in probes), strict=True))
     return prefill, decode
 
 
-def speed_band(ref: SpeedProbe, *probes: SpeedProbe, lone: bool = False) -> tuple[tuple[float, float], tuple[float, float]]:
+def speed_band(
+    ref: SpeedProbe, *probes: SpeedProbe, lone: bool = False
+) -> tuple[tuple[float, float], tuple[float, float]]:
     """((prefill, decode) fastest, (prefill, decode) slowest) speed factors among the engine's readings
     around a run: the profile's own (1, 1) and each probe's ratio to it. The engine ran the run at a speed
     known only to within these readings (a probe lasts a second, a replay half a minute). `lone`: the run's
     decode steps are mostly a lone sequence's after idle (a light rate), so the probes' lone-sequence decode
     readings count among the decode readings too."""
-    prefill, decode = zip((1.0, 1.0), *(p.ratio(ref) for p in probes))
+    prefill, decode = zip((1.0, 1.0), *(p.ratio(ref) for p in probes), strict=True)
     decode = decode + tuple(p.lone_ratio(ref) for p in probes) if lone else decode
     return (min(prefill), min(decode)), (max(prefill), max(decode))

@@ -32,37 +32,62 @@ class FidelityRow:
 
     def as_dict(self) -> dict:
         v = self.verdict
-        return {"case": self.case, "metric": self.metric, "predicted": list(v.predicted), "measured": list(v.measured),
-                "median_measured": float(np.median(v.measured)), "spread_iqr_over_median": v.spread,
-                "error": v.error, "agree": v.agree, "inside_range": v.inside_range, "passed": v.passed,
-                "unscaled_predicted": self.unscaled, "reason": v.reason,
-                **({"band_low": list(v.band[0]), "band_high": list(v.band[1]), "band_width": v.band_width} if v.band else {})}
+        return {
+            "case": self.case,
+            "metric": self.metric,
+            "predicted": list(v.predicted),
+            "measured": list(v.measured),
+            "median_measured": float(np.median(v.measured)),
+            "spread_iqr_over_median": v.spread,
+            "error": v.error,
+            "agree": v.agree,
+            "inside_range": v.inside_range,
+            "passed": v.passed,
+            "unscaled_predicted": self.unscaled,
+            "reason": v.reason,
+            **(
+                {"band_low": list(v.band[0]), "band_high": list(v.band[1]), "band_width": v.band_width}
+                if v.band
+                else {}
+            ),
+        }
 
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
 def render(check: str, rows: list[FidelityRow], unit: str = "ms", scale: float = 1e3) -> str:
-    head = (f"| case | metric | predicted {unit} | repeats {unit} | median {unit} | spread | error | verdict |\n"
-            "|---|---|---|---|---|---|---|---|")
+    head = (
+        f"| case | metric | predicted {unit} | repeats {unit} | median {unit} | spread | error | verdict |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
     lines = [f"# {check}", "", head]
     for r in rows:
         v = r.verdict
-        pred = (f"{np.median(v.predicted) * scale:.2f}" if v.band is None else
-                f"{np.median(v.band[0]) * scale:.2f}-{np.median(v.band[1]) * scale:.2f}")
+        pred = (
+            f"{np.median(v.predicted) * scale:.2f}"
+            if v.band is None
+            else f"{np.median(v.band[0]) * scale:.2f}-{np.median(v.band[1]) * scale:.2f}"
+        )
         if r.unscaled is not None:
             pred += f" (unscaled {r.unscaled * scale:.2f})"
         reps = ", ".join(f"{x * scale:.2f}" for x in v.measured)
-        lines.append(f"| {r.case} | {r.metric} | {pred} | {reps} | {np.median(v.measured) * scale:.2f} | {v.spread:.1%} | "
-                     f"{v.error:+.1%} | {'pass' if v.passed else 'FAIL'} |")
+        lines.append(
+            f"| {r.case} | {r.metric} | {pred} | {reps} | {np.median(v.measured) * scale:.2f} | {v.spread:.1%} | "
+            f"{v.error:+.1%} | {'pass' if v.passed else 'FAIL'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def write_fidelity_table(check: str, rows: list[FidelityRow], context: dict, unit: str = "ms", scale: float = 1e3) -> Path:
+def write_fidelity_table(
+    check: str, rows: list[FidelityRow], context: dict, unit: str = "ms", scale: float = 1e3
+) -> Path:
     """Write the table (json + markdown) under .work/live-fidelity/ and log it to MLflow; print the markdown."""
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     commit = _commit()

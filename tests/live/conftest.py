@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,9 @@ import pytest
 
 from llmcap.live.engine_kv import CacheConfigInfo, KVCacheLogInfo, parse_cache_config_info, parse_kv_cache_log
 from tests.live._calibration import (
-    Calibration, calibrate, histogram_buckets,
+    Calibration,
+    calibrate,
+    histogram_buckets,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,9 +73,7 @@ ENGINE_CORE_NICE = int(os.environ.get("LLMCAP_ENGINE_CORE_NICE", str(max(-20, EN
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "live: tests against a real vLLM engine on the CPU (slow start, ~1-2 min)"
-    )
+    config.addinivalue_line("markers", "live: tests against a real vLLM engine on the CPU (slow start, ~1-2 min)")
 
 
 @dataclass(frozen=True)
@@ -151,16 +151,20 @@ def _run_step(what: str, cmd: list[str], log: Path, env: dict[str, str]) -> str:
     with log.open("w") as out:
         try:
             proc = subprocess.run(
-                cmd, stdout=subprocess.PIPE, stderr=out, text=True, env=env,
-                cwd=REPO, timeout=INSTALL_TIMEOUT_S, check=False,
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=out,
+                text=True,
+                env=env,
+                cwd=REPO,
+                timeout=INSTALL_TIMEOUT_S,
+                check=False,
             )
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{what} timed out after {INSTALL_TIMEOUT_S} s; log {log}:\n{_tail(log)}",
-                        pytrace=False)
+            pytest.fail(f"{what} timed out after {INSTALL_TIMEOUT_S} s; log {log}:\n{_tail(log)}", pytrace=False)
         out.write(proc.stdout)
     if proc.returncode != 0:
-        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n"
-                    f"log {log}:\n{_tail(log)}", pytrace=False)
+        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\nlog {log}:\n{_tail(log)}", pytrace=False)
     lines = proc.stdout.strip().splitlines()
     if not lines:
         pytest.fail(f"{what} printed nothing on stdout; log {log}:\n{_tail(log)}", pytrace=False)
@@ -203,10 +207,8 @@ def _boost_engine_core(pgid: int, nice: int) -> list[str]:
 def _die_with_parent() -> None:  # runs in the child, before exec
     os.setsid()
     _raise_priority(ENGINE_NICE)  # inherited by the engine core and worker processes it spawns
-    try:  # PR_SET_PDEATHSIG: SIGTERM the server if pytest itself dies
+    with suppress(OSError):  # PR_SET_PDEATHSIG: SIGTERM the server if pytest itself dies
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -214,17 +216,13 @@ def _stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
     pgid = proc.pid  # the server leads its own session/group (setsid above)
 
     def signal_group(sig: int) -> None:
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(pgid, sig)
-        except ProcessLookupError:
-            pass
 
     if proc.poll() is None:
         signal_group(signal.SIGTERM)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
     # Engine-core and worker children share the group and may outlive the leader.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -268,15 +266,15 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
     if uv:
         env["UV"] = uv
 
-    venv = Path(_run_step("install engine", ["bash", str(ENGINE_SCRIPTS / "install.sh")],
-                          work / "install.log", env))
+    venv = Path(_run_step("install engine", ["bash", str(ENGINE_SCRIPTS / "install.sh")], work / "install.log", env))
     py = venv / "bin" / "python"
-    model_dir = Path(_run_step("make tiny model",
-                               [str(py), str(ENGINE_SCRIPTS / "make_tiny_model.py")],
-                               work / "make_model.log", env))
+    model_dir = Path(
+        _run_step(
+            "make tiny model", [str(py), str(ENGINE_SCRIPTS / "make_tiny_model.py")], work / "make_model.log", env
+        )
+    )
     if not (model_dir / "config.json").is_file():
-        pytest.fail(f"make_tiny_model.py gave {model_dir}, which has no config.json",
-                    pytrace=False)
+        pytest.fail(f"make_tiny_model.py gave {model_dir}, which has no config.json", pytrace=False)
 
     kv_gib = float(os.environ.get("LLMCAP_ENGINE_KV_GIB", "1"))
     ncpu = len(os.sched_getaffinity(0))
@@ -285,8 +283,7 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
         "VLLM_CPU_KVCACHE_SPACE": f"{kv_gib:g}",
         # "auto" binds the compute threads to one core per NUMA node and reserves one for the
         # engine's scheduler/API processes; a 1-CPU box can't reserve one, so don't bind there.
-        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get(
-            "LLMCAP_ENGINE_OMP_BIND", "auto" if ncpu >= 2 else "nobind"),
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("LLMCAP_ENGINE_OMP_BIND", "auto" if ncpu >= 2 else "nobind"),
         "VLLM_HOST_IP": "127.0.0.1",  # keep the engine's internal sockets on loopback
         "VLLM_CACHE_ROOT": str(venv.parent / "vllm-cache"),  # torch.compile cache, reused
         "VLLM_NO_USAGE_STATS": "1",
@@ -304,21 +301,32 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     own_nice = os.getpriority(os.PRIO_PROCESS, 0)
-    boosted = boost_client and ENGINE_NICE < own_nice and _raise_priority(ENGINE_NICE)  # the client side: this process
+    boosted = boost_client and own_nice > ENGINE_NICE and _raise_priority(ENGINE_NICE)  # the client side: this process
     log_path = work / "vllm-server.log"
     cmd = [
-        str(py), str(ENGINE_SCRIPTS / "serve.py"), str(model_dir),
-        "--served-model-name", SERVED_MODEL_NAME,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", str(MAX_MODEL_LEN),
-        "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
-        "--max-num-seqs", str(MAX_NUM_SEQS),
+        str(py),
+        str(ENGINE_SCRIPTS / "serve.py"),
+        str(model_dir),
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-batched-tokens",
+        str(MAX_NUM_BATCHED_TOKENS),
+        "--max-num-seqs",
+        str(MAX_NUM_SEQS),
         # TTFT / ITL histograms 4% wide (vLLM's ITL buckets start at 10 ms; steps here take ~2-60 ms)
-        "--custom-histogram-buckets", json.dumps({"time_to_first_token": histogram_buckets(),
-                                                  "inter_token_latency": histogram_buckets()}),
+        "--custom-histogram-buckets",
+        json.dumps({"time_to_first_token": histogram_buckets(), "inter_token_latency": histogram_buckets()}),
         "--enable-prefix-caching",
-        "--dtype", "bfloat16",
-        "--seed", "0",
+        "--dtype",
+        "bfloat16",
+        "--seed",
+        "0",
         *extra_args,
     ]
     timeout_s = float(os.environ.get("LLMCAP_ENGINE_STARTUP_TIMEOUT", "300"))
@@ -326,16 +334,23 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
     t0 = time.monotonic()
     log_file = log_path.open("w")
     proc = subprocess.Popen(
-        cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env=env, cwd=work, preexec_fn=_die_with_parent,
+        cmd,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=work,
+        preexec_fn=_die_with_parent,
     )
     try:
         healthy = False
         with httpx.Client(timeout=5.0) as client:
             while time.monotonic() - t0 < timeout_s:
                 if proc.poll() is not None:
-                    pytest.fail(f"vLLM server exited with {proc.returncode} during startup; "
-                                f"log {log_path}:\n{_tail(log_path)}", pytrace=False)
+                    pytest.fail(
+                        f"vLLM server exited with {proc.returncode} during startup; log {log_path}:\n{_tail(log_path)}",
+                        pytrace=False,
+                    )
                 try:
                     if client.get(f"{base_url}/health").status_code == 200:
                         healthy = True
@@ -344,8 +359,10 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
                     pass
                 time.sleep(1.0)
             if not healthy:
-                pytest.fail(f"vLLM server not healthy after {timeout_s:.0f} s; "
-                            f"log {log_path}:\n{_tail(log_path)}", pytrace=False)
+                pytest.fail(
+                    f"vLLM server not healthy after {timeout_s:.0f} s; log {log_path}:\n{_tail(log_path)}",
+                    pytrace=False,
+                )
             startup_s = time.monotonic() - t0
             core_boosted = _boost_engine_core(proc.pid, ENGINE_CORE_NICE)
             version = client.get(f"{base_url}/version").json()["version"]
@@ -354,34 +371,46 @@ def engine_server(work: Path, boost_client: bool = True, extra_args: tuple[str, 
         from_log = parse_kv_cache_log(log_path.read_text(errors="replace"))
         from_metrics = parse_cache_config_info(metrics)
         if from_log is None:
-            pytest.fail(f"no 'KV cache size: N tokens' line in {log_path}:\n{_tail(log_path)}",
-                        pytrace=False)
+            pytest.fail(f"no 'KV cache size: N tokens' line in {log_path}:\n{_tail(log_path)}", pytrace=False)
         if from_metrics is None:
-            pytest.fail("/metrics has no vllm:cache_config_info with block_size and "
-                        f"num_gpu_blocks:\n{metrics[:3000]}", pytrace=False)
+            pytest.fail(
+                f"/metrics has no vllm:cache_config_info with block_size and num_gpu_blocks:\n{metrics[:3000]}",
+                pytrace=False,
+            )
         kv = EngineKV(
             kv_space_gib=kv_gib,
             block_size=from_metrics.block_size,
             num_blocks=from_metrics.num_blocks,
             capacity_tokens=from_log.capacity_tokens,
             memory_bytes=from_metrics.memory_bytes,
-            bytes_per_token=(from_metrics.memory_bytes / from_log.capacity_tokens
-                             if from_metrics.memory_bytes else None),
+            bytes_per_token=(
+                from_metrics.memory_bytes / from_log.capacity_tokens if from_metrics.memory_bytes else None
+            ),
             prefix_caching=from_metrics.prefix_caching,
             max_model_len=MAX_MODEL_LEN,
             from_log=from_log,
             from_metrics=from_metrics,
         )
         engine = LiveEngine(
-            base_url=base_url, model=SERVED_MODEL_NAME, model_dir=model_dir,
-            log_path=log_path, version=version, packages=_read_marker(venv), pid=proc.pid,
-            kv=kv, startup_seconds=startup_s, venv=venv, env=engine_env,
+            base_url=base_url,
+            model=SERVED_MODEL_NAME,
+            model_dir=model_dir,
+            log_path=log_path,
+            version=version,
+            packages=_read_marker(venv),
+            pid=proc.pid,
+            kv=kv,
+            startup_seconds=startup_s,
+            venv=venv,
+            env=engine_env,
         )
-        print(f"[vllm_engine] up in {startup_s:.1f} s: vllm {version} {engine.packages}, "
-              f"KV {kv.capacity_tokens} tokens = {kv.num_blocks} blocks x {kv.block_size}, "
-              f"{kv.bytes_per_token} B/token; engine and client at nice "
-              f"{ENGINE_NICE if boosted else own_nice}; {', '.join(core_boosted) or 'no engine process'} at nice "
-              f"{ENGINE_CORE_NICE if core_boosted else ENGINE_NICE if boosted else own_nice}")
+        print(
+            f"[vllm_engine] up in {startup_s:.1f} s: vllm {version} {engine.packages}, "
+            f"KV {kv.capacity_tokens} tokens = {kv.num_blocks} blocks x {kv.block_size}, "
+            f"{kv.bytes_per_token} B/token; engine and client at nice "
+            f"{ENGINE_NICE if boosted else own_nice}; {', '.join(core_boosted) or 'no engine process'} at nice "
+            f"{ENGINE_CORE_NICE if core_boosted else ENGINE_NICE if boosted else own_nice}"
+        )
         yield engine
     finally:
         _stop(proc)
@@ -396,6 +425,9 @@ def calibration(vllm_engine: LiveEngine) -> Calibration:
     t0 = time.monotonic()
     cal = calibrate(vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
     coef = cal.fit.to_dict()["coefficients"]
-    print(f"[calibration] profiled in {time.monotonic() - t0:.0f} s ({cal.measurement.spec.repeats} repeats): "
-          + ", ".join(f"{k}={v:.3g}" for k, v in coef.items()) + f"; frontend: {cal.frontend.describe()}")
+    print(
+        f"[calibration] profiled in {time.monotonic() - t0:.0f} s ({cal.measurement.spec.repeats} repeats): "
+        + ", ".join(f"{k}={v:.3g}" for k, v in coef.items())
+        + f"; frontend: {cal.frontend.describe()}"
+    )
     return cal

@@ -48,8 +48,7 @@ def test_parses_cache_config_info():
     info = parse_cache_config_info(METRICS)
     assert info is not None
     assert (info.block_size, info.num_blocks, info.capacity_tokens) == (128, 4096, 524_288)
-    assert (info.memory_bytes, info.size_tokens_label, info.prefix_caching) == (
-        1 << 30, 524_288, True)
+    assert (info.memory_bytes, info.size_tokens_label, info.prefix_caching) == (1 << 30, 524_288, True)
     assert info.bytes_per_token == 2048
 
 

@@ -48,7 +48,7 @@ def stream_completion(engine, prompt: list[int], max_tokens: int) -> tuple[list[
         for line in (x for chunk in r.iter_bytes() for x in lines.feed(chunk)):
             if not line.startswith("data: "):
                 continue
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             if data == "[DONE]":
                 done = True
                 break
@@ -84,8 +84,7 @@ def test_streaming_completion_has_exact_token_counts(vllm_engine, n_prompt, n_ou
     assert usage["prompt_tokens"] == n_prompt
     assert usage["completion_tokens"] == n_out
     assert usage["total_tokens"] == n_prompt + n_out
-    print(f"\n[live] prompt {n_prompt} + {n_out} tokens in {elapsed:.3f} s "
-          f"= {n_out / elapsed:.1f} output tokens/s")
+    print(f"\n[live] prompt {n_prompt} + {n_out} tokens in {elapsed:.3f} s = {n_out / elapsed:.1f} output tokens/s")
 
 
 def test_metrics_expose_cache_config_info(vllm_engine):
@@ -101,8 +100,7 @@ def test_metrics_expose_cache_config_info(vllm_engine):
     assert block_size > 0 and num_blocks > 0
     assert (block_size, num_blocks) == (vllm_engine.kv.block_size, vllm_engine.kv.num_blocks)
     # The load-facing gauges the planner's probes read are there too.
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
-                 "vllm:kv_cache_usage_perc"):
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
         assert name in families, name
 
 
@@ -118,8 +116,7 @@ def test_log_kv_capacity_equals_blocks_times_block_size(vllm_engine):
     assert from_log.capacity_tokens == kv.num_blocks * kv.block_size
     if kv.from_metrics.size_tokens_label is not None:
         assert kv.from_metrics.size_tokens_label == from_log.capacity_tokens
-    assert from_log.max_concurrency == pytest.approx(
-        from_log.capacity_tokens / from_log.max_model_len, abs=0.01)
+    assert from_log.max_concurrency == pytest.approx(from_log.capacity_tokens / from_log.max_model_len, abs=0.01)
 
 
 def test_kv_capacity_matches_the_model_shape(vllm_engine):

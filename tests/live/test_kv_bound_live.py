@@ -30,12 +30,16 @@ PROMPT_SEED0 = 70_000  # every replay its own prompts (no prefix-cache hits acro
 
 
 def workload() -> pa.Table:
-    return pa.table({"request_id": np.arange(N), "arrival_s": np.arange(N) * 1e-3, "isl": np.full(N, ISL), "osl": np.full(N, OSL)})
+    return pa.table(
+        {"request_id": np.arange(N), "arrival_s": np.arange(N) * 1e-3, "isl": np.full(N, ISL), "osl": np.full(N, OSL)}
+    )
 
 
 def throughput(records: pa.Table) -> float:
     fin = records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)
-    return float(records.column("osl").to_numpy().sum() / (np.nanmax(fin) - records.column("arrival_s").to_numpy().min()))
+    return float(
+        records.column("osl").to_numpy().sum() / (np.nanmax(fin) - records.column("arrival_s").to_numpy().min())
+    )
 
 
 def preemptions(base_url: str) -> float:
@@ -64,7 +68,11 @@ def test_preemptions_and_throughput_of_a_kv_bound_engine_within_its_repeat_envel
             before = after
 
     def run(policy: str, fit):
-        return simulate(trace, fit, config.model_copy(update={"engine": config.engine.model_copy(update={"admission_policy": policy})}))
+        return simulate(
+            trace,
+            fit,
+            config.model_copy(update={"engine": config.engine.model_copy(update={"admission_policy": policy})}),
+        )
 
     predicted = run("vllm", calibration.fit)
     fast = [throughput(run("vllm", calibration.fit.scaled_by_phase(*lo)).records) for lo, _ in bands]
@@ -72,11 +80,16 @@ def test_preemptions_and_throughput_of_a_kv_bound_engine_within_its_repeat_envel
     no_evict = run("trtllm-guaranteed-no-evict", calibration.fit)
     pre_verdict = judge(max(predicted.summary["preemptions"], 1e-9), np.maximum(measured_pre, 1e-9))
     tput_verdict = judge_band(np.minimum(fast, slow), np.maximum(fast, slow), measured_tput)
-    print(f"\n[kv-bound] engine {BLOCKS} blocks x {engine.kv.block_size}; {N} x {ISL}/{OSL}: preemptions measured {measured_pre}, "
-          f"predicted {predicted.summary['preemptions']} ({pre_verdict.reason}); output tok/s measured "
-          + ", ".join(f"{x:.0f}" for x in measured_tput) + f", predicted {throughput(predicted.records):.0f} unscaled ({tput_verdict.reason}); "
-          f"guaranteed-no-evict would preempt {no_evict.summary['preemptions']} times at {throughput(no_evict.records):.0f} tok/s")
-    assert min(measured_pre) > 0 and predicted.summary["preemptions"] > 0  # the regime is the preemption one, on both sides
+    print(
+        f"\n[kv-bound] engine {BLOCKS} blocks x {engine.kv.block_size}; {N} x {ISL}/{OSL}: preemptions measured {measured_pre}, "
+        f"predicted {predicted.summary['preemptions']} ({pre_verdict.reason}); output tok/s measured "
+        + ", ".join(f"{x:.0f}" for x in measured_tput)
+        + f", predicted {throughput(predicted.records):.0f} unscaled ({tput_verdict.reason}); "
+        f"guaranteed-no-evict would preempt {no_evict.summary['preemptions']} times at {throughput(no_evict.records):.0f} tok/s"
+    )
+    assert (
+        min(measured_pre) > 0 and predicted.summary["preemptions"] > 0
+    )  # the regime is the preemption one, on both sides
     assert no_evict.summary["preemptions"] == 0
     assert pre_verdict.passed, pre_verdict.reason
     assert tput_verdict.passed, tput_verdict.reason

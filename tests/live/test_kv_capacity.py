@@ -14,9 +14,8 @@ import re
 import pytest
 
 from llmcap.catalog import load_model
-from llmcap.memory import Parallelism, kv_bytes_per_token_per_rank, vllm_kv_capacity_tokens
-
 from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
+from llmcap.memory import Parallelism, kv_bytes_per_token_per_rank, vllm_kv_capacity_tokens
 
 pytestmark = pytest.mark.live
 
@@ -44,8 +43,10 @@ def test_predicted_capacity_equals_the_engine_log_and_metrics(vllm_engine):
     predicted = vllm_kv_capacity_tokens(model, kv_bytes, kv.block_size, kv_dtype="bf16")
 
     log_line, metrics_line = _recorded_lines(vllm_engine)
-    print(f"\n[live] log:     {log_line}\n[live] metrics: {metrics_line}\n[live] predicted {predicted:,} tokens "
-          f"({kv_bytes:,} B / {kv_bytes_per_token_per_rank(model, Parallelism()):,.0f} B/token, block {kv.block_size})")
+    print(
+        f"\n[live] log:     {log_line}\n[live] metrics: {metrics_line}\n[live] predicted {predicted:,} tokens "
+        f"({kv_bytes:,} B / {kv_bytes_per_token_per_rank(model, Parallelism()):,.0f} B/token, block {kv.block_size})"
+    )
 
     from_log = parse_kv_cache_log(vllm_engine.log_text())
     from_metrics = parse_cache_config_info(vllm_engine.metrics_text())

@@ -38,6 +38,7 @@ from tests.live._fidelity_table import FidelityRow, write_fidelity_table
 
 pytestmark = pytest.mark.live
 
+
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -77,16 +78,26 @@ def held_out_itl_repeats(m, fit, isl: int, c: int) -> tuple[list[float], list[fl
 def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):
     m = measured
     assert not m.failed_runs, [r.results[0].error for r in m.failed_runs]
-    fp = endpoint_fingerprint(m, device_sku=f"cpu:{_cpu_name()}", device_count=1,
-                              runtime_version=f"torch {vllm_engine.packages.get('torch')}",
-                              quantization="bf16", max_num_seqs=128)
+    fp = endpoint_fingerprint(
+        m,
+        device_sku=f"cpu:{_cpu_name()}",
+        device_count=1,
+        runtime_version=f"torch {vllm_engine.packages.get('torch')}",
+        quantization="bf16",
+        max_num_seqs=128,
+    )
     profile = to_profile(m, fp, fit_cells=FIT, kv_capacity_tokens=vllm_engine.kv.capacity_tokens)
     fit = profile.fit
     assert fit is not None and fit.n_observations >= 10
 
     # the table part of the profile: the fit cells only (the held-out cells are what we predict)
     fit_keys = set(FIT)
-    mask = [(i, c) in fit_keys for i, c in zip(profile.points.column("isl").to_pylist(), profile.points.column("concurrency").to_pylist())]
+    mask = [
+        (i, c) in fit_keys
+        for i, c in zip(
+            profile.points.column("isl").to_pylist(), profile.points.column("concurrency").to_pylist(), strict=True
+        )
+    ]
     table_model = ProfileStepModel(profile.points.filter(mask), fit)
 
     rows = []
@@ -101,31 +112,55 @@ def test_fit_predicts_held_out_points(vllm_engine, measured, tmp_path):
             pred = float(decode_step_time(fit.model, c, cell.decode_context_mean)[0])
             table = float(decode_step_time(table_model, c, cell.decode_context_mean)[0])
             rows.append((role, f"ITL/{cell.itl_source[:3]}", isl, c, cell.itl_mean_s, pred, table))
-    print(f"\n[live] profile of vLLM {m.version} ({m.wall_s:.0f} s, {m.spec.repeats} repeats, OSL {m.spec.osl}); "
-          f"NNLS fit: {', '.join(f'{k}={v:.3g}' for k, v in fit.to_dict()['coefficients'].items())}")
-    print("predicted = the NNLS-fitted LinearStepModel (TTFT: client overhead + chunked prefill; mean ITL: one decode "
-          "step of c sequences at the cell's mean context); table = ProfileStepModel on the fit cells' table; "
-          "ITL/cli = measured from the SSE streams, ITL/ser = engine's /metrics (the server held the streams back)")
-    print(f"{'set':<5} {'metric':<9} {'ISL':>5} {'conc':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>8} "
-          f"{'table ms':>9} {'error':>8}")
+    print(
+        f"\n[live] profile of vLLM {m.version} ({m.wall_s:.0f} s, {m.spec.repeats} repeats, OSL {m.spec.osl}); "
+        f"NNLS fit: {', '.join(f'{k}={v:.3g}' for k, v in fit.to_dict()['coefficients'].items())}"
+    )
+    print(
+        "predicted = the NNLS-fitted LinearStepModel (TTFT: client overhead + chunked prefill; mean ITL: one decode "
+        "step of c sequences at the cell's mean context); table = ProfileStepModel on the fit cells' table; "
+        "ITL/cli = measured from the SSE streams, ITL/ser = engine's /metrics (the server held the streams back)"
+    )
+    print(
+        f"{'set':<5} {'metric':<9} {'ISL':>5} {'conc':>4} {'measured ms':>12} {'predicted ms':>13} {'error':>8} "
+        f"{'table ms':>9} {'error':>8}"
+    )
     for role, metric, isl, c, meas, pred, table in sorted(rows, key=lambda r: (r[0], r[1], r[3], r[2])):
         tab = "" if table is None else f"{table * 1e3:>9.2f} {table / meas - 1:>+8.1%}"
-        print(f"{role:<5} {metric:<9} {isl:>5} {c:>4} {meas * 1e3:>12.2f} {pred * 1e3:>13.2f} {pred / meas - 1:>+8.1%} {tab}")
+        print(
+            f"{role:<5} {metric:<9} {isl:>5} {c:>4} {meas * 1e3:>12.2f} {pred * 1e3:>13.2f} {pred / meas - 1:>+8.1%} {tab}"
+        )
 
     # the held-out cells, each judged against its own repeats
     verdicts = []
     for isl in HOLD_ISL:
         by_rep = m.ttft_by_repeat(isl)
-        verdicts.append(FidelityRow(f"ISL {isl} alone", "ttft", judge(fit.ttft(isl, chunk=vllm_engine.max_num_batched_tokens)[0],
-                                                                       list(by_rep.values()))))
+        verdicts.append(
+            FidelityRow(
+                f"ISL {isl} alone",
+                "ttft",
+                judge(fit.ttft(isl, chunk=vllm_engine.max_num_batched_tokens)[0], list(by_rep.values())),
+            )
+        )
         for c in HOLD_CONC:
             pred, meas = held_out_itl_repeats(m, fit, isl, c)
             verdicts.append(FidelityRow(f"ISL {isl} x {c}", "mean_itl", judge(pred, meas)))
-    write_fidelity_table("profile_held_out", verdicts, {"fit_cells": FIT, "held_out_cells": HOLD, "repeats": m.spec.repeats,
-                                                         "engine_version": m.version, "wall_s": m.wall_s})
+    write_fidelity_table(
+        "profile_held_out",
+        verdicts,
+        {
+            "fit_cells": FIT,
+            "held_out_cells": HOLD,
+            "repeats": m.spec.repeats,
+            "engine_version": m.version,
+            "wall_s": m.wall_s,
+        },
+    )
     held = [(c, m.cells[(i, c)].decode_context_mean) for i, c in HOLD if c > 1]
     decode_step_time(table_model, [c for c, _ in held], [x for _, x in held])
-    print(f"[live] held-out decode lookups outside the fit grid (flagged): {int(table_model.last_extrapolated.sum())} of {len(held)}")
+    print(
+        f"[live] held-out decode lookups outside the fit grid (flagged): {int(table_model.last_extrapolated.sum())} of {len(held)}"
+    )
 
     # the profile round-trips and carries the engine's own version in its fingerprint
     profile.write(tmp_path / "profile")
@@ -147,16 +182,21 @@ def assert_median_cell_passes(rows: list[FidelityRow]) -> None:
     for metric in sorted({r.metric for r in rows}):
         cells = [r for r in rows if r.metric == metric]
         missed = [f"{r.case}: {r.verdict.reason}" for r in cells if not r.verdict.passed]
-        assert 2 * len(missed) <= len(cells), (f"{metric}: {len(missed)} of {len(cells)} held-out cells outside the engine's "
-                                               "repeat envelope:\n" + "\n".join(missed))
+        assert 2 * len(missed) <= len(cells), (
+            f"{metric}: {len(missed)} of {len(cells)} held-out cells outside the engine's "
+            "repeat envelope:\n" + "\n".join(missed)
+        )
 
 
 def _interpolate_held_out(m):
     """The fit cells' single-request TTFT table and its monotone log-space interpolation at the held-out ISLs."""
     from llmcap.perf.profile import interpolate
 
-    rows = [{"isl": isl, "concurrency": c, "ttft_s": cell.ttft_s} for (isl, c), cell in m.cells.items()
-            if (isl, c) in FIT and c == 1]
+    rows = [
+        {"isl": isl, "concurrency": c, "ttft_s": cell.ttft_s}
+        for (isl, c), cell in m.cells.items()
+        if (isl, c) in FIT and c == 1
+    ]
     table = pa.Table.from_pylist(rows)
     return table, interpolate(table, "ttft_s", list(HOLD_ISL), 1)
 
@@ -172,8 +212,12 @@ def test_interpolated_table_brackets_the_held_out_ttft(measured):
     beyond = interpolate(table, "ttft_s", [4096], 1)
     assert beyond.extrapolated.tolist() == [True]
     assert beyond.value[0] > inside.value.max()
-    rows = [FidelityRow(f"ISL {isl} alone", "ttft (interpolated)", judge(value, list(measured.ttft_by_repeat(isl).values())))
-            for isl, value in zip(HOLD_ISL, inside.value)]
+    rows = [
+        FidelityRow(
+            f"ISL {isl} alone", "ttft (interpolated)", judge(value, list(measured.ttft_by_repeat(isl).values()))
+        )
+        for isl, value in zip(HOLD_ISL, inside.value, strict=True)
+    ]
     write_fidelity_table("profile_interpolation", rows, {"fit_cells": FIT, "held_out_isl": HOLD_ISL})
     assert_median_cell_passes(rows)
 

@@ -17,11 +17,31 @@ pytestmark = pytest.mark.live
 
 def test_profile_command_writes_a_profile_and_prints_json(vllm_engine, tmp_path):
     out = tmp_path / "prof"
-    result = CliRunner().invoke(app, [
-        "profile", "--endpoint", vllm_engine.base_url, "--isl", "64,512", "--concurrency", "1,4", "--osl", "32",
-        "--repeats", "3", "--max-num-batched-tokens", str(vllm_engine.max_num_batched_tokens), "--device", "cpu",
-        "--weight-quant", "bf16", "--out", str(out), "--json",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "--endpoint",
+            vllm_engine.base_url,
+            "--isl",
+            "64,512",
+            "--concurrency",
+            "1,4",
+            "--osl",
+            "32",
+            "--repeats",
+            "3",
+            "--max-num-batched-tokens",
+            str(vllm_engine.max_num_batched_tokens),
+            "--device",
+            "cpu",
+            "--weight-quant",
+            "bf16",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout.strip().splitlines()[-1])
     assert doc["model"] == vllm_engine.model  # the server's first (only) model
@@ -39,15 +59,33 @@ def test_profile_command_writes_a_profile_and_prints_json(vllm_engine, tmp_path)
     # the measured profile times a simulation from the command line (a CPU engine: --gpu only sets the KV memory)
     trace = tmp_path / "head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:51]) + "\n")
-    sim = CliRunner().invoke(app, ["simulate", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100",
-                                   "--profile", str(out), "--json"])  # fmt: skip
+    sim = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--trace",
+            str(trace),
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "h100",
+            "--profile",
+            str(out),
+            "--json",
+        ],
+    )
     assert sim.exit_code == 0, sim.output
     summary = json.loads(sim.stdout)
-    assert summary["step_model"] == "LinearStepModel" and summary["profile"]["fingerprint_hash"] == prof.fingerprint_hash
+    assert (
+        summary["step_model"] == "LinearStepModel" and summary["profile"]["fingerprint_hash"] == prof.fingerprint_hash
+    )
     assert summary["completed"] == 50
 
 
 def test_profile_command_reports_an_unreachable_endpoint_in_one_line():
     result = CliRunner().invoke(app, ["profile", "--endpoint", "http://127.0.0.1:9", "--osl", "4"])
     assert result.exit_code == exit_codes.UNREACHABLE
-    assert result.output.startswith("error: http://127.0.0.1:9: no answer (ConnectError") and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.output.startswith("error: http://127.0.0.1:9: no answer (ConnectError")
+        and len(result.output.strip().splitlines()) == 1
+    )

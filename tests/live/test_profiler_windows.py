@@ -17,8 +17,16 @@ def _stream(isl: int, first: float, n: int, held_until: float | None = None) -> 
     made = first + STEP * np.arange(n)  # when the engine made each token
     seen = made if held_until is None else np.maximum(made, held_until)  # when the client got it
     chunks, counts = np.unique(seen, return_counts=True)  # tokens released together share a time
-    return StreamResult(sent_s=0.0, isl=isl, max_tokens=n, chunk_s=chunks.tolist(), chunk_tokens=counts.tolist(),
-                        completion_tokens=n, prompt_tokens=isl, finish_reason="length")
+    return StreamResult(
+        sent_s=0.0,
+        isl=isl,
+        max_tokens=n,
+        chunk_s=chunks.tolist(),
+        chunk_tokens=counts.tolist(),
+        completion_tokens=n,
+        prompt_tokens=isl,
+        finish_reason="length",
+    )
 
 
 def test_steady_steps_and_contexts_of_clean_streams() -> None:

@@ -16,12 +16,14 @@ def _trace(n: int = 20, seed: int = 7) -> pa.Table:
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1 / 8.0, n))  # Poisson, 8 req/s: ~2.5 s of traffic
     arrivals -= arrivals[0]
-    return pa.table({
-        "request_id": np.arange(100, 100 + n, dtype=np.int64),
-        "arrival_s": arrivals,
-        "isl": rng.integers(16, 600, n),
-        "osl": rng.integers(1, 48, n),
-    })
+    return pa.table(
+        {
+            "request_id": np.arange(100, 100 + n, dtype=np.int64),
+            "arrival_s": arrivals,
+            "isl": rng.integers(16, 600, n),
+            "osl": rng.integers(1, 48, n),
+        }
+    )
 
 
 def test_replays_a_tiny_trace_open_loop(vllm_engine):
@@ -57,9 +59,11 @@ def test_replays_a_tiny_trace_open_loop(vllm_engine):
     # every gap of every request is in the all-token list
     assert result.itls.size == sum(r["osl"] - 1 for r in rows)
     assert result.itls.sum() == pytest.approx(sum(r["decode_s"] for r in rows))
-    print(f"\n[live] replay: 20 requests in {result.wall_s:.2f} s, TTFT p50 "
-          f"{np.median([r['ttft_s'] for r in rows]) * 1e3:.1f} ms, ITL p50 {np.median(result.itls) * 1e3:.2f} ms, "
-          f"max lateness {result.lateness_s.max() * 1e3:.1f} ms")
+    print(
+        f"\n[live] replay: 20 requests in {result.wall_s:.2f} s, TTFT p50 "
+        f"{np.median([r['ttft_s'] for r in rows]) * 1e3:.1f} ms, ITL p50 {np.median(result.itls) * 1e3:.2f} ms, "
+        f"max lateness {result.lateness_s.max() * 1e3:.1f} ms"
+    )
 
 
 def test_rate_scaling_compresses_arrivals(vllm_engine):

@@ -37,14 +37,16 @@ def test_replay_check_against_the_real_engine(vllm_engine, calibration) -> None:
     trace = azure_workload(vllm_engine.kv.max_model_len)
     prediction = (SimConfig(engine=engine_config(vllm_engine)), calibration.fit.model, None)
     rate = _predicted_max_rate(trace, prediction)
-    params = ReplayParams(excerpt_requests=REQUESTS, isl_buckets=[512, 2048], osl_buckets=[16], timeout_s=60, max_drain_s=30)
+    params = ReplayParams(
+        excerpt_requests=REQUESTS, isl_buckets=[512, 2048], osl_buckets=[16], timeout_s=60, max_drain_s=30
+    )
     check = check_replay(trace, rate, prediction, vllm_engine.base_url, vllm_engine.model, params, SLO)
 
     m, p, s = check.measured, check.predicted, check.summary
     # every request sent is one row, once, with a status; the prediction holds the same requests
     assert m.schema.equals(RECORD_SCHEMA) and p.schema.equals(RECORD_SCHEMA)
     assert m.num_rows == p.num_rows == 3 * REQUESTS == s["requests_sent"]
-    keys = lambda t: list(zip(t.column("run").to_pylist(), t.column("request_id").to_pylist()))  # noqa: E731
+    keys = lambda t: list(zip(t.column("run").to_pylist(), t.column("request_id").to_pylist(), strict=True))  # noqa: E731
     assert keys(m) == keys(p) and len(set(keys(m))) == m.num_rows
     assert set(m.column("status").to_pylist()) <= {"ok", "unfinished", "rejected"}
     assert [r["measured"]["requests"] for r in s["runs"]] == [REQUESTS] * 3
@@ -61,8 +63,10 @@ def test_replay_check_against_the_real_engine(vllm_engine, calibration) -> None:
     for side in ("measured", "predicted"):
         v = s["verdict"][side]
         assert set(v["holds"]) == {"0.8x", "1x", "1.2x"} and isinstance(v["knee_in_band"], bool)
-    print(f"\n[live] replay check at {rate:.3g} req/s predicted max: measured {s['verdict']['measured']['text']}; "
-          f"predicted {s['verdict']['predicted']['text']}; attainment "
-          f"{[(r['run'], r['measured']['attainment'], r['predicted']['attainment']) for r in s['runs']]}; "
-          f"lateness p99 {[r['measured']['send_lateness_ms']['p99'] for r in s['runs']]} ms")
+    print(
+        f"\n[live] replay check at {rate:.3g} req/s predicted max: measured {s['verdict']['measured']['text']}; "
+        f"predicted {s['verdict']['predicted']['text']}; attainment "
+        f"{[(r['run'], r['measured']['attainment'], r['predicted']['attainment']) for r in s['runs']]}; "
+        f"lateness p99 {[r['measured']['send_lateness_ms']['p99'] for r in s['runs']]} ms"
+    )
     assert np.isfinite(rate) and rate > 0

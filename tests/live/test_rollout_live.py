@@ -35,18 +35,29 @@ from tests.twin._twin import FAST, deployment
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 RATE, ISL, OSL = 4.0, 256, 16
 PLAN = RolloutPlan(steps=(0.5, 1.0), hold_s=5.0, interval_s=0.5, ttft_target_s=1.0)
-TOL = Tolerances(ttft_p99_rel=1.0, itl_p99_rel=1.0, ttft_p99_abs_s=0.25, itl_p99_abs_s=0.25, min_requests=8, min_requests_errors=3)
+TOL = Tolerances(
+    ttft_p99_rel=1.0, itl_p99_rel=1.0, ttft_p99_abs_s=0.25, itl_p99_abs_s=0.25, min_requests=8, min_requests_errors=3
+)
 
 
 def traffic(seconds: float) -> pa.Table:
     n = int(RATE * seconds)
-    return pa.table({"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE, "isl": np.full(n, ISL), "osl": np.full(n, OSL)})
+    return pa.table(
+        {"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE, "isl": np.full(n, ISL), "osl": np.full(n, OSL)}
+    )
 
 
 def baseline_twin(served: str) -> Twin:
     cfg, step = deployment(*FAST)
-    return Twin(TwinSpec(config=cfg, step_model=step, served_model_name=served, info={"model": FAST[0], "gpu": FAST[1]},
-                         max_model_len=cfg.engine.max_model_len))  # fmt: skip
+    return Twin(
+        TwinSpec(
+            config=cfg,
+            step_model=step,
+            served_model_name=served,
+            info={"model": FAST[0], "gpu": FAST[1]},
+            max_model_len=cfg.engine.max_model_len,
+        )
+    )
 
 
 async def rollout_through_gateway(engine, preds, seconds: float, during=None):
@@ -56,8 +67,14 @@ async def rollout_through_gateway(engine, preds, seconds: float, during=None):
     try:
         async with running_gateway_for(twin.url, engine.base_url) as gw:
             source = ScrapeSource(gw.url, engine.base_url)
-            load = asyncio.create_task(replay_async(gw.url, engine.model, *(trace.column(c).to_numpy() for c in ("arrival_s", "isl", "osl")),
-                                                    timeout_s=30.0))  # fmt: skip
+            load = asyncio.create_task(
+                replay_async(
+                    gw.url,
+                    engine.model,
+                    *(trace.column(c).to_numpy() for c in ("arrival_s", "isl", "osl")),
+                    timeout_s=30.0,
+                )
+            )
             side = asyncio.create_task(during(gw)) if during else None
             outcome = await run_rollout(PLAN, AdminWeights(gw.url), source, preds, TOL)
             replayed = await asyncio.wait_for(load, 120)
@@ -78,13 +95,19 @@ def running_gateway_for(baseline: str, candidate: str):
 
 def predictions(engine, calibration, seconds: float) -> dict:
     config = SimConfig(engine=engine_config(engine))
-    return {w: predict_share(traffic(seconds), config, calibration.fit, w, seed=5, client_latency_s=calibration.frontend.rest_s)
-            for w in PLAN.steps}
+    return {
+        w: predict_share(
+            traffic(seconds), config, calibration.fit, w, seed=5, client_latency_s=calibration.frontend.rest_s
+        )
+        for w in PLAN.steps
+    }
 
 
 def test_the_real_engine_as_candidate_goes_to_all_traffic(vllm_engine, calibration):
     seconds = 16.0
-    outcome, replayed, table = asyncio.run(rollout_through_gateway(vllm_engine, predictions(vllm_engine, calibration, seconds), seconds))
+    outcome, replayed, table = asyncio.run(
+        rollout_through_gateway(vllm_engine, predictions(vllm_engine, calibration, seconds), seconds)
+    )
     assert outcome.status == "completed", outcome.reason
     judged = {g.gate for s in outcome.steps for g in s.evaluations[-1].gates if g.judged}
     assert {"ttft_p99", "itl_p99", "error_rate", "kv_usage", "waiting"} <= judged
@@ -108,7 +131,7 @@ def test_a_killed_engine_is_rolled_back_and_no_request_is_lost(vllm_engine, cali
     assert outcome.status == "rolled_back" and {b.gate for b in outcome.breaches} >= {"error_rate"}, outcome.reason
     g, r = columns(table), columns(replayed.requests)
     assert sorted(g["request_id"]) == sorted(r["request_id"])  # every request: one row
-    client = dict(zip(r["request_id"].tolist(), r["status"].tolist()))
-    assert all(client[i] == s for i, s in zip(g["request_id"].tolist(), g["status"].tolist()))
+    client = dict(zip(r["request_id"].tolist(), r["status"].tolist(), strict=True))
+    assert all(client[i] == s for i, s in zip(g["request_id"].tolist(), g["status"].tolist(), strict=True))
     assert (g["retried"] | (g["outcome"] == "failed_midstream")).any()  # the kill was felt, and counted
     assert ((g["status"] == "ok") | (g["outcome"] == "failed_midstream")).all()

@@ -60,8 +60,20 @@ from llmcap.sim.makespan_fit import makespan
 from llmcap.sim.records import with_client_latency
 from llmcap.trace import scale_rate
 from tests.live._calibration import (
-    EXCERPT_REQUESTS, PREFILL_HIST, QS, QUEUE_HIST, TTFT_HIST, Measured, azure_workload, engine_config, measure_replay,
-    SpeedProbe, probe_speed, profile_probe, shifted_excerpt, speed_band,
+    EXCERPT_REQUESTS,
+    PREFILL_HIST,
+    QS,
+    QUEUE_HIST,
+    TTFT_HIST,
+    Measured,
+    SpeedProbe,
+    azure_workload,
+    engine_config,
+    measure_replay,
+    probe_speed,
+    profile_probe,
+    shifted_excerpt,
+    speed_band,
 )
 from tests.live._fidelity_table import FidelityRow, write_fidelity_table
 
@@ -123,17 +135,27 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
         assert set(r.records.column("status").to_pylist()) == {"ok"}
         seen = _ttft(with_client_latency(r.records, frontend))  # as vLLM's frontend stamps it
         itl = weighted_quantiles(r.itl_values, r.itl_weights, QS)
-        return {"ttft_p50": float(np.percentile(seen, 50)), "ttft_p90": float(np.percentile(seen, 90)),
-                "itl_p50": float(itl[0]), "itl_p90": float(itl[1]), "over": over_capacity(r.records),
-                **{key: float(np.nanmean(r.records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)))
-                   for key, col, _ in MEANS}}
+        return {
+            "ttft_p50": float(np.percentile(seen, 50)),
+            "ttft_p90": float(np.percentile(seen, 90)),
+            "itl_p50": float(itl[0]),
+            "itl_p90": float(itl[1]),
+            "over": over_capacity(r.records),
+            **{
+                key: float(np.nanmean(r.records.column(col).to_numpy(zero_copy_only=False).astype(np.float64)))
+                for key, col, _ in MEANS
+            },
+        }
 
     cap = N / makespan(simulate(scale_rate(workload, BURST_RATE), calibration.fit, config).records)
     rates = {name: rho * cap for name, rho in RHO.items()}
     isl, osl = workload.column("isl").to_numpy(), workload.column("osl").to_numpy()
-    print(f"\n[fidelity] Azure conv excerpt: {N} requests, ISL mean {isl.mean():.0f} (max {isl.max()}), OSL mean "
-          f"{osl.mean():.1f}; simulated capacity λ_cap {cap:.2f} req/s; rates "
-          + ", ".join(f"{k} {v:.2f} ({part(v).num_rows} requests)" for k, v in rates.items()) + f"; load average {os.getloadavg()}")
+    print(
+        f"\n[fidelity] Azure conv excerpt: {N} requests, ISL mean {isl.mean():.0f} (max {isl.max()}), OSL mean "
+        f"{osl.mean():.1f}; simulated capacity λ_cap {cap:.2f} req/s; rates "
+        + ", ".join(f"{k} {v:.2f} ({part(v).num_rows} requests)" for k, v in rates.items())
+        + f"; load average {os.getloadavg()}"
+    )
     unscaled = {name: sim(rate, calibration.fit) for name, rate in rates.items()}
 
     # ---- measurements: attempts outside, rates inside; a speed probe before every replay and after the last.
@@ -151,7 +173,10 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
             status = m.replay.requests.column("status").to_pylist()
             assert status == ["ok"] * sent.num_rows, f"{name} attempt {attempt}: {[s for s in status if s != 'ok'][:5]}"
             tokens = int(sent.column("osl").to_numpy().sum())
-            assert (m.engine_requests, m.engine_gaps) == (sent.num_rows, tokens - sent.num_rows), (m.engine_requests, m.engine_gaps)
+            assert (m.engine_requests, m.engine_gaps) == (sent.num_rows, tokens - sent.num_rows), (
+                m.engine_requests,
+                m.engine_gaps,
+            )
             after = probe()
             runs[name].append((m, before, after))
             before = after
@@ -160,36 +185,81 @@ def test_simulator_matches_the_engine_within_its_repeatability(vllm_engine, cali
     rows: list[FidelityRow] = []
     flags: dict[str, tuple[bool, bool]] = {}  # name -> (simulator, engine) over capacity, majority
     bands = {name: [speed_band(ref, b, a, lone=name in LONE_DECODE) for _, b, a in rs] for name, rs in runs.items()}
-    print("[fidelity] speed readings around each repeat, prefill/decode/lone decode against the profile (before → after): "
-          + "; ".join(f"{name} " + ", ".join(f"{b.ratio(ref)[0]:.2f}/{b.ratio(ref)[1]:.2f}/{b.lone_ratio(ref):.2f} → "
-                                              f"{a.ratio(ref)[0]:.2f}/{a.ratio(ref)[1]:.2f}/{a.lone_ratio(ref):.2f}"
-                                              for _, b, a in rs) for name, rs in runs.items()))
+    print(
+        "[fidelity] speed readings around each repeat, prefill/decode/lone decode against the profile (before → after): "
+        + "; ".join(
+            f"{name} "
+            + ", ".join(
+                f"{b.ratio(ref)[0]:.2f}/{b.ratio(ref)[1]:.2f}/{b.lone_ratio(ref):.2f} → "
+                f"{a.ratio(ref)[0]:.2f}/{a.ratio(ref)[1]:.2f}/{a.lone_ratio(ref):.2f}"
+                for _, b, a in rs
+            )
+            for name, rs in runs.items()
+        )
+    )
     for name, rs in runs.items():
         fast = [sim(rates[name], calibration.fit.scaled_by_phase(*lo)) for lo, _ in bands[name]]
         slow = [sim(rates[name], calibration.fit.scaled_by_phase(*hi)) for _, hi in bands[name]]
-        measured = {"ttft_p50": [m.engine_ttft[0] for m, _, _ in rs], "ttft_p90": [m.engine_ttft[1] for m, _, _ in rs],
-                    "itl_p50": [m.engine_itl[0] for m, _, _ in rs], "itl_p90": [m.engine_itl[1] for m, _, _ in rs]}
+        measured = {
+            "ttft_p50": [m.engine_ttft[0] for m, _, _ in rs],
+            "ttft_p90": [m.engine_ttft[1] for m, _, _ in rs],
+            "itl_p50": [m.engine_itl[0] for m, _, _ in rs],
+            "itl_p90": [m.engine_itl[1] for m, _, _ in rs],
+        }
         case = f"{name} ρ={RHO[name]} ({rates[name]:.2f} req/s)"
         if name in SUB_KNEE:
             for metric in METRICS:
                 ends = np.array([[f[metric] for f in fast], [s[metric] for s in slow]])
-                rows.append(FidelityRow(case, metric, judge_band(ends.min(axis=0), ends.max(axis=0), measured[metric]), unscaled[name][metric]))
-        flags[name] = (majority([p["over"] for p in fast + slow]), majority([over_capacity(m.replay.requests) for m, _, _ in rs]))
+                rows.append(
+                    FidelityRow(
+                        case,
+                        metric,
+                        judge_band(ends.min(axis=0), ends.max(axis=0), measured[metric]),
+                        unscaled[name][metric],
+                    )
+                )
+        flags[name] = (
+            majority([p["over"] for p in fast + slow]),
+            majority([over_capacity(m.replay.requests) for m, _, _ in rs]),
+        )
         growth = [queue_growth(m.replay.requests) for m, _, _ in rs]
-        print(f"[fidelity] {case}: over capacity simulator {flags[name][0]}, engine {flags[name][1]} (repeats: TTFT trend "
-              + ", ".join(f"{t:.2f}" for t, _ in growth) + "; served/offered " + ", ".join(f"{s:.2f}" for _, s in growth)
-              + f"); max send lateness {max(m.replay.lateness_s.max() for m, _, _ in rs) * 1e3:.0f} ms")
-        print(f"[fidelity] {case}: means predicted (fastest-slowest) / measured ms (median of repeats): "
-              + ", ".join(f"{key} {np.median([p[key] for p in fast]) * 1e3:.1f}-{np.median([p[key] for p in slow]) * 1e3:.1f} / "
-                          f"{np.median([m.engine_means[hist] for m, _, _ in rs]) * 1e3:.1f}" for key, _, hist in MEANS)
-              + f"; vLLM TTFT mean {np.median([m.engine_means[TTFT_HIST] for m, _, _ in rs]) * 1e3:.1f}")
-    write_fidelity_table("sim_fidelity", rows, {
-        "excerpt_requests": N, "requests_per_rate": {k: part(v).num_rows for k, v in rates.items()}, "capacity_req_s": cap, "rates": rates, "repeats": REPEATS, "overload_repeats": OVERLOAD_REPEATS,
-        "speed_band": {name: [{"fastest": lo, "slowest": hi} for lo, hi in bs] for name, bs in bands.items()},
-        "over_capacity": {name: {"simulator": s, "engine": e} for name, (s, e) in flags.items()},
-        "frontend_s": frontend, "load_average": os.getloadavg(), "engine_version": vllm_engine.version})
+        print(
+            f"[fidelity] {case}: over capacity simulator {flags[name][0]}, engine {flags[name][1]} (repeats: TTFT trend "
+            + ", ".join(f"{t:.2f}" for t, _ in growth)
+            + "; served/offered "
+            + ", ".join(f"{s:.2f}" for _, s in growth)
+            + f"); max send lateness {max(m.replay.lateness_s.max() for m, _, _ in rs) * 1e3:.0f} ms"
+        )
+        print(
+            f"[fidelity] {case}: means predicted (fastest-slowest) / measured ms (median of repeats): "
+            + ", ".join(
+                f"{key} {np.median([p[key] for p in fast]) * 1e3:.1f}-{np.median([p[key] for p in slow]) * 1e3:.1f} / "
+                f"{np.median([m.engine_means[hist] for m, _, _ in rs]) * 1e3:.1f}"
+                for key, _, hist in MEANS
+            )
+            + f"; vLLM TTFT mean {np.median([m.engine_means[TTFT_HIST] for m, _, _ in rs]) * 1e3:.1f}"
+        )
+    write_fidelity_table(
+        "sim_fidelity",
+        rows,
+        {
+            "excerpt_requests": N,
+            "requests_per_rate": {k: part(v).num_rows for k, v in rates.items()},
+            "capacity_req_s": cap,
+            "rates": rates,
+            "repeats": REPEATS,
+            "overload_repeats": OVERLOAD_REPEATS,
+            "speed_band": {name: [{"fastest": lo, "slowest": hi} for lo, hi in bs] for name, bs in bands.items()},
+            "over_capacity": {name: {"simulator": s, "engine": e} for name, (s, e) in flags.items()},
+            "frontend_s": frontend,
+            "load_average": os.getloadavg(),
+            "engine_version": vllm_engine.version,
+        },
+    )
 
     missed = [f"{r.case} {r.metric}: {r.verdict.reason}" for r in rows if not r.verdict.passed]
     assert not missed, "simulator outside the engine's repeat envelope:\n" + "\n".join(missed)
-    assert all(sim_flag == engine_flag for sim_flag, engine_flag in flags.values()), f"over-capacity flags disagree: {flags}"
+    assert all(sim_flag == engine_flag for sim_flag, engine_flag in flags.values()), (
+        f"over-capacity flags disagree: {flags}"
+    )
     assert flags["overloaded"] == (True, True) and not any(flags[name][1] for name in SUB_KNEE), flags

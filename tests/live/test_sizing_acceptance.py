@@ -61,8 +61,16 @@ ITL_MULTIPLE = 25.0
 
 def slo_for(ref: SpeedProbe) -> SloParams:
     """The SLO against the engine's speed in the profile (`ref`: its 1024-token prompt alone, its 4 x 1024 decode step)."""
-    return SloParams(ttft_ms=TTFT_MULTIPLE * ref.ttft_s * 1e3, itl_ms=ITL_MULTIPLE * ref.step_s * 1e3, itl_stat="p50",
-                     attainment_target=0.9, warmup_frac=0.1, drain_frac=0.1)
+    return SloParams(
+        ttft_ms=TTFT_MULTIPLE * ref.ttft_s * 1e3,
+        itl_ms=ITL_MULTIPLE * ref.step_s * 1e3,
+        itl_stat="p50",
+        attainment_target=0.9,
+        warmup_frac=0.1,
+        drain_frac=0.1,
+    )
+
+
 SEARCH = SearchParams(seeds=(0,), rel_tol=0.02, initial_rate=5.0)
 EXCERPT = 60  # the fewest requests per replay; more at high rates (SimEvaluate.requests_at: a 15 s span at least)
 PROMPT_SEED0 = 70_000
@@ -90,8 +98,9 @@ def decided(votes: list[bool]) -> bool:
 
 
 def max_rate(trace: pa.Table, fit, engine, slo: SloParams, client_latency_s: float) -> tuple[float, ClientSideEvaluate]:
-    evaluate = ClientSideEvaluate(SimEvaluate(trace=trace, step_model=fit, engine=engine, slo=slo, excerpt_requests=EXCERPT),
-                                  client_latency_s)
+    evaluate = ClientSideEvaluate(
+        SimEvaluate(trace=trace, step_model=fit, engine=engine, slo=slo, excerpt_requests=EXCERPT), client_latency_s
+    )
     result = search_max_rate(evaluate, slo.attainment_target, SEARCH)
     assert result.status == "converged", result.status
     assert not result.violations, result.violations
@@ -105,9 +114,11 @@ def test_predicted_max_rate_holds_below_and_fails_above(vllm_engine, calibration
     ref = profile_probe(calibration)
     slo = slo_for(ref)
     lam0, _ = max_rate(trace, calibration.fit, engine, slo, overhead)
-    print(f"\n[sizing] SLO: TTFT <= {slo.ttft_ms:.0f} ms, ITL {slo.itl_stat} <= {slo.itl_ms:.1f} ms per request, attainment "
-          f">= {slo.attainment_target:g} (steady window: first/last 10% of arrivals out); client overhead "
-          f"{overhead * 1e3:.1f} ms; λ* with the profile as measured (unscaled) {lam0:.2f} req/s; load average {os.getloadavg()}")
+    print(
+        f"\n[sizing] SLO: TTFT <= {slo.ttft_ms:.0f} ms, ITL {slo.itl_stat} <= {slo.itl_ms:.1f} ms per request, attainment "
+        f">= {slo.attainment_target:g} (steady window: first/last 10% of arrivals out); client overhead "
+        f"{overhead * 1e3:.1f} ms; λ* with the profile as measured (unscaled) {lam0:.2f} req/s; load average {os.getloadavg()}"
+    )
 
     probe = partial(probe_speed, vllm_engine.base_url, vllm_engine.model, vllm_engine.max_num_batched_tokens)
     repeats, k = [], 0
@@ -129,17 +140,35 @@ def test_predicted_max_rate_holds_below_and_fails_above(vllm_engine, calibration
                 measured.append(g.attainment)
                 predicted.append(evaluate(rate, seed).attainment)
                 ttft = res.requests.column("ttft_s").to_numpy()
-                print(f"[sizing] rep {rep} (probe prefill x{factors[0]:.2f}, decode x{factors[1]:.2f}, λ* {lam:.2f}) {f:.1f}·λ* = {rate:.2f} req/s, excerpt {seed}: "
-                      f"attainment measured {g.attainment:.3f} ({g.qualified}/{g.requests}), predicted {predicted[-1]:.3f}; "
-                      f"client TTFT p50/p90 {np.percentile(ttft, 50) * 1e3:.0f}/{np.percentile(ttft, 90) * 1e3:.0f} ms; "
-                      f"max send lateness {res.lateness_s.max() * 1e3:.0f} ms")
-            result[f"{f:.1f}"] = {"rate": rate, "measured": measured, "predicted": predicted,
-                                  "holds": min(measured) >= slo.attainment_target}
+                print(
+                    f"[sizing] rep {rep} (probe prefill x{factors[0]:.2f}, decode x{factors[1]:.2f}, λ* {lam:.2f}) {f:.1f}·λ* = {rate:.2f} req/s, excerpt {seed}: "
+                    f"attainment measured {g.attainment:.3f} ({g.qualified}/{g.requests}), predicted {predicted[-1]:.3f}; "
+                    f"client TTFT p50/p90 {np.percentile(ttft, 50) * 1e3:.0f}/{np.percentile(ttft, 90) * 1e3:.0f} ms; "
+                    f"max send lateness {res.lateness_s.max() * 1e3:.0f} ms"
+                )
+            result[f"{f:.1f}"] = {
+                "rate": rate,
+                "measured": measured,
+                "predicted": predicted,
+                "holds": min(measured) >= slo.attainment_target,
+            }
         repeats.append(result)
-    holds = {f: majority([r[f"{f:.1f}"]["holds"] for r in repeats]) for f in FACTORS}  # of the repeats run: a settled one
-    write_fidelity_table("sizing_max_rate", [], {"slo": slo.model_dump(), "unscaled_max_rate": lam0, "repeats": repeats,
-                                                 "engine_holds": {f"{f:.1f}": h for f, h in holds.items()}})
-    print(f"[sizing] the engine's verdict (majority of {REPEATS} repeats, settled after {len(repeats)}): holds at 0.8·λ* {holds[0.8]}, at 1.2·λ* {holds[1.2]}; "
-          f"load average {os.getloadavg()}")
+    holds = {
+        f: majority([r[f"{f:.1f}"]["holds"] for r in repeats]) for f in FACTORS
+    }  # of the repeats run: a settled one
+    write_fidelity_table(
+        "sizing_max_rate",
+        [],
+        {
+            "slo": slo.model_dump(),
+            "unscaled_max_rate": lam0,
+            "repeats": repeats,
+            "engine_holds": {f"{f:.1f}": h for f, h in holds.items()},
+        },
+    )
+    print(
+        f"[sizing] the engine's verdict (majority of {REPEATS} repeats, settled after {len(repeats)}): holds at 0.8·λ* {holds[0.8]}, at 1.2·λ* {holds[1.2]}; "
+        f"load average {os.getloadavg()}"
+    )
     assert holds[0.8], f"0.8·λ* does not hold in most repeats: {[r['0.8'] for r in repeats]}"
     assert not holds[1.2], f"1.2·λ* does not fail in most repeats: {[r['1.2'] for r in repeats]}"

@@ -24,8 +24,12 @@ def sse_body(events: list[dict], newline: bytes = b"\n") -> bytes:
     return b"".join(parts) + b"data: [DONE]" + newline + newline
 
 
-EVENTS = [event(ODD_TEXT, [5]), event("\u2028", [6, 7]), event("", [8], "length"),
-          {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}]
+EVENTS = [
+    event(ODD_TEXT, [5]),
+    event("\u2028", [6, 7]),
+    event("", [8], "length"),
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}},
+]
 
 
 def test_lines_end_only_at_cr_and_lf_wherever_the_chunks_split():
@@ -43,7 +47,7 @@ def test_lines_end_only_at_cr_and_lf_wherever_the_chunks_split():
 def _client(body: bytes, chunk: int) -> httpx.AsyncClient:
     async def chunks():
         for i in range(0, len(body), chunk):
-            yield body[i:i + chunk]
+            yield body[i : i + chunk]
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=chunks(), headers={"content-type": "text/event-stream"})
@@ -55,6 +59,7 @@ def _stream(body: bytes, chunk: int):
     async def go():
         async with _client(body, chunk) as client:
             return await stream_completion(client, "http://sse.test", "m", [4, 5, 6], 4)
+
     return asyncio.run(go())
 
 
@@ -67,7 +72,7 @@ def test_a_stream_with_odd_line_breaks_in_its_text_counts_every_token():
 
 
 def test_an_event_that_is_not_json_ends_the_stream_as_unfinished_without_raising():
-    body = b"data: " + json.dumps(event("x", [5])).encode() + b"\n\ndata: {\"choices\": [\n\ndata: [DONE]\n\n"
+    body = b"data: " + json.dumps(event("x", [5])).encode() + b'\n\ndata: {"choices": [\n\ndata: [DONE]\n\n'
     r = _stream(body, 16)
     assert r.status == "unfinished" and r.error.startswith("JSONDecodeError")
     assert r.chunk_tokens == [1]  # what came before the bad event is kept

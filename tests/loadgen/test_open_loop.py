@@ -29,8 +29,11 @@ def test_requests_scheduled_during_a_stall_leave_on_time_and_wait_it_out():
     n = int(rate * seconds)
     arrival = np.arange(n) / rate
     with serving_loopback(token_gap_s=0.001, stall_at_s=stall_at, stall_for_s=stall_for) as url:
-        res = asyncio.run(asyncio.wait_for(
-            replay_async(url, "m", arrival, np.full(n, 16), np.full(n, 4), timeout_s=10.0, processes=1), 30))
+        res = asyncio.run(
+            asyncio.wait_for(
+                replay_async(url, "m", arrival, np.full(n, 16), np.full(n, 4), timeout_s=10.0, processes=1), 30
+            )
+        )
     rec = res.requests.to_pydict()
     assert rec["status"] == ["ok"] * n and rec["osl"] == [4] * n
     sent = np.asarray(rec["arrival_s"])
@@ -53,9 +56,22 @@ def test_a_schedule_dealt_to_two_processes_comes_back_whole_and_on_time():
     rid = np.arange(n)[::-1] + 1000  # trace order is kept whatever the ids
     ticks: list[int] = []
     with serving_loopback() as url:
-        res = asyncio.run(asyncio.wait_for(replay_async(
-            url, "m", arrival, np.full(n, 8), np.arange(n) % 5 + 1, request_id=rid, timeout_s=10.0, processes=2,
-            on_done=lambda: ticks.append(1)), 60))  # fmt: skip
+        res = asyncio.run(
+            asyncio.wait_for(
+                replay_async(
+                    url,
+                    "m",
+                    arrival,
+                    np.full(n, 8),
+                    np.arange(n) % 5 + 1,
+                    request_id=rid,
+                    timeout_s=10.0,
+                    processes=2,
+                    on_done=lambda: ticks.append(1),
+                ),
+                60,
+            )
+        )
     rec = res.requests.to_pydict()
     assert res.processes == 2 and res.client_cpu_s > 0
     assert rec["request_id"] == rid.tolist() and rec["status"] == ["ok"] * n
@@ -69,8 +85,14 @@ def test_a_run_stops_by_itself_when_its_drain_time_is_up():
     n = 20
     arrival = np.arange(n) * 0.01
     with serving_loopback(stall_at_s=0.0, stall_for_s=30.0) as url:  # nothing comes back for 30 s
-        res = asyncio.run(asyncio.wait_for(
-            replay_async(url, "m", arrival, np.full(n, 8), np.full(n, 4), timeout_s=60.0, max_drain_s=0.5, processes=1), 20))
+        res = asyncio.run(
+            asyncio.wait_for(
+                replay_async(
+                    url, "m", arrival, np.full(n, 8), np.full(n, 4), timeout_s=60.0, max_drain_s=0.5, processes=1
+                ),
+                20,
+            )
+        )
     rec = res.requests.to_pydict()
     assert rec["status"] == ["unfinished"] * n and rec["first_token_s"] == [None] * n
     assert 0.5 <= res.wall_s < 3.0  # the drain limit ended it, not the 60 s read timeout

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def chunked(body: bytes, size: int) -> bytes:
-    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size)]
+    parts = [b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)]
     return b"".join(parts) + b"0\r\n\r\n"
 
 
@@ -30,18 +30,27 @@ def response(body: bytes, framing: str, status: str = "200 OK") -> bytes:
     return head + b"connection: close\r\n\r\n" + body  # ends when the server closes
 
 
-async def exchange(wire: bytes, piece: int, *, url_auth: str = "", api_key: str | None = None, timeout_s: float = 5.0,
-                   hold_open_s: float = 0.0) -> tuple[StreamResult, bytes]:  # fmt: skip
+async def exchange(
+    wire: bytes,
+    piece: int,
+    *,
+    url_auth: str = "",
+    api_key: str | None = None,
+    timeout_s: float = 5.0,
+    hold_open_s: float = 0.0,
+) -> tuple[StreamResult, bytes]:
     """Serve `wire` in `piece`-byte writes to one request; (the client's result, the request it sent)."""
     got = bytearray()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = int(next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")).split(b":")[1])
+            length = int(
+                next(x for x in head.split(b"\r\n") if x.lower().startswith(b"content-length:")).split(b":")[1]
+            )
             got.extend(head + await reader.readexactly(length))
             for i in range(0, len(wire), piece):
-                writer.write(wire[i:i + piece])
+                writer.write(wire[i : i + piece])
                 await writer.drain()
             await asyncio.sleep(hold_open_s)
         except (ConnectionError, asyncio.CancelledError):
@@ -56,7 +65,9 @@ async def exchange(wire: bytes, piece: int, *, url_auth: str = "", api_key: str 
         await connector.resolve()
         result = StreamResult(sent_s=0.0, isl=3, max_tokens=4)
         endpoint = connector.endpoint
-        await asyncio.wait_for(connector.exchange(endpoint.request("/v1/completions", b'{"x":1}'), result, timeout_s), 20)
+        await asyncio.wait_for(
+            connector.exchange(endpoint.request("/v1/completions", b'{"x":1}'), result, timeout_s), 20
+        )
     return result, bytes(got)
 
 
@@ -100,7 +111,7 @@ def test_a_stream_that_ends_without_done_or_is_cut_is_unfinished_and_keeps_its_t
 
 
 def test_an_event_that_is_not_json_ends_the_stream_as_unfinished():
-    body = b"data: " + json.dumps(EVENTS[0]).encode() + b"\n\ndata: {\"choices\": [\n\ndata: [DONE]\n\n"
+    body = b"data: " + json.dumps(EVENTS[0]).encode() + b'\n\ndata: {"choices": [\n\ndata: [DONE]\n\n'
     r, _ = run(response(body, "chunked"), 16)
     assert r.status == "unfinished" and r.error.startswith("JSONDecodeError") and r.chunk_tokens == [1]
 

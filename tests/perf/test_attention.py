@@ -5,23 +5,36 @@ import numpy as np
 import pytest
 
 from llmcap.perf import StepBatch, build_step_model
-from llmcap.perf.attention import AttentionCoefficients, decode_attention, decode_attention_time, layer_attention_time, prefill_attention
+from llmcap.perf.attention import (
+    AttentionCoefficients,
+    decode_attention,
+    decode_attention_time,
+    layer_attention_time,
+    prefill_attention,
+)
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 WINDOWS = [None, 1, 7, 4096, 131_072]
 
 
 def _coefficients(rng: np.random.Generator) -> list[AttentionCoefficients]:
-    real = [build_step_model(m, g, tp=tp).attention for m, g, tp in (
-        ("Llama-3.1-8B", "h100", 1), ("Mistral-7B-v0.1", "l40s", 2), ("DeepSeek-V3", "b200", 8))]  # fmt: skip
+    real = [
+        build_step_model(m, g, tp=tp).attention
+        for m, g, tp in (("Llama-3.1-8B", "h100", 1), ("Mistral-7B-v0.1", "l40s", 2), ("DeepSeek-V3", "b200", 8))
+    ]
     drawn = [
         AttentionCoefficients(
-            per_pair=float(rng.uniform(1e3, 1e5)), peak=float(rng.uniform(1e14, 5e15)), amax=float(rng.uniform(0.05, 1.0)),
-            half=float(rng.uniform(0.0, 5000.0)), kv=float(rng.uniform(64, 1e5)), c_pf=float(rng.uniform(64, 1e6)),
-            bw=float(rng.uniform(1e11, 8e12)), bw_kv=float(rng.uniform(1e11, 8e12)),
+            per_pair=float(rng.uniform(1e3, 1e5)),
+            peak=float(rng.uniform(1e14, 5e15)),
+            amax=float(rng.uniform(0.05, 1.0)),
+            half=float(rng.uniform(0.0, 5000.0)),
+            kv=float(rng.uniform(64, 1e5)),
+            c_pf=float(rng.uniform(64, 1e6)),
+            bw=float(rng.uniform(1e11, 8e12)),
+            bw_kv=float(rng.uniform(1e11, 8e12)),
         )
         for _ in range(5)
-    ]  # fmt: skip
+    ]
     return real + drawn
 
 
@@ -47,7 +60,9 @@ def test_the_scalar_layer_attention_is_the_numpy_definition_bit_for_bit(window: 
     for c in _coefficients(rng):
         pt, pr, dq, cx = _steps(rng, 3000)
         scalar = ScalarRoofline(c, 0.0, [(window, 1.0)])
-        got = np.array([scalar.attn(*v, window) for v in zip(pt.tolist(), pr.tolist(), dq.tolist(), cx.tolist())])
+        got = np.array(
+            [scalar.attn(*v, window) for v in zip(pt.tolist(), pr.tolist(), dq.tolist(), cx.tolist(), strict=True)]
+        )
         assert got.tobytes() == layer_attention_time(c, pt, pr, dq, cx, window).tobytes()
 
 
@@ -60,7 +75,7 @@ def test_the_scalar_decode_step_and_scan_are_the_numpy_definition_bit_for_bit(wi
         ctx[rng.random(seqs.size) < 0.1] = 0.0
         scalar = ScalarRoofline(c, 0.0, [(window, 1.0)])
         scalar.set_tables([0.0] * 512, [0.0] * 512)  # the step is then its attention alone
-        got = np.array([scalar.decode_step(b, x) for b, x in zip(seqs.tolist(), ctx.tolist())])
+        got = np.array([scalar.decode_step(b, x) for b, x in zip(seqs.tolist(), ctx.tolist(), strict=True)])
         assert got.tobytes() == decode_attention_time(c, seqs, ctx, window).tobytes()
         # a run of decode steps: ends are the running sum of those steps
         b, x0 = float(seqs[0]) or 1.0, float(ctx[0])
@@ -73,10 +88,15 @@ def test_the_exact_model_costs_its_attention_ops_with_it() -> None:
     c, window = model.attention, model.model.layer_window[0]
     assert window is not None
     tokens, pairs, seqs, context = np.array([512.0]), np.array([3e6]), np.array([64.0]), np.array([64 * 9000.0])
-    b = StepBatch.build(prefill_tokens=tokens, prefill_pairs=pairs, prefill_seqs=[1.0], decode_seqs=seqs, decode_context=context)
+    b = StepBatch.build(
+        prefill_tokens=tokens, prefill_pairs=pairs, prefill_seqs=[1.0], decode_seqs=seqs, decode_context=context
+    )
     ops = {r.op: r for r in model.breakdown(b)}
     layers = model.model.num_layers
-    for op, terms in (("attn_prefill", prefill_attention(c, tokens, pairs, window)), ("attn_decode", decode_attention(c, seqs, context, window))):
+    for op, terms in (
+        ("attn_prefill", prefill_attention(c, tokens, pairs, window)),
+        ("attn_decode", decode_attention(c, seqs, context, window)),
+    ):
         assert ops[op].flops == pytest.approx(layers * float(terms.flops[0]), rel=1e-12)
         assert ops[op].bytes == pytest.approx(layers * float(terms.nbytes[0]), rel=1e-12)
         assert ops[op].time_s == pytest.approx(layers * float(terms.time()[0]), rel=1e-12)

@@ -14,8 +14,9 @@ from llmcap.perf.calibrate import (
     prefill_observations,
 )
 
-TRUE = LinearStepModel(overhead_s=2e-3, per_prefill_token_s=20e-6, per_pair_s=8e-9,
-                       per_decode_seq_s=150e-6, per_context_token_s=40e-9)
+TRUE = LinearStepModel(
+    overhead_s=2e-3, per_prefill_token_s=20e-6, per_pair_s=8e-9, per_decode_seq_s=150e-6, per_context_token_s=40e-9
+)
 CLIENT = 5e-3
 CHUNK = 2048
 
@@ -28,8 +29,9 @@ def _observations(model: LinearStepModel, noise: float = 0.0, seed: int = 0) -> 
     gap = decode_step_time(model, c.ravel(), ctx.ravel())
     y_p = ttft * (1 + noise * rng.standard_normal(ttft.size))
     y_d = gap * (1 + noise * rng.standard_normal(gap.size))
-    return StepObservations.concat([prefill_observations(isl, y_p, chunk=CHUNK),
-                                    decode_observations(c.ravel(), ctx.ravel(), y_d)])
+    return StepObservations.concat(
+        [prefill_observations(isl, y_p, chunk=CHUNK), decode_observations(c.ravel(), ctx.ravel(), y_d)]
+    )
 
 
 def test_prefill_observation_sums_the_chunks_like_prefill_time() -> None:
@@ -54,10 +56,14 @@ def test_exact_observations_recover_the_model() -> None:
 def test_a_collinear_term_is_left_at_zero() -> None:
     # unchunked single-request prefills: prefill_seqs (1 per TTFT) is the client column again
     isl = np.array([64.0, 256.0, 1024.0, 2048.0])
-    obs = StepObservations.concat([
-        prefill_observations(isl, CLIENT + prefill_time(TRUE, isl)),
-        decode_observations([1, 4, 16], [500.0, 500.0, 900.0], decode_step_time(TRUE, [1, 4, 16], [500.0, 500.0, 900.0])),
-    ])
+    obs = StepObservations.concat(
+        [
+            prefill_observations(isl, CLIENT + prefill_time(TRUE, isl)),
+            decode_observations(
+                [1, 4, 16], [500.0, 500.0, 900.0], decode_step_time(TRUE, [1, 4, 16], [500.0, 500.0, 900.0])
+            ),
+        ]
+    )
     fit = fit_step_model(obs)
     assert "prefill_seqs" not in fit.terms_fitted and fit.model.per_prefill_seq_s == 0.0
     assert fit.client_overhead_s == pytest.approx(CLIENT, rel=1e-6)

@@ -13,8 +13,18 @@ from pydantic import ValidationError
 from llmcap.perf import EnvironmentFingerprint, fingerprint_hash, is_stale
 from tests.conftest import ROOT
 
-BASE = dict(engine="vllm", engine_version="0.32.0", device_sku="H100-SXM-80GB", device_count=4, model_id="Llama-3.1-70B",
-            quantization="bf16", tp=4, block_size=16, max_num_batched_tokens=8192, scheduler={"async_scheduling": True})
+BASE = dict(
+    engine="vllm",
+    engine_version="0.32.0",
+    device_sku="H100-SXM-80GB",
+    device_count=4,
+    model_id="Llama-3.1-70B",
+    quantization="bf16",
+    tp=4,
+    block_size=16,
+    max_num_batched_tokens=8192,
+    scheduler={"async_scheduling": True},
+)
 
 
 def test_hash_is_sha256_of_the_canonical_json() -> None:
@@ -26,10 +36,18 @@ def test_hash_is_sha256_of_the_canonical_json() -> None:
 
 
 def test_hash_is_the_same_in_another_process() -> None:
-    code = ("from llmcap.perf import EnvironmentFingerprint, fingerprint_hash; import json, sys; "
-            "print(fingerprint_hash(EnvironmentFingerprint(**json.loads(sys.argv[1]))))")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(BASE)], capture_output=True, text=True, check=True,
-                         cwd=ROOT, env={"PYTHONHASHSEED": "123", "PATH": ""})
+    code = (
+        "from llmcap.perf import EnvironmentFingerprint, fingerprint_hash; import json, sys; "
+        "print(fingerprint_hash(EnvironmentFingerprint(**json.loads(sys.argv[1]))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(BASE)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONHASHSEED": "123", "PATH": ""},
+    )
     assert out.stdout.strip() == fingerprint_hash(EnvironmentFingerprint(**BASE))
 
 
@@ -45,10 +63,22 @@ def test_changing_the_engine_version_marks_the_profile_stale() -> None:
 
 def test_every_differing_field_is_listed_including_scheduler_knobs() -> None:
     stored = EnvironmentFingerprint(**BASE)
-    current = EnvironmentFingerprint(**{**BASE, "driver_version": "570.124", "tp": 8, "device_count": 8,
-                                        "scheduler": {"async_scheduling": False, "stream_interval": 1}})
+    current = EnvironmentFingerprint(
+        **{
+            **BASE,
+            "driver_version": "570.124",
+            "tp": 8,
+            "device_count": 8,
+            "scheduler": {"async_scheduling": False, "stream_interval": 1},
+        }
+    )
     assert [c.field for c in is_stale(stored, current)] == [
-        "driver_version", "device_count", "tp", "scheduler.async_scheduling", "scheduler.stream_interval"]
+        "driver_version",
+        "device_count",
+        "tp",
+        "scheduler.async_scheduling",
+        "scheduler.stream_interval",
+    ]
     # an unknown value that becomes known is a change too
     assert is_stale(stored, current)[0].stored is None
 

@@ -3,7 +3,6 @@
 import json
 
 import numpy as np
-
 import pytest
 from typer.testing import CliRunner
 
@@ -38,10 +37,14 @@ def test_json_keys_and_numbers_for_llama_8b():
     # throughput = B·OSL / ((OSL − n_p/2)·t_decode(B, 2560) + T_prefill): B prompts of 2048 packed four to a step of
     # 8192 tokens, n_p = ⌈B·2048 / 8192⌉ steps (fewer than OSL here), along which the prompts done decode
     full, rest = divmod(b * 2048, 8192)
-    steps = m.step_time(StepBatch.build(np.array([8192.0, rest]), np.array([8192.0, rest]) * 2049 / 2, np.array([8192.0, rest]) / 2048))
+    steps = m.step_time(
+        StepBatch.build(np.array([8192.0, rest]), np.array([8192.0, rest]) * 2049 / 2, np.array([8192.0, rest]) / 2048)
+    )
     n_p = full + (1 if rest else 0)
     assert n_p < 1024
-    expected = b * 1024 / ((1024 - n_p / 2) * decode_step_time(m, b, 2560)[0] + full * steps[0] + (steps[1] if rest else 0.0))
+    expected = (
+        b * 1024 / ((1024 - n_p / 2) * decode_step_time(m, b, 2560)[0] + full * steps[0] + (steps[1] if rest else 0.0))
+    )
     assert out["throughput"]["output_tokens_per_s"] == pytest.approx(expected, rel=1e-12)
     dec1 = {o["op"]: o for o in out["breakdown"]["decode_batch_1"]}
     assert dec1["mlp"]["bound"] == "memory"
@@ -50,13 +53,36 @@ def test_json_keys_and_numbers_for_llama_8b():
 
 
 def test_max_num_seqs_caps_the_batch_and_tp_options():
-    r = _run("-m", "Llama-3.1-70B", "-g", "h200", "--tp", "4", "--isl", "256", "--osl", "256",
-             "--max-num-seqs", "100", "--weight-quant", "fp8", "--kv-dtype", "fp8", "--json")
+    r = _run(
+        "-m",
+        "Llama-3.1-70B",
+        "-g",
+        "h200",
+        "--tp",
+        "4",
+        "--isl",
+        "256",
+        "--osl",
+        "256",
+        "--max-num-seqs",
+        "100",
+        "--weight-quant",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--json",
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     # the logits buffer is sized by max_num_seqs, so the KV budget is planned with the same cap
-    plan = plan_memory(load_model("Llama-3.1-70B"), get_gpu("h200"), Parallelism(tp=4), "fp8", "fp8",
-                       params=MemoryParams(max_num_seqs=100))
+    plan = plan_memory(
+        load_model("Llama-3.1-70B"),
+        get_gpu("h200"),
+        Parallelism(tp=4),
+        "fp8",
+        "fp8",
+        params=MemoryParams(max_num_seqs=100),
+    )
     assert out["max_batch_kv"] == int(plan.max_concurrent_sequences([512])[0]) > 100
     assert out["throughput"]["batch"] == 100 and out["decode"][-1]["batch"] == 100
     assert out["compute_dtype"] == "fp8" and out["parallelism"] == {"tp": 4, "pp": 1, "ep": 1}

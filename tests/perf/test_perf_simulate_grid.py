@@ -19,7 +19,12 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 
-MODELS = {"Llama-3.1-8B": (1, 2, 4, 8), "Llama-3.1-70B": (2, 4, 8), "Mixtral-8x7B": (2, 4, 8), "Qwen3-30B-A3B": (1, 2, 4, 8)}
+MODELS = {
+    "Llama-3.1-8B": (1, 2, 4, 8),
+    "Llama-3.1-70B": (2, 4, 8),
+    "Mixtral-8x7B": (2, 4, 8),
+    "Qwen3-30B-A3B": (1, 2, 4, 8),
+}
 SHAPES = ((128, 128), (2048, 128), (128, 2048), (1024, 1024), (20000, 2000))
 POLICIES = ("vllm", "trtllm-guaranteed-no-evict")
 TOLERANCE = 0.10
@@ -40,16 +45,30 @@ def test_perf_and_simulate_agree_over_the_grid(model: str, tmp_path: Path) -> No
         cell = ["--model", model, "--gpu", "h100", "--tp", str(tp), "--weight-quant", "fp8", "--kv-dtype", "fp8"]
         for isl, osl in SHAPES:
             for policy in POLICIES:
-                perf = _json(["perf", *cell, "--isl", str(isl), "--osl", str(osl), "--admission-policy", policy])["throughput"]
+                perf = _json(["perf", *cell, "--isl", str(isl), "--osl", str(osl), "--admission-policy", policy])[
+                    "throughput"
+                ]
                 n = 4 * perf["batch"]
                 trace = tmp_path / f"{isl}-{osl}-{n}.parquet"
-                pq.write_table(pa.table({"request_id": np.arange(n), "arrival_s": np.zeros(n), "isl": np.full(n, isl), "osl": np.full(n, osl)}), trace)
+                pq.write_table(
+                    pa.table(
+                        {
+                            "request_id": np.arange(n),
+                            "arrival_s": np.zeros(n),
+                            "isl": np.full(n, isl),
+                            "osl": np.full(n, osl),
+                        }
+                    ),
+                    trace,
+                )
                 sim = _json(["simulate", "--trace", str(trace), *cell, "--admission-policy", policy])
                 where = f"{model} TP{tp} {isl}/{osl} {policy}"
                 assert sim["completed"] == n, where
                 kv_binds = perf["limited_by"] == "kv"
                 if policy == "vllm":
-                    assert (sim["preemptions"] > 0) == kv_binds, f"{where}: {sim['preemptions']} preemptions, perf limited by {perf['limited_by']}"
+                    assert (sim["preemptions"] > 0) == kv_binds, (
+                        f"{where}: {sim['preemptions']} preemptions, perf limited by {perf['limited_by']}"
+                    )
                 else:
                     assert sim["preemptions"] == 0, where
                 ceiling = perf["estimate"] == "ceiling"

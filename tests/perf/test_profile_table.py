@@ -11,7 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from llmcap.errors import InputFileError
-from llmcap.perf import POINTS_SCHEMA, EnvironmentFingerprint, LinearStepModel, Profile, StepBatch, interpolate, read_profile
+from llmcap.perf import (
+    POINTS_SCHEMA,
+    EnvironmentFingerprint,
+    LinearStepModel,
+    Profile,
+    StepBatch,
+    interpolate,
+    read_profile,
+)
 from llmcap.perf.calibrate import StepObservations, decode_observations, fit_step_model, prefill_observations
 from llmcap.perf.profile import points_table, steps_table
 
@@ -21,9 +29,26 @@ CONC = [1, 4, 16]
 
 def _power_law_points() -> pa.Table:
     """ttft = 1e-3 · isl^1.2 · c^0.5: a power law, so log-log interpolation must be exact."""
-    rows = [{"source": "endpoint", "isl": i, "osl": 64, "concurrency": c, "batch_size": c, "cache_hit": 0.0,
-             "tp": 1, "pp": 1, "ep": 1, "dp": 1, "repeats": 3, "requests": 3 * c, "steady_gaps": 0,
-             "ttft_s": 1e-3 * i**1.2 * c**0.5} for i in ISL for c in CONC]
+    rows = [
+        {
+            "source": "endpoint",
+            "isl": i,
+            "osl": 64,
+            "concurrency": c,
+            "batch_size": c,
+            "cache_hit": 0.0,
+            "tp": 1,
+            "pp": 1,
+            "ep": 1,
+            "dp": 1,
+            "repeats": 3,
+            "requests": 3 * c,
+            "steady_gaps": 0,
+            "ttft_s": 1e-3 * i**1.2 * c**0.5,
+        }
+        for i in ISL
+        for c in CONC
+    ]
     return points_table(rows)
 
 
@@ -53,7 +78,7 @@ def test_extrapolation_is_flagged_per_query_and_follows_the_end_slope() -> None:
 
 
 def test_noisy_measurements_are_made_monotone() -> None:
-    rows = [{"isl": i, "concurrency": 1, "ttft_s": v} for i, v in zip(ISL, [0.010, 0.009, 0.030, 0.100])]
+    rows = [{"isl": i, "concurrency": 1, "ttft_s": v} for i, v in zip(ISL, [0.010, 0.009, 0.030, 0.100], strict=True)]
     t = pa.Table.from_pylist(rows)
     q = np.geomspace(128, 8192, 50)
     got = interpolate(t, "ttft_s", q, 1).value
@@ -72,10 +97,12 @@ def test_a_single_level_interpolates_along_isl_and_flags_other_concurrency() -> 
 def _profile() -> Profile:
     truth = LinearStepModel(overhead_s=2e-3, per_prefill_token_s=1e-5, per_decode_seq_s=1e-4, per_context_token_s=5e-8)
     isl = np.array(ISL, dtype=float)
-    obs = StepObservations.concat([
-        prefill_observations(isl, 0.004 + truth.step_time(StepBatch.build(isl))),
-        decode_observations([1, 4, 16], [600.0, 600.0, 600.0], [0.0021, 0.0024, 0.0035]),
-    ])
+    obs = StepObservations.concat(
+        [
+            prefill_observations(isl, 0.004 + truth.step_time(StepBatch.build(isl))),
+            decode_observations([1, 4, 16], [600.0, 600.0, 600.0], [0.0021, 0.0024, 0.0035]),
+        ]
+    )
     fit = fit_step_model(obs)
     steps = steps_table(obs, ["prefill"] * 4 + ["decode"] * 3, ISL + [568] * 3, [1] * 4 + [1, 4, 16], 3)
     fp = EnvironmentFingerprint(engine="vllm", engine_version="0.32.0", model_id="tiny", device_sku="cpu")
@@ -86,7 +113,12 @@ def test_profile_round_trips_through_its_directory(tmp_path: Path) -> None:
     prof = _profile()
     prof.write(tmp_path / "p")
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
-        "fingerprint.json", "fit.json", "manifest.json", "points.parquet", "steps.parquet"]
+        "fingerprint.json",
+        "fit.json",
+        "manifest.json",
+        "points.parquet",
+        "steps.parquet",
+    ]
     again = read_profile(tmp_path / "p")
     assert again.fingerprint == prof.fingerprint and again.fingerprint_hash == prof.fingerprint_hash
     assert again.points.equals(prof.points) and again.steps.equals(prof.steps)
@@ -113,8 +145,11 @@ def test_profile_step_model_reads_decode_steps_from_the_table_and_adds_fitted_pr
 
     # concave in the batch, as measured on the CPU engine: no single line fits c = 1, 4, 16
     step = lambda c, ctx: 2e-3 * c**0.3 * (1 + ctx / 20_000)  # noqa: E731
-    rows = [{"isl": 0, "concurrency": c, "decode_context_mean": ctx, "itl_mean_s": step(c, ctx)}
-            for c in (1, 4, 16) for ctx in (100.0, 1000.0, 3000.0)]
+    rows = [
+        {"isl": 0, "concurrency": c, "decode_context_mean": ctx, "itl_mean_s": step(c, ctx)}
+        for c in (1, 4, 16)
+        for ctx in (100.0, 1000.0, 3000.0)
+    ]
     fit = _profile().fit
     model = ProfileStepModel(pa.Table.from_pylist(rows), fit)
     got = decode_step_time(model, [1, 4, 16, 2, 8], [1000.0, 100.0, 3000.0, 500.0, 2000.0])
@@ -128,6 +163,7 @@ def test_profile_step_model_reads_decode_steps_from_the_table_and_adds_fitted_pr
     mixed = StepBatch.build(prefill_tokens=[512.0, 512.0], decode_seqs=[4.0, 0.0], decode_context=[400.0, 0.0])
     t = model.step_time(mixed)
     lin = fit.model
-    assert t[0] == pytest.approx(step(4, 100) + lin.per_prefill_token_s * 512 + lin.per_pair_s * 512 * 513 / 2
-                                 + lin.per_prefill_seq_s)
+    assert t[0] == pytest.approx(
+        step(4, 100) + lin.per_prefill_token_s * 512 + lin.per_pair_s * 512 * 513 / 2 + lin.per_prefill_seq_s
+    )
     assert t[1] == pytest.approx(lin.step_time(mixed)[1])

@@ -37,7 +37,9 @@ def test_the_fit_recovers_known_knobs_from_the_timed_shapes(shipped_rows):
 def test_the_fit_recovers_known_step_time_terms_from_the_timed_shapes(shipped_rows):
     # the fixed costs are seen in the small kernels (fitted at BELOW_SCOPE_WEIGHT), the one-shot latency in small
     # all-reduces, the KV-read efficiency in decode attention alone
-    truth = cal.RooflineFit({"bf16": (0.62, 90.0), "fp8": (0.55, 140.0)}, 0.58, 1800.0, 0.72, (0.7, 1e-6), 0.9, (4e-6, 11e-6), 4.5e-6)
+    truth = cal.RooflineFit(
+        {"bf16": (0.62, 90.0), "fp8": (0.55, 140.0)}, 0.58, 1800.0, 0.72, (0.7, 1e-6), 0.9, (4e-6, 11e-6), 4.5e-6
+    )
     assert truth.terms == cal.TERMS
     rng = np.random.default_rng(1)
     times = cal.predict(shipped_rows, truth, H100) * np.exp(0.01 * rng.standard_normal(len(shipped_rows)))
@@ -64,7 +66,9 @@ def test_each_shipped_calibration_is_the_fit_of_its_public_operations(calibratio
     shipped, refit = fitted.vector(), cal.fit(rows, gpu, terms=fitted.terms).vector()
     # each term kept is recorded with the held-out errors that kept it
     assert {t for t, c in doc["terms"].items() if c["kept"]} == set(fitted.terms)
-    np.testing.assert_allclose(shipped[:-1], refit[:-1], rtol=1e-3, atol=1e-4)  # the YAML keeps 4 decimals of half tokens
+    np.testing.assert_allclose(
+        shipped[:-1], refit[:-1], rtol=1e-3, atol=1e-4
+    )  # the YAML keeps 4 decimals of half tokens
     np.testing.assert_allclose(shipped[-1], refit[-1], rtol=1e-3)  # a latency (s), 4 significant digits
     seconds = (shipped > 0) & (shipped < 1e-4)  # latencies and fixed costs (a half point of 0 is no time)
     np.testing.assert_allclose(shipped[seconds], refit[seconds], rtol=1e-3)
@@ -100,7 +104,9 @@ def test_rooflines_of_a_calibrated_gpu_use_it_and_others_keep_the_defaults():
     fp8 = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8")
     assert fp8.compute_dtype == "fp8" and fp8.params.matmul_efficiency_max == shipped.fit.matmul["fp8"][0]
     a100 = cal.shipped_calibration("A100-SXM-80GB")  # no fp8 GEMMs timed (no fp8 tensor cores): bf16's curve
-    assert set(a100.fit.matmul) == {"bf16"} and a100.fit.params("fp8").matmul_efficiency_max == a100.fit.matmul["bf16"][0]
+    assert (
+        set(a100.fit.matmul) == {"bf16"} and a100.fit.params("fp8").matmul_efficiency_max == a100.fit.matmul["bf16"][0]
+    )
     mi300x = build_step_model("Llama-3.1-8B", "mi300x")
     assert mi300x.calibration is None and mi300x.params == RooflineParams()
     explicit = build_step_model("Llama-3.1-8B", "h100", params=RooflineParams())
@@ -125,7 +131,12 @@ def test_each_kept_step_time_term_lowers_the_held_out_error_of_what_it_models(h1
     with_all = _held_out(cv)
     for term, cv_without in without.items():
         target = cal.TERM_TARGET[term]
-        assert with_all[target] < _held_out(cv_without)[target], (term, target, with_all[target], _held_out(cv_without)[target])
+        assert with_all[target] < _held_out(cv_without)[target], (
+            term,
+            target,
+            with_all[target],
+            _held_out(cv_without)[target],
+        )
         assert with_all["all"] <= _held_out(cv_without)["all"], term
     # with the fixed cost the small kernels are fitted too, and predicted held out
     assert with_all[cal.BELOW_SCOPE] < 0.3 and np.isnan(_held_out(without["fixed"])[cal.BELOW_SCOPE])
@@ -149,12 +160,18 @@ def test_no_gpu_predicts_held_out_operations_worse_with_its_terms():
     b200 = errors["B200-SXM-180GB"]["attn_decode"]
     assert b200["held_out"] - b200["held_out_without_terms"] < 0.005
     # the small kernels, fitted with the fixed cost: within ~a quarter, where the defaults miss by over half
-    assert all(e[cal.BELOW_SCOPE]["held_out"] < 0.27 < 0.5 < e[cal.BELOW_SCOPE]["uncalibrated"] for e in errors.values())
+    assert all(
+        e[cal.BELOW_SCOPE]["held_out"] < 0.27 < 0.5 < e[cal.BELOW_SCOPE]["uncalibrated"] for e in errors.values()
+    )
 
 
 def _errors_by_group(rows: cal.OpRows, fit: cal.RooflineFit, gpu, groups) -> dict[str, float]:
     errors = np.abs(cal.relative_errors(rows, fit, gpu))
-    return {g: float(np.median(errors[sel])) for g, judged in cal.KNOB_GROUPS.items() if g in groups and (sel := judged(rows)).any()}
+    return {
+        g: float(np.median(errors[sel]))
+        for g, judged in cal.KNOB_GROUPS.items()
+        if g in groups and (sel := judged(rows)).any()
+    }
 
 
 @pytest.mark.parametrize("calibration", [c for c in cal.shipped_calibrations() if c.checks], ids=lambda c: c.gpu)
@@ -186,8 +203,12 @@ def test_on_independent_timings_no_op_class_is_predicted_worse_than_by_the_defau
     assert calibration.not_applied == ("gemm:bf16", "gemm:fp8", "hbm", "kernel")
     assert calibration.fit.fixed_s is None and calibration.fit.kv_efficiency == calibration.fitted.kv_efficiency
     step = build_step_model("Llama-3.1-8B", gpu.name, weight_quant="fp8")
-    assert step.params.matmul_efficiency_max == RooflineParams().matmul_efficiency_max  # the defaults, for fp8 GEMMs too
-    assert step.params.attention_half_tokens == calibration.fitted.attention_half_tokens  # the public fit, where it holds
+    assert (
+        step.params.matmul_efficiency_max == RooflineParams().matmul_efficiency_max
+    )  # the defaults, for fp8 GEMMs too
+    assert (
+        step.params.attention_half_tokens == calibration.fitted.attention_half_tokens
+    )  # the public fit, where it holds
     # the capacity table and step_model.json say which groups kept the defaults, and on which timings
     from llmcap.sizing.units import step_model_source
 
@@ -200,9 +221,13 @@ def test_on_independent_timings_no_op_class_is_predicted_worse_than_by_the_defau
 def test_knob_groups_go_back_to_the_defaults_one_by_one():
     fit = cal.RooflineFit({"bf16": (0.9, 5.0), "fp8": (0.8, 6.0)}, 0.5, 100.0, 0.6, (0.4, 1e-6))
     d = cal.RooflineFit.from_params(RooflineParams())
-    assert cal.with_defaults(fit, ["gemm:fp8"]) == cal.RooflineFit({"bf16": (0.9, 5.0), "fp8": d.matmul["fp8"]}, 0.5, 100.0, 0.6, (0.4, 1e-6))
+    assert cal.with_defaults(fit, ["gemm:fp8"]) == cal.RooflineFit(
+        {"bf16": (0.9, 5.0), "fp8": d.matmul["fp8"]}, 0.5, 100.0, 0.6, (0.4, 1e-6)
+    )
     assert cal.with_defaults(fit, ["hbm", "comm"]) == cal.RooflineFit(fit.matmul, 0.5, 100.0, d.hbm_efficiency, d.comm)
-    assert cal.with_defaults(fit, ["attention"]) == cal.RooflineFit(fit.matmul, d.attention_efficiency_max, d.attention_half_tokens, 0.6, (0.4, 1e-6))
+    assert cal.with_defaults(fit, ["attention"]) == cal.RooflineFit(
+        fit.matmul, d.attention_efficiency_max, d.attention_half_tokens, 0.6, (0.4, 1e-6)
+    )
     assert cal.with_defaults(fit, [*cal.KNOB_GROUPS]) == d
     # the step-time terms: back to none (the defaults have none of them)
     terms = replace(fit, kv_efficiency=0.9, fixed_s=(4e-6, 1e-5), oneshot_latency_s=4e-6)
@@ -219,6 +244,7 @@ def test_the_attention_ramp_has_its_own_half_point():
     m_base = build_step_model("Llama-3.1-8B", "h100", params=base)
     m_own = build_step_model("Llama-3.1-8B", "h100", params=own)
     from llmcap.perf import prefill_time
+
     # a slower attention ramp only lengthens prefill; GEMMs keep their own ramp
     assert prefill_time(m_own, 1024)[0] > prefill_time(m_base, 1024)[0]
     for m in (m_base, m_own):
@@ -230,7 +256,10 @@ def test_calibrate_command_prints_the_fit_and_refuses_operations_of_another_gpu(
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["gpu"] == H100.name and set(out["matmul"]) == {"bf16", "fp8"} and "allreduce" in out["median_abs_error"]
-    assert set(out["comm"]) == {"efficiency", "scale_up_latency_s", "oneshot_latency_s"} and out["source"]["sources"][0]["licence"] == "Apache-2.0"
+    assert (
+        set(out["comm"]) == {"efficiency", "scale_up_latency_s", "oneshot_latency_s"}
+        and out["source"]["sources"][0]["licence"] == "Apache-2.0"
+    )
     r = runner.invoke(app, ["calibrate", str(SHIPPED / "ops.json"), "--gpu", "h200"])
     assert r.exit_code == 2 and "not H200" in r.output
 

@@ -17,7 +17,10 @@ CONFIGS = [
     dict(model="Mistral-7B-v0.1", gpu="l40s", tp=2),  # sliding window, PCIe
     dict(model="DeepSeek-V3", gpu="b200", tp=8, ep=8, weight_quant="fp8-block"),  # MLA, dense + MoE layers
 ]
-IDS = [f"{c['model']}-tp{c.get('tp', 1)}-pp{c.get('pp', 1)}-ep{c.get('ep', 1)}-{c.get('weight_quant', 'bf16')}" for c in CONFIGS]
+IDS = [
+    f"{c['model']}-tp{c.get('tp', 1)}-pp{c.get('pp', 1)}-ep{c.get('ep', 1)}-{c.get('weight_quant', 'bf16')}"
+    for c in CONFIGS
+]
 FIELDS = ("prefill_tokens", "prefill_pairs", "prefill_seqs", "decode_seqs", "decode_context", "decode_max_context")
 
 
@@ -72,7 +75,9 @@ def test_scalar_arrays_and_decode_runs_agree_bit_for_bit(models) -> None:
         ctx = np.arange(50, dtype=np.float64) * seqs + ctx0
         zeros = np.zeros(ctx.size)
         run = fast.decode_times(float(seqs), ctx)
-        assert run.tobytes() == fast.step_time_arrays(zeros, zeros, zeros, np.full(ctx.size, float(seqs)), ctx).tobytes()
+        assert (
+            run.tobytes() == fast.step_time_arrays(zeros, zeros, zeros, np.full(ctx.size, float(seqs)), ctx).tobytes()
+        )
         assert run[17] == fast.step_time_scalar(0.0, 0.0, 0.0, float(seqs), float(ctx[17]))
     # steps of mixed batch sizes at once (the simulator's bulk write of its step log; pp = 1 only)
     seqs = np.array([1, 37, 256, 37, 1, 200], dtype=np.int64)
@@ -82,12 +87,12 @@ def test_scalar_arrays_and_decode_runs_agree_bit_for_bit(models) -> None:
             fast.decode_times_batch(seqs, ctx)
         return
     batch = fast.decode_times_batch(seqs, ctx)
-    one_by_one = np.array([fast.decode_times(float(s), np.array([c]))[0] for s, c in zip(seqs, ctx)])
+    one_by_one = np.array([fast.decode_times(float(s), np.array([c]))[0] for s, c in zip(seqs, ctx, strict=True)])
     assert batch.tobytes() == one_by_one.tobytes()
     assert batch[2] == fast.step_time_scalar(0.0, 0.0, 0.0, 256.0, 1e6)
     # the scalar path's decode step (no checks, no prefill terms) is `step` bit for bit
     rng = np.random.default_rng(5)
-    for seqs_i, ctx_i in zip(rng.integers(1, 257, 400).tolist(), rng.integers(1, 2_000_000, 400).tolist()):
+    for seqs_i, ctx_i in zip(rng.integers(1, 257, 400).tolist(), rng.integers(1, 2_000_000, 400).tolist(), strict=True):
         fb, cx = float(seqs_i), float(ctx_i)
         assert fast.scalar.decode_step(fb, cx) == fast.scalar.step(0.0, 0.0, 0.0, fb, cx)
     with pytest.raises(ValueError, match="inside the tables"):
@@ -108,7 +113,11 @@ def test_tables_grow_past_their_size_and_stay_exact() -> None:
     fast = exact.compile(max_tokens=100)
     small = fast._n
     big = StepBatch.build(
-        prefill_tokens=[20_000.0, 5.0], prefill_pairs=[3e8, 15.0], prefill_seqs=[3.0, 1.0], decode_seqs=[300.0, 0.0], decode_context=[9e5, 0.0]
+        prefill_tokens=[20_000.0, 5.0],
+        prefill_pairs=[3e8, 15.0],
+        prefill_seqs=[3.0, 1.0],
+        decode_seqs=[300.0, 0.0],
+        decode_context=[9e5, 0.0],
     )
     np.testing.assert_allclose(fast.step_time(big), exact.step_time(big), rtol=1e-12, atol=0)
     assert fast._n > 20_300 > small
@@ -116,7 +125,11 @@ def test_tables_grow_past_their_size_and_stay_exact() -> None:
     again = exact.compile(max_tokens=10)
     assert again.step_time_scalar(*_row(big, 0)) == fast.step_time(big)[0]
     at_once = exact.compile(max_tokens=again._n - 1)
-    assert at_once._n == again._n and at_once._ta.tobytes() == again._ta.tobytes() and at_once._la.tobytes() == again._la.tobytes()
+    assert (
+        at_once._n == again._n
+        and at_once._ta.tobytes() == again._ta.tobytes()
+        and at_once._la.tobytes() == again._la.tobytes()
+    )
 
 
 def test_a_scaled_scalar_view_times_every_step_times_its_factor_as_the_tables_grow() -> None:
@@ -128,11 +141,23 @@ def test_a_scaled_scalar_view_times_every_step_times_its_factor_as_the_tables_gr
     assert view is not None and view.n == fast.scalar.n
     fast.step_time_scalar(3000.0, 3000.0 * 1500.0, 1.0, 40.0, 40.0 * 900.0)  # grows the tables: the view reads them too
     assert view.n == fast.scalar.n > 3040
-    for row in ((3000.0, 3000.0 * 1500.0, 1.0, 40.0, 40.0 * 900.0), (0.0, 0.0, 0.0, 64.0, 64.0 * 2048.0), (17.0, 153.0, 1.0, 0.0, 0.0)):
-        batch = StepBatch.build(prefill_tokens=[row[0]], prefill_pairs=[row[1]], prefill_seqs=[row[2]], decode_seqs=[row[3]], decode_context=[row[4]])
+    for row in (
+        (3000.0, 3000.0 * 1500.0, 1.0, 40.0, 40.0 * 900.0),
+        (0.0, 0.0, 0.0, 64.0, 64.0 * 2048.0),
+        (17.0, 153.0, 1.0, 0.0, 0.0),
+    ):
+        batch = StepBatch.build(
+            prefill_tokens=[row[0]],
+            prefill_pairs=[row[1]],
+            prefill_seqs=[row[2]],
+            decode_seqs=[row[3]],
+            decode_context=[row[4]],
+        )
         assert view.step(*row) == scaled.step_time(batch)[0] == fast.scalar.step(*row) * 1.13
     assert view.decode_step(64.0, 64.0 * 2048.0) == fast.scalar.decode_step(64.0, 64.0 * 2048.0) * 1.13
-    assert ScaledStepModel(fast, 1.13, min_context=64).timing_form().scalar is None  # scaled for long prompts only: no scalar view
+    assert (
+        ScaledStepModel(fast, 1.13, min_context=64).timing_form().scalar is None
+    )  # scaled for long prompts only: no scalar view
 
 
 def test_off_table_batches_take_the_exact_path() -> None:

@@ -162,7 +162,10 @@ def test_tp_communication_only_with_tp_above_1():
     assert two["tp_allreduce"].time_s == pytest.approx(65 * (2e-6 + 65_536 / NVLINK))
     # half the weights per rank: decode at this batch gets faster despite the all-reduces
     assert two["mlp"].bytes < one["mlp"].bytes
-    m1, m2 = build_step_model("Llama-3.1-8B", "h100", params=P), build_step_model("Llama-3.1-8B", "h100", tp=2, params=P)
+    m1, m2 = (
+        build_step_model("Llama-3.1-8B", "h100", params=P),
+        build_step_model("Llama-3.1-8B", "h100", tp=2, params=P),
+    )
     assert m2.step_time(batch)[0] < m1.step_time(batch)[0]
 
 

@@ -45,7 +45,10 @@ def test_vectorised_equals_per_batch(cfg):
     assert isinstance(m, StepTimeModel)
     b = _random_batches(40)
     together = m.step_time(b)
-    one_by_one = [m.step_time(StepBatch(*(np.asarray(getattr(b, f)[i : i + 1]) for f in b.__dataclass_fields__)))[0] for i in range(len(b))]
+    one_by_one = [
+        m.step_time(StepBatch(*(np.asarray(getattr(b, f)[i : i + 1]) for f in b.__dataclass_fields__)))[0]
+        for i in range(len(b))
+    ]
     np.testing.assert_allclose(together, one_by_one, rtol=1e-12)
     # the breakdown of each batch adds up to its step time
     for i in (0, 7, 21):
@@ -153,10 +156,20 @@ def test_model_from_specs_and_config_path(tmp_path):
     b = StepBatch.build(decode_seqs=4, decode_context=4000)
     assert m.step_time(b)[0] == build_step_model("Llama-3.1-8B", "h100").step_time(b)[0]
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({
-        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "tie_word_embeddings": True,
-    }))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 256,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+                "tie_word_embeddings": True,
+            }
+        )
+    )
     tiny = build_step_model(str(cfg), "h100")
     # tied embeddings: the lm_head is the embedding table, vocab padded to 1024 (a multiple of 64 as vLLM
     # pads it): 4 logit rows x 2 x 1024 x 256 FLOPs, 1024 x 256 x 2 B of weights

@@ -26,7 +26,9 @@ def test_fixed_costs_are_paid_once_per_gemm_and_attention_kernel():
     # 32 x 4 + 1 = 129 GEMM kernels; one attention kernel a layer: 32
     gemm, attn = 5e-6, 11e-6
     plain = build_step_model("Llama-3.1-8B", "h100", params=BASE)
-    fixed = build_step_model("Llama-3.1-8B", "h100", params=BASE.model_copy(update={"gemm_kernel_s": gemm, "attention_kernel_s": attn}))
+    fixed = build_step_model(
+        "Llama-3.1-8B", "h100", params=BASE.model_copy(update={"gemm_kernel_s": gemm, "attention_kernel_s": attn})
+    )
     batch = _decode(8.0)
     np.testing.assert_allclose(fixed.step_time(batch) - plain.step_time(batch), 129 * gemm + 32 * attn, rtol=1e-9)
     ops = {c.op: c for c in fixed.breakdown(batch)}
@@ -49,11 +51,22 @@ def test_decode_attention_reads_the_kv_at_its_own_bandwidth():
 
 
 def test_vllm_picks_the_one_shot_all_reduce_by_message_size_and_gpu_count():
-    assert oneshot_max_bytes(2) == CUSTOM_MAX_BYTES and oneshot_max_bytes(4) == 512 * 1024 and oneshot_max_bytes(8) == 256 * 1024
+    assert (
+        oneshot_max_bytes(2) == CUSTOM_MAX_BYTES
+        and oneshot_max_bytes(4) == 512 * 1024
+        and oneshot_max_bytes(8) == 256 * 1024
+    )
     params = BASE.model_copy(update={"comm_efficiency": 0.7, "scale_up_latency_s": 0.8e-6})
     lat = 4.5e-6
-    for n, b, oneshot in ((8, 64 * 1024, True), (8, 1024 * 1024, False), (4, 300 * 1024, True), (4, 600 * 1024, False),
-                          (2, 4 * 1024 * 1024, True), (2, 16 * 1024 * 1024, False), (8, 64 * 1024 * 1024, False)):
+    for n, b, oneshot in (
+        (8, 64 * 1024, True),
+        (8, 1024 * 1024, False),
+        (4, 300 * 1024, True),
+        (4, 600 * 1024, False),
+        (2, 4 * 1024 * 1024, True),
+        (2, 16 * 1024 * 1024, False),
+        (8, 64 * 1024 * 1024, False),
+    ):
         link = link_for(H100, n, params)
         assert link.bytes_s == pytest.approx(900e9 / 2 * 0.7)
         # one-shot: one barrier, every peer's whole message; two-stage: two barriers, a ring's bytes
@@ -68,10 +81,16 @@ def test_vllm_picks_the_one_shot_all_reduce_by_message_size_and_gpu_count():
     assert t8 - t2 == pytest.approx(6 * 256.0 / link_for(H100, 8, params).bytes_s)  # 6 more peers' 256 B, ns
     # no one-shot latency, more than 2 PCIe cards, across nodes: the ring at every size
     l40s = get_gpu("l40s")
-    for n, link, latency in ((8, link_for(H100, 8, params), None), (4, link_for(l40s, 4, params), lat), (16, link_for(H100, 16, params), lat)):
+    for n, link, latency in (
+        (8, link_for(H100, 8, params), None),
+        (4, link_for(l40s, 4, params), lat),
+        (16, link_for(H100, 16, params), lat),
+    ):
         assert float(allreduce_time(4096.0, n, link, latency)) == float(ring_allreduce_time(4096.0, n, link))
     pcie2 = link_for(l40s, 2, params)  # vLLM keeps its custom kernel on 2 PCIe GPUs, NCCL's ring past 8 MiB
-    assert pcie2.name == "pcie" and float(allreduce_time(4096.0, 2, pcie2, lat)) == pytest.approx(lat + 4096.0 / pcie2.bytes_s)
+    assert pcie2.name == "pcie" and float(allreduce_time(4096.0, 2, pcie2, lat)) == pytest.approx(
+        lat + 4096.0 / pcie2.bytes_s
+    )
     assert float(allreduce_time(16e6, 2, pcie2, lat)) == float(ring_allreduce_time(16e6, 2, pcie2))
 
 
@@ -79,7 +98,9 @@ def test_the_tp_all_reduce_of_a_decode_step_uses_the_one_shot_kernel():
     # Llama-3.1-70B at TP 8, 8 sequences: 8 x 8192 x 2 B = 128 KiB per all-reduce, under vLLM's 256 KiB
     lat = 4.5e-6
     ring = build_step_model("Llama-3.1-70B", "h100", tp=8, params=BASE)
-    oneshot = build_step_model("Llama-3.1-70B", "h100", tp=8, params=BASE.model_copy(update={"allreduce_oneshot_latency_s": lat}))
+    oneshot = build_step_model(
+        "Llama-3.1-70B", "h100", tp=8, params=BASE.model_copy(update={"allreduce_oneshot_latency_s": lat})
+    )
     batch = _decode(8.0)
     link = link_for(H100, 8, BASE)
     b = 8 * 8192 * 2.0
@@ -87,7 +108,9 @@ def test_the_tp_all_reduce_of_a_decode_step_uses_the_one_shot_kernel():
     count = 2 * 80 + 1  # two a layer, one after the vocab-parallel embedding
     got = {c.op: c.time_s for c in oneshot.breakdown(batch)}["tp_allreduce"]
     assert got == pytest.approx(count * per_ar, rel=1e-12)
-    assert {c.op: c.time_s for c in ring.breakdown(batch)}["tp_allreduce"] == pytest.approx(count * (14 * BASE.scale_up_latency_s + 1.75 * b / link.bytes_s))
+    assert {c.op: c.time_s for c in ring.breakdown(batch)}["tp_allreduce"] == pytest.approx(
+        count * (14 * BASE.scale_up_latency_s + 1.75 * b / link.bytes_s)
+    )
     np.testing.assert_allclose(oneshot.compile().step_time(batch), oneshot.step_time(batch), rtol=1e-12)
 
 

@@ -24,8 +24,14 @@ def make_project(dest: Path, native: bool = False) -> tuple[Path, dict]:
     copy_checkout(dest, native)
     # A lighter sizing search than the shipped default (same code path): these tests run the pipeline several times.
     params = yaml.safe_load((dest / "params.yaml").read_text())
-    params["size"].update(excerpt_requests=400, shortlist=1, pd_prefill_shortlist=0, pools_split_isl=None, final_shortlist=1,
-                          model_error_range=False)  # fmt: skip
+    params["size"].update(
+        excerpt_requests=400,
+        shortlist=1,
+        pd_prefill_shortlist=0,
+        pools_split_isl=None,
+        final_shortlist=1,
+        model_error_range=False,
+    )
     params["size"]["search"]["seeds"] = [0]
     params["size"]["count_seeds"] = [1]
     # the replay check against the twin: a few seconds per run (12 requests; the light search picks a slow

@@ -60,7 +60,9 @@ def test_a_slower_twin_is_corrected_written_back_and_used_by_the_replan(tmp_path
     files = sorted((root / "data/profiles/corrections").glob("*.json"))
     assert len(files) == len(before["pool_plans"]) and "v1" in out
     history = json.loads(files[0].read_text())
-    assert history["aliases"] == {"champion": 1} and history["versions"][0]["corrections"][0]["factor"] == found["factor"]
+    assert (
+        history["aliases"] == {"champion": 1} and history["versions"][0]["corrections"][0]["factor"] == found["factor"]
+    )
     assert history["versions"][0]["measured_on"] == "digital twin"
 
     _plan(root, env, "plan B: corrected")
@@ -85,12 +87,16 @@ def test_a_slower_twin_is_corrected_written_back_and_used_by_the_replan(tmp_path
     assert str(version.version) == history["versions"][0]["mlflow_version"]
     assert json.loads(version.tags["corrections"])[0]["factor"] == found["factor"]
     assert version.tags["configuration.gpu"] == history["configuration"]["gpu"]
-    (plan_b,) = client.search_runs([client.get_experiment_by_name("llmcap").experiment_id],
-                                   filter_string="tags.`llmcap.kind` = 'replan' and tags.`step_model.corrections` != 'none'")  # fmt: skip
+    (plan_b,) = client.search_runs(
+        [client.get_experiment_by_name("llmcap").experiment_id],
+        filter_string="tags.`llmcap.kind` = 'replan' and tags.`step_model.corrections` != 'none'",
+    )
     assert version.tags[f"plan.{plan_b.info.run_id}"] == plan_b.info.run_name
     assert f"{history['registered_model']}@champion=v1" in plan_b.data.tags["step_model.corrections"]
 
     diff = json.loads(sh([*LLMCAP, "diff", "HEAD~1", "HEAD", "--json"], root, env).stdout)
     said = "\n".join(diff["explanation"])  # the decision diff names the correction as the input that changed
     assert f"step-time corrections written back: none → {history['registered_model']}@champion=v1" in said
-    assert "data `data/profiles` changed" in said and any(c["field"].endswith("per_instance_rps") for c in diff["decision"]["changed"])
+    assert "data `data/profiles` changed" in said and any(
+        c["field"].endswith("per_instance_rps") for c in diff["decision"]["changed"]
+    )

@@ -55,17 +55,26 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     _check_run_tags(root, env, rows[1]["run_id"], a, raw, summary_a)
 
     # 3. reproduce A: a clean worktree at A, the same locked environment, every output byte-identical
-    rep = subprocess.run([*LLMCAP, "reproduce", a, "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    rep = subprocess.run(
+        [*LLMCAP, "reproduce", a, "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=900
+    )
     assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
     result = json.loads(rep.stdout)
-    lock_a = yaml.safe_load(subprocess.run(["git", "show", f"{a}:dvc.lock"], cwd=root, capture_output=True, text=True).stdout)
+    lock_a = yaml.safe_load(
+        subprocess.run(["git", "show", f"{a}:dvc.lock"], cwd=root, capture_output=True, text=True).stdout
+    )
     n_outs = sum(len(s["outs"]) for s in lock_a["stages"].values())
     assert result["identical"] is True and result["mode"] == "recompute"
     _, measured = out_flags(yaml.safe_load((root / "dvc.yaml").read_text()))
-    assert measured == {"data/processed/replay/measured.parquet", "data/reports/replay", "data/processed/reconcile.json",
-                        "data/reports/reconcile"}
+    assert measured == {
+        "data/processed/replay/measured.parquet",
+        "data/reports/replay",
+        "data/processed/reconcile.json",
+        "data/reports/reconcile",
+    }
     assert {r["path"]: r["status"] for r in result["outputs"]} == {
-        r["path"]: MEASURED if r["path"] in measured else "identical" for r in result["outputs"]}
+        r["path"]: MEASURED if r["path"] in measured else "identical" for r in result["outputs"]
+    }
     assert len(result["outputs"]) == n_outs
     assert result["mlflow"]["run_id"] == rows[1]["run_id"] and result["mlflow"]["compared"] >= n_outs
     assert result["mlflow"]["differences"] == []
@@ -80,32 +89,50 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     assert pulled["identical"] is True
     status = {r["path"]: r["status"] for r in pulled["outputs"]}
     assert status["data/processed/capacity.parquet"] == "identical" and status["data/reports/capacity"] == "identical"
-    assert status["data/reports/clean"] == "identical"  # every report is cached: a past decision's report can be checked out
+    assert (
+        status["data/reports/clean"] == "identical"
+    )  # every report is cached: a past decision's report can be checked out
     outs_a = {o["path"]: o["md5"] for o in lock_a["stages"]["size"]["outs"]}
     md5 = outs_a["data/processed/capacity.parquet"]
     obj = root / ".work/dvc-remote/files/md5" / md5[:2] / md5[2:]
     obj.chmod(0o644)
     original = obj.read_bytes()
     obj.write_bytes(original + b"tampered")
-    bad = subprocess.run([*LLMCAP, "reproduce", a, "--pull", "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(
+        [*LLMCAP, "reproduce", a, "--pull", "--json"], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
     assert bad.returncode == 1, bad.stderr[-3000:]
-    wrong = [r for r in json.loads(bad.stdout)["outputs"] if r["status"] != "identical" and not r["status"].startswith("not stored")]
+    wrong = [
+        r
+        for r in json.loads(bad.stdout)["outputs"]
+        if r["status"] != "identical" and not r["status"].startswith("not stored")
+    ]
     tampered = hashlib.md5(obj.read_bytes()).hexdigest()
     # the report directory holds a copy of the table: the same remote object, so both outputs differ, file by file
     assert [(r["path"], r["expected"], r["status"]) for r in wrong] == [
-        ("data/processed/capacity.parquet", md5, "differs"), ("data/reports/capacity", outs_a["data/reports/capacity"], "differs")
+        ("data/processed/capacity.parquet", md5, "differs"),
+        ("data/reports/capacity", outs_a["data/reports/capacity"], "differs"),
     ]
     assert wrong[0]["got"] == tampered
     assert wrong[1]["files"] == [{"path": "data/reports/capacity/capacity.parquet", "expected": md5, "got": tampered}]
-    human = subprocess.run([*LLMCAP, "reproduce", a, "--pull"], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    human = subprocess.run(
+        [*LLMCAP, "reproduce", a, "--pull"], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
     assert human.returncode == 1 and "DIFFERS" in human.stdout and "data/processed/capacity.parquet" in human.stdout
     obj.write_bytes(original)
 
     # 4. diff A B: the decision changed (failure headroom) and the one param explains it
     d = json.loads(sh([*LLMCAP, "diff", a, b, "--json"], root, env).stdout)
     # (the autoscale stage reads the size section too: its SLOs and router)
-    assert d["inputs"]["params"] == [{"key": "size.headroom.node_failures", "a": 1, "b": 2, "stages": ["size", "autoscale"]}]
-    assert d["inputs"]["code"] == [] and d["inputs"]["data"] == [] and d["inputs"]["environment"] == [] and d["inputs"]["cmds"] == []
+    assert d["inputs"]["params"] == [
+        {"key": "size.headroom.node_failures", "a": 1, "b": 2, "stages": ["size", "autoscale"]}
+    ]
+    assert (
+        d["inputs"]["code"] == []
+        and d["inputs"]["data"] == []
+        and d["inputs"]["environment"] == []
+        and d["inputs"]["cmds"] == []
+    )
     assert d["explanation"] == ["param `size.headroom.node_failures`: 1 → 2 (stages: size, autoscale)"]
     changed = {c["field"]: (c["a"], c["b"]) for c in d["decision"]["changed"]}
     failure = [v for k, v in changed.items() if k.startswith("pool.") and k.endswith(".headroom.failure.instances")]
@@ -120,7 +147,9 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     assert [p["key"] for p in d2["inputs"]["params"]] == ["size.headroom.node_failures"]
 
     # DVC's own comparison of the two plans: the metrics and plots the size stage declares in dvc.yaml
-    metrics = json.loads(sh([sys.executable, "-m", "dvc", "metrics", "diff", a, b, "--json"], root, env).stdout)["data/metrics/capacity.json"]
+    metrics = json.loads(sh([sys.executable, "-m", "dvc", "metrics", "diff", a, b, "--json"], root, env).stdout)[
+        "data/metrics/capacity.json"
+    ]
     assert (metrics["gpus"]["old"], metrics["gpus"]["new"]) == changed["gpus"]
     assert metrics["gpus"]["diff"] == changed["gpus"][1] - changed["gpus"][0] > 0
     plots = json.loads(sh([sys.executable, "-m", "dvc", "plots", "diff", a, b, "--json"], root, env).stdout)["data"]
@@ -129,7 +158,21 @@ def test_decisions_end_to_end(tmp_path: Path) -> None:
     # a fresh clone pulls A's capacity table from the remote, by commit
     clone = tmp_path / "clone"
     sh(["git", "clone", "-q", str(root), str(clone)], tmp_path, env)
-    sh([sys.executable, "-m", "dvc", "remote", "modify", "--local", "local", "url", str(root / ".work" / "dvc-remote")], clone, env)
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "dvc",
+            "remote",
+            "modify",
+            "--local",
+            "local",
+            "url",
+            str(root / ".work" / "dvc-remote"),
+        ],
+        clone,
+        env,
+    )
     sh(["git", "checkout", "-q", a], clone, env)
     sh([sys.executable, "-m", "dvc", "pull", "data/processed/capacity.parquet"], clone, env)
     assert hashlib.md5((clone / "data/processed/capacity.parquet").read_bytes()).hexdigest() == md5
@@ -151,7 +194,10 @@ def _check_run_tags(root: Path, env: dict, run_id: str, commit: str, raw: Path, 
     assert json.loads(Path(stored).read_text()) == summary
     # the parent run holds the plan: named by its decision, params.yaml as params, the trace as a dataset with its hash
     role = {"prefill": "P", "decode": "D"}
-    pools = " + ".join(f"{q['instances']}x{role.get(n, '')} TP{q['configuration'].split('/tp')[1].split('pp')[0]} {q['configuration'][:4]}" for n, q in summary["pool_plans"].items())
+    pools = " + ".join(
+        f"{q['instances']}x{role.get(n, '')} TP{q['configuration'].split('/tp')[1].split('pp')[0]} {q['configuration'][:4]}"
+        for n, q in summary["pool_plans"].items()
+    )
     assert run.info.run_name == f"{summary['gpus']} GPUs: {pools}"
     assert run.data.params["size.headroom.node_failures"] == "1" and run.data.params["trace.file"] == tags["trace.file"]
     datasets = {d.dataset.name: d for d in run.inputs.dataset_inputs}

@@ -34,10 +34,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return make_project(tmp_path_factory.mktemp("clone") / "llmcap", native=True)
 
 
-def _run_until_killed(cmd: list[str], root: Path, env: dict, marker: str, gone: Path | None = None, timeout_s: float = 300) -> str:
+def _run_until_killed(
+    cmd: list[str], root: Path, env: dict, marker: str, gone: Path | None = None, timeout_s: float = 300
+) -> str:
     """Start `cmd`, read its output until `marker` appears (and then, given `gone`, wait until that file is
     removed), then SIGKILL its whole process group; the output read."""
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     log = ""
     deadline = time.monotonic() + timeout_s
     while marker not in log and time.monotonic() < deadline:
@@ -60,7 +64,11 @@ def _output_hashes(root: Path) -> dict[str, str]:
     for base in ("data/interim", "data/processed", "data/reports"):
         for f in sorted((root / base).rglob("*")):
             rel = str(f.relative_to(root))
-            if f.is_file() and f.name != ".gitignore" and not any(rel == m or rel.startswith(m + "/") for m in measured):
+            if (
+                f.is_file()
+                and f.name != ".gitignore"
+                and not any(rel == m or rel.startswith(m + "/") for m in measured)
+            ):
                 out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
@@ -73,21 +81,37 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     first = sh([sys.executable, "-m", "flows.replan"], root, env)
     assert f"stages run: {', '.join(stages)}" in first.stdout
     assert "MLflow run" in first.stdout
-    for rel in ("data/interim/trace.parquet", "data/interim/quarantine.parquet", "data/processed/workload.json",
-                "data/reports/workload/workload.md", "data/reports/workload/isl_osl_joint.png",
-                "data/processed/step_model.json", "data/processed/capacity.parquet", "data/reports/capacity/capacity.html",
-                "data/processed/replay/measured.parquet", "data/processed/replay/predicted.parquet", "data/reports/replay/replay.md"):
+    for rel in (
+        "data/interim/trace.parquet",
+        "data/interim/quarantine.parquet",
+        "data/processed/workload.json",
+        "data/reports/workload/workload.md",
+        "data/reports/workload/isl_osl_joint.png",
+        "data/processed/step_model.json",
+        "data/processed/capacity.parquet",
+        "data/reports/capacity/capacity.html",
+        "data/processed/replay/measured.parquet",
+        "data/processed/replay/predicted.parquet",
+        "data/reports/replay/replay.md",
+    ):
         assert (root / rel).is_file(), rel
     hashes = _output_hashes(root)
-    assert "data/processed/replay/predicted.parquet" in hashes and "data/processed/replay/measured.parquet" not in hashes
+    assert (
+        "data/processed/replay/predicted.parquet" in hashes and "data/processed/replay/measured.parquet" not in hashes
+    )
     assert "DIGITAL TWIN" in first.stdout and "DIGITAL TWIN" in (root / "data/reports/replay/replay.md").read_text()
     # the roofline's fitted efficiencies (llmcap/catalog/data/calibration) are named where the plan records its step times
     shipped = {c.gpu: c.describe() for c in shipped_calibrations()}
     assert {"H100-SXM-80GB", "H200-SXM-141GB"} <= set(shipped)
     assert json.loads((root / "data/processed/step_model.json").read_text())["roofline_calibrations"] == shipped
     summary = json.loads((root / "data/reports/capacity/summary.json").read_text())
-    assert summary["roofline_calibrations"] == {g: shipped[g] for g in ("H100-SXM-80GB", "H200-SXM-141GB")}  # the params' GPUs
-    assert "efficiencies fitted to timed operations for: H100-SXM-80GB (" in (root / "data/reports/capacity/capacity.md").read_text()
+    assert summary["roofline_calibrations"] == {
+        g: shipped[g] for g in ("H100-SXM-80GB", "H200-SXM-141GB")
+    }  # the params' GPUs
+    assert (
+        "efficiencies fitted to timed operations for: H100-SXM-80GB ("
+        in (root / "data/reports/capacity/capacity.md").read_text()
+    )
     _check_mlflow(root, env)
 
     # 2. Nothing changed: DVC runs nothing.
@@ -98,8 +122,13 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     #    outputs for these inputs are in DVC's cache (dvc.lock names them), so they are checked out, not recomputed,
     #    and every output is the first run's (that recomputing gives the same bytes: step 4).
     workload = root / "data/processed/workload.json"
-    log = _run_until_killed([sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "--no-run-cache", "characterise"],
-                            root, env, "Running stage 'characterise'", gone=workload)  # DVC removed its outputs: the stage is at work
+    log = _run_until_killed(
+        [sys.executable, "-m", "dvc", "repro", "--force", "--single-item", "--no-run-cache", "characterise"],
+        root,
+        env,
+        "Running stage 'characterise'",
+        gone=workload,
+    )  # DVC removed its outputs: the stage is at work
     assert "Running stage 'characterise'" in log and not workload.exists(), log[-3000:]
     resumed = sh([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env)
     assert _ran(resumed.stdout + resumed.stderr) == [], resumed.stdout + resumed.stderr
@@ -113,7 +142,9 @@ def test_closed_loop_end_to_end(project: tuple[Path, dict]) -> None:
     params = yaml.safe_load(original)
     params["characterise"]["lru_cache_blocks"] = [1024]
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    log = _run_until_killed([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env, "Running stage 'characterise'")
+    log = _run_until_killed(
+        [sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env, "Running stage 'characterise'"
+    )
     assert "Running stage 'characterise'" in log and "Running stage 'clean'" not in log, log[-3000:]
     resumed = sh([sys.executable, "-m", "dvc", "repro", "--no-run-cache"], root, env)
     ran = _ran(resumed.stdout + resumed.stderr)
@@ -141,7 +172,9 @@ def _check_mlflow(root: Path, env: dict) -> None:
     runs = client.search_runs([experiment.experiment_id])
     parent = [r for r in runs if r.data.tags.get("llmcap.kind") == "replan"]
     assert len(parent) == 1
-    children = {r.data.tags["dvc.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
+    children = {
+        r.data.tags["dvc.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id
+    }
     assert {"clean", "characterise"} <= set(children)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
     raw = root / "data/raw/mooncake/conversation_trace.jsonl"
@@ -155,6 +188,10 @@ def _check_mlflow(root: Path, env: dict) -> None:
     assert children["clean"].data.metrics["rows_quarantined"] == 0
     assert children["characterise"].data.metrics["prefix.ideal_hit_ratio"] == pytest.approx(0.3736, abs=1e-4)
     clean_artifacts = {a.path for a in client.list_artifacts(children["clean"].info.run_id, "clean")}
-    assert {"clean/clean_report.json", "clean/validation_trace.json", "clean/validation_quarantine.json"} <= clean_artifacts
+    assert {
+        "clean/clean_report.json",
+        "clean/validation_trace.json",
+        "clean/validation_quarantine.json",
+    } <= clean_artifacts
     plots = {a.path for a in client.list_artifacts(children["characterise"].info.run_id, "workload/plots")}
     assert "workload/plots/prefix_reuse_cdf.png" in plots

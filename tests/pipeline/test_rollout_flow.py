@@ -49,8 +49,13 @@ def prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     for code in ("flows", "stages", "ops", "dvc.yaml"):  # the project's code; its .work/ (audit log, MLflow) stays here
         (root / code).symlink_to(ROOT / code)
     started = server.start(root, _free_port())
-    env = {**os.environ, "PREFECT_API_URL": started["url"], "PREFECT_HOME": str(root / ".work" / "prefect"),
-           "MLFLOW_TRACKING_URI": f"sqlite:///{root / '.work' / 'mlflow.db'}", "PREFECT_LOGGING_LEVEL": "INFO"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": started["url"],
+        "PREFECT_HOME": str(root / ".work" / "prefect"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root / '.work' / 'mlflow.db'}",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+    }
     # the predictions every test judges against: the candidate twin's deployment at each step's share
     trace = _trace(60.0)
     cfg, step = deployment(*FAST)
@@ -73,7 +78,9 @@ def _free_port() -> int:
 
 def _trace(seconds: float) -> pa.Table:
     n = int(RATE * seconds)
-    return pa.table({"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE, "isl": np.full(n, ISL), "osl": np.full(n, OSL)})
+    return pa.table(
+        {"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE, "isl": np.full(n, ISL), "osl": np.full(n, OSL)}
+    )
 
 
 @contextmanager
@@ -97,7 +104,13 @@ class Traffic:
 
     def __init__(self, url: str, seconds: float) -> None:
         t = _trace(seconds)
-        self.args = (url, SERVED, t.column("arrival_s").to_numpy(), t.column("isl").to_numpy(), t.column("osl").to_numpy())
+        self.args = (
+            url,
+            SERVED,
+            t.column("arrival_s").to_numpy(),
+            t.column("isl").to_numpy(),
+            t.column("osl").to_numpy(),
+        )
         self.result = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -111,11 +124,38 @@ class Traffic:
         return self.result.requests.to_pydict()
 
 
-def start_flow(p: dict, gw: str, candidate: str, out: Path, approve_before: str, timeout_s: int = 120) -> subprocess.Popen:
-    cmd = [*LLMCAP, "rollout", "start", "--gateway", gw, "--candidate-metrics", candidate, "--predictions", str(p["predictions"]),
-           "--steps", ",".join(f"{w:g}" for w in STEPS), "--hold-s", "3", "--interval-s", "0.5", "--approve-before", approve_before,
-           "--approval-timeout-s", str(timeout_s), "--ttft-target-ms", "500", "--out", str(out), "--project", str(p["root"]),
-           "--tolerances", json.dumps({"min_requests": 8, "min_requests_errors": 3})]  # fmt: skip
+def start_flow(
+    p: dict, gw: str, candidate: str, out: Path, approve_before: str, timeout_s: int = 120
+) -> subprocess.Popen:
+    cmd = [
+        *LLMCAP,
+        "rollout",
+        "start",
+        "--gateway",
+        gw,
+        "--candidate-metrics",
+        candidate,
+        "--predictions",
+        str(p["predictions"]),
+        "--steps",
+        ",".join(f"{w:g}" for w in STEPS),
+        "--hold-s",
+        "3",
+        "--interval-s",
+        "0.5",
+        "--approve-before",
+        approve_before,
+        "--approval-timeout-s",
+        str(timeout_s),
+        "--ttft-target-ms",
+        "500",
+        "--out",
+        str(out),
+        "--project",
+        str(p["root"]),
+        "--tolerances",
+        json.dumps({"min_requests": 8, "min_requests_errors": 3}),
+    ]
     with (out.parent / f"{out.name}.log").open("w") as log:  # the child keeps its own copy of the descriptor
         return subprocess.Popen(cmd, cwd=ROOT, env=p["env"], stdout=log, stderr=subprocess.STDOUT)
 
@@ -137,8 +177,14 @@ def approve(p: dict, run: str, *args: str) -> subprocess.CompletedProcess:
     """`llmcap approve` as the person `--by` names: their git identity is the approver (ops.approvals)."""
     by = args[args.index("--by") + 1]
     env = {**p["env"], "GIT_AUTHOR_NAME": by, "GIT_AUTHOR_EMAIL": f"{by}@example.com"}
-    return subprocess.run([*LLMCAP, "approve", run, *args, "--project", str(p["root"])], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [*LLMCAP, "approve", run, *args, "--project", str(p["root"])],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def finish(flow: subprocess.Popen, out: Path) -> dict:
@@ -166,7 +212,10 @@ def test_two_approvals_through_the_cli_take_the_rollout_to_all_traffic(prefect: 
         flow = start_flow(prefect, gw, cand, out, "0.5,1")
         first = paused_run(prefect, flow)
         # a raw Prefect API resume (what the UI's form sends, unsigned) is refused: the step waits again
-        raw = httpx.post(f"{prefect['url']}/flow_runs/{first}/resume", json={"run_input": {"approver": "alice", "decision": "approve"}})
+        raw = httpx.post(
+            f"{prefect['url']}/flow_runs/{first}/resume",
+            json={"run_input": {"approver": "alice", "decision": "approve"}},
+        )
         assert raw.json()["status"] == "ACCEPT" and paused_run(prefect, flow) == first
         given = approve(prefect, first, "--by", "alice", "--reason", "25% held as predicted")
         assert given.returncode == 0 and f"approved {first}" in given.stdout, given.stderr
@@ -180,10 +229,14 @@ def test_two_approvals_through_the_cli_take_the_rollout_to_all_traffic(prefect: 
     assert [s["approval"]["by"] if s["approval"] else None for s in outcome["steps"]] == [None, "alice", "bob"]
     mine = [a for a in audit(prefect) if a["flow_run_id"] == first]
     assert [(a["weight"], a["decision"], a["by"], a["comment"]) for a in mine] == [
-        (0.5, "approved", "alice", "25% held as predicted"), (0.5 * 2, "approved", "bob", "50% held")]
+        (0.5, "approved", "alice", "25% held as predicted"),
+        (0.5 * 2, "approved", "bob", "50% held"),
+    ]
     assert all(a["evidence"]["gates"] for a in mine)  # what they were shown is on record
     mlflow.set_tracking_uri(prefect["env"]["MLFLOW_TRACKING_URI"])
-    (run,) = mlflow.search_runs(experiment_names=["rollout"], filter_string=f"tags.`rollout.flow_run_id` = '{first}'", output_format="list")
+    (run,) = mlflow.search_runs(
+        experiment_names=["rollout"], filter_string=f"tags.`rollout.flow_run_id` = '{first}'", output_format="list"
+    )
     assert run.data.tags["approval.50pct.by"] == "alice" and run.data.tags["approval.100pct.by"] == "bob"
     assert run.data.tags["rollout.status"] == "completed"
     got = rows(record)
@@ -219,7 +272,9 @@ def test_a_killed_candidate_rolls_back_and_loses_no_request(prefect: dict, tmp_p
         flow = start_flow(prefect, gw, cand, out, "")
         deadline = time.monotonic() + 120
         while httpx.get(f"{gw}/admin/weights").json()["candidate"] < 0.5:  # the second step has begun
-            assert flow.poll() is None and time.monotonic() < deadline, (out.parent / f"{out.name}.log").read_text()[-3000:]
+            assert flow.poll() is None and time.monotonic() < deadline, (out.parent / f"{out.name}.log").read_text()[
+                -3000:
+            ]
             time.sleep(0.2)
         os.kill(cand_proc.pid, signal.SIGKILL)
         outcome = finish(flow, out)
@@ -228,7 +283,7 @@ def test_a_killed_candidate_rolls_back_and_loses_no_request(prefect: dict, tmp_p
     assert flow.returncode == exit_codes.ROLLED_BACK and outcome["outcome"] == "ROLLED BACK"
     got = rows(record)
     assert sorted(r["request_id"] for r in got) == sorted(replayed["request_id"])
-    by_id = dict(zip(replayed["request_id"], replayed["status"]))
+    by_id = dict(zip(replayed["request_id"], replayed["status"], strict=True))
     assert all(by_id[r["request_id"]] == r["status"] for r in got)  # the client saw what the gateway recorded
     assert any(r["retried"] or r["outcome"] == "failed_midstream" for r in got)  # the kill was felt, and counted
     assert all(r["status"] == "ok" or r["outcome"] == "failed_midstream" for r in got)
@@ -241,13 +296,41 @@ def test_the_shadow_flow_reports_and_tracks_its_verdicts(prefect: dict, tmp_path
     trace, out = tmp_path / "trace.parquet", tmp_path / "shadow"
     pq.write_table(_trace(8.0), trace)
     with twin_server(*TWIN) as (_, base), twin_server(*TWIN) as (_, cand):
-        r = subprocess.run([*LLMCAP, "rollout", "shadow", "--baseline", base, "--candidate", cand, "--trace", str(trace),
-                            "--predictions", str(prefect["predictions"]), "--share", "0.5", "--ttft-target-ms", "500",
-                            "--tolerances", json.dumps({"min_requests": 8}), "--out", str(out), "--project", str(prefect["root"])],
-                           cwd=ROOT, env=prefect["env"], capture_output=True, text=True, timeout=300)  # fmt: skip
+        r = subprocess.run(
+            [
+                *LLMCAP,
+                "rollout",
+                "shadow",
+                "--baseline",
+                base,
+                "--candidate",
+                cand,
+                "--trace",
+                str(trace),
+                "--predictions",
+                str(prefect["predictions"]),
+                "--share",
+                "0.5",
+                "--ttft-target-ms",
+                "500",
+                "--tolerances",
+                json.dumps({"min_requests": 8}),
+                "--out",
+                str(out),
+                "--project",
+                str(prefect["root"]),
+            ],
+            cwd=ROOT,
+            env=prefect["env"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["production_unharmed"] and summary["shadow_as_predicted"] and summary["production"]["with"]["ok"] == 80
+    assert (
+        summary["production_unharmed"] and summary["shadow_as_predicted"] and summary["production"]["with"]["ok"] == 80
+    )
     assert "Production unharmed: yes" in (out / "shadow.md").read_text()
     assert pq.read_table(out / "shadow.parquet").num_rows == summary["mirror"]["mirrored"] > 0
     mlflow.set_tracking_uri(prefect["env"]["MLFLOW_TRACKING_URI"])

@@ -72,7 +72,9 @@ def test_clone_b_lists_pulls_and_reproduces_clone_a_decision(tmp_path: Path, sha
     # A: a clone that plans and records its decision
     a = tmp_path / "a"
     sh(["git", "clone", "-q", str(origin), str(a)], tmp_path, env)
-    if (seed / "llmcap" / "native.json").is_file():  # the compiled core is not tracked (else A runs the sources: same bytes)
+    if (
+        seed / "llmcap" / "native.json"
+    ).is_file():  # the compiled core is not tracked (else A runs the sources: same bytes)
         shutil.copytree(seed / "llmcap" / "_compiled", a / "llmcap" / "_compiled")
         shutil.copy2(seed / "llmcap" / "native.json", a / "llmcap" / "native.json")
     env_a = _env(a)
@@ -115,7 +117,11 @@ def test_clone_b_lists_pulls_and_reproduces_clone_a_decision(tmp_path: Path, sha
     assert b_seconds < B_LIMIT_S
 
     # the environment overrides the committed setting (MLflow's own variable): an empty local store has nothing
-    empty = {**env_b, "MLFLOW_TRACKING_URI": f"sqlite:///{b / '.work' / 'mlflow.db'}", DVC_REMOTE_ENV: str(tmp_path / "none")}
+    empty = {
+        **env_b,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{b / '.work' / 'mlflow.db'}",
+        DVC_REMOTE_ENV: str(tmp_path / "none"),
+    }
     assert json.loads(sh([*LLMCAP, "history", "--json"], b, empty).stdout) == []
     missing = sh([*LLMCAP, "reproduce", rev, "--pull", "--json"], b, empty, ok=False)
     assert missing.returncode == 1 and json.loads(missing.stdout)["remote"] == str(tmp_path / "none")

@@ -69,7 +69,9 @@ def twin(port: int, version: str) -> Iterator[str]:
     `version` at GET /version; stopped by its PID."""
     from tests.twin._twin import twin_server
 
-    with twin_server("-m", "Llama-3.1-70B", "-g", "h100", "--tp", "4", "--port", str(port), "--engine-version", version) as (_, url):
+    with twin_server(
+        "-m", "Llama-3.1-70B", "-g", "h100", "--tp", "4", "--port", str(port), "--engine-version", version
+    ) as (_, url):
         yield url
 
 
@@ -116,7 +118,9 @@ class Api:
         """The `promote` subflow run of the watch run `parent`, once it is paused for approval."""
         deadline = time.monotonic() + timeout_s
         while True:
-            runs = self.http.post("/flow_runs/filter", json={"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}}).json()
+            runs = self.http.post(
+                "/flow_runs/filter", json={"flow_runs": {"state": {"type": {"any_": ["PAUSED"]}}}}
+            ).json()
             if runs:
                 assert len(runs) == 1, runs
                 return runs[0]["id"]
@@ -130,7 +134,11 @@ class Api:
         logs are sent in batches and may reach the server after its final state: wait for them a while."""
         deadline = time.monotonic() + timeout_s
         while True:
-            logs = self.http.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).raise_for_status().json()
+            logs = (
+                self.http.post("/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}})
+                .raise_for_status()
+                .json()
+            )
             if any(text in entry["message"] for entry in logs):
                 return True
             if time.monotonic() > deadline:
@@ -156,7 +164,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     params["enumerate"]["aggregated"]["max_num_batched_tokens"] = [8192]
     params["size"].update(confirm_whole_trace="off", max_simulated=1)
     # the twin is the endpoint to profile (a small grid: four cells of 16 tokens) and, by default, to watch
-    params["profile"].update(engine_version="0.11.0", endpoint=f"http://127.0.0.1:{port}", isl=[256, 1024], concurrency=[1, 4], osl=16, repeats=1)
+    params["profile"].update(
+        engine_version="0.11.0",
+        endpoint=f"http://127.0.0.1:{port}",
+        isl=[256, 1024],
+        concurrency=[1, 4],
+        osl=16,
+        repeats=1,
+    )
     params["watch"].update(endpoints=[], interval_s=3600, replan_cron="0 6 * * 1")
     # the flows run as "t <t@localhost>" (sandbox_env): the trigger, who may not approve its own re-plans
     params["approvals"] = {"approvers": [f"{who}@example.com" for who in APPROVERS], "distinct_from_trigger": True}
@@ -167,12 +182,19 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     started = server.start(root, _free_port())
     print(f"\nprefect server started in {time.monotonic() - began:.1f} s (pid {started['pid']})")
     # WARNING as the Makefile exports it for `make serve`: flows.serve itself makes its runs log INFO to the API
-    env = {**env, "PREFECT_API_URL": started["url"], "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env = {
+        **env,
+        "PREFECT_API_URL": started["url"],
+        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
     api = Api(started["url"])
     log = (root / ".work" / "serve.log").open("w")
     # The runner starts while plan A is made (its start-up overlaps the re-plan): it only reads params.yaml's
     # schedules, and no run is due before the test asks for one (interval 1 h from now, cron on Mondays 06:00).
-    runner = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "flows.serve"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         with twin(port, "0.11.0"):  # plan A's profile is measured on the planned engine
             sh([sys.executable, "-m", "flows.replan"], root, env, timeout=1800)
@@ -181,7 +203,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         sh(["git", "commit", "-qm", "plan A"], root, env)
         deadline = time.monotonic() + 300
         while api.http.get("/deployments/name/promote/replan").status_code != 200:
-            assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[-3000:]
+            assert runner.poll() is None and time.monotonic() < deadline, (root / ".work" / "serve.log").read_text()[
+                -3000:
+            ]
             time.sleep(1.0)
         yield {"root": root, "env": env, "api": api, "twin_port": port}
     finally:
@@ -242,13 +266,20 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     out = sh([*LLMCAP, "approve", promotion, "--comment", "0.12 soaked in staging"], root, _as(env, "alice")).stdout
     assert f"approved {promotion}" in out and "alice <alice@example.com>" in out
     assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
-    cli = subprocess.Popen([*LLMCAP, "history", "--json"], cwd=root, env=env, stdout=subprocess.PIPE, text=True)  # checked below
+    cli = subprocess.Popen(
+        [*LLMCAP, "history", "--json"], cwd=root, env=env, stdout=subprocess.PIPE, text=True
+    )  # checked below
 
     new = _head(project)
     assert new != head and "approved by alice" in sh(["git", "log", "-1", "--format=%s"], root, env).stdout
     assert sh(["git", "log", "-1", "--format=%an <%ae>"], root, env).stdout.strip() == "alice <alice@example.com>"
     (line,) = _log(project)  # the first decision of this repository, committed with the plan it approves
-    assert (line["what"], line["by"], line["email"], line["flow_run_id"]) == ("approved", "alice", "alice@example.com", promotion)
+    assert (line["what"], line["by"], line["email"], line["flow_run_id"]) == (
+        "approved",
+        "alice",
+        "alice@example.com",
+        promotion,
+    )
     assert line["base_commit"] == head and line["triggered_by"] == "t <t@localhost>" and line["plan"]["gpus"] >= 1
     committed = yaml.safe_load(sh(["git", "show", "HEAD:params.yaml"], root, env).stdout)
     assert committed["profile"]["engine_version"] == "0.12.0"
@@ -269,7 +300,9 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     for pool in pools:
         assert tags[f"plan.{pool}.gpu"] == "H100-SXM-80GB" and tags[f"plan.{pool}.engine_version"] == "0.12.0"
         measured = tags[f"plan.{pool}.step_model"] == "profile-measured"
-        assert measured == summary["pool_plans"][pool]["configuration"].startswith("H100-SXM-80GB/bf16/kv-bf16/tp4pp1ep1/")
+        assert measured == summary["pool_plans"][pool]["configuration"].startswith(
+            "H100-SXM-80GB/bf16/kv-bf16/tp4pp1ep1/"
+        )
         assert (tags.get(f"plan.{pool}.profile_fingerprint_hash") is not None) == measured
     assert "- **Pool " in (root / "data/reports/capacity/capacity.md").read_text()
     step_model = json.loads((root / "data/processed/step_model.json").read_text())
@@ -277,7 +310,9 @@ def test_upgrade_approved_is_committed_and_in_history(project: dict, capsys: pyt
     # ... on a profile measured again, from the upgraded engine, and the sizing used it
     measured = json.loads((root / "data/reports/profile/measured/fingerprint.json").read_text())
     assert step_model["source"] == "profile-measured" and measured["engine_version"] == "0.12.0"
-    assert json.loads((root / "data/reports/capacity/summary.json").read_text())["step_model_source"] == "profile-measured"
+    assert (
+        json.loads((root / "data/reports/capacity/summary.json").read_text())["step_model_source"] == "profile-measured"
+    )
     rows = _history(project)
     printed, _ = cli.communicate(timeout=600)
     assert cli.returncode == 0 and json.loads(printed) == rows  # what the CLI prints
@@ -291,7 +326,9 @@ def _refused(p: dict, promotion: str) -> None:
     from ops import approvals
 
     api, root = p["api"], p["root"]
-    raw = api.http.post(f"/flow_runs/{promotion}/resume", json={"run_input": {"approver": "alice", "decision": "approve"}})
+    raw = api.http.post(
+        f"/flow_runs/{promotion}/resume", json={"run_input": {"approver": "alice", "decision": "approve"}}
+    )
     assert raw.raise_for_status().json()["status"] == "ACCEPT"  # the server takes it: the flow must refuse it
     assert api.printed(promotion, "refused approve from 'alice': unsigned")
     assert api.wait(promotion, {"PAUSED"}) == "PAUSED"  # waiting again
@@ -313,23 +350,41 @@ def test_upgrade_rejected_leaves_the_plan_in_force(project: dict) -> None:
     with twin(project["twin_port"], "0.13.0"):
         run = api.run("watch/watch")
         promotion = api.paused_promotion(run)
-        assert yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"  # marked stale meanwhile
-        sh([*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"], root, _as(env, "bob"))
+        assert (
+            yaml.safe_load((root / "params.yaml").read_text())["profile"]["engine_version"] == "0.13.0"
+        )  # marked stale meanwhile
+        sh(
+            [*LLMCAP, "approve", promotion, "--by", "bob", "--reject", "--comment", "regresses ITL"],
+            root,
+            _as(env, "bob"),
+        )
         assert api.wait(run, {"COMPLETED"}) == "COMPLETED"
 
         # one new commit, of the decisions log alone, authored by bob: the plan in force is HEAD~1's
         assert sh(["git", "rev-parse", "HEAD~1"], root, env).stdout.strip() == head
-        assert sh(["git", "show", "--format=%an", "--name-only", "HEAD"], root, env).stdout.split() == ["bob", "decisions/log.jsonl"]
+        assert sh(["git", "show", "--format=%an", "--name-only", "HEAD"], root, env).stdout.split() == [
+            "bob",
+            "decisions/log.jsonl",
+        ]
         line = _log(project)[-1]
-        assert (line["what"], line["by"], line["comment"], line["flow_run_id"]) == ("rejected", "bob", "regresses ITL", promotion)
-        assert sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""  # params.yaml, dvc.lock as committed
+        assert (line["what"], line["by"], line["comment"], line["flow_run_id"]) == (
+            "rejected",
+            "bob",
+            "regresses ITL",
+            promotion,
+        )
+        assert (
+            sh(["git", "status", "--porcelain", "--untracked-files=no"], root, env).stdout == ""
+        )  # params.yaml, dvc.lock as committed
         assert (root / "data/processed/capacity.parquet").read_bytes() == capacity
         rows = _history(project)
         assert rows[0]["approved_by"] == "rejected by bob" and rows[0]["recorded_in"] is None
         assert rows[1]["approved_by"] == "alice"
 
         repeat = api.run("watch/watch")  # the same upgrade: decided already, no new plan
-        again = sh([*LLMCAP, "approve", promotion, "--by", "bob"], root, _as(env, "bob"), ok=False)  # while the runner runs `repeat`
+        again = sh(
+            [*LLMCAP, "approve", promotion, "--by", "bob"], root, _as(env, "bob"), ok=False
+        )  # while the runner runs `repeat`
         assert again.returncode == 2 and "not paused" in again.stderr
         assert api.wait(repeat, {"COMPLETED"}) == "COMPLETED"
     assert api.printed(repeat, f"already decided (rejected by bob at {line['at']})")
@@ -362,7 +417,9 @@ def test_approval_timeout_leaves_the_plan_in_force(project: dict) -> None:
         second = api.paused_promotion(again)
         assert api.wait(again, {"COMPLETED"}) == "COMPLETED"
     assert second != promotion
-    assert api.printed(again, f"reminder: this was raised before and timed out undecided at {timed_out['at']} (flow run {promotion})")
+    assert api.printed(
+        again, f"reminder: this was raised before and timed out undecided at {timed_out['at']} (flow run {promotion})"
+    )
     assert [line["what"] for line in _log(project)][-2:] == ["timed_out", "timed_out"]
     assert _log(project)[-1]["fingerprint"] == timed_out["fingerprint"]
 

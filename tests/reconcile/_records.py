@@ -8,12 +8,23 @@ import pyarrow as pa
 from llmcap.sim.records import REQUEST_SCHEMA
 
 
-def records(isl: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, status: list[str] | None = None, run: str = "1.0x") -> pa.Table:
+def records(
+    isl: np.ndarray, ttft: np.ndarray, tpot: np.ndarray, status: list[str] | None = None, run: str = "1.0x"
+) -> pa.Table:
     n = isl.size
     rows = {f.name: [None] * n for f in REQUEST_SCHEMA}
-    rows.update(request_id=list(range(n)), arrival_s=np.arange(n, dtype=float).tolist(), isl=isl.tolist(), osl=[64] * n,
-                cached_tokens=[0] * n, host_cached_tokens=[0] * n, preemptions=[0] * n, ttft_s=ttft.tolist(),
-                tpot_s=tpot.tolist(), status=status or ["ok"] * n)  # fmt: skip
+    rows.update(
+        request_id=list(range(n)),
+        arrival_s=np.arange(n, dtype=float).tolist(),
+        isl=isl.tolist(),
+        osl=[64] * n,
+        cached_tokens=[0] * n,
+        host_cached_tokens=[0] * n,
+        preemptions=[0] * n,
+        ttft_s=ttft.tolist(),
+        tpot_s=tpot.tolist(),
+        status=status or ["ok"] * n,
+    )
     table = pa.Table.from_pydict(rows, schema=REQUEST_SCHEMA)
     return table.append_column("run", pa.array([run] * n)).append_column("excerpt_seed", pa.array([0] * n, pa.int64()))
 

@@ -18,8 +18,15 @@ PARAMS = ReconcileParams(tolerance=TOL, percentiles=(50.0,), min_requests=20)
 ACCOUNTING = Accounting(measured=0, predicted=0, paired_ok=0, only_measured=0, only_predicted=0, not_ok={})
 
 
-def bucket(name: str, e: float, low: float, high: float, requests: int = 100, isl: tuple[int, int | None] = (0, 512),
-           itl: tuple[float, float, float] = (0.0, -0.02, 0.02)) -> BucketBias:  # fmt: skip
+def bucket(
+    name: str,
+    e: float,
+    low: float,
+    high: float,
+    requests: int = 100,
+    isl: tuple[int, int | None] = (0, 512),
+    itl: tuple[float, float, float] = (0.0, -0.02, 0.02),
+) -> BucketBias:
     """A bucket whose TTFT error at p50 is e with interval [low, high] (ITL unbiased unless given)."""
     est = {"ttft": Estimate(e, low, high, 1.0, 1.0 + e), "itl": Estimate(*itl, 0.02, 0.02 * (1 + itl[0]))}
     ratios = {"ttft": np.full(requests, 1.0 / (1.0 + e)), "itl": np.full(requests, 1.0 / (1.0 + itl[0]))}
@@ -70,7 +77,9 @@ def _others() -> list[BucketBias]:
         (0.30, 0.0, 0.50, False),  # interval [0.667, 1/(1+0) = 1.0]: its upper end on the median, likewise
     ],
 )
-def test_a_bucket_deviates_only_beyond_tolerance_with_its_interval_clear_of_the_median(e: float, low: float, high: float, deviates: bool) -> None:
+def test_a_bucket_deviates_only_beyond_tolerance_with_its_interval_clear_of_the_median(
+    e: float, low: float, high: float, deviates: bool
+) -> None:
     out = decided(bucket("a", e, low, high), *_others())
     assert (out["a"][0] == "split") is deviates, out["a"]
     assert all(out[n][0] == "within_tolerance" for n in "bcd")
@@ -79,20 +88,54 @@ def test_a_bucket_deviates_only_beyond_tolerance_with_its_interval_clear_of_the_
 def test_the_reconciliation_document() -> None:
     # what `reconcile.json` and the MLflow run carry: every key other code and people read
     a, others = bucket("a", 0.20, 0.10, 0.30), _others()
-    rec = decide([a, *others], Accounting(measured=10, predicted=11, paired_ok=9, only_measured=1, only_predicted=2,
-                                          not_ok={"measured:unfinished": 1}), PARAMS, [])  # fmt: skip
+    rec = decide(
+        [a, *others],
+        Accounting(
+            measured=10, predicted=11, paired_ok=9, only_measured=1, only_predicted=2, not_ok={"measured:unfinished": 1}
+        ),
+        PARAMS,
+        [],
+    )
     doc = rec.to_dict()
-    assert list(doc) == ["accounting", "deciding_percentile", "tolerance", "stale_fields", "drifts", "corrections", "buckets"]
-    assert doc["accounting"] == {"measured": 10, "predicted": 11, "paired_ok": 9, "only_measured": 1, "only_predicted": 2,
-                                 "not_ok": {"measured:unfinished": 1}}  # fmt: skip
-    assert (doc["deciding_percentile"], doc["tolerance"], doc["stale_fields"], doc["drifts"], doc["corrections"]) == (50.0, TOL, [], [], [])
+    assert list(doc) == [
+        "accounting",
+        "deciding_percentile",
+        "tolerance",
+        "stale_fields",
+        "drifts",
+        "corrections",
+        "buckets",
+    ]
+    assert doc["accounting"] == {
+        "measured": 10,
+        "predicted": 11,
+        "paired_ok": 9,
+        "only_measured": 1,
+        "only_predicted": 2,
+        "not_ok": {"measured:unfinished": 1},
+    }
+    assert (doc["deciding_percentile"], doc["tolerance"], doc["stale_fields"], doc["drifts"], doc["corrections"]) == (
+        50.0,
+        TOL,
+        [],
+        [],
+        [],
+    )
     first = doc["buckets"][0]
     assert list(first) == ["bucket", "requests", "decision", "ratios", "biased", "reasoning", "errors"]
-    assert (first["bucket"], first["requests"], first["decision"], first["biased"]) == ({"isl": "a"}, 100, "split", ["ttft"])
+    assert (first["bucket"], first["requests"], first["decision"], first["biased"]) == (
+        {"isl": "a"},
+        100,
+        "split",
+        ["ttft"],
+    )
     assert first["ratios"] == pytest.approx({"ttft": 1 / 1.2, "itl": 1.0})
     est = first["errors"]["ttft"]["p50"]
     assert (est["e"], est["ci"], est["measured_s"], est["predicted_s"]) == (0.20, [0.10, 0.30], 1.0, 1.2)
-    assert "e_TTFT p50 +20.0% [+10.0%, +30.0%]" in first["reasoning"] and "deviate from the other buckets'" in first["reasoning"]
+    assert (
+        "e_TTFT p50 +20.0% [+10.0%, +30.0%]" in first["reasoning"]
+        and "deviate from the other buckets'" in first["reasoning"]
+    )
 
 
 def test_a_ratio_exactly_at_the_tolerance_from_the_median_does_not_deviate() -> None:
@@ -144,12 +187,25 @@ def test_too_few_requests_or_no_itl_is_not_judged() -> None:
     rec = decide([small, edge, no_itl, nothing], ACCOUNTING, PARAMS, [])
     d = {x.bias.key["isl"]: x for x in rec.decisions}
     # min_requests 20: 19 is too few, 20 is enough (judged alone: biased, a correction for everyone)
-    assert {k: x.decision for k, x in d.items()} == {"small": "too_few", "edge": "correct", "no_itl": "too_few", "nothing": "too_few"}
-    assert d["small"].reasoning == ("19 paired requests (< 20) or no ITL: not judged; e_TTFT p50 +20.0% [+10.0%, +30.0%]; "
-                                    "e_ITL p50 +0.0% [-2.0%, +2.0%]")  # fmt: skip
-    assert d["no_itl"].reasoning == "100 paired requests (< 20) or no ITL: not judged; e_TTFT p50 +20.0% [+10.0%, +30.0%]"
+    assert {k: x.decision for k, x in d.items()} == {
+        "small": "too_few",
+        "edge": "correct",
+        "no_itl": "too_few",
+        "nothing": "too_few",
+    }
+    assert d["small"].reasoning == (
+        "19 paired requests (< 20) or no ITL: not judged; e_TTFT p50 +20.0% [+10.0%, +30.0%]; "
+        "e_ITL p50 +0.0% [-2.0%, +2.0%]"
+    )
+    assert (
+        d["no_itl"].reasoning == "100 paired requests (< 20) or no ITL: not judged; e_TTFT p50 +20.0% [+10.0%, +30.0%]"
+    )
     assert d["nothing"].reasoning == "0 paired requests (< 20) or no ITL: not judged; no estimate"
-    assert d["no_itl"].ratios["ttft"] == pytest.approx(1 / 1.2) and np.isnan(d["no_itl"].ratios["itl"]) and d["no_itl"].biased == ("ttft",)
+    assert (
+        d["no_itl"].ratios["ttft"] == pytest.approx(1 / 1.2)
+        and np.isnan(d["no_itl"].ratios["itl"])
+        and d["no_itl"].biased == ("ttft",)
+    )
     assert np.isnan(d["nothing"].ratios["ttft"]) and d["nothing"].biased == ()
     # nothing judged at all: no median to take, no correction
     alone = decide([small, nothing], ACCOUNTING, PARAMS, [])
@@ -164,14 +220,19 @@ def test_a_global_correction_needs_more_than_half_of_the_agreeing_requests() -> 
         return decide([b, u], ACCOUNTING, PARAMS, [])
 
     half = two(100)  # 2 x 100 = 200 is not more than 200: no factor for everyone
-    assert [(d.decision, d.biased) for d in half.decisions] == [("within_tolerance", ("ttft",)), ("within_tolerance", ())]
+    assert [(d.decision, d.biased) for d in half.decisions] == [
+        ("within_tolerance", ("ttft",)),
+        ("within_tolerance", ()),
+    ]
     assert half.corrections == [] and "in a minority of the agreeing buckets' requests" in half.decisions[0].reasoning
     more = two(101)  # 2 x 101 = 202 > 201
     assert [d.decision for d in more.decisions] == ["correct", "within_tolerance"]
     (c,) = more.corrections
     # TTFT only biased: the median of 101 ratios 1/1.105 and 100 ratios 1/1.095 (the 101st value, in order) is 1/1.105
     assert (c.min_context, c.buckets) == (0, ("isl=b", "isl=u")) and c.factor == pytest.approx(1 / 1.105)
-    assert c.reasoning.startswith("1 of 2 agreeing buckets (101 of 201 requests) are biased alike: the engine ran 0.905x")
+    assert c.reasoning.startswith(
+        "1 of 2 agreeing buckets (101 of 201 requests) are biased alike: the engine ran 0.905x"
+    )
     assert c.reasoning.endswith("(median measured/predicted TTFT per request over those buckets)")
     assert "the global correction 0.905x applies" in more.decisions[0].reasoning
 
@@ -197,18 +258,37 @@ def test_a_range_correction_only_for_ranges_that_deviate_as_a_whole() -> None:
     long, huge = _at("long", 1.8, isl=(8192, 32768)), _at("huge", 2.4, isl=(32768, None))
     rec = decide([short, *main, mid, long, huge], ACCOUNTING, PARAMS, [])
     assert [(c.min_context, c.factor, c.buckets) for c in rec.corrections] == [
-        (0, pytest.approx(1.2), ("isl=m1", "isl=m2", "isl=m3")), (8192, pytest.approx(1.5), ("isl=long",)),
-        (32768, pytest.approx(2.0), ("isl=huge",))]  # fmt: skip
-    assert rec.corrections[1].reasoning == ("every judged bucket with ISL in [8192, 32768) deviates from the others: "
-                                            "prefill steps reaching past 8192 tokens take 1.500x (on top of the global factor)")  # fmt: skip
-    assert rec.corrections[2].reasoning.startswith("every judged bucket with ISL in [32768, inf) deviates from the others")
+        (0, pytest.approx(1.2), ("isl=m1", "isl=m2", "isl=m3")),
+        (8192, pytest.approx(1.5), ("isl=long",)),
+        (32768, pytest.approx(2.0), ("isl=huge",)),
+    ]
+    assert rec.corrections[1].reasoning == (
+        "every judged bucket with ISL in [8192, 32768) deviates from the others: "
+        "prefill steps reaching past 8192 tokens take 1.500x (on top of the global factor)"
+    )
+    assert rec.corrections[2].reasoning.startswith(
+        "every judged bucket with ISL in [32768, inf) deviates from the others"
+    )
     d = {x.bias.key["isl"]: x for x in rec.decisions}
-    assert {k: x.decision for k, x in d.items()} == {"short": "split", "m1": "correct", "m2": "correct", "m3": "correct",
-                                                     "mid": "split", "long": "split", "huge": "split"}  # fmt: skip
-    not_length = "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)"
+    assert {k: x.decision for k, x in d.items()} == {
+        "short": "split",
+        "m1": "correct",
+        "m2": "correct",
+        "m3": "correct",
+        "mid": "split",
+        "long": "split",
+        "huge": "split",
+    }
+    not_length = (
+        "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)"
+    )
     assert d["short"].reasoning.endswith(not_length) and d["mid"].reasoning.endswith(not_length)
-    assert d["long"].reasoning.endswith("a correction of 1.500x for prefills past 8192 tokens applies to its class only")
-    assert d["huge"].reasoning.endswith("a correction of 2.000x for prefills past 32768 tokens applies to its class only")
+    assert d["long"].reasoning.endswith(
+        "a correction of 1.500x for prefills past 8192 tokens applies to its class only"
+    )
+    assert d["huge"].reasoning.endswith(
+        "a correction of 2.000x for prefills past 32768 tokens applies to its class only"
+    )
     assert d["m1"].reasoning.endswith("biased like the other agreeing buckets: the global correction 1.200x applies")
 
 
@@ -220,10 +300,20 @@ def test_a_drift_exactly_at_the_tolerance_is_no_drift() -> None:
     assert [d.decision for d in steady.decisions] == ["correct"] * 3 and len(steady.corrections) == 1
     moved = decide(biased, ACCOUNTING, params, [Drift("1.0x", 1.0, 1.25 + 2**-20, 400)])
     assert [d.decision for d in moved.decisions] == ["reprofile"] * 3 and moved.corrections == []
-    assert "the engine's speed drifted within a run (run 1.0x: ITL ratio 1.000 -> 1.250, +25.0%)" in moved.decisions[0].reasoning
-    two = decide(biased, ACCOUNTING, params, [Drift("0.8x", 1.0, 0.5, 400), Drift("1.0x", 1.0, 1.25, 400), Drift("1.2x", 1.0, 1.5, 400)])
-    assert ("the engine's speed drifted within a run (run 0.8x: ITL ratio 1.000 -> 0.500, -50.0%; "
-            "run 1.2x: ITL ratio 1.000 -> 1.500, +50.0%)") in two.decisions[0].reasoning  # fmt: skip
+    assert (
+        "the engine's speed drifted within a run (run 1.0x: ITL ratio 1.000 -> 1.250, +25.0%)"
+        in moved.decisions[0].reasoning
+    )
+    two = decide(
+        biased,
+        ACCOUNTING,
+        params,
+        [Drift("0.8x", 1.0, 0.5, 400), Drift("1.0x", 1.0, 1.25, 400), Drift("1.2x", 1.0, 1.5, 400)],
+    )
+    assert (
+        "the engine's speed drifted within a run (run 0.8x: ITL ratio 1.000 -> 0.500, -50.0%; "
+        "run 1.2x: ITL ratio 1.000 -> 1.500, +50.0%)"
+    ) in two.decisions[0].reasoning
     doc = steady.to_dict()
     assert doc["drifts"] == [{"run": "1.0x", "first": 1.0, "second": 1.25, "change": 0.25, "requests": 400}]
     # the corrections as JSON: the buckets a list, as json.dumps writes them
@@ -231,6 +321,11 @@ def test_a_drift_exactly_at_the_tolerance_is_no_drift() -> None:
 
 
 def test_a_stale_profile_names_every_field_that_differs() -> None:
-    rec = decide([bucket(n, 0.2, 0.1, 0.3) for n in "ab"], ACCOUNTING, PARAMS, [], stale_fields=("engine_version", "gpu"))
+    rec = decide(
+        [bucket(n, 0.2, 0.1, 0.3) for n in "ab"], ACCOUNTING, PARAMS, [], stale_fields=("engine_version", "gpu")
+    )
     assert [d.decision for d in rec.decisions] == ["reprofile"] * 2 and rec.corrections == []
-    assert "the profile is stale: its fingerprint differs from the measured engine in engine_version, gpu" in rec.decisions[0].reasoning
+    assert (
+        "the profile is stale: its fingerprint differs from the measured engine in engine_version, gpu"
+        in rec.decisions[0].reasoning
+    )

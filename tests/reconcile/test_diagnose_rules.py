@@ -23,11 +23,18 @@ T = 40
 LATE = 10  # the pattern runs from this second on: windows 2-4
 
 
-def series(waiting: Callable[[int], float] = lambda t: 0.0, kv: tuple[Callable[[int], float], Callable[[int], float]] = (lambda t: 0.2, lambda t: 0.1),
-           preempted: Callable[[int], float] = lambda t: 0.0, hit_rate: Callable[[int], float] = lambda t: 0.5,
-           itl_s: Callable[[int], float] = lambda t: 0.02, busy: Callable[[int], float] = lambda t: 0.0,
-           running: Callable[[int], float] = lambda t: 4.0, queries: Callable[[int], float] = lambda t: 100.0,
-           tokens: Callable[[int], float] = lambda t: 50.0, n: int = T):  # fmt: skip
+def series(
+    waiting: Callable[[int], float] = lambda t: 0.0,
+    kv: tuple[Callable[[int], float], Callable[[int], float]] = (lambda t: 0.2, lambda t: 0.1),
+    preempted: Callable[[int], float] = lambda t: 0.0,
+    hit_rate: Callable[[int], float] = lambda t: 0.5,
+    itl_s: Callable[[int], float] = lambda t: 0.02,
+    busy: Callable[[int], float] = lambda t: 0.0,
+    running: Callable[[int], float] = lambda t: 4.0,
+    queries: Callable[[int], float] = lambda t: 100.0,
+    tokens: Callable[[int], float] = lambda t: 50.0,
+    n: int = T,
+):
     """Scrapes of two engines at seconds 0 .. n-1. Per-second rates become counters: preempted/s, a hit rate of
     `queries` (100) a second, a mean ITL over `tokens` (50) a second, a link busy share. `running` is per engine;
     a KV usage of None is not reported in that scrape."""
@@ -102,7 +109,11 @@ def test_preemptions_at_their_rate(rate: float, kinds: list[str]) -> None:
     if kinds:
         f = d.findings[0]
         assert f.values == pytest.approx({"preemptions_per_s": rate, "kv_usage": 0.2}) and f.windows == 3
-        assert f.reading == READINGS["preemptions"] and f.caveat == CAVEAT and str(f).startswith("[10, 39) s: operating point")
+        assert (
+            f.reading == READINGS["preemptions"]
+            and f.caveat == CAVEAT
+            and str(f).startswith("[10, 39) s: operating point")
+        )
 
 
 @pytest.mark.parametrize(("hit", "kinds"), [(0.6, ["prefix_hit_drop"]), (0.61, [])])
@@ -137,7 +148,9 @@ def test_transfer_contention_needs_slower_tokens_and_a_busy_link(itl: float, bus
 def test_one_window_is_a_blip_and_findings_are_ordered() -> None:
     blip = lambda t: 3.0 if 10 <= t < 20 else 0.0  # noqa: E731 - one window of queueing
     assert found(waiting=blip) == []
-    both = diagnose(series(waiting=late(3.0), preempted=lambda t: 0.1 if t >= 20 else 0.0), DiagnoseParams(min_windows=1))
+    both = diagnose(
+        series(waiting=late(3.0), preempted=lambda t: 0.1 if t >= 20 else 0.0), DiagnoseParams(min_windows=1)
+    )
     assert [(f.kind, f.start_s) for f in both.findings] == [("compute_bound", 10.0), ("preemptions", 20.0)]
     assert both.to_dict()["findings"][0]["window_s"] == [10.0, 39.0] and both.to_dict()["windows"] == 4
 
@@ -186,7 +199,9 @@ def test_kv_usage_counts_only_the_scrapes_that_report_it() -> None:
     # engine 0 reports 0.8 at odd seconds before 30 s, engine 1 never: a scrape without it is no empty cache (not 0)
     # and a window without any is unknown (NaN), so the queueing rules do not read it
     d = diagnose(series(waiting=lambda t: 3.0, kv=(lambda t: 0.8 if t % 2 and t < 30 else None, lambda t: None)), P)
-    assert [w.values["kv_usage"] for w in d.windows[:3]] == pytest.approx([0.8] * 3) and np.isnan(d.windows[3].values["kv_usage"])
+    assert [w.values["kv_usage"] for w in d.windows[:3]] == pytest.approx([0.8] * 3) and np.isnan(
+        d.windows[3].values["kv_usage"]
+    )
     # 0.8 is neither free (< 0.7) nor full (>= 0.9): no reading, in any window
     assert d.findings == []
 
@@ -207,7 +222,9 @@ def test_a_baseline_series_gives_the_itl_to_compare_against() -> None:
     d = diagnose(run, EXACT, baseline=healthy)
     assert [(f.kind, f.start_s, f.end_s) for f in d.findings] == [("transfer_contention", 0.0, 39.0)]
     f = d.findings[0]
-    assert f.values == pytest.approx({"itl_mean_s": 2**-6 * 1.25, "link_busy": 0.75}) and f.baseline == pytest.approx({"itl_mean_s": 2**-6})
+    assert f.values == pytest.approx({"itl_mean_s": 2**-6 * 1.25, "link_busy": 0.75}) and f.baseline == pytest.approx(
+        {"itl_mean_s": 2**-6}
+    )
     # without the baseline, the run's own best earlier window is as slow: nothing to see
     assert diagnose(run, EXACT).findings == []
 
@@ -218,7 +235,9 @@ def test_a_baseline_of_one_query_and_one_token_is_still_a_baseline() -> None:
     run = series(hit_rate=lambda t: 0.7, itl_s=lambda t: 2**-6 * 1.25, busy=lambda t: 0.75)
     d = diagnose(run, EXACT, baseline=healthy)
     assert [f.kind for f in d.findings] == ["prefix_hit_drop", "transfer_contention"]
-    assert d.findings[0].baseline == pytest.approx({"prefix_hit_rate": 0.9}) and d.findings[1].baseline == {"itl_mean_s": 2**-6}
+    assert d.findings[0].baseline == pytest.approx({"prefix_hit_rate": 0.9}) and d.findings[1].baseline == {
+        "itl_mean_s": 2**-6
+    }
     # a baseline without queries or tokens has no rates: it shows nothing, and is no error
     idle = series(queries=lambda t: 0.0, tokens=lambda t: 0.0)
     assert diagnose(run, EXACT, baseline=idle).findings == []
@@ -235,17 +254,42 @@ def test_what_a_finding_says() -> None:
     assert str(f) == f"[10, 39) s: {READINGS['compute_bound']} — waiting 1, kv_usage 0.69; {CAVEAT}"
     (f,) = diagnose(series(hit_rate=late(0.6, 0.8)), P).findings
     assert (f.values, f.baseline) == (pytest.approx({"prefix_hit_rate": 0.6}), pytest.approx({"prefix_hit_rate": 0.8}))
-    assert str(f) == f"[10, 39) s: {READINGS['prefix_hit_drop']} — prefix_hit_rate 0.6 (baseline prefix_hit_rate 0.8); {CAVEAT}"
+    assert (
+        str(f)
+        == f"[10, 39) s: {READINGS['prefix_hit_drop']} — prefix_hit_rate 0.6 (baseline prefix_hit_rate 0.8); {CAVEAT}"
+    )
 
 
 def test_the_diagnosis_document() -> None:
     d = diagnose(series(preempted=late(0.0625)), EXACT)
-    assert d.to_dict() == {"schema": "llmcap-twin", "missing": [], "windows": 4, "findings": [{
-        "kind": "preemptions", "window_s": [10.0, 39.0], "values": pytest.approx({"preemptions_per_s": 0.0625, "kv_usage": 0.2}),
-        "baseline": {}, "reading": READINGS["preemptions"], "caveat": CAVEAT}]}  # fmt: skip
+    assert d.to_dict() == {
+        "schema": "llmcap-twin",
+        "missing": [],
+        "windows": 4,
+        "findings": [
+            {
+                "kind": "preemptions",
+                "window_s": [10.0, 39.0],
+                "values": pytest.approx({"preemptions_per_s": 0.0625, "kv_usage": 0.2}),
+                "baseline": {},
+                "reading": READINGS["preemptions"],
+                "caveat": CAVEAT,
+            }
+        ],
+    }
 
 
 def test_a_finding_lists_every_value_and_baseline() -> None:
-    f = Finding("transfer_contention", 10.0, 39.0, {"itl_mean_s": 0.025, "link_busy": 0.8}, {"itl_mean_s": 0.02, "link_busy": 0.1},
-                "reading", 3)  # fmt: skip
-    assert str(f) == f"[10, 39) s: reading — itl_mean_s 0.025, link_busy 0.8 (baseline itl_mean_s 0.02, link_busy 0.1); {CAVEAT}"
+    f = Finding(
+        "transfer_contention",
+        10.0,
+        39.0,
+        {"itl_mean_s": 0.025, "link_busy": 0.8},
+        {"itl_mean_s": 0.02, "link_busy": 0.1},
+        "reading",
+        3,
+    )
+    assert (
+        str(f)
+        == f"[10, 39) s: reading — itl_mean_s 0.025, link_busy 0.8 (baseline itl_mean_s 0.02, link_busy 0.1); {CAVEAT}"
+    )

@@ -28,18 +28,37 @@ MODEL, GPU = "Llama-3.1-8B", "H100-SXM-80GB"  # decode steps of ~7 ms
 PARAMS = DiagnoseParams(window_s=2.0)
 
 
-async def _run(opts: EngineOptions, n: int, rate: float, isl: int, osl: int, hash_ids: list | None, knobs: dict) -> pa.Table:
+async def _run(
+    opts: EngineOptions, n: int, rate: float, isl: int, osl: int, hash_ids: list | None, knobs: dict
+) -> pa.Table:
     cfg = sim_config(load_model(MODEL), get_gpu(GPU), opts)
-    twin = Twin(TwinSpec(config=cfg, step_model=step_model(MODEL, GPU, 1, "bf16", "bf16"), served_model_name="twin",
-                         info={"model": MODEL}, max_model_len=cfg.engine.max_model_len, **knobs))  # fmt: skip
+    twin = Twin(
+        TwinSpec(
+            config=cfg,
+            step_model=step_model(MODEL, GPU, 1, "bf16", "bf16"),
+            served_model_name="twin",
+            info={"model": MODEL},
+            max_model_len=cfg.engine.max_model_len,
+            **knobs,
+        )
+    )
     url = await twin.start("127.0.0.1", 0)
     try:
         stop = asyncio.Event()
         recorder = asyncio.create_task(record(url, stop, interval_s=0.5))
         rng = np.random.default_rng(0)
         arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / rate, n - 1))])
-        res = await replay_async(url, "twin", arrival, np.full(n, isl), np.full(n, osl), hash_ids=hash_ids,
-                                 block_tokens=16 if hash_ids else None, timeout_s=60.0, processes=1)  # fmt: skip
+        res = await replay_async(
+            url,
+            "twin",
+            arrival,
+            np.full(n, isl),
+            np.full(n, osl),
+            hash_ids=hash_ids,
+            block_tokens=16 if hash_ids else None,
+            timeout_s=60.0,
+            processes=1,
+        )
         stop.set()
         series = await recorder
     finally:
@@ -48,8 +67,15 @@ async def _run(opts: EngineOptions, n: int, rate: float, isl: int, osl: int, has
     return series
 
 
-def twin_series(opts: EngineOptions, n: int = 60, rate: float = 10.0, isl: int = 500, osl: int = 50,
-                hash_ids: list | None = None, **knobs) -> pa.Table:  # fmt: skip
+def twin_series(
+    opts: EngineOptions,
+    n: int = 60,
+    rate: float = 10.0,
+    isl: int = 500,
+    osl: int = 50,
+    hash_ids: list | None = None,
+    **knobs,
+) -> pa.Table:
     return asyncio.run(_run(opts, n, rate, isl, osl, hash_ids, knobs))
 
 
@@ -92,7 +118,11 @@ def test_prefix_caching_off_drops_the_hit_rate_against_a_healthy_baseline() -> N
     n = 40
     shared = [list(range(1, 63)) + [1000 + 10 * k + j for j in range(3)] for k in range(n)]  # a 992-token common prefix
     baseline = twin_series(EngineOptions(), n=n, isl=1040, osl=20, hash_ids=shared)
-    d = diagnose(twin_series(EngineOptions(prefix_caching=False), n=n, isl=1040, osl=20, hash_ids=shared), PARAMS, baseline=baseline)
+    d = diagnose(
+        twin_series(EngineOptions(prefix_caching=False), n=n, isl=1040, osl=20, hash_ids=shared),
+        PARAMS,
+        baseline=baseline,
+    )
     assert dominant(d) == {"prefix_hit_drop"}
     f = d.findings[0]
     assert f.values["prefix_hit_rate"] == 0.0 and f.baseline["prefix_hit_rate"] > 0.8

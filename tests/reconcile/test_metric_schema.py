@@ -31,7 +31,9 @@ def old_vllm_scrape(t: float, waiting: float, usage: float) -> tuple[float, dict
     text = "".join(
         f'vllm:num_requests_waiting{{engine="{e}",model_name="m"}} {waiting / 2}\n'
         f'vllm:gpu_cache_usage_perc{{engine="{e}",model_name="m"}} {usage}\n'
-        f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} 0\n' for e in (0, 1))
+        f'vllm:num_preemptions_total{{engine="{e}",model_name="m"}} 0\n'
+        for e in (0, 1)
+    )
     return t, samples(text)
 
 

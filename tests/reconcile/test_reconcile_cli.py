@@ -37,9 +37,19 @@ def test_summary_and_json(tmp_path: Path) -> None:
 
 def test_with_a_metric_series(tmp_path: Path) -> None:
     m, p = files(tmp_path, lambda isl: np.ones(isl.size))
-    series = to_table([(float(t), {("vllm:num_requests_waiting", "0"): 5.0 if t >= 20 else 0.0,
-                                   ("vllm:kv_cache_usage_perc", "0"): 0.3,
-                                   ("vllm:num_preemptions_total", "0"): 0.0}) for t in range(60)])  # fmt: skip
+    series = to_table(
+        [
+            (
+                float(t),
+                {
+                    ("vllm:num_requests_waiting", "0"): 5.0 if t >= 20 else 0.0,
+                    ("vllm:kv_cache_usage_perc", "0"): 0.3,
+                    ("vllm:num_preemptions_total", "0"): 0.0,
+                },
+            )
+            for t in range(60)
+        ]
+    )
     path = tmp_path / "series.parquet"
     pq.write_table(series, path)
     out = runner.invoke(app, ["reconcile", "-m", str(m), "-p", str(p), "--metrics", str(path), "--json"])

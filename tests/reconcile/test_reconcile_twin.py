@@ -34,19 +34,33 @@ from tests.twin._twin import deployment, twin_server
 from tests.twin.test_fidelity import high_priority  # noqa: F401 - the fixture: client and twin at high priority
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("high_priority"), pytest.mark.timing]
-TIMES = ("arrival_s", "first_token_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "decode_s", "itl_p50_s", "itl_p99_s", "itl_max_s")
+TIMES = (
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "decode_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "itl_max_s",
+)
 
 
 @contextmanager
 def twin_process(model: str, gpu: str, tp: int, dilation: float, *faults: str) -> Iterator[str]:
-    with twin_server("-m", model, "-g", gpu, "--tp", str(tp), "--served-model-name", "twin", "--dilation", str(dilation),
-                     *faults) as (_, url):
+    with twin_server(
+        "-m", model, "-g", gpu, "--tp", str(tp), "--served-model-name", "twin", "--dilation", str(dilation), *faults
+    ) as (_, url):
         yield url
 
 
 def tagged(records: pa.Table) -> pa.Table:
     n = records.num_rows
-    return records.append_column("run", pa.array(["1.0x"] * n)).append_column("excerpt_seed", pa.array([0] * n, pa.int64()))
+    return records.append_column("run", pa.array(["1.0x"] * n)).append_column(
+        "excerpt_seed", pa.array([0] * n, pa.int64())
+    )
 
 
 def measure(url: str, trace: pa.Table, dilation: float) -> pa.Table:
@@ -73,8 +87,14 @@ def test_a_twin_20pct_slower_is_one_global_correction_that_then_matches() -> Non
     model, gpu, tp, dilation = "Llama-3.1-70B", "A100-SXM-80GB", 2, 2.0
     rng = np.random.default_rng(3)
     n, rate = 80, 2.0  # well below the knee even 20% slower (the prefills alone keep the engine ~50% busy); 40 a bucket
-    trace = pa.table({"request_id": np.arange(n), "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate, n - 1))]),
-                      "isl": rng.integers(100, 800, n), "osl": rng.integers(5, 20, n)})  # fmt: skip
+    trace = pa.table(
+        {
+            "request_id": np.arange(n),
+            "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate, n - 1))]),
+            "isl": rng.integers(100, 800, n),
+            "osl": rng.integers(5, 20, n),
+        }
+    )
     with twin_process(model, gpu, tp, dilation, "--slowdown", "1.2") as url:
         measured = measure(url, trace, dilation)
     cfg, step = deployment(model, gpu, tp)
@@ -100,11 +120,27 @@ def test_a_slowdown_past_8k_tokens_splits_that_bucket() -> None:
     long = rng.random(n) < 0.25  # few enough that short prompts seldom queue behind a (slowed) long prefill
     # short prompts of 1-4k tokens: prefills of ~40-150 ms, long against the client's few ms of overhead
     isl = np.where(long, rng.integers(9000, 12000, n), rng.integers(1000, 4000, n))
-    trace = pa.table({"request_id": np.arange(n), "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / 2.0, n - 1))]),
-                      "isl": isl, "osl": rng.integers(5, 20, n)})  # fmt: skip
+    trace = pa.table(
+        {
+            "request_id": np.arange(n),
+            "arrival_s": np.concatenate([[0.0], np.cumsum(rng.exponential(1 / 2.0, n - 1))]),
+            "isl": isl,
+            "osl": rng.integers(5, 20, n),
+        }
+    )
     # prompts up to 16k tokens prefill in one step, so the whole of a long prefill is slowed
-    with twin_process(model, gpu, tp, dilation, "--max-num-batched-tokens", "16384", "--long-prompt-slowdown", "1.5",
-                      "--long-prompt-tokens", "8192") as url:  # fmt: skip
+    with twin_process(
+        model,
+        gpu,
+        tp,
+        dilation,
+        "--max-num-batched-tokens",
+        "16384",
+        "--long-prompt-slowdown",
+        "1.5",
+        "--long-prompt-tokens",
+        "8192",
+    ) as url:
         measured = measure(url, trace, dilation)
     step = deployment(model, gpu, tp)[1]
     cfg = sim_config(load_model(model), get_gpu(gpu), EngineOptions(tp=tp, max_num_batched_tokens=16384))
@@ -112,6 +148,9 @@ def test_a_slowdown_past_8k_tokens_splits_that_bucket() -> None:
     params = ReconcileParams(isl_edges=(0, 8192), bootstrap=500, min_requests=10, tolerance=0.15)
     rec = reconcile(measured, predict(measured, step, cfg), params)
     print("\n" + "\n".join(f"{d.bias.label}: {d.decision}: {d.reasoning}" for d in rec.decisions))
-    assert {d.bias.key["isl"]: d.decision for d in rec.decisions} == {"[0,8192)": "within_tolerance", "[8192,inf)": "split"}
+    assert {d.bias.key["isl"]: d.decision for d in rec.decisions} == {
+        "[0,8192)": "within_tolerance",
+        "[8192,inf)": "split",
+    }
     assert [c.min_context for c in rec.corrections] == [8192]  # a correction for that class only, none global
     assert 1.3 < rec.corrections[0].factor < 1.6  # the fault: those prefill steps take 1.5x

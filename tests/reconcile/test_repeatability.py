@@ -72,7 +72,12 @@ def test_a_band_of_width_zero_is_the_point_rule():
     predicted = np.array([1.0, 1.5, 2.0, 1.2, 1.8])
     measured = predicted * np.array([1.4, 1.3, 1.5, 1.35, 1.45])
     point, band = judge(predicted, measured), judge_band(predicted, predicted, measured)
-    assert (band.predicted, band.error, band.passed, band.band_width) == (point.predicted, point.error, point.passed, 0.0)
+    assert (band.predicted, band.error, band.passed, band.band_width) == (
+        point.predicted,
+        point.error,
+        point.passed,
+        0.0,
+    )
 
 
 def test_a_band_upside_down_is_refused():

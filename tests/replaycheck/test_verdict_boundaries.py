@@ -21,7 +21,10 @@ def wilson_by_hand(k: int, n: int, z: float = Z) -> tuple[float, float]:
     return (centre - spread) / (1 + z * z / n), (centre + spread) / (1 + z * z / n)
 
 
-@pytest.mark.parametrize(("k", "low", "high"), [(96, 0.90163, 0.98434), (95, 0.88825, 0.97846), (85, 0.76716, 0.90694), (84, 0.75580, 0.89905)])
+@pytest.mark.parametrize(
+    ("k", "low", "high"),
+    [(96, 0.90163, 0.98434), (95, 0.88825, 0.97846), (85, 0.76716, 0.90694), (84, 0.75580, 0.89905)],
+)
 def test_wilson_bounds_are_the_textbook_ones(k: int, low: float, high: float) -> None:
     assert wilson(k, 100) == pytest.approx(wilson_by_hand(k, 100), abs=1e-9)
     assert wilson(k, 100) == pytest.approx((low, high), abs=1e-5)
@@ -36,7 +39,9 @@ def test_every_run_must_hold_and_any_run_can_fail_a_scale() -> None:
     assert judge_runs([(100, 100), (95, 100)], TARGET)[0] == "inconclusive"  # the least certain run decides
     assert judge_runs([(96, 100), (84, 100)], TARGET)[0] == "fails"
     judged, bounds, n = judge_runs([(100, 100), (84, 100), (80, 100)], TARGET)
-    assert judged == "fails" and n == 100 and bounds == pytest.approx(wilson_by_hand(80, 100))  # the worst failing run is shown
+    assert (
+        judged == "fails" and n == 100 and bounds == pytest.approx(wilson_by_hand(80, 100))
+    )  # the worst failing run is shown
 
 
 @pytest.mark.parametrize(
@@ -62,7 +67,9 @@ def test_late_sends_make_any_outcome_invalid() -> None:
 def test_wilson_bounds_of_tiny_samples_and_other_confidences() -> None:
     assert wilson(0, 0) == (0.0, 1.0)  # nothing judged: anything is possible
     # one request, met: p = 1, so the spread is z²/2 and the bounds are (1 + z²/2 ∓ z²/2) / (1 + z²): 1/(1 + z²) and 1
-    assert wilson(1, 1) == pytest.approx((1 / (1 + Z * Z), 1.0), abs=1e-9) and wilson(1, 1)[0] == pytest.approx(0.20655, abs=1e-5)
+    assert wilson(1, 1) == pytest.approx((1 / (1 + Z * Z), 1.0), abs=1e-9) and wilson(1, 1)[0] == pytest.approx(
+        0.20655, abs=1e-5
+    )
     z99 = 2.5758293035489004  # the two-sided 99% normal quantile: a wider interval than at 95%
     assert wilson(96, 100, 0.99) == pytest.approx(wilson_by_hand(96, 100, z99), abs=1e-9)
     assert wilson(96, 100, 0.99) == pytest.approx((0.87474, 0.98802), abs=1e-5)
@@ -86,8 +93,10 @@ def test_the_run_shown_is_the_worst_failing_or_the_least_certain() -> None:
     assert judge_runs([(0, 0), (0, 10)], 0.2) == ("inconclusive", (0.0, 1.0), 0)
 
 
-CONFIRMED_TEXT = ("confirmed: holds at 0.8x (95% bounds 0.902–0.984 on 100 requests), "
-                  "fails at 1.2x (95% bounds 0.756–0.899 on 100 requests) (knee within [0.8, 1.2]x the predicted rate)")  # fmt: skip
+CONFIRMED_TEXT = (
+    "confirmed: holds at 0.8x (95% bounds 0.902–0.984 on 100 requests), "
+    "fails at 1.2x (95% bounds 0.756–0.899 on 100 requests) (knee within [0.8, 1.2]x the predicted rate)"
+)
 
 
 def test_the_verdict_document_over_three_scales() -> None:
@@ -95,19 +104,30 @@ def test_the_verdict_document_over_three_scales() -> None:
     v = verdict({1.2: [(84, 100)], 0.8: [(96, 100)], 1.0: [(96, 100)]}, TARGET)
     b96, b84 = wilson_by_hand(96, 100), wilson_by_hand(84, 100)
     assert v == {
-        "outcome": "confirmed", "holds_at_low": True, "fails_at_high": True, "band": [0.8, 1.2], "knee_scale": 1.0,
-        "knee_in_band": True, "holds": {"0.8x": True, "1x": True, "1.2x": False},
+        "outcome": "confirmed",
+        "holds_at_low": True,
+        "fails_at_high": True,
+        "band": [0.8, 1.2],
+        "knee_scale": 1.0,
+        "knee_in_band": True,
+        "holds": {"0.8x": True, "1x": True, "1.2x": False},
         "judgement": {"0.8x": "holds", "1x": "holds", "1.2x": "fails"},
         "bounds": {"0.8x": pytest.approx(list(b96)), "1x": pytest.approx(list(b96)), "1.2x": pytest.approx(list(b84))},
-        "confidence": 0.95, "invalid_runs": [], "text": CONFIRMED_TEXT,
-    }  # fmt: skip
+        "confidence": 0.95,
+        "invalid_runs": [],
+        "text": CONFIRMED_TEXT,
+    }
 
 
 def test_the_verdict_text_names_the_knee_only_when_confirmed() -> None:
     v = verdict({0.8: [(95, 100)], 1.2: [(84, 100)]}, TARGET)
-    assert v["text"] == ("inconclusive: inconclusive at 0.8x (95% bounds 0.888–0.978 on 100 requests: too few to resolve 0.9), "
-                         "fails at 1.2x (95% bounds 0.756–0.899 on 100 requests)")  # fmt: skip
+    assert v["text"] == (
+        "inconclusive: inconclusive at 0.8x (95% bounds 0.888–0.978 on 100 requests: too few to resolve 0.9), "
+        "fails at 1.2x (95% bounds 0.756–0.899 on 100 requests)"
+    )
     late = verdict({0.8: [(96, 100)], 1.2: [(84, 100)]}, TARGET, invalid=["0.8x seed 0", "1.2x seed 1"])
-    assert late["text"] == CONFIRMED_TEXT + ("; INVALID runs 0.8x seed 0, 1.2x seed 1 (sends ran late past replay.max_lateness_ms: "
-                                             "the client's latency, not the server's)")  # fmt: skip
+    assert late["text"] == CONFIRMED_TEXT + (
+        "; INVALID runs 0.8x seed 0, 1.2x seed 1 (sends ran late past replay.max_lateness_ms: "
+        "the client's latency, not the server's)"
+    )
     assert late["invalid_runs"] == ["0.8x seed 0", "1.2x seed 1"] and late["outcome"] == "invalid"

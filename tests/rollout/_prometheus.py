@@ -28,14 +28,25 @@ async def prometheus(workdir: Path, jobs: dict[str, str], scrape_interval: str =
     targets it waits for may be served by this very event loop."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus is not installed: make test installs it (scripts/install_prometheus.sh)"
-    config = {"global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
-              "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [url.split("//", 1)[1]]}]}
-                                 for job, url in jobs.items()]}  # fmt: skip
+    config = {
+        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [url.split("//", 1)[1]]}]} for job, url in jobs.items()
+        ],
+    }
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = _free_port()
     log = (workdir / "prometheus.log").open("w")
-    proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -48,7 +59,9 @@ async def prometheus(workdir: Path, jobs: dict[str, str], scrape_interval: str =
                         break
                 except (httpx.HTTPError, ValueError, KeyError):
                     pass
-                assert proc.poll() is None and time.monotonic() < deadline, (workdir / "prometheus.log").read_text()[-2000:]
+                assert proc.poll() is None and time.monotonic() < deadline, (workdir / "prometheus.log").read_text()[
+                    -2000:
+                ]
                 await asyncio.sleep(0.2)
         yield url
     finally:

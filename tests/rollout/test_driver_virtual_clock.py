@@ -25,7 +25,9 @@ HOLD, INTERVAL = 60.0, 5.0
 
 
 def _ttft(p99_s: float) -> Buckets:
-    return Buckets(np.array([p99_s, 2 * p99_s + 1, np.inf]), np.array([990.0, 1000.0, 1000.0]))  # PromQL p99 exactly p99_s
+    return Buckets(
+        np.array([p99_s, 2 * p99_s + 1, np.inf]), np.array([990.0, 1000.0, 1000.0])
+    )  # PromQL p99 exactly p99_s
 
 
 PRED = Prediction(0.0, 1000, _ttft(0.2), _ttft(0.02), 0.3, 2.0, 0.0)
@@ -132,7 +134,9 @@ def test_an_approver_sees_the_last_steps_final_verdicts() -> None:
     rollout(approve_before=(0.05, 0.25), answer="approve")
     first, second = EVIDENCE
     assert first == {"previous_step": None}  # nothing judged before the first step
-    assert second["previous_step"] == 0.05 and second["requests"] == 1000 and second["window_s"] == (1_030.0, 1_090.0)  # after 30 s waiting for the first approval
+    assert (
+        second["previous_step"] == 0.05 and second["requests"] == 1000 and second["window_s"] == (1_030.0, 1_090.0)
+    )  # after 30 s waiting for the first approval
     assert len(second["gates"]) == 7 and all(g.endswith(": pass") for g in second["gates"])
 
 
@@ -177,16 +181,24 @@ def test_the_steps_and_their_evaluations_are_recorded_with_their_times() -> None
     outcome, _, source = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5))
     assert outcome.reason == "100% of traffic on the candidate" and outcome.rolled_back_s is None
     assert [(s.weight, s.started_s - 1_000.0, s.ended_s - 1_000.0, s.approval) for s in outcome.steps] == [
-        (0.05, 0.0, 60.0, None), (0.25, 60.0, 120.0, None), (1.0, 120.0, 180.0, None)]  # fmt: skip
+        (0.05, 0.0, 60.0, None),
+        (0.25, 60.0, 120.0, None),
+        (1.0, 120.0, 180.0, None),
+    ]
     first = outcome.steps[0].evaluations
     assert [e.at_s - 1_000.0 for e in first] == [5.0 * k for k in range(1, 13)]
     # each judgement observes the step from its start: windows [0, 5], [0, 10], ... [0, 60]; then [60, 65], ...
-    assert [e.window for e in first] == [(1_000.0, 1_000.0 + 5.0 * k) for k in range(1, 13)] and source.windows[12] == (1_060.0, 1_065.0)
+    assert [e.window for e in first] == [(1_000.0, 1_000.0 + 5.0 * k) for k in range(1, 13)] and source.windows[12] == (
+        1_060.0,
+        1_065.0,
+    )
     assert outcome.to_json()["steps"][0]["approval"] is None
 
 
 def test_a_breach_ends_its_step_when_it_is_judged() -> None:
-    outcome, _, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), breach_at=71.0)  # judged at 75 s, 15 s into the 25% step
+    outcome, _, _ = run(
+        RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), breach_at=71.0
+    )  # judged at 75 s, 15 s into the 25% step
     assert [(s.started_s - 1_000.0, s.ended_s - 1_000.0) for s in outcome.steps] == [(0.0, 60.0), (60.0, 75.0)]
     assert outcome.rolled_back_s == 1_075.0
 
@@ -205,17 +217,26 @@ def test_what_the_loop_reports_as_it_goes() -> None:
     held = events[1]
     assert events[0] == "step 5%: holding 60 s, judging every 5 s"
     # the held line lists the last judgement's gates: waiting 0.1 x 60 s = 6 (the first judgement's was 0.5)
-    assert held.startswith("step 5% held: error_rate: observed 0 within the limit <= 0.02, predicted 0: pass; ttft_p99: observed 0.2 within")
+    assert held.startswith(
+        "step 5% held: error_rate: observed 0 within the limit <= 0.02, predicted 0: pass; ttft_p99: observed 0.2 within"
+    )
     assert "; waiting: observed 6 within the limit <= 10, predicted 2: pass; " in held and held.count(": pass") == 7
-    assert events[2:] == ["waiting for approval before 25%", "step 25%: holding 60 s, judging every 5 s",
-                          "rolled back: at 25%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05"]  # fmt: skip
+    assert events[2:] == [
+        "waiting for approval before 25%",
+        "step 25%: holding 60 s, judging every 5 s",
+        "rolled back: at 25%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05",
+    ]
     assert outcome.reason == events[-1].removeprefix("rolled back: ")
 
 
 @pytest.mark.parametrize(
     ("answer", "status", "reason"),
     [
-        ({"decision": "reject", "by": "carol", "reason": "not tonight"}, "rejected", "rejected before 25% by carol: not tonight"),
+        (
+            {"decision": "reject", "by": "carol", "reason": "not tonight"},
+            "rejected",
+            "rejected before 25% by carol: not tonight",
+        ),
         ({"decision": "timeout"}, "timed_out", "timed out before 25% by nobody: no reason given"),
         ({"decision": "maybe", "by": "", "reason": ""}, "rejected", "rejected before 25% by nobody: no reason given"),
     ],
@@ -257,7 +278,7 @@ def test_admin_weights_posts_the_candidates_share(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(httpx, "AsyncClient", lambda **kw: real(transport=httpx.MockTransport(handler), **kw))
     weights = AdminWeights(url)
     asyncio.run(weights.set(0.25))
-    (posted, body, timeout), = seen
+    ((posted, body, timeout),) = seen
     assert (posted, body) == ("http://gw:8100/admin/weights", {"candidate": 0.25})
     assert all(v is not None for v in timeout.values())  # a gateway that does not answer is given up on
     with pytest.raises(httpx.HTTPStatusError):  # the gateway refused: the loop must not go on as if it had moved
@@ -267,7 +288,11 @@ def test_admin_weights_posts_the_candidates_share(monkeypatch: pytest.MonkeyPatc
 def test_a_breach_of_several_gates_names_each() -> None:
     # predicted KV usage 0: its limit is 0 + 0.2, and the observed 0.3 breaks it from the first judgement, with TTFT
     kv_free = Prediction(0.0, 1000, _ttft(0.2), _ttft(0.02), 0.0, 2.0, 0.0)
-    outcome, _, _ = run(RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), predictions=dict.fromkeys(STEPS, kv_free), breach_at=0.0)
-    assert outcome.reason == ("at 5%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05; "
-                              "kv_usage: observed 0.3 breaks the limit <= 0.2, predicted 0: BREACH by 0.1")  # fmt: skip
+    outcome, _, _ = run(
+        RolloutPlan(STEPS, HOLD, INTERVAL, (), 0.5), predictions=dict.fromkeys(STEPS, kv_free), breach_at=0.0
+    )
+    assert outcome.reason == (
+        "at 5%: ttft_p99: observed 0.4 breaks the limit <= 0.35, predicted 0.2: BREACH by 0.05; "
+        "kv_usage: observed 0.3 breaks the limit <= 0.2, predicted 0: BREACH by 0.1"
+    )
     assert [b.gate for b in outcome.breaches] == ["ttft_p99", "kv_usage"] and outcome.rolled_back_s == 1_005.0

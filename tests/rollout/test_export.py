@@ -14,7 +14,9 @@ from llmcap.rollout.gates import Prediction, Tolerances, evaluate
 from llmcap.rollout.observe import Observation
 from llmcap.rollout.promql import attainment_bound
 
-PLAN = RolloutPlan(steps=(0.01, 0.05, 0.25, 0.5, 1.0), hold_s=300, interval_s=30, approve_before=(0.25, 1.0), ttft_target_s=2.0)
+PLAN = RolloutPlan(
+    steps=(0.01, 0.05, 0.25, 0.5, 1.0), hold_s=300, interval_s=30, approve_before=(0.25, 1.0), ttft_target_s=2.0
+)
 TOL = Tolerances()
 NAMES = ClusterNames(app="llama-70b", namespace="serving")
 
@@ -23,7 +25,9 @@ def predictions():
     out = {}
     for w in PLAN.steps:
         n = int(1000 * w) + 1
-        out[w] = Prediction.from_values(w, np.linspace(0.05, 0.4 + w, n), np.full(n, 0.03), np.ones(n), 0.2 + 0.5 * w, 3 * w, 0)
+        out[w] = Prediction.from_values(
+            w, np.linspace(0.05, 0.4 + w, n), np.full(n, 0.03), np.ones(n), 0.2 + 0.5 * w, 3 * w, 0
+        )
     return out
 
 
@@ -62,7 +66,11 @@ def test_each_analysis_template_holds_the_local_gates_limits_for_its_share():
     docs = parsed()["rollout.yaml"]
     preds = predictions()
     for w in PLAN.steps:
-        t = next(d for d in docs if d["kind"] == "AnalysisTemplate" and d["metadata"]["name"] == f"llama-70b-gates-{round(w * 100)}pct")
+        t = next(
+            d
+            for d in docs
+            if d["kind"] == "AnalysisTemplate" and d["metadata"]["name"] == f"llama-70b-gates-{round(w * 100)}pct"
+        )
         metrics = {m["name"]: m for m in t["spec"]["metrics"]}
         assert set(metrics) == {"ttft-p99", "itl-p99", "attainment", "kv-usage", "waiting", "preemptions"}
         obs = Observation(0, 1, 100, 0, None, None, None, None, None)
@@ -77,7 +85,7 @@ def test_each_analysis_template_holds_the_local_gates_limits_for_its_share():
 def test_http_routes_give_each_steps_weights():
     routes = parsed()["httproutes.yaml"]
     assert [r["kind"] for r in routes] == ["HTTPRoute"] * 6
-    for r, w in zip(routes, (0, 1, 5, 25, 50, 100)):
+    for r, w in zip(routes, (0, 1, 5, 25, 50, 100), strict=True):
         assert r["apiVersion"] == "gateway.networking.k8s.io/v1" and r["spec"]["parentRefs"][0]["name"]
         refs = r["spec"]["rules"][0]["backendRefs"]
         assert [b["weight"] for b in refs] == [100 - w, w] and all(b["name"] and b["port"] == 8000 for b in refs)

@@ -35,8 +35,15 @@ def attained(share: float) -> Buckets:
     return Buckets(np.array([0.1, TARGET_S, 10.0, np.inf]), np.array([min(share, 0.99) * N, share * N, N, N]))
 
 
-PREDICTED = Prediction(share=0.25, requests=N, ttft=p99_at(0.2), itl=p99_at(0.02), kv_usage_max=0.3, waiting_max=2.0,
-                       preemptions_per_request=0.0)  # fmt: skip
+PREDICTED = Prediction(
+    share=0.25,
+    requests=N,
+    ttft=p99_at(0.2),
+    itl=p99_at(0.02),
+    kv_usage_max=0.3,
+    waiting_max=2.0,
+    preemptions_per_request=0.0,
+)
 # predicted attainment: p99_at(0.2) has 99% at or below 0.2 s and the rest in (0.2, 1.4]: at 0.5 s, 0.99 + 0.01 x 0.3/1.2
 PREDICTED_ATTAINMENT = 0.99 + 0.01 * (0.5 - 0.2) / (1.4 - 0.2)
 
@@ -53,8 +60,17 @@ LIMITS = {  # by hand from the defaults above
 
 def observed(**changes) -> Observation:
     """As predicted, with `changes` (errors and preemptions as counts of N)."""
-    base = {"errors": 0.0, "ttft": p99_at(0.2), "itl": p99_at(0.02), "kv": 0.3, "waiting": 2.0, "preemptions": 0.0} | changes
-    return Observation(0.0, 10.0, N, base["errors"], base["ttft"], base["itl"], base["kv"], base["waiting"], base["preemptions"])
+    base = {
+        "errors": 0.0,
+        "ttft": p99_at(0.2),
+        "itl": p99_at(0.02),
+        "kv": 0.3,
+        "waiting": 2.0,
+        "preemptions": 0.0,
+    } | changes
+    return Observation(
+        0.0, 10.0, N, base["errors"], base["ttft"], base["itl"], base["kv"], base["waiting"], base["preemptions"]
+    )
 
 
 def verdicts(obs: Observation) -> dict:
@@ -105,8 +121,13 @@ def test_attainment_at_its_limit() -> None:
 
 def test_the_exported_analysis_templates_carry_the_hand_limits() -> None:
     plan = RolloutPlan((0.25,), 60.0, 10.0, (), TARGET_S)
-    docs = cluster_objects(ClusterNames(app="a", namespace="n", gateway="g", port=8000, prometheus="http://p:9090", image="i"),
-                           plan, {0.25: PREDICTED}, Tolerances(), 2)  # fmt: skip
+    docs = cluster_objects(
+        ClusterNames(app="a", namespace="n", gateway="g", port=8000, prometheus="http://p:9090", image="i"),
+        plan,
+        {0.25: PREDICTED},
+        Tolerances(),
+        2,
+    )
     (template,) = [d for objects in docs.values() for d in objects if d["kind"] == "AnalysisTemplate"]
     exported = {}
     for m in template["spec"]["metrics"]:
@@ -118,14 +139,28 @@ def test_the_exported_analysis_templates_carry_the_hand_limits() -> None:
 
 def test_a_prediction_round_trips_through_its_json() -> None:
     doc = PREDICTED.to_json()
-    assert doc == {"share": 0.25, "requests": N, "kv_usage_max": 0.3, "waiting_max": 2.0, "preemptions_per_request": 0.0,
-                   "ttft": {"le": [0.2, 1.4], "count": [990.0, 1000.0, 1000.0]},  # the last count is the +Inf bucket's: the total
-                   "itl": {"le": [0.02, 1.04], "count": [990.0, 1000.0, 1000.0]}}  # fmt: skip
+    assert doc == {
+        "share": 0.25,
+        "requests": N,
+        "kv_usage_max": 0.3,
+        "waiting_max": 2.0,
+        "preemptions_per_request": 0.0,
+        "ttft": {"le": [0.2, 1.4], "count": [990.0, 1000.0, 1000.0]},  # the last count is the +Inf bucket's: the total
+        "itl": {"le": [0.02, 1.04], "count": [990.0, 1000.0, 1000.0]},
+    }
     back = Prediction.from_json(doc)
-    assert (back.share, back.requests, back.kv_usage_max, back.waiting_max, back.preemptions_per_request) == (0.25, N, 0.3, 2.0, 0.0)
+    assert (back.share, back.requests, back.kv_usage_max, back.waiting_max, back.preemptions_per_request) == (
+        0.25,
+        N,
+        0.3,
+        2.0,
+        0.0,
+    )
     for got, want in ((back.ttft, PREDICTED.ttft), (back.itl, PREDICTED.itl)):
         assert got.bounds.tolist() == want.bounds.tolist() and got.counts.tolist() == want.counts.tolist()
-    assert {g.gate: g.limit for g in evaluate(observed(), back, Tolerances(), TARGET_S)} == pytest.approx(LIMITS, abs=1e-12)
+    assert {g.gate: g.limit for g in evaluate(observed(), back, Tolerances(), TARGET_S)} == pytest.approx(
+        LIMITS, abs=1e-12
+    )
 
 
 def test_a_prediction_from_simulated_values() -> None:
@@ -141,9 +176,18 @@ def test_a_prediction_from_simulated_values() -> None:
 
 def test_each_gate_reports_what_was_predicted() -> None:
     v = verdicts(observed())
-    assert {g: r.predicted for g, r in v.items()} == pytest.approx({
-        "error_rate": 0.0, "ttft_p99": 0.2, "itl_p99": 0.02, "attainment": PREDICTED_ATTAINMENT, "kv_usage": 0.3,
-        "waiting": 2.0, "preemptions": 0.0}, abs=1e-12)  # fmt: skip
+    assert {g: r.predicted for g, r in v.items()} == pytest.approx(
+        {
+            "error_rate": 0.0,
+            "ttft_p99": 0.2,
+            "itl_p99": 0.02,
+            "attainment": PREDICTED_ATTAINMENT,
+            "kv_usage": 0.3,
+            "waiting": 2.0,
+            "preemptions": 0.0,
+        },
+        abs=1e-12,
+    )
     assert v["ttft_p99"].describe() == "ttft_p99: observed 0.2 within the limit <= 0.35, predicted 0.2: pass"
 
 
@@ -171,7 +215,9 @@ def test_a_window_without_requests_judges_nothing_and_has_no_rates() -> None:
 def test_attainment_exactly_at_its_limit_holds() -> None:
     # every predicted request at or below the 0.5 s target: predicted attainment 1.0; with a drop of 0.25 (exact in
     # binary) the limit is 0.75, and 750 of 1000 at or below the target is exactly 0.75
-    all_fast = Prediction(0.25, N, Buckets(np.array([0.1, TARGET_S, np.inf]), np.array([N, N, N])), p99_at(0.02), 0.3, 2.0, 0.0)
+    all_fast = Prediction(
+        0.25, N, Buckets(np.array([0.1, TARGET_S, np.inf]), np.array([N, N, N])), p99_at(0.02), 0.3, 2.0, 0.0
+    )
     tol = Tolerances(attainment_drop=0.25, ttft_p99_abs_s=10.0)  # TTFT p99 of attained(0.75) is 9.62 s: given room
     at = {g.gate: g for g in evaluate(observed(ttft=attained(0.75)), all_fast, tol, TARGET_S)}
     assert (at["attainment"].observed, at["attainment"].limit, at["attainment"].predicted) == (0.75, 0.75, 1.0)
@@ -185,29 +231,46 @@ def test_the_limits_of_an_empty_prediction() -> None:
     # attainment limit is 1.0 - 0.05; those gates are not judged, having no prediction to compare
     empty = Prediction.from_values(0.5, np.array([]), np.array([]), np.array([]), 0.0, 0.0, preemptions=0)
     assert limits(empty, Tolerances(), TARGET_S) == {
-        "error_rate": ("<=", 0.02), "ttft_p99": ("<=", 0.05), "itl_p99": ("<=", 0.02), "attainment": (">=", pytest.approx(0.95)),
-        "kv_usage": ("<=", 0.2), "waiting": ("<=", 8.0), "preemptions": ("<=", 0.05)}  # fmt: skip
+        "error_rate": ("<=", 0.02),
+        "ttft_p99": ("<=", 0.05),
+        "itl_p99": ("<=", 0.02),
+        "attainment": (">=", pytest.approx(0.95)),
+        "kv_usage": ("<=", 0.2),
+        "waiting": ("<=", 8.0),
+        "preemptions": ("<=", 0.05),
+    }
     v = {g.gate: g for g in evaluate(observed(), empty, Tolerances(), TARGET_S)}
     assert {g for g, r in v.items() if not r.judged} == {"ttft_p99", "itl_p99", "attainment"}
 
 
 def test_how_a_gate_result_reads() -> None:
-    assert GateResult("kv_usage", 0.6, 0.5, False, True).describe() == "kv_usage: observed 0.6 breaks the limit <= 0.5: BREACH by 0.1"
-    assert GateResult("kv_usage", 0.4, 0.5, True, True, 0.3).describe() == "kv_usage: observed 0.4 within the limit <= 0.5, predicted 0.3: pass"
+    assert (
+        GateResult("kv_usage", 0.6, 0.5, False, True).describe()
+        == "kv_usage: observed 0.6 breaks the limit <= 0.5: BREACH by 0.1"
+    )
+    assert (
+        GateResult("kv_usage", 0.4, 0.5, True, True, 0.3).describe()
+        == "kv_usage: observed 0.4 within the limit <= 0.5, predicted 0.3: pass"
+    )
     assert GateResult("attainment", 0.9, 0.95, False, True, 1.0).describe() == (
-        "attainment: observed 0.9 breaks the limit >= 0.95, predicted 1: BREACH by 0.05")
+        "attainment: observed 0.9 breaks the limit >= 0.95, predicted 1: BREACH by 0.05"
+    )
 
 
 def test_a_simulated_itl_histogram_counts_nothing_below_the_shortest_gap() -> None:
     # gaps 0.03 s (weight 9) and 0.2 s (weight 1) against the bounds 0.01, 0.025, 0.05, 0.075, ...: 0, 0, 9, 9, ...
-    p = Prediction.from_values(0.5, np.array([0.1]), np.array([0.2, 0.03]), np.array([1.0, 9.0]), 0.4, 3.0, preemptions=0)
+    p = Prediction.from_values(
+        0.5, np.array([0.1]), np.array([0.2, 0.03]), np.array([1.0, 9.0]), 0.4, 3.0, preemptions=0
+    )
     assert p.itl.counts[:7].tolist() == [0.0, 0.0, 9.0, 9.0, 9.0, 9.0, 10.0] and p.itl.total == 10.0
 
 
 def test_a_prediction_file_reads_back_to_the_same_text() -> None:
     # the simulator's ITL weights may be integer token counts: the histogram is written as float counts either way
     # (as Prometheus keeps them), so predictions.json written, read and written again is the same text
-    p = Prediction.from_values(0.5, np.array([0.1, 0.3]), np.array([0.2, 0.03]), np.array([1, 9]), 0.4, 3.0, preemptions=1)
+    p = Prediction.from_values(
+        0.5, np.array([0.1, 0.3]), np.array([0.2, 0.03]), np.array([1, 9]), 0.4, 3.0, preemptions=1
+    )
     text = json.dumps(p.to_json())
     assert json.dumps(Prediction.from_json(json.loads(text)).to_json()) == text
     assert all(isinstance(c, float) for c in p.to_json()["itl"]["count"])

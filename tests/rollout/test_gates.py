@@ -19,7 +19,9 @@ def test_quantiles_interpolate_within_the_bucket_as_histogram_quantile_does():
     assert h.quantile(0.5) == pytest.approx(0.25)  # rank 3: the top of (0.1, 0.25]
     assert h.quantile(0.25) == pytest.approx(0.1 + 0.15 * 0.25)  # rank 1.5: a quarter into (0.1, 0.25]
     assert h.quantile(0.99) == 1.0  # in the +Inf bucket: the largest finite bound
-    assert h.fraction_at_most(0.25) == pytest.approx(0.5) and h.fraction_at_most(0.375) == pytest.approx(3.5 / 6)  # half of (0.25, 0.5]
+    assert h.fraction_at_most(0.25) == pytest.approx(0.5) and h.fraction_at_most(0.375) == pytest.approx(
+        3.5 / 6
+    )  # half of (0.25, 0.5]
     assert Buckets(BOUNDS, np.zeros(5)).quantile(0.5) is None
 
 
@@ -42,8 +44,17 @@ def prediction(ttft=0.1, itl=0.02, n=200) -> Prediction:
 
 
 def observation(ttft=0.1, itl=0.02, n=200, errors=0, kv=0.3, waiting=2.0, preempt=0.0) -> Observation:
-    return Observation(0.0, 10.0, n, errors, of_values(np.full(n, ttft), TTFT_BOUNDS), of_values(np.full(n, itl), ITL_BOUNDS),
-                       kv, waiting, preempt)  # fmt: skip
+    return Observation(
+        0.0,
+        10.0,
+        n,
+        errors,
+        of_values(np.full(n, ttft), TTFT_BOUNDS),
+        of_values(np.full(n, itl), ITL_BOUNDS),
+        kv,
+        waiting,
+        preempt,
+    )
 
 
 def verdicts(obs, pred=None, tol=Tolerances()):
@@ -55,11 +66,18 @@ def test_as_predicted_passes_every_gate():
     assert all(g.passed and g.judged for g in v.values()), [g.describe() for g in v.values()]
 
 
-@pytest.mark.parametrize(("obs", "gate"), [
-    (observation(ttft=0.4), "ttft_p99"), (observation(itl=0.2), "itl_p99"), (observation(ttft=0.9), "attainment"),
-    (observation(errors=10), "error_rate"), (observation(kv=0.9), "kv_usage"), (observation(waiting=40), "waiting"),
-    (observation(preempt=50), "preemptions"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("obs", "gate"),
+    [
+        (observation(ttft=0.4), "ttft_p99"),
+        (observation(itl=0.2), "itl_p99"),
+        (observation(ttft=0.9), "attainment"),
+        (observation(errors=10), "error_rate"),
+        (observation(kv=0.9), "kv_usage"),
+        (observation(waiting=40), "waiting"),
+        (observation(preempt=50), "preemptions"),
+    ],
+)
 def test_each_gate_breaches_on_its_own_signal(obs, gate):
     v = verdicts(obs)
     assert not v[gate].passed and v[gate].excess > 0 and "BREACH" in v[gate].describe()

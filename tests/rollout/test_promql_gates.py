@@ -39,7 +39,10 @@ class BothSources:
         await asyncio.sleep(0.3)  # let Prometheus finish the scrape that covers `end_s`
         via_prom = await self.prom.observe(start_s, end_s)
         pred = self.preds[self.weight]
-        judged = [{g.gate for g in evaluate(o, pred, TOL, PLAN.ttft_target_s) if g.judged and not g.passed} for o in (direct, via_prom)]
+        judged = [
+            {g.gate for g in evaluate(o, pred, TOL, PLAN.ttft_target_s) if g.judged and not g.passed}
+            for o in (direct, via_prom)
+        ]
         self.pairs.append((self.weight, *judged))
         return direct
 
@@ -60,17 +63,28 @@ def test_promql_and_direct_scrape_decide_alike(tmp_path, slowdown):
     preds = predictions(trace, PLAN.steps)
 
     async def scenario():
-        async with running_twin() as base, running_twin(slowdown=slowdown) as cand:
-            async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw:
-                async with prometheus(tmp_path, {"gateway": gw.url, "candidate": cand.url}) as prom_url:
-                    both = BothSources(ScrapeSource(gw.url, cand.url), PromQLSource(prom_url, "gateway", "candidate"), preds)
-                    load = asyncio.create_task(replay_async(gw.url, SERVED, trace.column("arrival_s").to_numpy(),
-                                                            trace.column("isl").to_numpy(), trace.column("osl").to_numpy(), timeout_s=20.0))  # fmt: skip
-                    outcome = await run_rollout(PLAN, TrackedWeights(gw, both), both, preds, TOL)
-                    await asyncio.wait_for(load, 60)
-                    await both.scrape.aclose()
-                    await both.prom.aclose()
-                    return outcome, both.pairs
+        async with (
+            running_twin() as base,
+            running_twin(slowdown=slowdown) as cand,
+            running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw,
+            prometheus(tmp_path, {"gateway": gw.url, "candidate": cand.url}) as prom_url,
+        ):
+            both = BothSources(ScrapeSource(gw.url, cand.url), PromQLSource(prom_url, "gateway", "candidate"), preds)
+            load = asyncio.create_task(
+                replay_async(
+                    gw.url,
+                    SERVED,
+                    trace.column("arrival_s").to_numpy(),
+                    trace.column("isl").to_numpy(),
+                    trace.column("osl").to_numpy(),
+                    timeout_s=20.0,
+                )
+            )
+            outcome = await run_rollout(PLAN, TrackedWeights(gw, both), both, preds, TOL)
+            await asyncio.wait_for(load, 60)
+            await both.scrape.aclose()
+            await both.prom.aclose()
+            return outcome, both.pairs
 
     outcome, pairs = asyncio.run(scenario())
     assert outcome.status == ("completed" if slowdown == 1.0 else "rolled_back"), outcome.reason

@@ -37,8 +37,9 @@ class LocalWeights:
 
 def traffic(seconds: float) -> pa.Table:
     n = int(RATE * seconds)
-    return pa.table({"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE,
-                     "isl": np.full(n, ISL), "osl": np.full(n, OSL)})  # fmt: skip
+    return pa.table(
+        {"request_id": np.arange(n), "arrival_s": np.arange(n) / RATE, "isl": np.full(n, ISL), "osl": np.full(n, OSL)}
+    )
 
 
 def predictions(trace: pa.Table, steps: tuple[float, ...] = PLAN.steps) -> dict:
@@ -51,17 +52,27 @@ def rollout(candidate_knobs: dict):
     preds = predictions(trace)
 
     async def scenario():
-        async with running_twin() as base, running_twin(**candidate_knobs) as cand:
-            async with running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw:
-                source = ScrapeSource(gw.url, cand.url)
-                load = asyncio.create_task(replay_async(gw.url, SERVED, trace.column("arrival_s").to_numpy(),
-                                                        trace.column("isl").to_numpy(), trace.column("osl").to_numpy(),
-                                                        timeout_s=20.0))  # fmt: skip
-                outcome = await run_rollout(PLAN, LocalWeights(gw), source, preds, TOL)
-                replayed = await asyncio.wait_for(load, 60)
-                await source.aclose()
-                await gw.settle()
-                return outcome, replayed, gw.table(), list(gw.weight_log)
+        async with (
+            running_twin() as base,
+            running_twin(**candidate_knobs) as cand,
+            running_gateway(GatewayConfig(baseline=base.url, candidate=cand.url)) as gw,
+        ):
+            source = ScrapeSource(gw.url, cand.url)
+            load = asyncio.create_task(
+                replay_async(
+                    gw.url,
+                    SERVED,
+                    trace.column("arrival_s").to_numpy(),
+                    trace.column("isl").to_numpy(),
+                    trace.column("osl").to_numpy(),
+                    timeout_s=20.0,
+                )
+            )
+            outcome = await run_rollout(PLAN, LocalWeights(gw), source, preds, TOL)
+            replayed = await asyncio.wait_for(load, 60)
+            await source.aclose()
+            await gw.settle()
+            return outcome, replayed, gw.table(), list(gw.weight_log)
 
     return asyncio.run(scenario())
 

@@ -26,8 +26,20 @@ def shadow(**candidate_knobs):
 
     async def scenario():
         async with running_twin() as base, running_twin(**candidate_knobs) as cand:
-            return await run_shadow(base.url, cand.url, SERVED, *columns, SHARE, pred, TOL, ttft_target_s=0.5, bound=BOUND,
-                                    max_in_flight=4, timeout_s=20.0, drain_s=1.0)  # fmt: skip
+            return await run_shadow(
+                base.url,
+                cand.url,
+                SERVED,
+                *columns,
+                SHARE,
+                pred,
+                TOL,
+                ttft_target_s=0.5,
+                bound=BOUND,
+                max_in_flight=4,
+                timeout_s=20.0,
+                drain_s=1.0,
+            )
 
     return asyncio.run(scenario()), trace.num_rows
 

@@ -12,7 +12,12 @@ from llmcap.trace.schema import metadata
 ROUTERS = ("round_robin", "least_outstanding_tokens", "power_of_two", "prefix_aware")
 ADMISSIONS = ("vllm", "trtllm-guaranteed-no-evict", "trtllm-max-utilization", "sglang")
 MODEL = LinearStepModel(
-    overhead_s=0.01, per_prefill_token_s=1e-4, per_pair_s=1e-7, per_prefill_seq_s=1e-3, per_decode_seq_s=5e-4, per_context_token_s=1e-6
+    overhead_s=0.01,
+    per_prefill_token_s=1e-4,
+    per_pair_s=1e-7,
+    per_prefill_seq_s=1e-3,
+    per_decode_seq_s=5e-4,
+    per_context_token_s=1e-6,
 )
 
 
@@ -28,7 +33,9 @@ def table(rows: dict, trace_block: int | None = None) -> pa.Table:
     if "adapter" in rows:
         cols["adapter"] = pa.array(rows["adapter"], pa.string())
     t = pa.table(cols)
-    return t.replace_schema_metadata(metadata(source_format="test", source_file="test", block_size=trace_block, start="+0.000s"))
+    return t.replace_schema_metadata(
+        metadata(source_format="test", source_file="test", block_size=trace_block, start="+0.000s")
+    )
 
 
 def random_trace(rng: np.random.Generator, n: int, trace_block: int = 32) -> pa.Table:
@@ -41,7 +48,12 @@ def random_trace(rng: np.random.Generator, n: int, trace_block: int = 32) -> pa.
         shared = min(blocks, int(rng.integers(0, 4)))
         hashes.append([group * 100 + j for j in range(shared)] + list(range(next_id, next_id + blocks - shared)))
         next_id += blocks
-    rows = {"arrival_s": np.cumsum(rng.exponential(0.05, n)), "isl": isl, "osl": rng.integers(1, 60, n), "hash_ids": hashes}
+    rows = {
+        "arrival_s": np.cumsum(rng.exponential(0.05, n)),
+        "isl": isl,
+        "osl": rng.integers(1, 60, n),
+        "hash_ids": hashes,
+    }
     return table(rows, trace_block)
 
 
@@ -60,10 +72,19 @@ def random_config(rng: np.random.Generator, seed: int, reference: bool = False) 
     pd = None
     if seed % 3 == 0:
         link = LinkConfig(bandwidth_bytes_s=1e8, latency_s=0.001)
-        pd = PDConfig(prefill_replicas=int(rng.integers(1, 3)), decode_replicas=int(rng.integers(1, 3)), link=link,
-                      first_token_from="decode" if seed % 2 else "prefill")  # fmt: skip
+        pd = PDConfig(
+            prefill_replicas=int(rng.integers(1, 3)),
+            decode_replicas=int(rng.integers(1, 3)),
+            link=link,
+            first_token_from="decode" if seed % 2 else "prefill",
+        )
     return SimConfig(
-        engine=engine, replicas=int(rng.integers(1, 4)), router=ROUTERS[seed % 4], pd=pd, reference=reference, timeseries_resolution_s=0.1
+        engine=engine,
+        replicas=int(rng.integers(1, 4)),
+        router=ROUTERS[seed % 4],
+        pd=pd,
+        reference=reference,
+        timeseries_resolution_s=0.1,
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _workloads import MODEL, table
 from pydantic import ValidationError
 
-from _workloads import MODEL, table
 from llmcap.sim import AutoscaleConfig, EngineConfig, SimConfig, simulate
 from llmcap.sim.autoscaler import Autoscaler
 
@@ -14,8 +14,17 @@ ENGINE = EngineConfig(num_blocks=400, max_num_seqs=32, max_num_batched_tokens=51
 
 
 def scaler(**kw) -> Autoscaler:
-    base = dict(min_replicas=1, max_replicas=50, t_ready_s=60.0, interval_s=15.0, metric_window_s=1.0, scale_down_window_s=0.0,
-                waiting_per_replica=2.0, kv_usage=0.5, tolerance=0.1)  # fmt: skip
+    base = dict(
+        min_replicas=1,
+        max_replicas=50,
+        t_ready_s=60.0,
+        interval_s=15.0,
+        metric_window_s=1.0,
+        scale_down_window_s=0.0,
+        waiting_per_replica=2.0,
+        kv_usage=0.5,
+        tolerance=0.1,
+    )
     return Autoscaler(AutoscaleConfig(**{**base, **kw}))
 
 
@@ -75,7 +84,9 @@ def step_trace(low_rps: float, high_rps: float, switch_s: float, end_s: float, s
 
 def test_an_autoscaled_pool_grows_after_t_ready_cold_and_accounts_for_every_request():
     trace = step_trace(3.0, 40.0, switch_s=120.0, end_s=600.0)
-    cfg = AutoscaleConfig(min_replicas=1, max_replicas=12, initial_replicas=1, t_ready_s=45.0, interval_s=10.0, min_residency_s=60.0)
+    cfg = AutoscaleConfig(
+        min_replicas=1, max_replicas=12, initial_replicas=1, t_ready_s=45.0, interval_s=10.0, min_residency_s=60.0
+    )
     result = simulate(trace, MODEL, SimConfig(engine=ENGINE, autoscale=cfg, timeseries_resolution_s=5.0))
     log = result.autoscale
     assert log is not None
@@ -106,8 +117,15 @@ def test_an_autoscaled_pool_grows_after_t_ready_cold_and_accounts_for_every_requ
 
 def test_scale_down_drains_and_respects_min_residency():
     trace = step_trace(40.0, 2.0, switch_s=200.0, end_s=700.0, seed=1)
-    cfg = AutoscaleConfig(min_replicas=1, max_replicas=12, initial_replicas=6, t_ready_s=30.0, interval_s=10.0,
-                          min_residency_s=300.0, scale_down_window_s=60.0)  # fmt: skip
+    cfg = AutoscaleConfig(
+        min_replicas=1,
+        max_replicas=12,
+        initial_replicas=6,
+        t_ready_s=30.0,
+        interval_s=10.0,
+        min_residency_s=300.0,
+        scale_down_window_s=60.0,
+    )
     result = simulate(trace, MODEL, SimConfig(engine=ENGINE, autoscale=cfg, timeseries_resolution_s=5.0))
     life = result.autoscale.replicas.to_pandas()
     rec = result.records.to_pandas()
@@ -127,10 +145,21 @@ def test_both_pools_of_a_pd_deployment_scale_on_their_own():
     from llmcap.sim import LinkConfig, PDConfig
 
     trace = step_trace(3.0, 120.0, switch_s=120.0, end_s=400.0, seed=2)
-    pd = PDConfig(prefill_replicas=1, decode_replicas=1, link=LinkConfig(bandwidth_bytes_s=1e9, latency_s=0.001), first_token_from="decode")
+    pd = PDConfig(
+        prefill_replicas=1,
+        decode_replicas=1,
+        link=LinkConfig(bandwidth_bytes_s=1e9, latency_s=0.001),
+        first_token_from="decode",
+    )
     engine = ENGINE.model_copy(update={"kv_bytes_per_token": 1000.0})
-    scaler = AutoscaleConfig(min_replicas=1, max_replicas=10, initial_replicas=1, t_ready_s=30.0, interval_s=10.0, min_residency_s=60.0)
-    result = simulate(trace, MODEL, SimConfig(engine=engine, pd=pd, autoscale=scaler, decode_autoscale=scaler, timeseries_resolution_s=5.0))
+    scaler = AutoscaleConfig(
+        min_replicas=1, max_replicas=10, initial_replicas=1, t_ready_s=30.0, interval_s=10.0, min_residency_s=60.0
+    )
+    result = simulate(
+        trace,
+        MODEL,
+        SimConfig(engine=engine, pd=pd, autoscale=scaler, decode_autoscale=scaler, timeseries_resolution_s=5.0),
+    )
     rec = result.records.to_pandas()
     assert (rec.status == "ok").all()  # every request through both pools while they changed
     life = result.autoscale.replicas.to_pandas()
@@ -143,6 +172,11 @@ def test_both_pools_of_a_pd_deployment_scale_on_their_own():
             # routed when it arrives (prefill), when its prefill is done and the handoff leaves (decode)
             when = served.arrival_s if role == "prefill" else served.admitted_s + served.prefill_s
             assert (when >= row.ready_s - 1e-9).all(), role
-    assert result.autoscale.replica_seconds() == pytest.approx(result.autoscale.replica_seconds("prefill") + result.autoscale.replica_seconds("decode"))
+    assert result.autoscale.replica_seconds() == pytest.approx(
+        result.autoscale.replica_seconds("prefill") + result.autoscale.replica_seconds("decode")
+    )
     ticks = result.autoscale.ticks.to_pandas()
-    assert set(ticks.pool) == {"prefill", "decode"} and (ticks.groupby("pool").size() == ticks.groupby("pool").size().iloc[0]).all()
+    assert (
+        set(ticks.pool) == {"prefill", "decode"}
+        and (ticks.groupby("pool").size() == ticks.groupby("pool").size().iloc[0]).all()
+    )

@@ -27,9 +27,16 @@ class _Watch:
         if not (0 <= kv.plain <= kv.free <= kv.num_blocks):
             self.violations.append(f"KV counts out of range: plain {kv.plain}, free {kv.free}, of {kv.num_blocks}")
         lru = kv.evictable()
-        if sum(nb for _, nb in lru) != kv.free - kv.plain or len(lru) != kv.n_lru or any(s.ref < 0 for s in kv.segments.values()):
+        if (
+            sum(nb for _, nb in lru) != kv.free - kv.plain
+            or len(lru) != kv.n_lru
+            or any(s.ref < 0 for s in kv.segments.values())
+        ):
             self.violations.append("LRU blocks disagree with the free count, or a negative ref count")
-        if rep.decode_batch != sum(1 for r in rep.running.values() if r.decoding) or len(rep.running) > rep.cfg.max_num_seqs:
+        if (
+            rep.decode_batch != sum(1 for r in rep.running.values() if r.decoding)
+            or len(rep.running) > rep.cfg.max_num_seqs
+        ):
             self.violations.append("decoding set or max_num_seqs broken")
         self.checks += 1
 
@@ -63,7 +70,9 @@ def test_generated_tokens_equal_sum_of_osl_without_preemption() -> None:
     rng = np.random.default_rng(3)
     trace = random_trace(rng, 50)
     cfg = random_config(rng, 1).model_copy(update={"pd": None})
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"num_blocks": 10_000, "enable_prefix_caching": False})})
+    cfg = cfg.model_copy(
+        update={"engine": cfg.engine.model_copy(update={"num_blocks": 10_000, "enable_prefix_caching": False})}
+    )
     r = simulate(trace, MODEL, cfg)
     isl = trace.column("isl").to_numpy()
     osl = trace.column("osl").to_numpy()

@@ -101,5 +101,10 @@ def test_a_singleton_run_evicts_like_its_separate_segments() -> None:
         for kv in (plain, lazy):
             kv.alloc(n)
         assert [k for k, _ in lazy.evictable()] == [k for k, _ in plain.evictable()] == left
-        assert (lazy.free, lazy.plain, lazy.n_lru, lazy.evictions) == (plain.free, plain.plain, plain.n_lru, plain.evictions)
+        assert (lazy.free, lazy.plain, lazy.n_lru, lazy.evictions) == (
+            plain.free,
+            plain.plain,
+            plain.n_lru,
+            plain.evictions,
+        )
         assert any(isinstance(s, Run) and not s.gone for s in lazy.order) == (n == 12)

@@ -30,12 +30,17 @@ def test_one_adapter_per_batch_skips_the_others_in_order() -> None:
 
 def test_two_adapters_per_batch_and_the_base_model_is_never_held() -> None:
     a0, b, a2, c, base = admitted(["a", "b", "a", "c", None], max_loras=2)
-    assert a0 == b == a2 == base == 0.0 and c > 0.0  # c would be a third adapter: it waits, the base-model request does not
+    assert (
+        a0 == b == a2 == base == 0.0 and c > 0.0
+    )  # c would be a third adapter: it waits, the base-model request does not
 
 
 def test_no_limit_or_no_adapters_changes_nothing() -> None:
     assert admitted(["a", "b", "a", "c"], max_loras=0) == [0.0] * 4
     n = 6
     plain = table({"isl": np.full(n, 100), "osl": np.full(n, 50), "arrival_s": np.zeros(n)})
-    runs = [simulate(plain, MODEL, SimConfig(engine=EngineConfig(**ENGINE, max_loras=k), replicas=1)).records for k in (0, 1)]
+    runs = [
+        simulate(plain, MODEL, SimConfig(engine=EngineConfig(**ENGINE, max_loras=k), replicas=1)).records
+        for k in (0, 1)
+    ]
     assert runs[0].equals(runs[1])  # a trace without adapters: the limit has nothing to hold back

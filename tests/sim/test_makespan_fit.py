@@ -13,8 +13,14 @@ from llmcap.sim.makespan_fit import fit_to_makespan, makespan
 from llmcap.trace import scale_rate
 from tests.sim._workloads import MODEL, random_trace
 
-FIT = CalibratedFit(MODEL, client_overhead_s=0.004, terms_fitted=("overhead",), n_observations=1,
-                    median_abs_rel_error=0.0, max_abs_rel_error=0.0)
+FIT = CalibratedFit(
+    MODEL,
+    client_overhead_s=0.004,
+    terms_fitted=("overhead",),
+    n_observations=1,
+    median_abs_rel_error=0.0,
+    max_abs_rel_error=0.0,
+)
 CONFIG = SimConfig(engine=EngineConfig(num_blocks=400, max_num_batched_tokens=256, max_num_seqs=16))
 
 
@@ -27,10 +33,22 @@ def test_scaled_fit_scales_every_step_time_and_keeps_the_client_overhead() -> No
 
 
 def test_scaled_by_phase_scales_prefill_terms_and_the_rest_apart() -> None:
-    model = LinearStepModel(overhead_s=1e-3, per_prefill_token_s=2e-5, per_pair_s=1e-9, per_prefill_seq_s=3e-4,
-                            per_decode_seq_s=5e-5, per_context_token_s=1e-8)
-    fit = CalibratedFit(model, client_overhead_s=0.004, terms_fitted=LinearStepModel.TERMS, n_observations=6,
-                        median_abs_rel_error=0.0, max_abs_rel_error=0.0)
+    model = LinearStepModel(
+        overhead_s=1e-3,
+        per_prefill_token_s=2e-5,
+        per_pair_s=1e-9,
+        per_prefill_seq_s=3e-4,
+        per_decode_seq_s=5e-5,
+        per_context_token_s=1e-8,
+    )
+    fit = CalibratedFit(
+        model,
+        client_overhead_s=0.004,
+        terms_fitted=LinearStepModel.TERMS,
+        n_observations=6,
+        median_abs_rel_error=0.0,
+        max_abs_rel_error=0.0,
+    )
     s = fit.scaled_by_phase(prefill=0.5, decode=2.0).model
     assert (s.per_prefill_token_s, s.per_pair_s, s.per_prefill_seq_s) == pytest.approx((1e-5, 5e-10, 1.5e-4), rel=1e-15)
     assert (s.overhead_s, s.per_decode_seq_s, s.per_context_token_s) == pytest.approx((2e-3, 1e-4, 2e-8), rel=1e-15)

@@ -19,8 +19,18 @@ from llmcap import _native
 from tests.sim._workloads import MODEL, random_config, random_trace
 
 REPO = Path(__file__).resolve().parents[2]
-FAST_SCALER = sim.AutoscaleConfig(min_replicas=1, max_replicas=4, initial_replicas=1, t_ready_s=0.3, interval_s=0.1,
-                                  min_residency_s=0.4, scale_down_window_s=0.3, metric_window_s=0.2, waiting_per_replica=1.0, kv_usage=0.3)
+FAST_SCALER = sim.AutoscaleConfig(
+    min_replicas=1,
+    max_replicas=4,
+    initial_replicas=1,
+    t_ready_s=0.3,
+    interval_s=0.1,
+    min_residency_s=0.4,
+    scale_down_window_s=0.3,
+    metric_window_s=0.2,
+    waiting_per_replica=1.0,
+    kv_usage=0.3,
+)
 SEEDS = range(40)
 
 
@@ -48,13 +58,19 @@ def digests(seeds: range) -> dict[str, str]:
                 h.update(r.itl_values.tobytes() + r.itl_weights.tobytes())
                 h.update(json.dumps(r.timeseries.to_pydict(), sort_keys=True).encode())
                 if r.autoscale is not None:
-                    h.update(json.dumps([r.autoscale.ticks.to_pydict(), r.autoscale.replicas.to_pydict()], sort_keys=True).encode())
+                    h.update(
+                        json.dumps(
+                            [r.autoscale.ticks.to_pydict(), r.autoscale.replicas.to_pydict()], sort_keys=True
+                        ).encode()
+                    )
                 out[key] = h.hexdigest()
     return out
 
 
 def _in_child(code: str, **env: str) -> str:
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, check=True
+    )
     return out.stdout.strip().splitlines()[-1]
 
 

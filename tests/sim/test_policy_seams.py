@@ -132,7 +132,9 @@ def test_the_priority_queue_preempts_the_lowest_priority_not_the_newest() -> Non
     # (16 + 200 - 1 tokens), so 16 blocks hold either alone but not both to the end: FCFS preempts the newest
     # (B), priority the last in its order (A)
     trace = _with_priority({"isl": [16, 16], "osl": [200, 200], "arrival_s": [0.0, 0.05]}, [5, 0])
-    engine = EngineConfig(num_blocks=16, block_size=16, max_num_seqs=2, max_num_batched_tokens=64, enable_prefix_caching=False)
+    engine = EngineConfig(
+        num_blocks=16, block_size=16, max_num_seqs=2, max_num_batched_tokens=64, enable_prefix_caching=False
+    )
 
     def preempted(policy: str) -> list[int]:
         rec = simulate(trace, MODEL, SimConfig(engine=engine.model_copy(update={"scheduling_policy": policy}))).records
@@ -155,8 +157,24 @@ def test_a_traces_priority_column_is_cleaned_kept_and_ordered_by_from_the_comman
     src = tmp_path / "t.csv"
     src.write_text("arrival_s,isl,osl,priority\n0,30,5,2\n0,30,5,0\n0,30,5,1\n0,30,5,0.5\n")
     out = tmp_path / "records.parquet"
-    args = ["simulate", "--trace", str(src), "--model", "Llama-3.1-8B", "--gpu", "h100", "--num-blocks", "100", "--max-num-seqs", "1",
-            "--max-num-batched-tokens", "64", "--out", str(out), "--json"]  # fmt: skip
+    args = [
+        "simulate",
+        "--trace",
+        str(src),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--num-blocks",
+        "100",
+        "--max-num-seqs",
+        "1",
+        "--max-num-batched-tokens",
+        "64",
+        "--out",
+        str(out),
+        "--json",
+    ]
     r = CliRunner().invoke(app, [*args, "--scheduling-policy", "priority"])
     assert r.exit_code == 0, r.output
     accounting = json.loads(r.stdout)["input_accounting"]

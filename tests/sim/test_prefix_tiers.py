@@ -28,8 +28,14 @@ def _reuse_trace():
 
 
 def _run(*tiers: TierConfig):
-    engine = EngineConfig(num_blocks=200, block_size=BLOCK, max_num_seqs=4, max_num_batched_tokens=2048, kv_bytes_per_token=1000.0,
-                          tiers=tiers)  # fmt: skip
+    engine = EngineConfig(
+        num_blocks=200,
+        block_size=BLOCK,
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
+        kv_bytes_per_token=1000.0,
+        tiers=tiers,
+    )
     return simulate(_reuse_trace(), MODEL, SimConfig(engine=engine)).summary
 
 
@@ -42,9 +48,13 @@ def test_an_ssd_tier_turns_evicted_prefixes_into_loads_and_cuts_ttft() -> None:
     # every round after the first loads each prompt but its last 64-token segment (a segment is hit whole, and
     # the prompt's last token is always computed)
     expected_hits = PROMPTS * (ROUNDS - 1) * (ISL - 64)
-    assert t["hit_tokens"] == expected_hits and t["hit_ratio"] == pytest.approx(expected_hits / (PROMPTS * ROUNDS * ISL))
+    assert t["hit_tokens"] == expected_hits and t["hit_ratio"] == pytest.approx(
+        expected_hits / (PROMPTS * ROUNDS * ISL)
+    )
     assert t["load_s"] == pytest.approx(expected_hits * 1000.0 / 5e9)  # bytes / bandwidth
-    assert t["lookups"] == PROMPTS * ROUNDS and t["lookup_s"] == pytest.approx(PROMPTS * ROUNDS * 0.0002)  # a miss is asked too
+    assert t["lookups"] == PROMPTS * ROUNDS and t["lookup_s"] == pytest.approx(
+        PROMPTS * ROUNDS * 0.0002
+    )  # a miss is asked too
     # the linear stand-in's full 2,048-token chunk: 0.01 + 1e-4·2048 + 1e-7·2048·2049/2 + 1e-3 seconds
     per_token = (0.01 + 1e-4 * 2048 + 1e-7 * 2048 * 2049 / 2 + 1e-3) / 2048
     assert t["saved_prefill_s"] == pytest.approx(expected_hits * per_token)
@@ -79,6 +89,9 @@ def test_the_command_line_takes_tiers_in_gigabytes_and_prints_each(tmp_path) -> 
     assert t["tier"] == "ssd" and t["hit_tokens"] > 0 and t["lookups"] == PROMPTS * ROUNDS
     table_out = CliRunner().invoke(app, [*args, "--tier", "ssd:2:5:0.2"])
     # an H100 prefills an 8B prompt about as fast as 5 GB/s loads its 128 KiB a token: the line shows the sign
-    assert f"tier ssd: {PROMPTS * (ROUNDS - 1) * (ISL - 64):,} prompt tokens loaded" in table_out.stdout and f"net {t['net_gain_s']:+,.2f} s" in table_out.stdout
+    assert (
+        f"tier ssd: {PROMPTS * (ROUNDS - 1) * (ISL - 64):,} prompt tokens loaded" in table_out.stdout
+        and f"net {t['net_gain_s']:+,.2f} s" in table_out.stdout
+    )
     bad = CliRunner().invoke(app, [*args, "--tier", "ssd:two:5"])
     assert bad.exit_code != 0 and "--tier must be NAME:GB:GBps[:lookup_ms]" in bad.output

@@ -24,7 +24,10 @@ def _pair(seed: int):
 def test_multi_step_equals_reference(seed: int) -> None:
     fast, ref = _pair(seed)
     assert fast.records_parquet() == ref.records_parquet()  # byte-identical, floats compared exactly
-    assert fast.itl_values.tobytes() == ref.itl_values.tobytes() and fast.itl_weights.tobytes() == ref.itl_weights.tobytes()
+    assert (
+        fast.itl_values.tobytes() == ref.itl_values.tobytes()
+        and fast.itl_weights.tobytes() == ref.itl_weights.tobytes()
+    )
     assert fast.timeseries.equals(ref.timeseries)
     assert fast.summary["completed"] + fast.summary["rejected"] == fast.summary["requests"]
 
@@ -43,7 +46,13 @@ def test_reference_mode_really_steps_one_at_a_time() -> None:
         return count
 
     fast = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0), on_decision=counter("fast"))
-    ref = simulate(trace, MODEL, cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0), on_decision=counter("reference"))
+    ref = simulate(
+        trace,
+        MODEL,
+        cfg.model_copy(update={"reference": True}),
+        rng=np.random.default_rng(0),
+        on_decision=counter("reference"),
+    )
     assert fast.records_parquet() == ref.records_parquet()
     steps = int(ref.timeseries.column("steps").to_numpy().sum())
     assert steps == int(fast.timeseries.column("steps").to_numpy().sum()) > 2 * trace.num_rows
@@ -77,8 +86,19 @@ def test_singleton_runs_change_no_byte() -> None:
     rng = np.random.default_rng(7)
     trace = random_trace(rng, 80)
     cfg = random_config(rng, 1).model_copy(update={"pd": None, "replicas": 2, "router": "least_outstanding_tokens"})
-    cfg = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={
-        "num_blocks": 40, "block_size": 16, "host_blocks": 0, "enable_prefix_caching": True, "max_num_seqs": 8})})
+    cfg = cfg.model_copy(
+        update={
+            "engine": cfg.engine.model_copy(
+                update={
+                    "num_blocks": 40,
+                    "block_size": 16,
+                    "host_blocks": 0,
+                    "enable_prefix_caching": True,
+                    "max_num_seqs": 8,
+                }
+            )
+        }
+    )
     fast = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0), on_decision=watch)
     ref = simulate(trace, MODEL, cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0))
     assert runs_seen > 0 and fast.summary["preemptions"] > 0

@@ -68,7 +68,9 @@ def test_a_registered_router_is_configured_by_name_and_routes(toy_routers) -> No
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_policy_rewritten_over_the_view_routes_like_the_built_in_one(toy_routers, seed: int) -> None:
-    assert _run(seed, "fewest_tokens_again").records_parquet() == _run(seed, "least_outstanding_tokens").records_parquet()
+    assert (
+        _run(seed, "fewest_tokens_again").records_parquet() == _run(seed, "least_outstanding_tokens").records_parquet()
+    )
 
 
 def test_an_unknown_router_is_refused_with_the_registered_names() -> None:

@@ -57,7 +57,11 @@ def test_singleton_suffixes_follow_the_definition() -> None:
     assert singleton_suffixes(chunks).tolist() == singleton_suffix(rows) == [2, 2, 0, 3, 0, 0, 2, 2, 1]
     # a slice of the trace: counts are over what the simulator gets (sliced chunks start past 0)
     part = t.slice(1, 6)
-    assert singleton_suffixes(_hash_chunks(part.column("hash_ids"))).tolist() == singleton_suffix(rows[1:7]) == [1, 0, 3, 0, 0, 2]
+    assert (
+        singleton_suffixes(_hash_chunks(part.column("hash_ids"))).tolist()
+        == singleton_suffix(rows[1:7])
+        == [1, 0, 3, 0, 0, 2]
+    )
 
 
 def test_the_index_gives_singleton_suffixes_only_when_asked() -> None:
@@ -66,4 +70,4 @@ def test_the_index_gives_singleton_suffixes_only_when_asked() -> None:
     plain, lazy = work.segment_index(array_of(work.isl)), work.segment_index(array_of(work.isl), singletons=True)
     assert plain is not None and lazy is not None and plain.singles is None
     expect = singleton_suffix(t.column("hash_ids").to_pylist())
-    assert [lazy.single_from(i) for i in range(t.num_rows)] == expect and 0 < sum(expect)
+    assert [lazy.single_from(i) for i in range(t.num_rows)] == expect and sum(expect) > 0

@@ -22,12 +22,16 @@ BASE = ["simulate", "--model", "Llama-3.1-8B", "--gpu", "h100"]
 def trace_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import numpy as np
 
-    return write_table(canonical(random_trace(np.random.default_rng(0), 200)), tmp_path_factory.mktemp("sim") / "trace.parquet")
+    return write_table(
+        canonical(random_trace(np.random.default_rng(0), 200)), tmp_path_factory.mktemp("sim") / "trace.parquet"
+    )
 
 
 def test_json_summary_and_records(trace_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "records.parquet"
-    result = runner.invoke(app, [*BASE, "--trace", str(trace_file), "--replicas", "2", "--rate-scale", "2", "--out", str(out), "--json"])
+    result = runner.invoke(
+        app, [*BASE, "--trace", str(trace_file), "--replicas", "2", "--rate-scale", "2", "--out", str(out), "--json"]
+    )
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
     assert s["requests"] == 200 and s["completed"] == 200
@@ -40,7 +44,9 @@ def test_json_summary_and_records(trace_file: Path, tmp_path: Path) -> None:
 
 
 def test_pd_and_router_options(trace_file: Path) -> None:
-    result = runner.invoke(app, [*BASE, "--trace", str(trace_file), "--pd", "1:2", "--router", "prefix_aware", "--json"])
+    result = runner.invoke(
+        app, [*BASE, "--trace", str(trace_file), "--pd", "1:2", "--router", "prefix_aware", "--json"]
+    )
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
     assert s["deployment"] == "P/D 1:2" and s["completed"] == 200
@@ -63,7 +69,9 @@ def test_pd_and_router_options(trace_file: Path) -> None:
 def test_bad_input_is_one_line_exit_2(trace_file: Path, args: list[str], message: str) -> None:
     result = runner.invoke(app, [*BASE, "--trace", str(trace_file), *args, "--json"])
     assert result.exit_code == 2, result.output
-    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert (
+        message in result.stderr and len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    )
 
 
 def test_missing_trace_file(tmp_path: Path) -> None:
@@ -80,14 +88,21 @@ def test_goodput_as_vllm_counts_it(trace_file: Path, tmp_path: Path) -> None:
     rec = pq.read_table(out).to_pandas()
     first, finish, osl = rec["first_token_s"], rec["finish_s"], rec["osl"]
     tpot = ((finish - first) / (osl - 1)).where(osl > 1, 0.0)  # one-token requests have no gaps to miss
-    good = (rec["status"] == "ok") & (first - rec["arrival_s"] <= 0.012) & (tpot <= 0.0065) & (finish - rec["arrival_s"] <= 0.3)
+    good = (
+        (rec["status"] == "ok")
+        & (first - rec["arrival_s"] <= 0.012)
+        & (tpot <= 0.0065)
+        & (finish - rec["arrival_s"] <= 0.3)
+    )
     assert 0 < g["good"] < g["requests"] == 200  # the targets bite on some requests, not all
     assert g["good"] == int(good.sum()) and g["attainment"] == pytest.approx(good.mean())
     assert set(g["slo_definitions"]) == {"ttft", "tpot", "e2el", "attainment"} and g["token_itl"] is None
 
 
 def test_token_level_itl_goodput(trace_file: Path) -> None:
-    result = runner.invoke(app, [*BASE, "--trace", str(trace_file), "--goodput", "itl:1000", "--itl-stat", "token_p99", "--json"])
+    result = runner.invoke(
+        app, [*BASE, "--trace", str(trace_file), "--goodput", "itl:1000", "--itl-stat", "token_p99", "--json"]
+    )
     assert result.exit_code == 0, result.output
     g = json.loads(result.stdout)["goodput"]
     assert g["good"] == g["requests"]  # a token-level target judges the run, no request

@@ -20,8 +20,10 @@ class ToyStepModel:
 
     def step_time(self, batch: StepBatch) -> np.ndarray:
         b = batch
-        return (((self.fixed_s + self.per_token_s * b.prefill_tokens) + self.per_pair_s * b.prefill_pairs)
-                + self.per_seq_squared_s * (b.decode_seqs * b.decode_seqs)) + self.per_context_s * b.decode_context  # fmt: skip
+        return (
+            ((self.fixed_s + self.per_token_s * b.prefill_tokens) + self.per_pair_s * b.prefill_pairs)
+            + self.per_seq_squared_s * (b.decode_seqs * b.decode_seqs)
+        ) + self.per_context_s * b.decode_context
 
 
 class InlineToyStepModel(ToyStepModel):
@@ -30,16 +32,22 @@ class InlineToyStepModel(ToyStepModel):
     def timing_form(self) -> InlineToyStepModel:
         return self
 
-    def step_time_scalar(self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0) -> float:
-        return (((self.fixed_s + self.per_token_s * p_tok) + self.per_pair_s * p_pairs)
-                + self.per_seq_squared_s * (d_seqs * d_seqs)) + self.per_context_s * d_ctx  # fmt: skip
+    def step_time_scalar(
+        self, p_tok: float, p_pairs: float, p_seqs: float, d_seqs: float, d_ctx: float, d_max: float = 0.0
+    ) -> float:
+        return (
+            ((self.fixed_s + self.per_token_s * p_tok) + self.per_pair_s * p_pairs)
+            + self.per_seq_squared_s * (d_seqs * d_seqs)
+        ) + self.per_context_s * d_ctx
 
     def decode_times(self, decode_seqs: float, decode_context: np.ndarray) -> np.ndarray:
         return self.decode_times_batch(np.full(decode_context.size, decode_seqs), decode_context)
 
     def decode_times_batch(self, decode_seqs: np.ndarray, decode_context: np.ndarray) -> np.ndarray:
         s = np.asarray(decode_seqs, dtype=np.float64)
-        return (((self.fixed_s + self.per_token_s * 0.0) + self.per_pair_s * 0.0) + self.per_seq_squared_s * (s * s)) + self.per_context_s * decode_context
+        return (
+            ((self.fixed_s + self.per_token_s * 0.0) + self.per_pair_s * 0.0) + self.per_seq_squared_s * (s * s)
+        ) + self.per_context_s * decode_context
 
 
 def test_the_timer_takes_the_path_the_model_declares() -> None:
@@ -86,7 +94,9 @@ def test_a_scaled_roofline_keeps_the_fast_path_with_the_generic_paths_results(se
     scaled = ScaledStepModel(build_step_model("llama-3.1-8b", "h100").compile(), 1.3, min_context)
     timer = StepTimer(scaled)
     assert isinstance(timer.fast, ScaledInline)
-    assert (timer.scalar is not None) == (min_context == 0)  # scaled everywhere: the roofline's native scalar path, scaled
+    assert (timer.scalar is not None) == (
+        min_context == 0
+    )  # scaled everywhere: the roofline's native scalar path, scaled
     runs = []
     for model in (GenericOnly(scaled), scaled):
         rng = np.random.default_rng(seed)

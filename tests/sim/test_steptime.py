@@ -24,9 +24,14 @@ class Wrapped:
         if not isinstance(self.inner, LinearStepModel):
             return self.inner.step_time(batch)
         c = self.inner
-        return (c.overhead_s + c.per_prefill_token_s * batch.prefill_tokens + c.per_pair_s * batch.prefill_pairs
-                + c.per_prefill_seq_s * batch.prefill_seqs + c.per_decode_seq_s * batch.decode_seqs
-                + c.per_context_token_s * batch.decode_context)  # fmt: skip
+        return (
+            c.overhead_s
+            + c.per_prefill_token_s * batch.prefill_tokens
+            + c.per_pair_s * batch.prefill_pairs
+            + c.per_prefill_seq_s * batch.prefill_seqs
+            + c.per_decode_seq_s * batch.decode_seqs
+            + c.per_context_token_s * batch.decode_context
+        )
 
 
 def test_linear_inline_matches_the_model() -> None:
@@ -38,7 +43,9 @@ def test_linear_inline_matches_the_model() -> None:
         timer.decode_run(3.0, 7, 9000, 2000, 20)
 
 
-@pytest.mark.parametrize("kind", ["linear", "Llama-3.1-8B", "Mistral-7B-v0.1"])  # roofline: full attention / sliding window
+@pytest.mark.parametrize(
+    "kind", ["linear", "Llama-3.1-8B", "Mistral-7B-v0.1"]
+)  # roofline: full attention / sliding window
 def test_runs_timed_on_demand_are_the_stored_runs_bit_for_bit(kind: str) -> None:
     """run_end / run_scan / decode_durations (no per-step storage) give the steps' own times and their sums."""
     from llmcap.perf import build_step_model
@@ -68,9 +75,14 @@ def test_generic_model_path_agrees_with_linear_fast_path() -> None:
     cfg = random_config(rng, 4)
     fast = simulate(trace, MODEL, cfg, rng=np.random.default_rng(0)).records
     slow = simulate(trace, Wrapped(MODEL), cfg, rng=np.random.default_rng(0)).records
-    ref = simulate(trace, Wrapped(MODEL), cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0)).records
+    ref = simulate(
+        trace, Wrapped(MODEL), cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0)
+    ).records
     assert slow.equals(ref)
-    a, b = fast.column("finish_s").to_numpy(zero_copy_only=False), slow.column("finish_s").to_numpy(zero_copy_only=False)
+    a, b = (
+        fast.column("finish_s").to_numpy(zero_copy_only=False),
+        slow.column("finish_s").to_numpy(zero_copy_only=False),
+    )
     assert np.allclose(a, b, rtol=1e-12, equal_nan=True)
 
 
@@ -80,7 +92,7 @@ def test_unfinished_when_the_clock_stops() -> None:
     r = simulate(trace, MODEL, cfg)
     status = r.records.column("status").to_pylist()
     finish = r.records.column("finish_s").to_pylist()
-    assert "unfinished" in status and all(f is None for f, s in zip(finish, status) if s == "unfinished")
+    assert "unfinished" in status and all(f is None for f, s in zip(finish, status, strict=True) if s == "unfinished")
     assert all(f <= 0.5 for f in finish if f is not None)
 
 
@@ -148,13 +160,15 @@ def test_roofline_is_timed_inline_and_consistent_with_the_model() -> None:
         assert durs[:6] == short and ends[:6] == short_ends
         assert all(durs[j] == timer.one(0.0, 0.0, 0.0, float(b), float(ctx0 + j * b), 0.0) for j in range(30))
         t = 3.0
-        for d, e in zip(durs, ends):
+        for d, e in zip(durs, ends, strict=True):
             t += d
             assert e == t
 
 
 @pytest.mark.parametrize(
-    "kw", [dict(model="Llama-3.1-8B", gpu="h100"), dict(model="Qwen3-30B-A3B", gpu="h100", tp=2, pp=2, ep=2)], ids=["dense", "moe-pp2"]
+    "kw",
+    [dict(model="Llama-3.1-8B", gpu="h100"), dict(model="Qwen3-30B-A3B", gpu="h100", tp=2, pp=2, ep=2)],
+    ids=["dense", "moe-pp2"],
 )
 def test_roofline_simulation_reference_identity_and_exact_model_agreement(kw) -> None:
     exact = _roofline(**kw)
@@ -166,6 +180,11 @@ def test_roofline_simulation_reference_identity_and_exact_model_agreement(kw) ->
         ref = simulate(trace, exact, cfg.model_copy(update={"reference": True}), rng=np.random.default_rng(0))
         assert fast.records_parquet() == ref.records_parquet()
         assert fast.itl_values.tobytes() == ref.itl_values.tobytes()
-        slow = simulate(trace, Wrapped(exact), cfg, rng=np.random.default_rng(0))  # the exact model, a numpy call per step
-        a, b = fast.records.column("finish_s").to_numpy(zero_copy_only=False), slow.records.column("finish_s").to_numpy(zero_copy_only=False)
+        slow = simulate(
+            trace, Wrapped(exact), cfg, rng=np.random.default_rng(0)
+        )  # the exact model, a numpy call per step
+        a, b = (
+            fast.records.column("finish_s").to_numpy(zero_copy_only=False),
+            slow.records.column("finish_s").to_numpy(zero_copy_only=False),
+        )
         assert np.allclose(a, b, rtol=1e-12, equal_nan=True) and np.isfinite(a).sum() > 0

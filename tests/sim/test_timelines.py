@@ -48,7 +48,9 @@ def test_two_contending_requests() -> None:
 
 
 def test_chunked_prefill_interleaves_with_decodes() -> None:
-    model = LinearStepModel(overhead_s=1.0, per_prefill_token_s=0.125, per_pair_s=1 / 256, per_decode_seq_s=0.25, per_context_token_s=1 / 64)
+    model = LinearStepModel(
+        overhead_s=1.0, per_prefill_token_s=0.125, per_pair_s=1 / 256, per_decode_seq_s=0.25, per_context_token_s=1 / 64
+    )
     t = table({"arrival_s": [0.0, 0.5], "isl": [4, 20], "osl": [4, 1]})
     cfg = SimConfig(engine=EngineConfig(num_blocks=20, max_num_seqs=4, max_num_batched_tokens=8))
     a, b = rows(simulate(t, model, cfg))
@@ -67,7 +69,11 @@ def test_chunked_prefill_interleaves_with_decodes() -> None:
 
 def test_preemption_and_recompute() -> None:
     # 4 blocks of 4 tokens. A and B (4-token prompts, 6 tokens out) start together: one block each.
-    cfg = SimConfig(engine=EngineConfig(num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=16, enable_prefix_caching=False))
+    cfg = SimConfig(
+        engine=EngineConfig(
+            num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=16, enable_prefix_caching=False
+        )
+    )
     a, b = rows(simulate(table({"isl": [4, 4], "osl": [6, 6]}), NOCTX, cfg))
     # step 1 [0, 2]: both prefills, 1 + 8·0.125 -> first tokens at 2.0
     # steps 2-5 (1 + 2·0.25 = 1.5 each; step 2 takes a second block each, 4 used) -> 3.5, 5, 6.5, 8
@@ -92,9 +98,17 @@ def test_prefix_hit_skips_prefill_compute() -> None:
 
 
 def test_host_tier_hit_costs_its_load() -> None:
-    engine = EngineConfig(num_blocks=3, block_size=4, host_blocks=10, kv_bytes_per_token=1.0, host_bandwidth_bytes_s=8.0)
+    engine = EngineConfig(
+        num_blocks=3, block_size=4, host_blocks=10, kv_bytes_per_token=1.0, host_bandwidth_bytes_s=8.0
+    )
     t = table(
-        {"arrival_s": [0.0, 3.0, 10.0], "isl": [8, 12, 12], "osl": [1, 1, 1], "hash_ids": [[1, 2], [7, 8, 9], [1, 2, 3]]}, trace_block=4
+        {
+            "arrival_s": [0.0, 3.0, 10.0],
+            "isl": [8, 12, 12],
+            "osl": [1, 1, 1],
+            "hash_ids": [[1, 2], [7, 8, 9], [1, 2, 3]],
+        },
+        trace_block=4,
     )
     a, c, b = rows(simulate(t, PAIRS, SimConfig(engine=engine)))
     # A caches blocks 1, 2. C needs all 3 blocks: both of A's are evicted to the host tier.
@@ -107,8 +121,15 @@ def test_host_tier_hit_costs_its_load() -> None:
 
 @pytest.mark.parametrize("first_token_from", ["prefill", "decode"])
 def test_pd_transfer_under_link_contention(first_token_from: str) -> None:
-    engine = EngineConfig(num_blocks=10, block_size=4, max_num_seqs=8, max_num_batched_tokens=8, kv_bytes_per_token=10.0)
-    pd = PDConfig(prefill_replicas=1, decode_replicas=1, link=LinkConfig(bandwidth_bytes_s=20.0, latency_s=0.5), first_token_from=first_token_from)
+    engine = EngineConfig(
+        num_blocks=10, block_size=4, max_num_seqs=8, max_num_batched_tokens=8, kv_bytes_per_token=10.0
+    )
+    pd = PDConfig(
+        prefill_replicas=1,
+        decode_replicas=1,
+        link=LinkConfig(bandwidth_bytes_s=20.0, latency_s=0.5),
+        first_token_from=first_token_from,
+    )
     a, b = rows(simulate(table({"isl": [8, 8], "osl": [2, 2]}), NOCTX, SimConfig(engine=engine, pd=pd)))
     # prefill side (budget 8): A [0, 2], B [2, 4] (1 + 8·0.125 each)
     # link: 80 B at 20 B/s = 4 s + 0.5 s latency. A on the link [2, 6], lands 6.5;

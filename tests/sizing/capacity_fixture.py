@@ -9,11 +9,11 @@ import pyarrow as pa
 from synthetic import Knee
 
 from llmcap.report.capacity import CapacityReport
-from llmcap.sizing.table import capacity_row, capacity_table
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import PoolInput, plan_headroom
 from llmcap.sizing.params import HeadroomParams, SearchParams, SloParams
 from llmcap.sizing.search import SearchResult, SearchTask, search_candidates
+from llmcap.sizing.table import capacity_row, capacity_table
 
 SLO = SloParams(ttft_ms=500, itl_ms=50)
 CANDIDATES = {  # key -> (threshold req/s, config)
@@ -24,7 +24,10 @@ CANDIDATES = {  # key -> (threshold req/s, config)
 
 
 def searches(executor: Executor | None = None) -> dict[str, SearchResult]:
-    tasks = [SearchTask(k, Knee(t, jitter=0.05), SLO.attainment_target, SearchParams(), 1.0) for k, (t, _) in CANDIDATES.items()]
+    tasks = [
+        SearchTask(k, Knee(t, jitter=0.05), SLO.attainment_target, SearchParams(), 1.0)
+        for k, (t, _) in CANDIDATES.items()
+    ]
     return search_candidates(tasks, executor)
 
 
@@ -32,7 +35,11 @@ def table_from(results: Mapping[str, SearchResult]) -> pa.Table:
     rows = []
     for key, (_, cfg) in CANDIDATES.items():
         res = results[key]
-        plan = plan_headroom(20.0, [PoolInput("instances", res.max_rate, cfg["gpus_per_instance"], 8, 2.5)], HeadroomParams(ramp_rps_per_s=0.005))
+        plan = plan_headroom(
+            20.0,
+            [PoolInput("instances", res.max_rate, cfg["gpus_per_instance"], 8, 2.5)],
+            HeadroomParams(ramp_rps_per_s=0.005),
+        )
         rows.append(capacity_row("wl", key, "aggregated", cfg, res, cfg["gpus_per_instance"], plan))
     return capacity_table(rows)
 

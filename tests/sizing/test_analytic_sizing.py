@@ -95,8 +95,13 @@ def test_windowed_peak_ramp_and_peak_to_mean():
 def test_rate_bounds_and_binding_resource():
     # E[uncached ISL] = (1000 - 200 + 3000) / 2 = 1900; E[OSL] = 200
     b = rate_bounds(
-        isl=[1000, 3000], osl=[100, 300], cached_tokens=[200, 0],
-        prefill_tokens_s=19_000, decode_tokens_s=4_000, kv_tokens=2e4, min_tpot_s=0.01,
+        isl=[1000, 3000],
+        osl=[100, 300],
+        cached_tokens=[200, 0],
+        prefill_tokens_s=19_000,
+        decode_tokens_s=4_000,
+        kv_tokens=2e4,
+        min_tpot_s=0.01,
     )
     assert b.prefill_compute == pytest.approx(10.0)
     assert b.decode_bandwidth == pytest.approx(20.0)

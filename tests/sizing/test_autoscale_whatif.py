@@ -21,7 +21,9 @@ from llmcap.sizing.simeval import SimEvaluate  # noqa: E402
 ENGINE = EngineConfig(num_blocks=400, max_num_seqs=32, max_num_batched_tokens=512)
 SLO = SloParams(ttft_ms=500, itl_ms=100, itl_stat="p99", attainment_target=0.99)
 # a day compressed 24x into an hour, the autoscaler's clock with it (T_ready 12 min, windows 4–6 min a real day)
-SCALER = AutoscaleConfig(t_ready_s=30.0, interval_s=5.0, min_residency_s=30.0, scale_down_window_s=15.0, metric_window_s=10.0, kv_usage=None)
+SCALER = AutoscaleConfig(
+    t_ready_s=30.0, interval_s=5.0, min_residency_s=30.0, scale_down_window_s=15.0, metric_window_s=10.0, kv_usage=None
+)
 
 
 def source_trace(n: int = 3000, seed: int = 0):
@@ -34,15 +36,22 @@ def source_trace(n: int = 3000, seed: int = 0):
         shared = min(blocks, 2)
         hashes.append([7, 8][:shared] + list(range(next_id, next_id + blocks - shared)))
         next_id += blocks
-    rows = {"arrival_s": np.cumsum(rng.exponential(0.1, n)), "isl": isl, "osl": rng.integers(10, 100, n), "hash_ids": hashes}
+    rows = {
+        "arrival_s": np.cumsum(rng.exponential(0.1, n)),
+        "isl": isl,
+        "osl": rng.integers(10, 100, n),
+        "hash_ids": hashes,
+    }
     return canonical(table(rows, 32))
 
 
 def test_forecast_floor_orders_t_ready_ahead():
     day = DiurnalDay(mean_rps=10.0, amplitude=0.5, period_s=1000.0, duration_s=1000.0)
-    times, counts = forecast_floor(day, instance_rps=2.0, fraction=1.0, t_ready_s=100.0, interval_s=10.0, forecast_error=0.0)
+    times, counts = forecast_floor(
+        day, instance_rps=2.0, fraction=1.0, t_ready_s=100.0, interval_s=10.0, forecast_error=0.0
+    )
     assert times[0] == 0.0 and list(times) == sorted(times)
-    need = dict(zip(times, counts))
+    need = dict(zip(times, counts, strict=True))
     at = lambda t: counts[np.searchsorted(times, t, side="right") - 1]  # noqa: E731
     # at the peak (t = 250) the floor already holds what the peak needs: ⌈15 / 2⌉ = 8 ...
     assert at(250.0) == 8
@@ -56,8 +65,11 @@ def test_forecast_floor_orders_t_ready_ahead():
 
 def test_autoscaling_uses_fewer_gpu_hours_than_static_at_the_same_attainment():
     trace = source_trace()
-    g = search_max_rate(SimEvaluate(trace, MODEL, ENGINE, SLO, excerpt_requests=1000), SLO.attainment_target,
-                        SearchParams(seeds=(0,), rel_tol=0.05)).max_rate  # fmt: skip
+    g = search_max_rate(
+        SimEvaluate(trace, MODEL, ENGINE, SLO, excerpt_requests=1000),
+        SLO.attainment_target,
+        SearchParams(seeds=(0,), rel_tol=0.05),
+    ).max_rate
     assert g > 0
     day = DiurnalDay(mean_rps=3.0 * g, amplitude=0.7, period_s=3600.0, duration_s=3600.0)
     cfg = SCALER
@@ -82,9 +94,13 @@ def test_autoscaling_uses_fewer_gpu_hours_than_static_at_the_same_attainment():
 
 def test_a_plan_needs_a_positive_instance_rate():
     with pytest.raises(LlmcapError, match="max feasible rate"):
-        autoscale_whatif(source_trace(20), MODEL, ENGINE, SLO, [PoolRate("both", 0.0)], DiurnalDay(1.0, 0.5, 100.0, 100.0))
+        autoscale_whatif(
+            source_trace(20), MODEL, ENGINE, SLO, [PoolRate("both", 0.0)], DiurnalDay(1.0, 0.5, 100.0, 100.0)
+        )
     with pytest.raises(LlmcapError, match="prefill and a decode pool"):
-        autoscale_whatif(source_trace(20), MODEL, ENGINE, SLO, [PoolRate("prefill", 1.0)], DiurnalDay(1.0, 0.5, 100.0, 100.0))
+        autoscale_whatif(
+            source_trace(20), MODEL, ENGINE, SLO, [PoolRate("prefill", 1.0)], DiurnalDay(1.0, 0.5, 100.0, 100.0)
+        )
 
 
 def test_autoscale_command_reports_every_plan_as_simulated(tmp_path):
@@ -95,21 +111,57 @@ def test_autoscale_command_reports_every_plan_as_simulated(tmp_path):
     from llmcap.cli import app
     from tests.conftest import TRACES
 
-    args = ["autoscale", "--trace", str(TRACES["azure_conv"]), "--model", "Llama-3.1-8B", "--gpu", "H100", "--weight-quant", "fp8",
-            "--slo-ttft-p99", "2000", "--max-num-batched-tokens", "2048", "--instance-rps", "30", "--mean-rps", "40",
-            "--duration", "900", "--period", "900", "--min-residency", "120", "--floor-fractions", "0,1",
-            "--ready-phases", "schedule_s=5,image_pull_s=0,weight_load_s=25,engine_init_s=10,compile_s=10,admission_s=10",
-            "--output-format", "json"]  # fmt: skip
+    args = [
+        "autoscale",
+        "--trace",
+        str(TRACES["azure_conv"]),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100",
+        "--weight-quant",
+        "fp8",
+        "--slo-ttft-p99",
+        "2000",
+        "--max-num-batched-tokens",
+        "2048",
+        "--instance-rps",
+        "30",
+        "--mean-rps",
+        "40",
+        "--duration",
+        "900",
+        "--period",
+        "900",
+        "--min-residency",
+        "120",
+        "--floor-fractions",
+        "0,1",
+        "--ready-phases",
+        "schedule_s=5,image_pull_s=0,weight_load_s=25,engine_init_s=10,compile_s=10,admission_s=10",
+        "--output-format",
+        "json",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
     assert s["simulated"] is True and s["static_replicas"] == int(np.ceil(s["day"]["peak_rps"] / 30.0))
     assert [p["plan"] for p in s["plans"]] == ["static", "auto f=0", "auto f=1"]
     # T_ready = 5 + 0 + 25 + 10 + 10 + 10 = 60: pod running at 5 (schedule + image), model ready at 50, admitted at 60
-    assert s["t_ready_s"] == 60 and s["scale_up"]["after_ask_s"] == {"pod_running": 5, "model_ready": 50, "router_admitted": 60}
+    assert s["t_ready_s"] == 60 and s["scale_up"]["after_ask_s"] == {
+        "pod_running": 5,
+        "model_ready": 50,
+        "router_admitted": 60,
+    }
     for up in s["scale_up"]["first_scale_up"].values():
-        assert (up["running_s"] - up["target_s"], up["model_ready_s"] - up["target_s"], up["admitted_s"] - up["target_s"]) == (5, 50, 60)
-    assert s["forecast"]["note"].startswith("forecast NOT fitted: the trace spans")  # a short trace: the synthesized day, said
+        assert (
+            up["running_s"] - up["target_s"],
+            up["model_ready_s"] - up["target_s"],
+            up["admitted_s"] - up["target_s"],
+        ) == (5, 50, 60)
+    assert s["forecast"]["note"].startswith(
+        "forecast NOT fitted: the trace spans"
+    )  # a short trace: the synthesized day, said
     for p in s["plans"]:
         assert p["gpu_hours"] > 0 and 0.0 <= p["attainment"] <= 1.0
     bad = CliRunner().invoke(app, [*args[:-2], "--floor-fractions", "0,x"])
@@ -126,7 +178,12 @@ def test_a_pd_deployment_scales_each_pool_and_saves_against_static():
 
     def pool_rate(n_p: int, n_d: int, per: int) -> float:  # one instance's share of what the pair holds
         pd = PDConfig(prefill_replicas=n_p, decode_replicas=n_d, link=link, first_token_from="decode")
-        return search_max_rate(SimEvaluate(trace, MODEL, engine, SLO, excerpt_requests=1000, pd=pd), SLO.attainment_target, params).max_rate / per
+        return (
+            search_max_rate(
+                SimEvaluate(trace, MODEL, engine, SLO, excerpt_requests=1000, pd=pd), SLO.attainment_target, params
+            ).max_rate
+            / per
+        )
 
     g_p, g_d = pool_rate(1, 4, 1), pool_rate(4, 1, 1)  # each pool alone as the bottleneck
     assert g_p > 0 and g_d > 0
@@ -136,7 +193,9 @@ def test_a_pd_deployment_scales_each_pool_and_saves_against_static():
     pools = [PoolRate("prefill", g_p, 1), PoolRate("decode", g_d, 2)]
     w = autoscale_whatif(trace, MODEL, engine, SLO, pools, day, scaler=cfg, fractions=(1.0,), pd=pd)
     assert w.static_counts == {"prefill": int(np.ceil(day.peak_rps / g_p)), "decode": int(np.ceil(day.peak_rps / g_d))}
-    assert set(w.reactive_targets["prefill"]) == {"running_per_replica"} and set(w.reactive_targets["decode"]) == {"kv_usage"}
+    assert set(w.reactive_targets["prefill"]) == {"running_per_replica"} and set(w.reactive_targets["decode"]) == {
+        "kv_usage"
+    }
     assert w.static.keeps(SLO.attainment_target)
     full = w.autoscaled[0]
     life = full.log.replicas.to_pandas()

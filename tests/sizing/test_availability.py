@@ -43,25 +43,39 @@ def test_the_states_and_their_shares_of_the_time() -> None:
     assert only.share == 1.0  # nodes that never stay down: one state
     assert scenarios(never_down, over_time=True)[-1].reasoning == "over time: no node is ever down"
     with pytest.raises(LlmcapError) as err:
-        availability.states(_plan(13, PACKED.model_copy(update={"node_mtbf_h": 1.0})))  # d = 1 / (1 + 1) per node, 2 nodes: 100%
-    assert str(err.value) == ("availability: nodes are down 100.0% of the time (node_repair_h vs node_mtbf_h); "
-                              "one node down at a time no longer describes it")
+        availability.states(
+            _plan(13, PACKED.model_copy(update={"node_mtbf_h": 1.0}))
+        )  # d = 1 / (1 + 1) per node, 2 nodes: 100%
+    assert str(err.value) == (
+        "availability: nodes are down 100.0% of the time (node_repair_h vs node_mtbf_h); "
+        "one node down at a time no longer describes it"
+    )
     # eight-GPU instances on eight-GPU nodes: one per node, 3 nodes, a node down loses 1 instance
     wide = plan_headroom(5.0, [PoolInput("instances", 5.0, 8, 8, 2.0)], PACKED).with_counts({"instances": 3})
-    assert [(s.serving, s.share) for s in availability.states(wide)] == [((("instances", 3),), 1 - 3 / 1024), ((("instances", 2),), 3 / 1024)]
+    assert [(s.serving, s.share) for s in availability.states(wide)] == [
+        ((("instances", 3),), 1 - 3 / 1024),
+        ((("instances", 2),), 3 / 1024),
+    ]
 
 
 def test_the_verdict_exactly_at_and_past_the_target() -> None:
     plan = _plan(13)
     (sc,) = [s for s in scenarios(plan, over_time=True) if s.name == "availability"]
-    assert (sc.reasoning, sc.reduced, sc.serving) == ("over time: instances node down 0.195% of the time", "", (("instances", 13),))
+    assert (sc.reasoning, sc.reduced, sc.serving) == (
+        "over time: instances node down 0.195% of the time",
+        "",
+        (("instances", 13),),
+    )
     served = {(("instances", 13),): EvalResult(1.0), (("instances", 5),): EvalResult(0.5)}
     # A = (1 − 2/1,024) × 1 + 2/1,024 × 0.5 = 1 − 1/1,024 = 0.9990234375
     at = _judge(1 - 1 / 1024).judged(sc, served)
     assert at.passed and at.attainment == 1 - 1 / 1024 and at.blame == ""
     past = _judge(1 - 1 / 1024 + 2**-20).judged(sc, served)
     assert not past.passed and past.blame == "instances"  # the node-down state loses 1/1,024, the rest nothing
-    assert f"FAIL (< {1 - 1 / 1024 + 2**-20:g}: all serving" in past.describe() and (past.overload, past.run_miss) == ("", "")
+    assert f"FAIL (< {1 - 1 / 1024 + 2**-20:g}: all serving" in past.describe() and (past.overload, past.run_miss) == (
+        "",
+        "",
+    )
     assert "(≥ 0.999023: all serving 99.805% × 1.0000; instances node down 0.195% × 0.5000)" in at.describe()
     # an overloaded node-down state serves nothing over a repair's hours: A = 1 − 2/1,024
     overloaded = served | {(("instances", 5),): EvalResult(0.5, overload="median TTFT rose")}
@@ -75,8 +89,16 @@ def test_p_d_blames_the_state_that_loses_the_most_requests() -> None:
     plan = plan_headroom(5.0, pools, PACKED).with_counts({"prefill": 4, "decode": 2})
     (sc,) = [s for s in scenarios(plan, over_time=True) if s.name == "availability"]
     assert sc.reasoning == "over time: prefill node down 0.098%, decode node down 0.098% of the time"
-    every, no_prefill, no_decode = (("prefill", 4), ("decode", 2)), (("prefill", 0), ("decode", 2)), (("prefill", 4), ("decode", 0))
-    assert [(s.serving, s.share) for s in sc.states] == [(every, 1 - 2 / 1024), (no_prefill, 1 / 1024), (no_decode, 1 / 1024)]
+    every, no_prefill, no_decode = (
+        (("prefill", 4), ("decode", 2)),
+        (("prefill", 0), ("decode", 2)),
+        (("prefill", 4), ("decode", 0)),
+    )
+    assert [(s.serving, s.share) for s in sc.states] == [
+        (every, 1 - 2 / 1024),
+        (no_prefill, 1 / 1024),
+        (no_decode, 1 / 1024),
+    ]
     judge = Judge(0.99, 0.9, "decode", "prefill", 0.999)
     down = {no_prefill: EvalResult(0.0), no_decode: EvalResult(0.0)}  # a pool with nothing left serves nothing
     # every instance serving misses 1%, mostly TTFT: (1 − 2/1,024) × 0.01 ≈ 0.00998 lost, more than 1/1,024 per node state
@@ -113,7 +135,9 @@ def test_the_target_changes_the_answer_and_shares_the_scenarios_runs() -> None:
     spread = PACKED.model_copy(update={"node_failures": 1})
     run = Counted()
     results = check(_plan(26, spread), run, _judge(0.9995), {})
-    assert [r.scenario.name for r in results] == ["node loss: instances", "traffic", "availability"] and all(r.passed for r in results)
+    assert [r.scenario.name for r in results] == ["node loss: instances", "traffic", "availability"] and all(
+        r.passed for r in results
+    )
     assert run.runs == [18, 26]  # 26 spread 8 + 8 + 8 + 2: the fullest node down leaves 18, in both scenarios
 
 

@@ -23,15 +23,24 @@ from tests.conftest import TRACES
 
 MODEL = load_model("Llama-3.1-70B")
 PARAMS = SizeParams(
-    slo=SloParams(ttft_ms=2000, ttft_ms_per_1k_isl=200, itl_ms=100, attainment_target=0.99, warmup_frac=0.1, drain_frac=0.1),
-    search=SearchParams(seeds=(0, 1), rel_tol=0.05), excerpt_requests=1000, count_seeds=(),
-)  # fmt: skip
+    slo=SloParams(
+        ttft_ms=2000, ttft_ms_per_1k_isl=200, itl_ms=100, attainment_target=0.99, warmup_frac=0.1, drain_frac=0.1
+    ),
+    search=SearchParams(seeds=(0, 1), rel_tol=0.05),
+    excerpt_requests=1000,
+    count_seeds=(),
+)
 REQUESTS = 3000
 
 
 def _bursty(seed: int):
     source = ingest(TRACES["azure_conv"]).trace
-    return synthesize(source, REQUESTS, ArrivalSpec(process="mmpp", rate_rps=2.6, burst_share=0.02, burst_s=2.0, seed=seed), np.random.default_rng(seed))
+    return synthesize(
+        source,
+        REQUESTS,
+        ArrivalSpec(process="mmpp", rate_rps=2.6, burst_share=0.02, burst_s=2.0, seed=seed),
+        np.random.default_rng(seed),
+    )
 
 
 TRACE_MAKERS = {
@@ -43,7 +52,9 @@ TRACE_MAKERS = {
 
 @pytest.fixture(scope="module")
 def candidates():
-    spec = EnumerationSpec(gpus=["h100"], weight_quants=["fp8"], kv_dtypes=["fp8"], parallel={"tp": [2, 4]}, max_context_len=131072)
+    spec = EnumerationSpec(
+        gpus=["h100"], weight_quants=["fp8"], kv_dtypes=["fp8"], parallel={"tp": [2, 4]}, max_context_len=131072
+    )
     return enumerate_candidates(MODEL, spec).table
 
 
@@ -67,7 +78,9 @@ def test_every_scenario_of_the_plan_passes_when_simulated_again_outside_the_size
     s = outcome.summary
     assert s["verdict"] == "passes" and s["scenarios_pass"], name
     planned = PlannedDeployment.from_dict(s["deployment"])
-    assert planned.model == "Llama-3.1-70B"  # the catalog's name, not this checkout's path: summary.json reproduces anywhere
+    assert (
+        planned.model == "Llama-3.1-70B"
+    )  # the catalog's name, not this checkout's path: summary.json reproduces anywhere
     assert planned.counts == {pool: q["instances"] for pool, q in s["pool_plans"].items()}
     for scenario, counts in planned.scenarios.items():
         check = planned.judge(planned.replay(trace, counts))
@@ -89,7 +102,9 @@ def test_one_instance_fewer_fails_again_outside_the_sizer(sized):
             continue  # nothing left serving in that pool: it fails by construction
         check = planned.judge(planned.replay(trace, counts))
         kv_bound = m.failed.kv_p99_share is not None and m.failed.kv_p99_share > PARAMS.headroom.kv_safe_fraction
-        assert not check.passes or kv_bound or m.failed.overload, f"{name}: {m.pool} at {m.instances}: {m.failed.describe()} vs {check.line()}"
+        assert not check.passes or kv_bound or m.failed.overload, (
+            f"{name}: {m.pool} at {m.instances}: {m.failed.describe()} vs {check.line()}"
+        )
 
 
 def test_no_listed_shape_that_passes_costs_less_than_the_chosen_one(sized):

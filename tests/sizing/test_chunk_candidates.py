@@ -32,8 +32,15 @@ def trace():
 
 @pytest.fixture(scope="module")
 def candidates():
-    spec = EnumerationSpec(gpus=["h100"], weight_quants=["bf16"], kv_dtypes=["bf16"], parallel={"tp": [1]}, modes=["aggregated"],
-                           aggregated=SchedulerGrid(max_num_batched_tokens=CHUNKS), max_context_len=16384)  # fmt: skip
+    spec = EnumerationSpec(
+        gpus=["h100"],
+        weight_quants=["bf16"],
+        kv_dtypes=["bf16"],
+        parallel={"tp": [1]},
+        modes=["aggregated"],
+        aggregated=SchedulerGrid(max_num_batched_tokens=CHUNKS),
+        max_context_len=16384,
+    )
     table = enumerate_candidates(MODEL, spec).table
     assert sorted(table[table["feasible"]]["max_num_batched_tokens"]) == CHUNKS
     return table
@@ -55,13 +62,23 @@ def test_prefill_alone_is_a_lower_bound_on_each_prompt(trace):
 def test_a_chunk_that_fits_the_itl_target_is_simulated_before_a_stalling_one(trace, candidates):
     slo = SloParams(ttft_ms=2000, itl_ms=60, attainment_target=0.9, warmup_frac=0.1, drain_frac=0.1)
     lengths = Lengths.of(trace)
-    units = {int(r["max_num_batched_tokens"]): make_unit(MODEL, r, lengths, slo) for _, r in candidates[candidates["feasible"]].iterrows()}
+    units = {
+        int(r["max_num_batched_tokens"]): make_unit(MODEL, r, lengths, slo)
+        for _, r in candidates[candidates["feasible"]].iterrows()
+    }
     # the premise: 8192-token chunks have the best prefill bound but a step longer than the ITL target
     assert units[8192].bound_per_gpu == max(u.bound_per_gpu for u in units.values())
     assert units[8192].chunk_step_s > 0.060 > units[2048].chunk_step_s
     fits = max((c for c, u in units.items() if u.chunk_step_s <= 0.060), key=lambda c: units[c].bound_per_gpu)
-    params = SizeParams(slo=slo, search=SearchParams(seeds=(0,), rel_tol=0.2, guard_points=0), excerpt_requests=200,
-                        shortlist=1, max_simulated=1, pd_prefill_shortlist=0, confirm_whole_trace="off")  # fmt: skip
+    params = SizeParams(
+        slo=slo,
+        search=SearchParams(seeds=(0,), rel_tol=0.2, guard_points=0),
+        excerpt_requests=200,
+        shortlist=1,
+        max_simulated=1,
+        pd_prefill_shortlist=0,
+        confirm_whole_trace="off",
+    )
     out = size_deployments(trace, candidates, MODEL, params, simulate_scenarios=False)
     assert out.summary["chosen"] == units[fits].key
     assert any(f"not simulated {units[8192].key}" in n for n in out.summary["notes"])

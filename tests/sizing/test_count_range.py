@@ -25,7 +25,9 @@ def test_each_seed_gets_its_own_max_rate_from_the_searchs_evaluations():
     rates = seed_max_rates(res)
     tried = sorted({p.rate for p in res.points})
     for seed, thr in THRESHOLD.items():
-        assert rates[seed] == max(r for r in tried if r <= thr)  # the highest rate the search tried that this seed holds
+        assert rates[seed] == max(
+            r for r in tried if r <= thr
+        )  # the highest rate the search tried that this seed holds
     assert min(rates.values()) == res.max_rate  # every seed must hold: the answer is the slowest seed's
 
 
@@ -74,13 +76,24 @@ def test_the_model_error_ends_widen_the_range_and_say_what_they_assume():
 
     from llmcap.sizing.uncertainty import ModelErrorEnd
 
-    cr = replace(_range_at_seeds(), model_error=(
-        ModelErrorEnd("faster", {"instances": 0.88}, {"instances": "roofline: held-out 12%"}, 12, {"instances": 6}),
-        ModelErrorEnd("slower", {"instances": 1.12}, {"instances": "roofline: held-out 12%"}, 22, {"instances": 11}),
-    ))  # fmt: skip
-    assert (cr.point_gpus, cr.low_gpus, cr.high_gpus) == (18, 16, 20) and (cr.low, cr.high) == (12, 22)  # ends outside the seeds
+    cr = replace(
+        _range_at_seeds(),
+        model_error=(
+            ModelErrorEnd("faster", {"instances": 0.88}, {"instances": "roofline: held-out 12%"}, 12, {"instances": 6}),
+            ModelErrorEnd(
+                "slower", {"instances": 1.12}, {"instances": "roofline: held-out 12%"}, 22, {"instances": 11}
+            ),
+        ),
+    )
+    assert (cr.point_gpus, cr.low_gpus, cr.high_gpus) == (18, 16, 20) and (cr.low, cr.high) == (
+        12,
+        22,
+    )  # ends outside the seeds
     assert cr.headline() == "18 GPUs (12–22 over seeds and the step-time model's error)"
-    assert "step times slower by the model's own error — instances ×1.12 (roofline: held-out 12%): 22 GPUs (instances 11)" in cr.lines()
+    assert (
+        "step times slower by the model's own error — instances ×1.12 (roofline: held-out 12%): 22 GPUs (instances 11)"
+        in cr.lines()
+    )
     unreachable = replace(cr, model_error=(*cr.model_error[:1], replace(cr.model_error[1], gpus=None)))
     assert unreachable.high is None and "12–no passing count" in unreachable.headline()
     assert cr.as_dict()["low"] == 12 and cr.as_dict()["high"] == 22
@@ -92,7 +105,6 @@ def _range_at_seeds():
     judge = Judge(0.99, 0.9, "instances", None)
     plan = fit(plan0, lambda c: _run(c, 0), judge).plan
     return count_range(plan, _run, judge, 0, [1, 2], [pool_spread("instances", G, RATE)])
-
 
 
 def test_parallel_checks_give_the_same_fit_and_spend_little_past_a_failure():

@@ -52,7 +52,9 @@ def test_dask_matches_local(cluster_address):
         assert ex.map(square, list(range(10))) == [x * x for x in range(10)]
         assert search_candidates(TASKS, ex) == local
         # the seeds of one rate through Dask
-        assert search_max_rate(Knee(4.0, 0.1), 0.99, SearchParams(), 1.0, executor=ex) == search_max_rate(Knee(4.0, 0.1), 0.99, SearchParams(), 1.0)
+        assert search_max_rate(Knee(4.0, 0.1), 0.99, SearchParams(), 1.0, executor=ex) == search_max_rate(
+            Knee(4.0, 0.1), 0.99, SearchParams(), 1.0
+        )
     ex.close()  # idempotent
     with pytest.raises(RuntimeError):
         ex.map(square, [1])

@@ -60,7 +60,9 @@ def test_from_one_instance_the_fit_doubles_its_steps_then_bisects_down_to_the_ne
     )
     assert run.runs == [1, 2, 4, 8, 16, 12, 14, 13]
     assert fitted.ok is True and fitted.plan.counts() == {"instances": 13}
-    assert [r.describe() for r in fitted.results] == ["traffic [instances 13]: attainment 1.0000 → pass"] and fitted.failed is None
+    assert [r.describe() for r in fitted.results] == [
+        "traffic [instances 13]: attainment 1.0000 → pass"
+    ] and fitted.failed is None
     (m,) = fitted.minimality
     assert (m.pool, m.instances, m.note) == ("instances", 12, f"instances at 12: {FAIL_AT.format(n=12)}")
 
@@ -133,11 +135,15 @@ def test_a_known_failing_count_at_the_passing_count_is_ignored() -> None:
         (18.0, 9, "+1"),
     ],
 )
-def test_a_growth_step_is_cut_one_at_a_time_to_fit_the_cost_limit(limit: float, stopped_at: int, last_step: str) -> None:
+def test_a_growth_step_is_cut_one_at_a_time_to_fit_the_cost_limit(
+    limit: float, stopped_at: int, last_step: str
+) -> None:
     fitted = fit(_plan(1), Need(13), JUDGE, max_usd_per_hour=limit)
     assert fitted.history[3] == f"instances 8: {FAIL_AT.format(n=8)} → {last_step} instances"
-    assert fitted.history[4] == (f"instances {stopped_at}: {FAIL_AT.format(n=stopped_at)}; one more instance of any pool would cost "
-                                 f"more than the limit ${limit:,.2f}/h: stopped")  # fmt: skip
+    assert fitted.history[4] == (
+        f"instances {stopped_at}: {FAIL_AT.format(n=stopped_at)}; one more instance of any pool would cost "
+        f"more than the limit ${limit:,.2f}/h: stopped"
+    )
     assert len(fitted.history) == 5 and fitted.ok is False and fitted.plan.counts() == {"instances": stopped_at}
     assert fitted.minimality == () and fitted.limit_usd_per_hour == limit
 
@@ -230,11 +236,16 @@ def test_fit_with_parallel_runs_every_simulation_through_it() -> None:
 def test_a_pool_left_at_zero_fails_without_a_simulation() -> None:
     # one 2-GPU instance on one node: a node loss (and an upgrade step) leaves none serving
     run = Need(1)
-    plan = _plan(4, HeadroomParams(node_failures=1, max_surge=1, max_unavailable=0), gpus_per_instance=2).with_counts({"instances": 1})
+    plan = _plan(4, HeadroomParams(node_failures=1, max_surge=1, max_unavailable=0), gpus_per_instance=2).with_counts(
+        {"instances": 1}
+    )
     (res,) = check(plan, run, JUDGE, {})
     assert run.runs == []
     assert (res.attainment, res.overload, res.passed) == (0.0, "no instances instance left serving", False)
-    assert res.describe() == "node loss: instances [instances 0]: attainment 0.0000 → FAIL (overloaded: no instances instance left serving)"
+    assert (
+        res.describe()
+        == "node loss: instances [instances 0]: attainment 0.0000 → FAIL (overloaded: no instances instance left serving)"
+    )
 
 
 # ---- growth steps, scenarios ------------------------------------------------------------------------------------
@@ -255,8 +266,18 @@ def test_the_scenarios_of_a_plan_name_what_each_takes_out() -> None:
     plan = _plan(8, HeadroomParams(node_failures=1, max_surge=1, max_unavailable=1), gpus_per_instance=2)
     assert scenarios(plan) == [
         Scenario("traffic", (("instances", 8),), "all planned instances at 5 req/s"),
-        Scenario("node loss: instances", (("instances", 4),), "the fullest 1 node(s) of the instances pool lost: −4", "instances"),
-        Scenario("upgrade: instances", (("instances", 6),), "one rolling-upgrade step of the instances pool out of service: −2", "instances"),
+        Scenario(
+            "node loss: instances",
+            (("instances", 4),),
+            "the fullest 1 node(s) of the instances pool lost: −4",
+            "instances",
+        ),
+        Scenario(
+            "upgrade: instances",
+            (("instances", 6),),
+            "one rolling-upgrade step of the instances pool out of service: −2",
+            "instances",
+        ),
     ]
     assert [sc.name for sc in scenarios(_plan(8))] == ["traffic"]  # no outage planned: nothing taken out, no scenario
 
@@ -281,17 +302,29 @@ def test_a_missing_miss_count_is_zero_when_blaming(metrics: dict, blame: str) ->
 
 
 def test_the_verdict_carries_the_runs_overload_and_run_level_miss() -> None:
-    r = PD(STEADY, EvalResult(0.95, {"kv_p99_share": 0.934}, overload="queue still growing", run_miss="token-level ITL p99"))
-    assert (r.overload, r.run_miss, r.kv_p99_share, r.passed, r.blame) == ("queue still growing", "token-level ITL p99", 0.934, False, "decode")
-    assert r.describe() == ("traffic [prefill 2, decode 2]: attainment 0.9500, KV p99 93% → FAIL (overloaded: queue still growing) "
-                            "(token-level ITL p99)")  # fmt: skip
+    r = PD(
+        STEADY,
+        EvalResult(0.95, {"kv_p99_share": 0.934}, overload="queue still growing", run_miss="token-level ITL p99"),
+    )
+    assert (r.overload, r.run_miss, r.kv_p99_share, r.passed, r.blame) == (
+        "queue still growing",
+        "token-level ITL p99",
+        0.934,
+        False,
+        "decode",
+    )
+    assert r.describe() == (
+        "traffic [prefill 2, decode 2]: attainment 0.9500, KV p99 93% → FAIL (overloaded: queue still growing) "
+        "(token-level ITL p99)"
+    )
 
 
 def test_a_passing_verdict_says_pass_and_its_kv_share() -> None:
     r = ScenarioResult(STEADY, 0.995, "", "", 0.5, True, "")
     assert r.describe() == "traffic [prefill 2, decode 2]: attainment 0.9950, KV p99 50% → pass"
     assert ScenarioResult(STEADY, 0.5, "", "token-level ITL p99", None, False, "decode").describe() == (
-        "traffic [prefill 2, decode 2]: attainment 0.5000 → FAIL (token-level ITL p99)")  # fmt: skip
+        "traffic [prefill 2, decode 2]: attainment 0.5000 → FAIL (token-level ITL p99)"
+    )
 
 
 # ---- P/D: both growths compared ----------------------------------------------------------------------------------
@@ -309,11 +342,15 @@ def test_each_growth_step_compares_both_pools_and_says_so() -> None:
     pools = [PoolInput("prefill", 5.0, 1, 8, 2.0), PoolInput("decode", 20.0, 1, 8, 3.0)]  # 1 + 1 to start
     fitted = fit(plan_headroom(RATE, pools, NO_OUTAGES), _misleading_pd_run, PD, max_usd_per_hour=200.0)
     # 1 + 1: 4 + 2 short = 0.70; +1 prefill or +1 decode: 5 short = 0.75 each, a tie: the pool blamed (prefill)
-    assert fitted.history[0] == ("prefill 1, decode 1: traffic [prefill 1, decode 1]: attainment 0.7000 → FAIL → +1 prefill "
-                                 "(+1 prefill: 0.7500; +1 decode: 0.7500)")  # fmt: skip
+    assert fitted.history[0] == (
+        "prefill 1, decode 1: traffic [prefill 1, decode 1]: attainment 0.7000 → FAIL → +1 prefill "
+        "(+1 prefill: 0.7500; +1 decode: 0.7500)"
+    )
     # 2 + 1: prefill again, its step doubled: +2 (4 + 1: 1 + 2 short = 0.85) against +1 decode (2 + 2: 3 + 1 short = 0.80)
-    assert fitted.history[1] == ("prefill 2, decode 1: traffic [prefill 2, decode 1]: attainment 0.7500 → FAIL → +2 prefill "
-                                 "(+2 prefill: 0.8500; +1 decode: 0.8000)")  # fmt: skip
+    assert fitted.history[1] == (
+        "prefill 2, decode 1: traffic [prefill 2, decode 1]: attainment 0.7500 → FAIL → +2 prefill "
+        "(+2 prefill: 0.8500; +1 decode: 0.8000)"
+    )
     assert fitted.ok is True and fitted.plan.counts() == NEED_PD
 
 
@@ -372,8 +409,10 @@ def test_a_growth_already_simulated_is_read_back_and_the_other_one_simulated() -
         "(+2 prefill: 1.0000; +1 decode: 0.5000)",
         "prefill 4, decode 4: every scenario passes",
     )
-    assert batches.batches[:2] == [[{"prefill": 2, "decode": 2}, {"prefill": 1, "decode": 4}, {"prefill": 2, "decode": 4}],
-                                   [{"prefill": 1, "decode": 5}]]  # fmt: skip
+    assert batches.batches[:2] == [
+        [{"prefill": 2, "decode": 2}, {"prefill": 1, "decode": 4}, {"prefill": 2, "decode": 4}],
+        [{"prefill": 1, "decode": 5}],
+    ]
     assert fitted.ok is True and fitted.plan.counts() == {"prefill": 4, "decode": 4}
     # prefill 3 sits 2 + 1 and decode 3 sits 2 + 1: a loss leaves 1 of either
     assert {m.pool: m.instances for m in fitted.minimality} == {"prefill": 3, "decode": 3}

@@ -44,7 +44,9 @@ def test_surge_of_one_adds_one_instance_of_each_pool():
     # no node losses: the worked example's λ = 12 → S_P = 3, S_D = 2, each + 1 surge instance
     plan = plan_headroom(12.0, [PREFILL, DECODE], HeadroomParams(node_failures=0, max_surge=1, **STATIC))
     assert plan.counts() == {"prefill": 4, "decode": 3}
-    assert plan.pool("prefill").item("deployment").instances == 1 and plan.pool("decode").item("deployment").instances == 1
+    assert (
+        plan.pool("prefill").item("deployment").instances == 1 and plan.pool("decode").item("deployment").instances == 1
+    )
     assert plan.pool("prefill").item("deployment").rps == pytest.approx(4.0)  # one instance's rate, in req/s
     none = plan_headroom(12.0, [PREFILL, DECODE], HeadroomParams(node_failures=0, max_surge=0, **STATIC))
     assert none.counts() == {"prefill": 3, "decode": 2}
@@ -86,7 +88,12 @@ def test_traffic_is_the_replay_at_the_planning_rate_not_a_peak_factor():
     plan = plan_headroom(10.0, [PREFILL], HeadroomParams(node_failures=0, max_surge=0, **STATIC), arr)
     assert plan.pool("prefill").instances == 3 and plan.pool("prefill").item("traffic").instances == 0  # ceil(10 / 4)
     # a forecast: plan for its error quantile, and the replay at that mean
-    f = plan_headroom(10.0, [PREFILL], HeadroomParams(traffic_method="forecast_error", forecast_error=0.25, node_failures=0, max_surge=0), arr)
+    f = plan_headroom(
+        10.0,
+        [PREFILL],
+        HeadroomParams(traffic_method="forecast_error", forecast_error=0.25, node_failures=0, max_surge=0),
+        arr,
+    )
     assert f.planning_rps == pytest.approx(12.5) and f.pool("prefill").instances == 4  # ceil(12.5 / 4)
     assert f.pool("prefill").item("traffic").instances == 1 and f.pool("prefill").base_instances == 3
     with pytest.raises(LlmcapError):

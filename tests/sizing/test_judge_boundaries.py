@@ -42,12 +42,32 @@ def test_a_run_that_is_unstable_or_misses_a_run_level_target_fails_whatever_its_
         ({"ttft_misses": 5.0, "itl_misses": 1.0, "kv_p99_share": 0.5}, "", "prefill"),  # TTFT misses point at prefill
         ({"ttft_misses": 5.0, "itl_misses": 5.0, "kv_p99_share": 0.5}, "", "prefill"),  # a tie goes to prefill
         ({"ttft_misses": 1.0, "itl_misses": 5.0, "kv_p99_share": 0.5}, "", "decode"),
-        ({"ttft_misses": 5.0, "itl_misses": 1.0, "kv_p99_share": 0.95}, "", "decode"),  # KV past its limit: decode, whatever TTFT says
-        ({"ttft_misses": 5.0, "itl_misses": 1.0}, "ITL token-level P99 120 ms > 100 ms", "decode"),  # an ITL run-level miss is decode's
-        ({"ttft_misses": 0.0, "itl_misses": 5.0}, "TTFT P90 1200 ms > 1000 ms", "prefill"),  # a TTFT one prefill's, whatever the counts say
+        (
+            {"ttft_misses": 5.0, "itl_misses": 1.0, "kv_p99_share": 0.95},
+            "",
+            "decode",
+        ),  # KV past its limit: decode, whatever TTFT says
+        (
+            {"ttft_misses": 5.0, "itl_misses": 1.0},
+            "ITL token-level P99 120 ms > 100 ms",
+            "decode",
+        ),  # an ITL run-level miss is decode's
+        (
+            {"ttft_misses": 0.0, "itl_misses": 5.0},
+            "TTFT P90 1200 ms > 1000 ms",
+            "prefill",
+        ),  # a TTFT one prefill's, whatever the counts say
         ({"ttft_misses": 0.0, "itl_misses": 5.0}, "queue time P99 300 ms > 200 ms", "prefill"),
-        ({"ttft_misses": 5.0, "itl_misses": 0.0}, "TTFT P90 1200 ms > 1000 ms; ITL token-level P99 120 ms > 100 ms", "decode"),  # mixed: decode
-        ({"ttft_misses": 5.0, "kv_p99_share": 0.95}, "TTFT P90 1200 ms > 1000 ms", "decode"),  # KV past its limit still decides
+        (
+            {"ttft_misses": 5.0, "itl_misses": 0.0},
+            "TTFT P90 1200 ms > 1000 ms; ITL token-level P99 120 ms > 100 ms",
+            "decode",
+        ),  # mixed: decode
+        (
+            {"ttft_misses": 5.0, "kv_p99_share": 0.95},
+            "TTFT P90 1200 ms > 1000 ms",
+            "decode",
+        ),  # KV past its limit still decides
     ],
 )
 def test_pd_failures_are_blamed_on_the_pool_they_point_at(metrics: dict, run_miss: str, blame: str) -> None:

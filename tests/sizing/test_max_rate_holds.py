@@ -17,17 +17,20 @@ from llmcap.candidates import EnumerationSpec, SchedulerGrid, enumerate_candidat
 from llmcap.catalog import load_model
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
-from llmcap.sizing.units import Lengths, make_unit, unit_evaluate
 from llmcap.sizing.simeval import drain_time
 from llmcap.sizing.slo import attainment
+from llmcap.sizing.units import Lengths, make_unit, unit_evaluate
 from llmcap.trace import ingest
 from tests.conftest import TRACES
 
 MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(  # what `llmcap size --slo-ttft-p99 2000 --slo-itl-p99 100` builds
     slo=SloParams(ttft_ms=2000, itl_ms=100, itl_stat="p99", attainment_target=0.99, warmup_frac=0.1, drain_frac=0.1),
-    search=SearchParams(seeds=(0, 1), rel_tol=0.05), excerpt_requests=1500, shortlist=1, pd_prefill_shortlist=0,
-)  # fmt: skip
+    search=SearchParams(seeds=(0, 1), rel_tol=0.05),
+    excerpt_requests=1500,
+    shortlist=1,
+    pd_prefill_shortlist=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +41,13 @@ def trace():
 @pytest.fixture(scope="module")
 def candidate():
     spec = EnumerationSpec(
-        gpus=["h100"], weight_quants=["fp8"], kv_dtypes=["fp8"], parallel={"tp": [1]}, modes=["aggregated"],
+        gpus=["h100"],
+        weight_quants=["fp8"],
+        kv_dtypes=["fp8"],
+        parallel={"tp": [1]},
+        modes=["aggregated"],
         aggregated=SchedulerGrid(max_num_batched_tokens=[2048]),
-    )  # fmt: skip
+    )
     table = enumerate_candidates(MODEL, spec).table
     assert len(table) == 1 and bool(table["feasible"].iloc[0])
     return table

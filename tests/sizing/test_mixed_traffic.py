@@ -25,15 +25,40 @@ def canonical(tmp_path, monkeypatch) -> pa.Table:
 def _size(tmp_path, table: pa.Table) -> tuple[dict, str]:
     path = tmp_path / "labelled.parquet"
     pq.write_table(table, path)
-    r = CliRunner().invoke(app, ["size", "--trace", str(path), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant",
-                                 "fp8", "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--shortlist", "1", "--excerpt", "100",
-                                 "--json"])  # fmt: skip
+    r = CliRunner().invoke(
+        app,
+        [
+            "size",
+            "--trace",
+            str(path),
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "h100",
+            "--tp",
+            "1",
+            "--weight-quant",
+            "fp8",
+            "--kv-dtype",
+            "fp8",
+            "--no-pd",
+            "--slo-ttft-p99",
+            "2000",
+            "--shortlist",
+            "1",
+            "--excerpt",
+            "100",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout), r.stderr
 
 
 def _labelled(table: pa.Table, name: str, values: list[str]) -> pa.Table:
-    return table.set_column(table.schema.get_field_index(name), name, pa.array([values[i % len(values)] for i in range(table.num_rows)]))
+    return table.set_column(
+        table.schema.get_field_index(name), name, pa.array([values[i % len(values)] for i in range(table.num_rows)])
+    )
 
 
 def test_two_models_in_one_trace_are_said_to_share_nothing(tmp_path, canonical) -> None:

@@ -28,7 +28,15 @@ def _result(*points: RatePoint) -> SearchResult:
 
 def test_the_closest_rate_and_the_target_with_more_misses():
     res = _result(
-        _point(4.0, [0.50, 0.60], ttft_p99_ms=4000.0, itl_p99_ms=30.0, ttft_misses=90.0, itl_misses=2.0, overload="TTFT trend 3.1"),
+        _point(
+            4.0,
+            [0.50, 0.60],
+            ttft_p99_ms=4000.0,
+            itl_p99_ms=30.0,
+            ttft_misses=90.0,
+            itl_misses=2.0,
+            overload="TTFT trend 3.1",
+        ),
         _point(1.0, [0.90, 0.94], ttft_p99_ms=900.0, itl_p99_ms=70.0, ttft_misses=3.0, itl_misses=40.0),
         _point(0.5, [0.92, 0.92], ttft_p99_ms=600.0, itl_p99_ms=65.0, ttft_misses=1.0, itl_misses=30.0),
     )
@@ -37,7 +45,10 @@ def test_the_closest_rate_and_the_target_with_more_misses():
     # 0.92 mean attainment at both 1.0 and 0.5 req/s: the lower rate is not closer, the tie goes to the lower rate
     assert (m.rate_rps, m.attainment, m.binding) == (0.5, pytest.approx(0.92), "itl")
     assert (m.ttft_p99_ms, m.itl_p99_ms) == (600.0, 65.0)
-    assert "ITL binds (1 TTFT vs 30 ITL/TPOT misses" in m.reason and "ITL (token-level p99 of all gaps) 65.0 ms (target 50 ms for ITL (per-request p99 gap))" in m.reason
+    assert (
+        "ITL binds (1 TTFT vs 30 ITL/TPOT misses" in m.reason
+        and "ITL (token-level p99 of all gaps) 65.0 ms (target 50 ms for ITL (per-request p99 gap))" in m.reason
+    )
     overloaded = near_miss("x", _result(_point(2.0, [0.8], ttft_p99_ms=1.0, overload="served/offered 0.7")), SLO)
     assert overloaded is not None and overloaded.binding == "overload" and "served/offered 0.7" in overloaded.reason
     assert near_miss("nothing", _result(RatePoint(1.0, False, (), (), "initial")), SLO) is None
@@ -58,8 +69,30 @@ def test_size_with_unreachable_slos_reports_the_near_misses_and_exits_1(tmp_path
     monkeypatch.delenv("COLUMNS", raising=False)  # piped: the table's full width, headers unwrapped
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:301]) + "\n")
-    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--tp", "2", "--weight-quant", "fp8",
-            "--no-pd", "--goodput", "ttft:5", "--shortlist", "1", "--excerpt", "100", "--out", str(tmp_path / "out")]  # fmt: skip
+    args = [
+        "size",
+        "--trace",
+        str(trace),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--tp",
+        "2",
+        "--weight-quant",
+        "fp8",
+        "--no-pd",
+        "--goodput",
+        "ttft:5",
+        "--shortlist",
+        "1",
+        "--excerpt",
+        "100",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     r = CliRunner().invoke(app, [*args, "--json"])
     assert r.exit_code == 1, r.output
     report = json.loads(r.stdout)
@@ -72,5 +105,11 @@ def test_size_with_unreachable_slos_reports_the_near_misses_and_exits_1(tmp_path
     assert [m["attainment"] for m in misses] == sorted((m["attainment"] for m in misses), reverse=True)
     assert json.loads((tmp_path / "out" / "near_misses.json").read_text()) == report
     table = CliRunner().invoke(app, args)
-    assert table.exit_code == 1 and "the nearest misses" in table.stdout and "\nerror: no candidate meets the SLOs" in table.stderr
-    assert "ITL ms (token-level p99 of all gaps)" in table.stdout, "the ITL column names its statistic, as the report does"
+    assert (
+        table.exit_code == 1
+        and "the nearest misses" in table.stdout
+        and "\nerror: no candidate meets the SLOs" in table.stderr
+    )
+    assert "ITL ms (token-level p99 of all gaps)" in table.stdout, (
+        "the ITL column names its statistic, as the report does"
+    )

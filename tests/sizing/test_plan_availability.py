@@ -14,7 +14,9 @@ from llmcap.cli import app
 from llmcap.exit_codes import SLO_MISSED
 from llmcap.sizing.params import HeadroomParams
 
-DOWN = HeadroomParams().node_repair_h / (HeadroomParams().node_mtbf_h + HeadroomParams().node_repair_h)  # 4 / 6,339 h: one node down
+DOWN = HeadroomParams().node_repair_h / (
+    HeadroomParams().node_mtbf_h + HeadroomParams().node_repair_h
+)  # 4 / 6,339 h: one node down
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +24,44 @@ def plan(tmp_path_factory) -> tuple[Path, Path, dict]:
     """2,000 short requests at 100 req/s: one H100 carries about 70 (the search's G), so the plan has instances to lose."""
     root = tmp_path_factory.mktemp("plan")
     trace = root / "t.csv"
-    trace.write_text("arrival_s,isl,osl\n" + "".join(f"{i * 0.05:.2f},{200 + (i * 37) % 800},{20 + (i * 13) % 150}\n" for i in range(2000)))
-    r = CliRunner().invoke(app, ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant",
-                                 "fp8", "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--shortlist",
-                                 "1", "--excerpt", "100", "--slo-availability", "0.99", "--target-rps", "100", "--out", str(root / "plan"),
-                                 "--json"])  # fmt: skip
+    trace.write_text(
+        "arrival_s,isl,osl\n"
+        + "".join(f"{i * 0.05:.2f},{200 + (i * 37) % 800},{20 + (i * 13) % 150}\n" for i in range(2000))
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "size",
+            "--trace",
+            str(trace),
+            "--model",
+            "Llama-3.1-8B",
+            "--gpu",
+            "h100",
+            "--tp",
+            "1",
+            "--weight-quant",
+            "fp8",
+            "--kv-dtype",
+            "fp8",
+            "--no-pd",
+            "--slo-ttft-p99",
+            "2000",
+            "--slo-itl-p99",
+            "100",
+            "--shortlist",
+            "1",
+            "--excerpt",
+            "100",
+            "--slo-availability",
+            "0.99",
+            "--target-rps",
+            "100",
+            "--out",
+            str(root / "plan"),
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return trace, root / "plan" / "summary.json", json.loads(r.stdout)
 
@@ -50,7 +85,11 @@ def test_the_plan_records_its_states_and_simulate_judges_them_as_the_sizer(plan)
     states = sized["deployment"]["availability"]
     (all_up, node_down) = states
     nodes = round(node_down["share"] / DOWN)  # a pool of n nodes has one down n × d of the time
-    assert nodes >= 1 and node_down["share"] == pytest.approx(nodes * DOWN) and all_up["share"] == pytest.approx(1 - nodes * DOWN)
+    assert (
+        nodes >= 1
+        and node_down["share"] == pytest.approx(nodes * DOWN)
+        and all_up["share"] == pytest.approx(1 - nodes * DOWN)
+    )
     assert all_up["serving"] == sized["deployment"]["counts"] and node_down["down"] == "instances"
     code, s = _simulate(summary, trace)
     assert code == 0 and s["plan_check"]["passes"]
@@ -71,12 +110,18 @@ def test_the_availability_target_changes_the_verdict(plan) -> None:
     trace, summary, _ = plan
 
     def packed(d: dict) -> None:
-        d["availability"] = [{"serving": d["counts"], "share": 0.98, "down": ""}, {"serving": {"instances": 1}, "share": 0.02, "down": "instances"}]
+        d["availability"] = [
+            {"serving": d["counts"], "share": 0.98, "down": ""},
+            {"serving": {"instances": 1}, "share": 0.02, "down": "instances"},
+        ]
 
     code, s = _simulate(_edited(summary, "packed.json", packed), trace)
     assert code == SLO_MISSED and s["plan_check"]["passes"]
     assert s["availability_check"]["availability"] == pytest.approx(0.98 * s["plan_check"]["attainment"])
-    assert not s["availability_check"]["passes"] and "instances node down 2.000% × 0.0000" in s["availability_check"]["states"]
+    assert (
+        not s["availability_check"]["passes"]
+        and "instances node down 2.000% × 0.0000" in s["availability_check"]["states"]
+    )
     code, alone = _simulate(_edited(summary, "packed.json", packed), trace, "--scenario", "availability")
     assert code == SLO_MISSED and alone["availability_check"] == s["availability_check"] and "plan_check" not in alone
 

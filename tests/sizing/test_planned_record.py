@@ -10,7 +10,10 @@ from llmcap.sizing.planned import PlannedDeployment
 
 
 def _plan(first_token_from: str, includes_handoff: bool) -> PlannedDeployment:
-    config = SimConfig(engine=EngineConfig(num_blocks=100), pd=PDConfig(prefill_replicas=2, decode_replicas=3, first_token_from=first_token_from))
+    config = SimConfig(
+        engine=EngineConfig(num_blocks=100),
+        pd=PDConfig(prefill_replicas=2, decode_replicas=3, first_token_from=first_token_from),
+    )
     return PlannedDeployment("Llama-3.1-8B", 1.0, 0, config, {}, {}, SloParams(ttft_includes_handoff=includes_handoff))
 
 
@@ -19,7 +22,11 @@ def test_the_record_names_where_ttft_ends_and_reads_back(first_token_from: str, 
     record = _plan(first_token_from, includes_handoff).to_dict()
     pd = record["sim_config"]["pd"]
     assert pd["first_token_from"] == first_token_from  # written even where it is the default
-    assert list(pd) == ["prefill_replicas", "decode_replicas", "first_token_from"]  # the model's field order, defaults left out
+    assert list(pd) == [
+        "prefill_replicas",
+        "decode_replicas",
+        "first_token_from",
+    ]  # the model's field order, defaults left out
     again = PlannedDeployment.from_dict(record)
     assert again.config == _plan(first_token_from, includes_handoff).config
 

@@ -9,8 +9,23 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 
-WORKED = ["pools", "--rate", "12", "--prefill-rps", "4", "--prefill-gpus", "2", "--decode-rps", "7", "--decode-gpus", "4",
-          "--h-prefill", "1.25", "--h-decode", "1.2"]  # fmt: skip
+WORKED = [
+    "pools",
+    "--rate",
+    "12",
+    "--prefill-rps",
+    "4",
+    "--prefill-gpus",
+    "2",
+    "--decode-rps",
+    "7",
+    "--decode-gpus",
+    "4",
+    "--h-prefill",
+    "1.25",
+    "--h-decode",
+    "1.2",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -28,12 +43,20 @@ def test_the_worked_example_prints_20_gpus_with_its_arithmetic() -> None:
         "GPUs = N_P·g_P + N_D·g_D = 4·2 + 3·4 = 20",
     ]
     data = json.loads(CliRunner().invoke(app, [*WORKED, "--json"]).stdout)
-    assert data["gpus"] == 20 and [(p["pool"], p["instances"], p["gpus"]) for p in data["pools"]] == [("prefill", 4, 8), ("decode", 3, 12)]
+    assert data["gpus"] == 20 and [(p["pool"], p["instances"], p["gpus"]) for p in data["pools"]] == [
+        ("prefill", 4, 8),
+        ("decode", 3, 12),
+    ]
 
 
 def test_beside_a_plan_the_settled_counts_and_the_headroom_they_amount_to(tmp_path) -> None:
-    summary = {"planning_rps": 3.0, "pool_plans": {"prefill": {"per_instance_rps": 0.5, "gpus_per_instance": 2, "instances": 8},
-                                                   "decode": {"per_instance_rps": 6.0, "gpus_per_instance": 4, "instances": 2}}}  # fmt: skip
+    summary = {
+        "planning_rps": 3.0,
+        "pool_plans": {
+            "prefill": {"per_instance_rps": 0.5, "gpus_per_instance": 2, "instances": 8},
+            "decode": {"per_instance_rps": 6.0, "gpus_per_instance": 4, "instances": 2},
+        },
+    }
     path = tmp_path / "summary.json"
     path.write_text(json.dumps(summary))
     r = CliRunner().invoke(app, ["pools", "--plan", str(path), "--json"])

@@ -17,10 +17,16 @@ from tests.conftest import TRACES
 
 MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(
-    slo=SloParams(ttft_ms=3000, ttft_ms_per_1k_isl=100, itl_ms=80, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
+    slo=SloParams(
+        ttft_ms=3000, ttft_ms_per_1k_isl=100, itl_ms=80, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1
+    ),
     search=SearchParams(seeds=(0,), rel_tol=0.1, guard_points=0),
-    excerpt_requests=300, shortlist=1, max_simulated=1, pd_prefill_shortlist=0, count_seeds=(),
-)  # fmt: skip
+    excerpt_requests=300,
+    shortlist=1,
+    max_simulated=1,
+    pd_prefill_shortlist=0,
+    count_seeds=(),
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,13 +45,18 @@ def test_lru_hits_shrink_with_the_cache_and_reach_the_unbounded_figure(trace):
 
 
 def test_routing_is_searched_on_the_chosen_plan_and_the_cheaper_kept(trace):
-    spec = EnumerationSpec(gpus=["h100"], weight_quants=["fp8"], parallel={"tp": [1]}, max_context_len=131072, modes=["aggregated"])
+    spec = EnumerationSpec(
+        gpus=["h100"], weight_quants=["fp8"], parallel={"tp": [1]}, max_context_len=131072, modes=["aggregated"]
+    )
     candidates = enumerate_candidates(MODEL, spec).table
     out = size_deployments(trace, candidates, MODEL, PARAMS)
     s = out.summary
     compared = s["routers_compared"]
     assert set(compared) == {"least_outstanding_tokens", "prefix_aware"}
-    best = min(compared, key=lambda r: (not compared[r]["scenarios_pass"], compared[r]["usd_per_hour"], r != "least_outstanding_tokens"))
+    best = min(
+        compared,
+        key=lambda r: (not compared[r]["scenarios_pass"], compared[r]["usd_per_hour"], r != "least_outstanding_tokens"),
+    )
     assert s["router"] == best
     assert s["gpus"] == compared[best]["gpus"]
     assert any(n.startswith("routing searched on the chosen plan") for n in s["notes"])

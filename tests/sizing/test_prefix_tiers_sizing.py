@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
-from llmcap.trace.schema import metadata
 from llmcap.trace import write_table
+from llmcap.trace.schema import metadata
 
 N, PROMPTS, ISL, RATE = 600, 60, 4096, 30.0
 
@@ -25,10 +25,15 @@ def reuse(tmp_path_factory):
     tokens of prefixes against an HBM of 20,000."""
     rng = np.random.default_rng(0)
     which = rng.integers(0, PROMPTS, N)
-    table = pa.table({
-        "request_id": np.arange(N), "arrival_s": np.cumsum(rng.exponential(1 / RATE, N)), "isl": np.full(N, ISL), "osl": np.full(N, 16),
-        "hash_ids": pa.array([[int(p) * 100 + j for j in range(ISL // 512)] for p in which], pa.list_(pa.int64())),
-    }).replace_schema_metadata(metadata(source_format="test", source_file="test", block_size=512, start="+0.000s"))  # fmt: skip
+    table = pa.table(
+        {
+            "request_id": np.arange(N),
+            "arrival_s": np.cumsum(rng.exponential(1 / RATE, N)),
+            "isl": np.full(N, ISL),
+            "osl": np.full(N, 16),
+            "hash_ids": pa.array([[int(p) * 100 + j for j in range(ISL // 512)] for p in which], pa.list_(pa.int64())),
+        }
+    ).replace_schema_metadata(metadata(source_format="test", source_file="test", block_size=512, start="+0.000s"))
     d = tmp_path_factory.mktemp("tiers")
     trace = write_table(table, d / "reuse.parquet")
     log = d / "engine.log"
@@ -44,8 +49,28 @@ def _size(reuse, *tier: str, model: tuple[str, str, str, str] = EIGHT_B) -> dict
     d, trace, log = reuse
     name, tp, fmt, ttft_ms = model
     out = d / ("-".join(["plan", name, *(t.replace(":", "_") for t in tier)]))
-    args = ["size", "--trace", str(trace), "--model", name, "--gpu", "h100", "--tp", tp, "--weight-quant", fmt,
-            "--kv-dtype", fmt, "--goodput", f"ttft:{ttft_ms}", "--kv-from-log", str(log), "--out", str(out), "--json"]  # fmt: skip
+    args = [
+        "size",
+        "--trace",
+        str(trace),
+        "--model",
+        name,
+        "--gpu",
+        "h100",
+        "--tp",
+        tp,
+        "--weight-quant",
+        fmt,
+        "--kv-dtype",
+        fmt,
+        "--goodput",
+        f"ttft:{ttft_ms}",
+        "--kv-from-log",
+        str(log),
+        "--out",
+        str(out),
+        "--json",
+    ]
     for t in tier:
         args += ["--tier", t]
     r = CliRunner().invoke(app, args)
@@ -80,4 +105,3 @@ def test_an_ssd_tier_lowers_the_gpus_where_loading_beats_computing(reuse) -> Non
     (tier,) = ssd["prefix_tiers"]
     assert tier["tier"] == "ssd" and tier["hit_tokens"] > 0 and tier["net_gain_s"] > 0
     assert ssd["gpus"] < none["gpus"]
-

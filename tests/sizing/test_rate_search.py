@@ -116,7 +116,9 @@ def test_confirmation_keeps_a_rate_that_holds_and_reports_none_that_does():
     never = confirm_max_rate(lambda rate, seed: EvalResult(0.0), searched, p.model_copy(update={"min_rate": 10.0}))
     assert never.confirmation is not None and never.confirmation.status == "none_held"
     assert (never.max_rate, never.status, never.best) == (0.0, "infeasible", None)
-    assert [pt.rate for pt in never.confirmation.points] == pytest.approx([20.0, 16.0, 12.8, 10.24])  # next: 8.19 < min_rate
+    assert [pt.rate for pt in never.confirmation.points] == pytest.approx(
+        [20.0, 16.0, 12.8, 10.24]
+    )  # next: 8.19 < min_rate
     capped = confirm_max_rate(Knee(1.0), searched, p.model_copy(update={"max_confirmations": 2}))
     assert capped.confirmation is not None and capped.confirmation.status == "max_evaluations"
     assert capped.max_rate == 0.0 and len(capped.confirmation.points) == 2
@@ -131,10 +133,14 @@ def test_deterministic():
 
 
 def test_infeasible_everywhere_and_pinned_at_max_rate():
-    never = search_max_rate(lambda rate, seed: EvalResult(0.5), 0.99, SearchParams(seeds=(0,), min_rate=0.1), initial_rate=1.0)
+    never = search_max_rate(
+        lambda rate, seed: EvalResult(0.5), 0.99, SearchParams(seeds=(0,), min_rate=0.1), initial_rate=1.0
+    )
     assert (never.status, never.max_rate) == ("infeasible", 0.0)
     assert min(pt.rate for pt in never.points) == 0.1  # the floor itself was tried
-    always = search_max_rate(lambda rate, seed: EvalResult(1.0), 0.99, SearchParams(seeds=(0,), max_rate=50.0), initial_rate=3.0)
+    always = search_max_rate(
+        lambda rate, seed: EvalResult(1.0), 0.99, SearchParams(seeds=(0,), max_rate=50.0), initial_rate=3.0
+    )
     assert (always.status, always.max_rate, always.upper_rate) == ("at_max_rate", 50.0, None)
     capped = search_max_rate(Knee(1000.0), 0.99, SearchParams(seeds=(0,), max_evaluations=3), initial_rate=1.0)
     assert capped.status == "max_evaluations" and len(capped.points) == 3 and capped.max_rate == 4.0
@@ -151,8 +157,6 @@ def test_calls_every_seed_at_every_rate():
 
     r = search_max_rate(ev, 0.99, SearchParams(seeds=(7, 8)), initial_rate=1.0)
     assert calls == [(pt.rate, s) for pt in r.points for s in (7, 8)]
-
-
 
 
 SEED_THRESHOLD = {0: 10.0, 1: 8.0, 2: 9.3}

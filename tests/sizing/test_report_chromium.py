@@ -72,8 +72,19 @@ def _chromium() -> str:
 
 
 def _render(page: Path, tmp: Path, *args: str) -> str:
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-           "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=5000", *args, page.as_uri()]  # fmt: skip
+    cmd = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp / 'profile'}",
+        "--virtual-time-budget=5000",
+        *args,
+        page.as_uri(),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
@@ -83,33 +94,69 @@ def _long_named(rep):
     """The fixture's report with real-length configuration keys, pruned notes, a ledger and a header."""
     names = {k: f"H100-SXM-80GB/fp8/kv-fp8/tp{k[-1]}pp1ep1/seqs256/mbt8192/blk16" for k in rep.curves}
     table = rep.table
-    widest = {"candidate": [names[c] for c in table.column("candidate").to_pylist()], "binding_slo": "prefill: TTFT; decode: ITL/TPOT",
-              "ttft_p90_ms": 2716.0, "ttft_p99_ms": 15675.0, "itl_p90_ms": 29.91, "itl_p99_ms": 36.69, "e2e_p99_ms": 30827.0,
-              "tokens_per_s": 4748.0, "mean_waiting": 0.001946, "kv_usage_p99": 0.8525, "preemptions": 0.0, "network_payload_mb": 1882.0,
-              "visible_wait_ms_p99": 79.36}  # fmt: skip
+    widest = {
+        "candidate": [names[c] for c in table.column("candidate").to_pylist()],
+        "binding_slo": "prefill: TTFT; decode: ITL/TPOT",
+        "ttft_p90_ms": 2716.0,
+        "ttft_p99_ms": 15675.0,
+        "itl_p90_ms": 29.91,
+        "itl_p99_ms": 36.69,
+        "e2e_p99_ms": 30827.0,
+        "tokens_per_s": 4748.0,
+        "mean_waiting": 0.001946,
+        "kv_usage_p99": 0.8525,
+        "preemptions": 0.0,
+        "network_payload_mb": 1882.0,
+        "visible_wait_ms_p99": 79.36,
+    }
     for col, v in widest.items():  # values as wide as a real plan's (the fixture's evaluate reports no latencies)
         values = v if isinstance(v, list) else [v] * table.num_rows
         table = table.set_column(table.schema.get_field_index(col), col, pa.array(values, table.schema.field(col).type))
-    pruned = tuple(f"not simulated H200-SXM-141GB/bf16/kv-bf16/tp{t}pp1ep1/seqs256/mbt2048/blk16 (bound 0.5 req/s per GPU): max_simulated 8 reached" for t in (2, 4, 8))
+    pruned = tuple(
+        f"not simulated H200-SXM-141GB/bf16/kv-bf16/tp{t}pp1ep1/seqs256/mbt2048/blk16 (bound 0.5 req/s per GPU): max_simulated 8 reached"
+        for t in (2, 4, 8)
+    )
     ledger = Ledger(20.0, 4.4, 0.8, 0.9, 0.0, False, rep.plan.total_gpus, 1, rep.plan.pools[0].pool.gpus_per_instance)
-    prov = Provenance("Llama-3.1-70B", "data/raw/azure2023/AzureLLMInferenceTrace_conv.csv", "5f" * 32, "9" * 40, "2026-11-30T12:00:00+00:00")
-    sources = Sources("roofline-fallback", "no matching measured profile (data/profiles/target: none stored)", (("H100-SXM-80GB", 2.5, "assumption"),),
-                      (("H100-SXM-80GB", "H100-SXM-80GB/roofline.yaml", "50" * 32, ""),))  # fmt: skip
-    return replace(rep, table=table, curves={names[k]: v for k, v in rep.curves.items()}, chosen=names[rep.chosen],
-                   notes=("step times: roofline per candidate", *pruned), ledger=ledger, provenance=prov, sources=sources)  # fmt: skip
+    prov = Provenance(
+        "Llama-3.1-70B",
+        "data/raw/azure2023/AzureLLMInferenceTrace_conv.csv",
+        "5f" * 32,
+        "9" * 40,
+        "2026-11-30T12:00:00+00:00",
+    )
+    sources = Sources(
+        "roofline-fallback",
+        "no matching measured profile (data/profiles/target: none stored)",
+        (("H100-SXM-80GB", 2.5, "assumption"),),
+        (("H100-SXM-80GB", "H100-SXM-80GB/roofline.yaml", "50" * 32, ""),),
+    )
+    return replace(
+        rep,
+        table=table,
+        curves={names[k]: v for k, v in rep.curves.items()},
+        chosen=names[rep.chosen],
+        notes=("step times: roofline per candidate", *pruned),
+        ledger=ledger,
+        provenance=prov,
+        sources=sources,
+    )
 
 
 @pytest.fixture
 def chosen_records(records):
     rng = np.random.default_rng(0)
     ttft = rng.lognormal(np.log(200), 1.2, 400)  # spans decades, as a loaded deployment's TTFT does
-    return records([{"arrival_s": i * 0.05, "ttft_ms": float(t), "itl_ms": 10 + float(t) / 100} for i, t in enumerate(ttft)])
+    return records(
+        [{"arrival_s": i * 0.05, "ttft_ms": float(t), "itl_ms": 10 + float(t) / 100} for i, t in enumerate(ttft)]
+    )
 
 
 def test_report_renders_in_chromium_complete_and_unclipped(tmp_path, chosen_records):
     rep = _long_named(report(chosen_records))
     page = tmp_path / "capacity.html"
-    page.write_text(render_html(rep).replace("</body>", CHECK.replace("MIN_INK", str(MIN_INK)) + "</body>"), encoding="utf-8")
+    page.write_text(
+        render_html(rep).replace("</body>", CHECK.replace("MIN_INK", str(MIN_INK)) + "</body>"), encoding="utf-8"
+    )
     dom = _render(page, tmp_path, f"--window-size={WIDTH},900", "--dump-dom")
     m = re.search(r'<pre id="layout-check">(.*?)</pre>', dom, re.S)
     assert m, "the layout check did not run"
@@ -120,7 +167,14 @@ def test_report_renders_in_chromium_complete_and_unclipped(tmp_path, chosen_reco
     assert found["problems"] == []
     first = found["first_screen"]
     p = rep.plan
-    for text in ("Llama-3.1-70B", "AzureLLMInferenceTrace_conv.csv", f"{p.total_gpus} GPUs", f"${p.usd_per_hour:,.2f}/h", "every scenario" if rep.fit else "not simulated", "ROOFLINE"):
+    for text in (
+        "Llama-3.1-70B",
+        "AzureLLMInferenceTrace_conv.csv",
+        f"{p.total_gpus} GPUs",
+        f"${p.usd_per_hour:,.2f}/h",
+        "every scenario" if rep.fit else "not simulated",
+        "ROOFLINE",
+    ):
         assert text in first, f"{text!r} not on the first screen"
     assert f"instances\t{rep.chosen}" in first.replace("\u200b", "")  # the pool's row names its configuration
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -138,9 +192,18 @@ def test_the_check_catches_an_empty_panel_and_an_overflow(tmp_path, chosen_recor
     empty = figure(plots.plot_latency_cdfs(None, rep.slo), "latency CDFs without data", panels=2)
     wide = "<table><tr>" + "<td>wide-cell-without-breaks</td>" * 80 + "</tr></table>"
     page = tmp_path / "broken.html"
-    page.write_text(render_html(rep).replace("</body>", empty + wide + CHECK.replace("MIN_INK", str(MIN_INK)) + "</body>"), encoding="utf-8")
+    page.write_text(
+        render_html(rep).replace("</body>", empty + wide + CHECK.replace("MIN_INK", str(MIN_INK)) + "</body>"),
+        encoding="utf-8",
+    )
     dom = _render(page, tmp_path, f"--window-size={WIDTH},900", "--dump-dom")
-    found = json.loads(re.search(r'<pre id="layout-check">(.*?)</pre>', dom, re.S).group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    found = json.loads(
+        re.search(r'<pre id="layout-check">(.*?)</pre>', dom, re.S)
+        .group(1)
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+    )
     problems = "\n".join(found["problems"])
     assert "empty panel 1/2 of latency CDFs without data" in problems and "empty panel 2/2" in problems
     assert "page wider than the viewport" in problems

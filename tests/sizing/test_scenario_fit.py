@@ -64,7 +64,9 @@ def test_growth_stops_at_the_cost_limit_and_says_so():
     limit = 6 * 2.0  # six one-GPU instances at $2/h: the need of 13 is out of reach
     fitted = fit(plan0, run, JUDGE, max_usd_per_hour=limit)
     assert not fitted.ok and fitted.minimality == ()
-    assert fitted.plan.usd_per_hour <= limit and fitted.plan.pool("instances").instances == 6  # 1, 2, 4, then +2 (not +4: over the limit)
+    assert (
+        fitted.plan.usd_per_hour <= limit and fitted.plan.pool("instances").instances == 6
+    )  # 1, 2, 4, then +2 (not +4: over the limit)
     assert fitted.limit_usd_per_hour == limit and fitted.failed is not None and fitted.failed.attainment == 0.5
     assert "one more instance of any pool would cost more than the limit $12.00/h: stopped" in fitted.history[-1]
 
@@ -100,12 +102,19 @@ def test_coupled_pd_pools_settle_where_neither_moves():
 def _misleading_pd_run(counts: Mapping[str, int]) -> EvalResult:
     """Every shortfall shows as TTFT misses (the judge blames prefill), though decode is short too."""
     short_p, short_d = max(0, NEED_PD["prefill"] - counts["prefill"]), max(0, NEED_PD["decode"] - counts["decode"])
-    return EvalResult(1.0 - 0.05 * (short_p + short_d), {"ttft_misses": float(short_p + short_d > 0), "itl_misses": 0.0})
+    return EvalResult(
+        1.0 - 0.05 * (short_p + short_d), {"ttft_misses": float(short_p + short_d > 0), "itl_misses": 0.0}
+    )
 
 
 def test_a_failure_that_points_at_the_wrong_pool_is_still_fixed():
     pools = [PoolInput("prefill", 5.0, 1, 8, 2.0), PoolInput("decode", 20.0, 1, 8, 3.0)]
-    fitted = fit(plan_headroom(RATE, pools, NO_OUTAGES), _misleading_pd_run, Judge(0.99, 0.9, "decode", "prefill"), max_usd_per_hour=200.0)
+    fitted = fit(
+        plan_headroom(RATE, pools, NO_OUTAGES),
+        _misleading_pd_run,
+        Judge(0.99, 0.9, "decode", "prefill"),
+        max_usd_per_hour=200.0,
+    )
     # growing prefill alone would never pass: each step also tries the other pool and keeps the growth that moves the attainment more
     assert fitted.ok and fitted.plan.counts() == NEED_PD
     assert any("decode" in h.split("→")[-1] for h in fitted.history if "FAIL" in h)  # the decode pool was grown
@@ -138,7 +147,10 @@ def test_a_plan_one_above_its_need_steps_down_once_and_shows_the_failure():
     (m,) = fitted.minimality
     assert (m.pool, m.instances) == ("instances", 1) and m.failed is not None and m.failed.attainment == 0.5
     assert m.note == f"instances at 1: {m.failed.describe()}"
-    assert fitted.history == ("instances 3: every scenario passes", "instances 2: every scenario still passes → instances 2")
+    assert fitted.history == (
+        "instances 3: every scenario passes",
+        "instances 2: every scenario still passes → instances 2",
+    )
 
 
 def test_growth_from_one_below_bisects_nothing_it_already_knows():
@@ -147,7 +159,10 @@ def test_growth_from_one_below_bisects_nothing_it_already_knows():
     assert fitted.ok and fitted.plan.pool("instances").instances == 2
     assert run.runs == [1, 2]  # 1 failed already: it is the evidence, not simulated again
     assert fitted.minimality[0].instances == 1 and fitted.minimality[0].failed.attainment == 0.5
-    assert fitted.history == ("instances 1: traffic [instances 1]: attainment 0.5000 → FAIL → +1 instances", "instances 2: every scenario passes")
+    assert fitted.history == (
+        "instances 1: traffic [instances 1]: attainment 0.5000 → FAIL → +1 instances",
+        "instances 2: every scenario passes",
+    )
 
 
 def test_a_cost_limit_equal_to_the_plans_cost_still_allows_it():

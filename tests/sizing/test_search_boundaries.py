@@ -51,12 +51,21 @@ def rates(result) -> list[float]:
 
 def test_attainment_exactly_at_the_target_is_feasible_under_both_rules() -> None:
     # every seed at exactly 0.75 (all_seeds), and 0.5 / 1.0 averaging exactly 0.75 (mean): both hold at 1 req/s
-    at_target = search_max_rate(holds_up_to(1.0, att_ok=0.75), 0.75, SearchParams(seeds=(0, 1), guard_points=0, max_evaluations=2), initial_rate=1.0)
+    at_target = search_max_rate(
+        holds_up_to(1.0, att_ok=0.75),
+        0.75,
+        SearchParams(seeds=(0, 1), guard_points=0, max_evaluations=2),
+        initial_rate=1.0,
+    )
     assert at_target.points[0].feasible and at_target.max_rate == 1.0
     split = lambda rate, seed: EvalResult((0.5, 1.0)[seed] if rate <= 1.0 else 0.0)  # noqa: E731
-    mean = search_max_rate(split, 0.75, SearchParams(seeds=(0, 1), feasibility="mean", guard_points=0, max_evaluations=2), initial_rate=1.0)
+    mean = search_max_rate(
+        split, 0.75, SearchParams(seeds=(0, 1), feasibility="mean", guard_points=0, max_evaluations=2), initial_rate=1.0
+    )
     assert mean.points[0].feasible and mean.max_rate == 1.0
-    strict = search_max_rate(split, 0.75, SearchParams(seeds=(0, 1), guard_points=0, max_evaluations=2), initial_rate=1.0)
+    strict = search_max_rate(
+        split, 0.75, SearchParams(seeds=(0, 1), guard_points=0, max_evaluations=2), initial_rate=1.0
+    )
     assert not strict.points[0].feasible  # all seeds: the 0.5 seed fails
 
 
@@ -86,7 +95,12 @@ def test_min_rate_equal_to_max_rate_is_allowed_and_above_it_is_named() -> None:
 def test_shrinking_below_min_rate_tries_min_rate_itself() -> None:
     # 4 fails, 2 fails, 1 fails; half of 1 is below min_rate 0.75: 0.75 itself is tried (and holds)
     r = search_max_rate(holds_up_to(0.8), 0.99, SearchParams(min_rate=0.75, rel_tol=0.5, **ONE_SEED), initial_rate=4.0)
-    assert rates(r)[:4] == [4.0, 2.0, 1.0, 0.75] and [p.phase for p in r.points[:4]] == ["initial", "shrink", "shrink", "shrink"]
+    assert rates(r)[:4] == [4.0, 2.0, 1.0, 0.75] and [p.phase for p in r.points[:4]] == [
+        "initial",
+        "shrink",
+        "shrink",
+        "shrink",
+    ]
     assert r.max_rate == 0.75 and r.status == "converged"  # 1 − 0.75 = 0.25 ≤ 0.5 × 0.75
 
 
@@ -116,14 +130,25 @@ def test_the_curve_is_sorted_by_rate_with_mean_attainments() -> None:
 
 def test_a_floor_rate_that_fails_ends_the_search_below_floor() -> None:
     r = search_max_rate(holds_up_to(0.3), 0.9, SearchParams(**ONE_SEED), initial_rate=0.25, floor_rate=0.5)
-    assert (r.max_rate, r.upper_rate, r.status, rates(r), r.violations, r.attainment_target) == (0.0, 0.5, "below_floor", [0.5], (), 0.9)
+    assert (r.max_rate, r.upper_rate, r.status, rates(r), r.violations, r.attainment_target) == (
+        0.0,
+        0.5,
+        "below_floor",
+        [0.5],
+        (),
+        0.9,
+    )
     assert r.points[0].phase == "floor"
 
 
 def test_a_floor_below_1_req_s_is_still_tried_and_a_floor_of_0_is_none() -> None:
-    r = search_max_rate(holds_up_to(0.75), 0.99, SearchParams(max_evaluations=2, **ONE_SEED), initial_rate=0.25, floor_rate=0.5)
+    r = search_max_rate(
+        holds_up_to(0.75), 0.99, SearchParams(max_evaluations=2, **ONE_SEED), initial_rate=0.25, floor_rate=0.5
+    )
     assert rates(r) == [0.5, 0.25] and r.points[0].phase == "floor"
-    r0 = search_max_rate(holds_up_to(0.75), 0.99, SearchParams(max_evaluations=1, **ONE_SEED), initial_rate=0.25, floor_rate=0.0)
+    r0 = search_max_rate(
+        holds_up_to(0.75), 0.99, SearchParams(max_evaluations=1, **ONE_SEED), initial_rate=0.25, floor_rate=0.0
+    )
     assert rates(r0) == [0.25] and r0.points[0].phase == "initial"
 
 
@@ -139,7 +164,14 @@ def test_every_seed_goes_through_the_executor_when_there_is_one() -> None:
         return EvalResult(1.0 if rate <= 1.2 else 0.5)
 
     confirm = lambda rate, seed: EvalResult(1.0)  # noqa: E731
-    r = search_max_rate(ev, 0.99, SearchParams(seeds=(3, 4), rel_tol=0.5, guard_points=0), initial_rate=1.0, executor=ex, confirm=confirm)
+    r = search_max_rate(
+        ev,
+        0.99,
+        SearchParams(seeds=(3, 4), rel_tol=0.5, guard_points=0),
+        initial_rate=1.0,
+        executor=ex,
+        confirm=confirm,
+    )
     # search: 1, 2, 1.5 × seeds 3, 4; confirmation: 1 × seeds 3, 4 — 8 seed runs, every one through the executor
     assert ex.items == [3, 4] * 4 and seen == [(1.0, 3), (1.0, 4), (2.0, 3), (2.0, 4), (1.5, 3), (1.5, 4)]
     assert r.confirmation is not None and r.confirmation.status == "confirmed"
@@ -154,7 +186,9 @@ def test_many_candidates_each_get_their_own_search_with_its_floor_and_confirmati
     tasks = [
         SearchTask("a", holds_up_to(1.2), 0.99, p, initial_rate=0.5),  # 0.5, 1 hold, 2 fails, 1.5 fails
         SearchTask("b", holds_up_to(1.2), 0.99, p, initial_rate=1.0, floor_rate=2.0),  # its floor fails: below_floor
-        SearchTask("c", holds_up_to(1.2), 0.99, p, initial_rate=1.0, confirm=holds_up_to(0.6)),  # 1 fails there, 0.5 holds, 0.75 fails
+        SearchTask(
+            "c", holds_up_to(1.2), 0.99, p, initial_rate=1.0, confirm=holds_up_to(0.6)
+        ),  # 1 fails there, 0.5 holds, 0.75 fails
     ]
     ex = Recorder()
     out = search_candidates(tasks, ex)

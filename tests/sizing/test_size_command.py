@@ -12,8 +12,27 @@ from llmcap.trace import ingest
 from tests.conftest import TRACES
 
 runner = CliRunner()
-ARGS = ["--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--no-pd",
-        "--slo-ttft-p99", "500", "--slo-itl-p99", "60", "--attainment", "0.95", "--shortlist", "1", "--excerpt", "200"]  # fmt: skip
+ARGS = [
+    "--model",
+    "Llama-3.1-8B",
+    "--gpu",
+    "h100",
+    "--tp",
+    "1",
+    "--weight-quant",
+    "fp8",
+    "--no-pd",
+    "--slo-ttft-p99",
+    "500",
+    "--slo-itl-p99",
+    "60",
+    "--attainment",
+    "0.95",
+    "--shortlist",
+    "1",
+    "--excerpt",
+    "200",
+]
 
 
 def test_size_json_and_report(tmp_path):
@@ -38,7 +57,10 @@ def test_size_json_and_report(tmp_path):
     argv = serve["argv"]
     assert argv[:3] == ["vllm", "serve", "Llama-3.1-8B"] and argv[argv.index("--tensor-parallel-size") + 1] == "1"
     assert argv[argv.index("--quantization") + 1] == "fp8" and "/fp8/" in s["chosen"]
-    assert f"/seqs{argv[argv.index('--max-num-seqs') + 1]}/mbt{argv[argv.index('--max-num-batched-tokens') + 1]}/" in s["chosen"]
+    assert (
+        f"/seqs{argv[argv.index('--max-num-seqs') + 1]}/mbt{argv[argv.index('--max-num-batched-tokens') + 1]}/"
+        in s["chosen"]
+    )
 
 
 def test_size_bad_trace_is_one_line_error(tmp_path):
@@ -68,7 +90,9 @@ def test_size_csv_is_the_capacity_table(tmp_path):
 
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
-    r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--out", str(tmp_path / "report"), "--output-format", "csv"])
+    r = runner.invoke(
+        app, ["size", "--trace", str(trace), *ARGS, "--out", str(tmp_path / "report"), "--output-format", "csv"]
+    )
     assert r.exit_code == 0, r.output
     reader = csv.DictReader(io.StringIO(r.stdout))
     rows = list(reader)
@@ -89,14 +113,21 @@ def test_a_plan_over_the_cost_limit_is_no_answer_and_exits_1(tmp_path):
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1501]) + "\n")
     out = tmp_path / "report"
-    r = runner.invoke(app, ["size", "--trace", str(trace), *ARGS, "--max-usd-per-hour", "0.5", "--out", str(out), "--json"])
+    r = runner.invoke(
+        app, ["size", "--trace", str(trace), *ARGS, "--max-usd-per-hour", "0.5", "--out", str(out), "--json"]
+    )
     assert r.exit_code == 1, r.output
     s = json.loads(r.stdout)
-    assert s["verdict"] == "fails" and s["scenarios_pass"] is False and s["usd_per_hour"] > 0.5  # one H100 costs more than $0.50/h
+    assert (
+        s["verdict"] == "fails" and s["scenarios_pass"] is False and s["usd_per_hour"] > 0.5
+    )  # one H100 costs more than $0.50/h
     assert all(not f["passes"] and f["cost_limit_usd_per_hour"] == 0.5 for f in s["finalists"])
     assert "error: no plan passes every scenario" in r.stderr and "not an answer" in r.stderr
     assert json.loads((out / "summary.json").read_text())["verdict"] == "fails"
-    assert "NO PLAN PASSES" in (out / "capacity.md").read_text() and 'class="answer loud"' in (out / "capacity.html").read_text()
+    assert (
+        "NO PLAN PASSES" in (out / "capacity.md").read_text()
+        and 'class="answer loud"' in (out / "capacity.html").read_text()
+    )
 
 
 def _azure_head(tmp_path):
@@ -152,7 +183,10 @@ def test_every_ruled_out_candidate_shows_its_reasons(tmp_path, monkeypatch):
     doc = json.loads(j.stdout)
     n = len(doc["ruled_out"])
     assert doc["feasible"] is False and n == 8  # 2 KV dtypes x 4 chunk sizes, aggregated only (--no-pd)
-    assert all("32 attention heads are not divisible by TP=3" in c["reasons"] and "/tp3pp1ep1/" in c["candidate"] for c in doc["ruled_out"])
+    assert all(
+        "32 attention heads are not divisible by TP=3" in c["reasons"] and "/tp3pp1ep1/" in c["candidate"]
+        for c in doc["ruled_out"]
+    )
     (line,) = j.stderr.strip().splitlines()
     assert line == f"error: {doc['error']}" and "see its reasons" not in line
     assert f"step 2 ruled out all {n} candidates: 32 attention heads are not divisible by TP=3 ({n} of {n})" in line
@@ -161,7 +195,10 @@ def test_every_ruled_out_candidate_shows_its_reasons(tmp_path, monkeypatch):
     assert t.exit_code == 2 and t.stderr.strip().splitlines()[-1] == line
     for c in doc["ruled_out"]:
         (shown,) = [ln for ln in t.stdout.splitlines() if f"│ {c['candidate']} " in ln]
-        assert "32 attention heads are not divisible by TP=3" in shown and "MLP width 14336 is not divisible by TP=3" in shown
+        assert (
+            "32 attention heads are not divisible by TP=3" in shown
+            and "MLP width 14336 is not divisible by TP=3" in shown
+        )
 
 
 def test_the_ruled_out_line_counts_each_reason_once_per_candidate_and_says_how_many_it_leaves_out():
@@ -171,5 +208,11 @@ def test_the_ruled_out_line_counts_each_reason_once_per_candidate_and_says_how_m
 
     reasons = ["a; b", "a; a", "c", "d", "e", "f"]  # `a` twice in one row still rules out one candidate
     line = no_feasible_candidate(pd.DataFrame({"feasible": [False] * 6, "reasons": reasons}))
-    assert line == "no feasible candidate to size: step 2 ruled out all 6 candidates: a (2 of 6); b (1 of 6); c (1 of 6); d (1 of 6); and 2 more reason(s)"
-    assert no_feasible_candidate(pd.DataFrame({"feasible": [], "reasons": []})) == "no feasible candidate to size: the candidates table has no rows"
+    assert (
+        line
+        == "no feasible candidate to size: step 2 ruled out all 6 candidates: a (2 of 6); b (1 of 6); c (1 of 6); d (1 of 6); and 2 more reason(s)"
+    )
+    assert (
+        no_feasible_candidate(pd.DataFrame({"feasible": [], "reasons": []}))
+        == "no feasible candidate to size: the candidates table has no rows"
+    )

@@ -22,7 +22,10 @@ MODEL = load_model("Llama-3.1-8B")
 PARAMS = SizeParams(
     slo=SloParams(ttft_ms=500, itl_ms=60, attainment_target=0.95, warmup_frac=0.1, drain_frac=0.1),
     search=SearchParams(seeds=(0, 1), rel_tol=0.1, guard_points=1),
-    excerpt_requests=300, shortlist=2, pd_prefill_shortlist=2, pd_decode_shortlist=1,
+    excerpt_requests=300,
+    shortlist=2,
+    pd_prefill_shortlist=2,
+    pd_decode_shortlist=1,
 )
 
 
@@ -48,7 +51,9 @@ def outcome(trace, candidates):
 def test_progress_reports_every_phase_in_order_then_done(outcome):
     from llmcap.sizing.plan import PHASES
 
-    assert PHASES_SEEN == [(k, len(PHASES), name) for k, name in enumerate(PHASES)] + [(len(PHASES), len(PHASES), "done")]
+    assert [(k, len(PHASES), name) for k, name in enumerate(PHASES)] + [
+        (len(PHASES), len(PHASES), "done")
+    ] == PHASES_SEEN
 
 
 def _bytes(table) -> bytes:
@@ -60,10 +65,14 @@ def _bytes(table) -> bytes:
 def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
     s = outcome.summary
     # the default target is the trace's own mean rate; the chosen plan covers it with at least one instance
-    assert s["target_rps"] == pytest.approx(trace.num_rows / (trace["arrival_s"][-1].as_py() - trace["arrival_s"][0].as_py()))
+    assert s["target_rps"] == pytest.approx(
+        trace.num_rows / (trace["arrival_s"][-1].as_py() - trace["arrival_s"][0].as_py())
+    )
     pools = s["pool_plans"]
     assert s["base_instances"] == sum(q["base_instances"] for q in pools.values()) >= 1
-    assert s["instances"] == sum(q["instances"] for q in pools.values()) and s["gpus"] == sum(q["gpus"] for q in pools.values())
+    assert s["instances"] == sum(q["instances"] for q in pools.values()) and s["gpus"] == sum(
+        q["gpus"] for q in pools.values()
+    )
     for q in pools.values():
         assert set(q["headroom"]) == {"traffic", "failure", "deployment", "memory", "control"}
         assert all(h["reasoning"] for h in q["headroom"].values())
@@ -111,7 +120,9 @@ def test_pd_rows_carry_the_handoff_percentiles_and_the_link_provisioning(outcome
         assert r["pd_link_gbps"] == pytest.approx(nic_gbps * pre["gpus_per_instance"])
         share = r["pd_link_required_gbps"] / r["pd_link_gbps"]
         assert r["pd_link_verdict"] == (f"fits ({share:.0%} of the link)" if share <= 1 else f"over by {share - 1:.0%}")
-    assert all(r["pd_link_verdict"] is None and r["handoff_post_ms_p50"] is None for r in rows if r["mode"] == "aggregated")
+    assert all(
+        r["pd_link_verdict"] is None and r["handoff_post_ms_p50"] is None for r in rows if r["mode"] == "aggregated"
+    )
     network = outcome.summary["network"]
     md = render_markdown(capacity_report(outcome, PARAMS.slo))
     assert "## KV budget and P→D network" in md
@@ -119,7 +130,11 @@ def test_pd_rows_carry_the_handoff_percentiles_and_the_link_provisioning(outcome
         assert network is None and "P→D network: not disaggregated" in md
     else:
         assert network is not None and network["provisioning"]["line"] in md
-        assert 0 <= network["replay_handoff_ms"]["handoff_post_ms_p50"] <= network["replay_handoff_ms"]["handoff_post_ms_p99"]
+        assert (
+            0
+            <= network["replay_handoff_ms"]["handoff_post_ms_p50"]
+            <= network["replay_handoff_ms"]["handoff_post_ms_p99"]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +147,11 @@ def test_final_plan_passes_every_scenario_and_each_pool_one_fewer_fails_one(busy
     fit = busy.evidence.fit
     assert fit is not None and fit.ok
     names = {r.scenario.name for r in fit.results}
-    assert "traffic" in names and any(n.startswith("node loss") for n in names) and any(n.startswith("upgrade") for n in names)
+    assert (
+        "traffic" in names
+        and any(n.startswith("node loss") for n in names)
+        and any(n.startswith("upgrade") for n in names)
+    )
     assert all(r.passed for r in fit.results)
     assert all(r.scenario.counts() for r in fit.results)
     planned = fit.plan.counts()
@@ -177,11 +196,15 @@ def test_same_inputs_give_byte_identical_tables(outcome, trace, candidates):
 def test_dask_cluster_gives_the_same_table(outcome, trace, candidates):
     from dask.distributed import LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
-        with DaskExecutor(cluster.scheduler_address) as ex:
-            on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster,
+        DaskExecutor(cluster.scheduler_address) as ex,
+    ):
+        on_dask = size_deployments(trace, candidates, MODEL, PARAMS, executor=ex)
     assert _bytes(on_dask.table) == _bytes(outcome.table)
-    assert on_dask.summary == outcome.summary  # the fits and seed checks run whole on the workers: the same plan and range
+    assert (
+        on_dask.summary == outcome.summary
+    )  # the fits and seed checks run whole on the workers: the same plan and range
 
 
 def test_request_class_pools_compare_shared_and_split(outcome, trace, candidates):
@@ -228,7 +251,9 @@ def test_whole_trace_confirmation_of_the_chosen_candidate_or_of_all(outcome, tra
     listed = [n for n in outcome.summary["notes"] if n.startswith("max rates from excerpts only")]
     assert bool(unconfirmed) == bool(listed) and all(k in listed[0] for k in unconfirmed)
     every = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "all"}))
-    assert all(r.confirmation is not None or r.max_rate == 0 for r in _aggregated_curves(every).values())  # nothing to confirm at 0
+    assert all(
+        r.confirmation is not None or r.max_rate == 0 for r in _aggregated_curves(every).values()
+    )  # nothing to confirm at 0
     confirmed = [r for r in every.evidence.curves.values() if r.confirmation is not None]
     assert len(confirmed) == sum(n.startswith("whole-trace confirmation of") for n in every.summary["notes"]) > 1
     off = size_deployments(trace, candidates, MODEL, PARAMS.model_copy(update={"confirm_whole_trace": "off"}))
@@ -239,4 +264,6 @@ def test_each_row_names_its_admission_policy_and_what_timed_its_steps(outcome):
     t = outcome.table.to_pydict()
     assert set(t["admission_policy"]) == {"vllm"}  # size.admission_policy's default
     h100 = shipped_calibration("H100-SXM-80GB")
-    assert h100 is not None and set(t["step_model"]) == {f"roofline, calibrated (H100-SXM-80GB/roofline.yaml, sha256 {h100.sha256[:12]})"}
+    assert h100 is not None and set(t["step_model"]) == {
+        f"roofline, calibrated (H100-SXM-80GB/roofline.yaml, sha256 {h100.sha256[:12]})"
+    }

@@ -9,14 +9,14 @@ import pytest
 
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
+from llmcap.sim import LinkConfig
 from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.sizing.params import SizeParams, SloParams
-from llmcap.sizing.sizer import PdFactory
-from llmcap.sizing.units import Lengths, make_unit
 from llmcap.sizing.scenarios import Judge, Scenario
 from llmcap.sizing.search import EvalResult, _feasible
+from llmcap.sizing.sizer import PdFactory
 from llmcap.sizing.slo import definitions, qualifies, token_itl_check
-from llmcap.sim import LinkConfig
+from llmcap.sizing.units import Lengths, make_unit
 
 # Each request's inter-token gaps in seconds (OSL = gaps + 1): a steady one, one long stall, many small gaps.
 GAPS = [
@@ -33,12 +33,28 @@ def _records(gaps: list[list[float]]) -> pa.Table:
         v = np.asarray(g)
         first = 1.0 + i
         finish = first + float(v.sum())
-        rows.append({name: None for name in REQUEST_SCHEMA.names} | dict(
-            request_id=i, arrival_s=float(i), isl=100, osl=len(g) + 1, cached_tokens=0, host_cached_tokens=0, preemptions=0,
-            status="ok", queue_s=0.0, ttft_s=first - i, first_token_s=first, finish_s=finish, e2e_s=finish - i,
-            tpot_s=(finish - first) / len(g), itl_p50_s=float(np.percentile(v, 50)), itl_p99_s=float(np.percentile(v, 99)),
-            itl_max_s=float(v.max()),
-        ))  # fmt: skip
+        rows.append(
+            {name: None for name in REQUEST_SCHEMA.names}
+            | dict(
+                request_id=i,
+                arrival_s=float(i),
+                isl=100,
+                osl=len(g) + 1,
+                cached_tokens=0,
+                host_cached_tokens=0,
+                preemptions=0,
+                status="ok",
+                queue_s=0.0,
+                ttft_s=first - i,
+                first_token_s=first,
+                finish_s=finish,
+                e2e_s=finish - i,
+                tpot_s=(finish - first) / len(g),
+                itl_p50_s=float(np.percentile(v, 50)),
+                itl_p99_s=float(np.percentile(v, 99)),
+                itl_max_s=float(v.max()),
+            )
+        )
     return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
 
 
@@ -80,7 +96,9 @@ def test_token_level_target_is_no_per_request_target():
     slo = SloParams(ttft_ms=None, itl_ms=50, itl_stat="token_p90")
     assert qualifies(_records(GAPS), slo).all()
     assert token_itl_check(np.concatenate(GAPS), np.ones(17, dtype=np.int64), slo).ok
-    assert token_itl_check(np.zeros(0), np.zeros(0, dtype=np.int64), SloParams(itl_stat="p99")) is None  # per-request: no run check
+    assert (
+        token_itl_check(np.zeros(0), np.zeros(0, dtype=np.int64), SloParams(itl_stat="p99")) is None
+    )  # per-request: no run check
 
 
 def test_a_run_level_miss_fails_the_rate_and_the_scenario_whatever_the_attainment():
@@ -97,20 +115,39 @@ def test_definitions_name_the_itl_statistic_and_the_handoff():
     pd_out = definitions(SloParams(itl_stat="max", ttft_includes_handoff=False), disaggregated=True)
     assert "worst inter-token gap" in pd_out["itl"] and "handoff not included" in pd_out["ttft"]
     agg = definitions(SloParams(itl_stat="mean", tpot_ms=40, e2e_ms=9000), disaggregated=False)
-    assert "handoff" not in agg["ttft"] and "TPOT" in agg["itl"] and set(agg) == {"ttft", "itl", "tpot", "e2el", "attainment"}
+    assert (
+        "handoff" not in agg["ttft"]
+        and "TPOT" in agg["itl"]
+        and set(agg) == {"ttft", "itl", "tpot", "e2el", "attainment"}
+    )
 
 
 @pytest.fixture(scope="module")
 def pd_units():
     model = load_model("Llama-3.1-8B")
-    spec = EnumerationSpec(gpus=["h100"], weight_quants=["fp8"], kv_dtypes=["fp8"], parallel={"tp": [1]}, modes=["disaggregated"],
-                           max_context_len=8192)  # fmt: skip
+    spec = EnumerationSpec(
+        gpus=["h100"],
+        weight_quants=["fp8"],
+        kv_dtypes=["fp8"],
+        parallel={"tp": [1]},
+        modes=["disaggregated"],
+        max_context_len=8192,
+    )
     rows = enumerate_candidates(model, spec).table
     rows = rows[rows["feasible"]]
     rng = np.random.default_rng(0)
-    trace = pa.table({"arrival_s": np.sort(rng.uniform(0, 60, 120)), "isl": rng.integers(500, 4000, 120), "osl": rng.integers(2, 200, 120)})
+    trace = pa.table(
+        {
+            "arrival_s": np.sort(rng.uniform(0, 60, 120)),
+            "isl": rng.integers(500, 4000, 120),
+            "osl": rng.integers(2, 200, 120),
+        }
+    )
     lengths = Lengths.of(trace)
-    unit = {role: make_unit(model, rows[rows["role"] == role].iloc[0], lengths, SloParams()) for role in ("prefill", "decode")}
+    unit = {
+        role: make_unit(model, rows[rows["role"] == role].iloc[0], lengths, SloParams())
+        for role in ("prefill", "decode")
+    }
     return trace, unit
 
 
@@ -121,7 +158,10 @@ def test_pd_ttft_includes_the_handoff_by_default(pd_units, includes):
     assert SizeParams().slo.ttft_includes_handoff  # the default: the first token the user sees
     link = LinkConfig(bandwidth_bytes_s=1e9, latency_s=0.01)  # a slow link: the handoff is visible
     rec = PdFactory(trace, unit["prefill"], unit["decode"], link, params)(1, 1).simulate(2.0, 0).records
-    col = {c: rec.column(c).to_numpy(zero_copy_only=False).astype(float) for c in ("ttft_s", "queue_s", "prefill_s", "visible_wait_s")}
+    col = {
+        c: rec.column(c).to_numpy(zero_copy_only=False).astype(float)
+        for c in ("ttft_s", "queue_s", "prefill_s", "visible_wait_s")
+    }
     at_prefill = col["queue_s"] + col["prefill_s"]
     handoff = col["visible_wait_s"]
     assert handoff.min() > 0.01

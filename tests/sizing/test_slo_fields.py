@@ -20,8 +20,8 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
-from llmcap.perf.model import LinearStepModel
 from llmcap.first_token import first_token_from
+from llmcap.perf.model import LinearStepModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate
 from llmcap.sizing.params import DistributionTarget, SloParams
 from llmcap.sizing.slo import attainment, deadlines, misses, run_checks, run_miss, with_deadlines
@@ -37,9 +37,19 @@ def _run() -> pa.Table:
     rows = []
     for i in range(100):
         cold, draining = i < 2, i >= 98
-        rows.append({"arrival_s": float(i), "ttft_ms": 5000.0 if cold else 100.0 + i, "e2e_ms": 9000.0 if draining else 1000.0 + i,
-                     "queue_ms": 10.0 + i / 10, "itl_ms": 10.0, "itl_p99_ms": 20.0, "itl_max_ms": 30.0, "tpot_ms": 15.0,
-                     "isl": 1000})  # fmt: skip
+        rows.append(
+            {
+                "arrival_s": float(i),
+                "ttft_ms": 5000.0 if cold else 100.0 + i,
+                "e2e_ms": 9000.0 if draining else 1000.0 + i,
+                "queue_ms": 10.0 + i / 10,
+                "itl_ms": 10.0,
+                "itl_p99_ms": 20.0,
+                "itl_max_ms": 30.0,
+                "tpot_ms": 15.0,
+                "isl": 1000,
+            }
+        )
     return make_records(rows)
 
 
@@ -72,7 +82,11 @@ CASES: dict[str, tuple[dict[str, Any], Any, Any]] = {
     # a 195 ms TTFT target: of the window's 95 requests only i = 96 (196 ms) misses → 94/95 = 0.9895
     "attainment_target": ({"ttft_ms": 195.0, "itl_ms": None} | WINDOWED, 0.98, 0.99),
     # TTFT P50 across the window's 95 requests is request 49's, 149 ms
-    "distribution": ({"ttft_ms": None, "itl_ms": None} | WINDOWED, (), (DistributionTarget(metric="ttft", percentile=50, target_ms=140),)),
+    "distribution": (
+        {"ttft_ms": None, "itl_ms": None} | WINDOWED,
+        (),
+        (DistributionTarget(metric="ttft", percentile=50, target_ms=140),),
+    ),
     # the cold requests 0-1 (TTFT 5 s) are 2 of the 97 arrivals in [0, 97): 95/97 = 0.979 < 0.99 unless the first 2 s are left out
     "warmup_s": ({"ttft_ms": 1000.0, "itl_ms": None, "drain_s": 2.0}, 2.0, 0.0),
     # the draining requests 98-99 (E2E 9 s) are 2 of the 98 arrivals in [2, 99] (no drain: the end is closed): 96/98 = 0.980
@@ -103,19 +117,27 @@ def test_a_distribution_target_and_a_per_request_target_at_once() -> None:
     tighter = (DistributionTarget(metric="ttft", percentile=90, target_ms=185),)
     checks = run_checks(RUN, GAPS, TOKENS, SloParams(ttft_ms=200.0, itl_ms=None, distribution=tighter, **WINDOWED))
     assert run_miss(checks) == "TTFT P90 186.6 ms > 185 ms"
-    assert not meets(SloParams(ttft_ms=150.0, itl_ms=None, distribution=p90, **WINDOWED)), "and the per-request target still binds"
+    assert not meets(SloParams(ttft_ms=150.0, itl_ms=None, distribution=p90, **WINDOWED)), (
+        "and the per-request target still binds"
+    )
 
 
 def test_ttft_includes_handoff_changes_the_verdict() -> None:
     """Two requests on 1 prefill + 1 decode over a slow link (tests/sim/test_timelines.py's P/D case): TTFT at
     prefill is 2.0 and 4.0 s; after the handoff 6.5 and 10.5 s. A 5 s TTFT target passes only the first way."""
-    engine = EngineConfig(num_blocks=10, block_size=4, max_num_seqs=8, max_num_batched_tokens=8, kv_bytes_per_token=10.0)
+    engine = EngineConfig(
+        num_blocks=10, block_size=4, max_num_seqs=8, max_num_batched_tokens=8, kv_bytes_per_token=10.0
+    )
     step = LinearStepModel(overhead_s=1.0, per_prefill_token_s=0.125, per_decode_seq_s=0.25)
 
     def verdict(includes_handoff: bool) -> bool:
         slo = SloParams(ttft_ms=5000.0, itl_ms=None, ttft_includes_handoff=includes_handoff)
-        pd = PDConfig(prefill_replicas=1, decode_replicas=1, link=LinkConfig(bandwidth_bytes_s=20.0, latency_s=0.5),
-                      first_token_from=first_token_from(slo.ttft_includes_handoff))  # as the sizer builds it  # fmt: skip
+        pd = PDConfig(
+            prefill_replicas=1,
+            decode_replicas=1,
+            link=LinkConfig(bandwidth_bytes_s=20.0, latency_s=0.5),
+            first_token_from=first_token_from(slo.ttft_includes_handoff),
+        )  # as the sizer builds it
         result = simulate(table({"isl": [8, 8], "osl": [2, 2]}), step, SimConfig(engine=engine, pd=pd))
         return meets(slo, result.records)
 
@@ -128,8 +150,31 @@ def test_size_plans_for_a_percentile_target_beside_the_per_request_one(tmp_path,
     monkeypatch.delenv("COLUMNS", raising=False)
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:301]) + "\n")
-    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--kv-dtype",
-            "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--shortlist", "1", "--excerpt", "100", "--json"]  # fmt: skip
+    args = [
+        "size",
+        "--trace",
+        str(trace),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--weight-quant",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--no-pd",
+        "--slo-ttft-p99",
+        "2000",
+        "--slo-itl-p99",
+        "100",
+        "--shortlist",
+        "1",
+        "--excerpt",
+        "100",
+        "--json",
+    ]
 
     def size(*extra: str) -> tuple[int, dict]:
         r = CliRunner().invoke(app, [*args, *extra])
@@ -141,19 +186,38 @@ def test_size_plans_for_a_percentile_target_beside_the_per_request_one(tmp_path,
     assert with_p90["gpus"] > p99_only["gpus"] and with_p90["max_rps_per_unit"] < p99_only["max_rps_per_unit"]
     assert "ttft_p90" in with_p90["slo_definitions"] and "ttft_p90" not in p99_only["slo_definitions"]
     code, none = size("--slo-percentile", "ttft:p50:5")  # 5 ms: below one 1k-token prefill on an idle H100
-    assert code == 1 and none["near_misses"][0]["binding"] == "run" and none["near_misses"][0]["reason"].startswith("TTFT P50 ")
+    assert (
+        code == 1
+        and none["near_misses"][0]["binding"] == "run"
+        and none["near_misses"][0]["reason"].startswith("TTFT P50 ")
+    )
 
 
 @pytest.mark.parametrize("text", ["ttft:90:abc", "ttft:p101:100", "speed:p90:100", "ttft:p90", "ttft:p90:0"])
 def test_a_percentile_target_that_is_not_one_is_refused(text: str) -> None:
-    r = CliRunner().invoke(app, ["size", "--trace", "unused.csv", "--model", "Llama-3.1-8B", "--slo-ttft-p99", "2000", "--slo-percentile", text])
+    r = CliRunner().invoke(
+        app,
+        [
+            "size",
+            "--trace",
+            "unused.csv",
+            "--model",
+            "Llama-3.1-8B",
+            "--slo-ttft-p99",
+            "2000",
+            "--slo-percentile",
+            text,
+        ],
+    )
     assert r.exit_code == 2 and "--slo-percentile" in r.stderr
 
 
 def _trace_with(deadline_s: list[float | None]) -> pa.Table:
     """The run's requests as a trace, listed in reverse request order (the join is by request_id, not position)."""
     ids = list(range(len(deadline_s)))[::-1]
-    return pa.table({"request_id": pa.array(ids, pa.int64()), "deadline_s": pa.array([deadline_s[i] for i in ids], pa.float64())})
+    return pa.table(
+        {"request_id": pa.array(ids, pa.int64()), "deadline_s": pa.array([deadline_s[i] for i in ids], pa.float64())}
+    )
 
 
 def test_the_traces_own_deadlines_change_the_verdict() -> None:
@@ -183,10 +247,37 @@ def test_size_plans_for_the_traces_deadlines(tmp_path, monkeypatch) -> None:
     def size(deadline: float) -> tuple[int, dict]:
         path = tmp_path / f"deadline_{deadline:g}.parquet"
         column = canonical.schema.get_field_index("deadline_s")
-        pq.write_table(canonical.set_column(column, "deadline_s", pa.array(np.full(canonical.num_rows, deadline))), path)
-        r = CliRunner().invoke(app, ["size", "--trace", str(path), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant",
-                                     "fp8", "--kv-dtype", "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100",
-                                     "--shortlist", "1", "--excerpt", "100", "--json"])  # fmt: skip
+        pq.write_table(
+            canonical.set_column(column, "deadline_s", pa.array(np.full(canonical.num_rows, deadline))), path
+        )
+        r = CliRunner().invoke(
+            app,
+            [
+                "size",
+                "--trace",
+                str(path),
+                "--model",
+                "Llama-3.1-8B",
+                "--gpu",
+                "h100",
+                "--tp",
+                "1",
+                "--weight-quant",
+                "fp8",
+                "--kv-dtype",
+                "fp8",
+                "--no-pd",
+                "--slo-ttft-p99",
+                "2000",
+                "--slo-itl-p99",
+                "100",
+                "--shortlist",
+                "1",
+                "--excerpt",
+                "100",
+                "--json",
+            ],
+        )
         return r.exit_code, json.loads(r.stdout)
 
     (code, loose), (code_tight, tight) = size(600.0), size(0.05)

@@ -42,12 +42,16 @@ def test_targets_are_inclusive_and_unset_targets_are_ignored(records):
 def test_itl_statistic_selects_the_per_request_column(records):
     # median gap 20 ms, P99 gap 60 ms, largest 90 ms; target 50 ms
     r = records([{"arrival_s": 0.0, "itl_ms": 20, "itl_p99_ms": 60, "itl_max_ms": 90, "tpot_ms": 20}])
-    got = {stat: bool(qualifies(r, SloParams(ttft_ms=None, itl_ms=50, itl_stat=stat))[0]) for stat in ("p50", "p99", "max")}
+    got = {
+        stat: bool(qualifies(r, SloParams(ttft_ms=None, itl_ms=50, itl_stat=stat))[0]) for stat in ("p50", "p99", "max")
+    }
     assert got == {"p50": True, "p99": False, "max": False}
 
 
 def test_unfinished_and_rejected_never_qualify_even_without_targets(records):
-    r = records([{"arrival_s": 0.0}, {"arrival_s": 0.1, "status": "unfinished"}, {"arrival_s": 0.2, "status": "rejected"}])
+    r = records(
+        [{"arrival_s": 0.0}, {"arrival_s": 0.1, "status": "unfinished"}, {"arrival_s": 0.2, "status": "rejected"}]
+    )
     no_targets = SloParams(ttft_ms=None, itl_ms=None)
     assert qualifies(r, no_targets).tolist() == [True, False, False]
     assert attainment(r, no_targets) == pytest.approx(1 / 3)

@@ -27,15 +27,27 @@ def _setup(tmp_path: Path, enumerate_params: dict) -> list[str]:
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     (tmp_path / "workload.json").write_text(json.dumps(WORKLOAD))
     return [
-        "--params", str(tmp_path / "params.yaml"), "--catalog-dir", str(CATALOG),
-        "--workload", str(tmp_path / "workload.json"),
-        "--candidates", str(tmp_path / "out" / "candidates.parquet"), "--report-dir", str(tmp_path / "reports"),
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--catalog-dir",
+        str(CATALOG),
+        "--workload",
+        str(tmp_path / "workload.json"),
+        "--candidates",
+        str(tmp_path / "out" / "candidates.parquet"),
+        "--report-dir",
+        str(tmp_path / "reports"),
     ]
 
 
 ACCEPTANCE = {  # Llama-3.1-70B bf16 on one 8x H100 node, 8k-token requests
-    "model": "Llama-3.1-70B", "gpus": ["h100"], "weight_quants": ["bf16"], "kv_dtypes": ["bf16"],
-    "parallel": {"tp": [1, 2, 4, 8]}, "modes": ["aggregated"], "max_context_len": 8192,
+    "model": "Llama-3.1-70B",
+    "gpus": ["h100"],
+    "weight_quants": ["bf16"],
+    "kv_dtypes": ["bf16"],
+    "parallel": {"tp": [1, 2, 4, 8]},
+    "modes": ["aggregated"],
+    "max_context_len": 8192,
 }
 
 
@@ -72,21 +84,36 @@ def test_is_deterministic_and_logs_to_mlflow(tmp_path: Path) -> None:
 
     args = _setup(tmp_path, {"gpus": ["h100", "h200"], "parallel": {"tp": [2, 4]}})  # max context: workload
     assert stage.main(args) == 0
-    first = [(tmp_path / p).read_bytes() for p in ("out/candidates.parquet", "reports/summary.json", "reports/validation.json")]
+    first = [
+        (tmp_path / p).read_bytes()
+        for p in ("out/candidates.parquet", "reports/summary.json", "reports/validation.json")
+    ]
     assert stage.main(args) == 0
-    again = [(tmp_path / p).read_bytes() for p in ("out/candidates.parquet", "reports/summary.json", "reports/validation.json")]
+    again = [
+        (tmp_path / p).read_bytes()
+        for p in ("out/candidates.parquet", "reports/summary.json", "reports/validation.json")
+    ]
     assert first == again
 
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     assert summary["max_context_len"] == 32000  # longest ISL + longest OSL of the workload
     assert summary["rows"] == 3 * 2 * 2  # roles (aggregated; disaggregated prefill, decode) x GPUs x TP
 
-    runs = mlflow.search_runs(experiment_names=["llmcap"], filter_string="tags.`dvc.stage` = 'enumerate'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
+    runs = mlflow.search_runs(
+        experiment_names=["llmcap"],
+        filter_string="tags.`dvc.stage` = 'enumerate'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     run = runs.iloc[0]
     assert run["metrics.candidates"] == 12 and run["metrics.feasible"] == summary["feasible"]
     assert run["tags.model"] == "Llama-3.1-70B" and run["tags.validation.success"] == "true"
-    for tag in ("tags.git.commit", "tags.dvc.stage_hash", "tags.input.workload.sha256", "tags.input.model_config.sha256"):
+    for tag in (
+        "tags.git.commit",
+        "tags.dvc.stage_hash",
+        "tags.input.workload.sha256",
+        "tags.input.model_config.sha256",
+    ):
         assert run[tag], tag
     assert json.loads(run["params.enumerate.gpus"]) == ["h100", "h200"]
 
@@ -131,17 +158,27 @@ def test_an_engine_preset_sets_each_gpus_scheduler_knobs_and_the_admission(tmp_p
     size.admission_policy says otherwise, which must then be TensorRT-LLM's or the params fail."""
     from llmcap.config import Params
 
-    grid = ACCEPTANCE | {"gpus": ["h100", "h200"], "modes": ["aggregated", "disaggregated"], "engine": "trtllm",
-                         "aggregated": {"max_num_seqs": [256], "max_num_batched_tokens": [512, 2048]}}  # fmt: skip
+    grid = ACCEPTANCE | {
+        "gpus": ["h100", "h200"],
+        "modes": ["aggregated", "disaggregated"],
+        "engine": "trtllm",
+        "aggregated": {"max_num_seqs": [256], "max_num_batched_tokens": [512, 2048]},
+    }
     assert stage.main(_setup(tmp_path, grid)) == 0
     t = pd.read_parquet(tmp_path / "out" / "candidates.parquet")
     assert set(t["gpu"]) == {"H100-SXM-80GB", "H200-SXM-141GB"} and list(t["row"]) == list(range(len(t)))
     assert set(zip(t["max_num_seqs"], t["max_num_batched_tokens"], t["block_size"], strict=True)) == {(2048, 8192, 32)}
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
-    assert {g: p["engine"] for g, p in summary["engine_preset"].items()} == {"H100-SXM-80GB": "trtllm", "H200-SXM-141GB": "trtllm"}
+    assert {g: p["engine"] for g, p in summary["engine_preset"].items()} == {
+        "H100-SXM-80GB": "trtllm",
+        "H200-SXM-141GB": "trtllm",
+    }
 
     base = {"trace": {"file": "t.jsonl"}, "enumerate": grid}
     assert Params.model_validate(base).sizing().admission_policy == "trtllm-guaranteed-no-evict"
-    assert Params.model_validate(base | {"size": {"admission_policy": "trtllm-max-utilization"}}).sizing().admission_policy == "trtllm-max-utilization"
+    assert (
+        Params.model_validate(base | {"size": {"admission_policy": "trtllm-max-utilization"}}).sizing().admission_policy
+        == "trtllm-max-utilization"
+    )
     with pytest.raises(ValueError, match="size.admission_policy 'vllm' contradicts enumerate.engine 'trtllm'"):
         Params.model_validate(base | {"size": {"admission_policy": "vllm"}})

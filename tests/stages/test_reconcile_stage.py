@@ -18,15 +18,30 @@ from tests.reconcile._records import pair_of
 
 
 def _setup(tmp_path: Path, reconcile_params: dict, scale) -> list[str]:
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"trace": {"file": "unused.jsonl"}, "reconcile": reconcile_params}))
+    (tmp_path / "params.yaml").write_text(
+        yaml.safe_dump({"trace": {"file": "unused.jsonl"}, "reconcile": reconcile_params})
+    )
     runs = [pair_of(scale, n=200, seed=s) for s in (0, 1)]  # two excerpts of one run
     for side, k in (("measured", 0), ("predicted", 1)):
-        tables = [t[k].set_column(t[k].schema.get_field_index("excerpt_seed"), "excerpt_seed", pa.array([s] * 200, pa.int64()))
-                  for s, t in enumerate(runs)]  # fmt: skip
+        tables = [
+            t[k].set_column(
+                t[k].schema.get_field_index("excerpt_seed"), "excerpt_seed", pa.array([s] * 200, pa.int64())
+            )
+            for s, t in enumerate(runs)
+        ]
         pq.write_table(pa.concat_tables(tables), tmp_path / f"{side}.parquet")
-    return ["--params", str(tmp_path / "params.yaml"), "--measured", str(tmp_path / "measured.parquet"),
-            "--predicted", str(tmp_path / "predicted.parquet"), "--out", str(tmp_path / "out" / "reconcile.json"),
-            "--report-dir", str(tmp_path / "reports")]  # fmt: skip
+    return [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--measured",
+        str(tmp_path / "measured.parquet"),
+        "--predicted",
+        str(tmp_path / "predicted.parquet"),
+        "--out",
+        str(tmp_path / "out" / "reconcile.json"),
+        "--report-dir",
+        str(tmp_path / "reports"),
+    ]
 
 
 def test_writes_decisions_corrections_report_and_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,8 +61,12 @@ def test_writes_decisions_corrections_report_and_validation(tmp_path: Path, caps
 
     import mlflow
 
-    run = mlflow.search_runs(experiment_names=["llmcap"], filter_string="tags.`dvc.stage` = 'reconcile'",
-                             order_by=["attributes.start_time DESC"], max_results=1).iloc[0]  # fmt: skip
+    run = mlflow.search_runs(
+        experiment_names=["llmcap"],
+        filter_string="tags.`dvc.stage` = 'reconcile'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    ).iloc[0]
     assert run["metrics.buckets.split"] == 1 and run["metrics.requests.paired"] == 400
     assert run["metrics.correction.8192"] == pytest.approx(rec["corrections"][0]["factor"])
     assert run["tags.validation.success"] == "true" and run["tags.input.measured.sha256"]

@@ -4,11 +4,10 @@ named as such everywhere, and the twin process gone afterwards."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import contextlib
 import io
+import json
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -30,17 +29,47 @@ REQUESTS, DILATION = 12, 0.25
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     tmp = tmp_path_factory.mktemp("replay")
-    row = first_candidate(tmp, {"replay": {"excerpt_requests": REQUESTS, "twin_dilation": DILATION, "isl_buckets": [1024], "osl_buckets": [32]}})
-    summary = {"chosen": candidate_key(row), "mode": "aggregated", "pool_plans": {"instances": {"per_instance_rps": RATE}}}
+    row = first_candidate(
+        tmp,
+        {
+            "replay": {
+                "excerpt_requests": REQUESTS,
+                "twin_dilation": DILATION,
+                "isl_buckets": [1024],
+                "osl_buckets": [32],
+            }
+        },
+    )
+    summary = {
+        "chosen": candidate_key(row),
+        "mode": "aggregated",
+        "pool_plans": {"instances": {"per_instance_rps": RATE}},
+    }
     (tmp / "summary.json").write_text(json.dumps(summary))
     (tmp / "step_model.json").write_text(json.dumps({"source": "roofline-fallback"}))
     write_table(canonical_trace(200, 0.5), tmp / "trace.parquet")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = stage.main(["--params", str(tmp / "params.yaml"), "--trace", str(tmp / "trace.parquet"),
-                           "--candidates", str(tmp / "candidates.parquet"), "--capacity-summary", str(tmp / "summary.json"),
-                           "--step-model", str(tmp / "step_model.json"), "--measured", str(tmp / "out/measured.parquet"),
-                           "--predicted", str(tmp / "out/predicted.parquet"), "--report-dir", str(tmp / "report")])  # fmt: skip
+        code = stage.main(
+            [
+                "--params",
+                str(tmp / "params.yaml"),
+                "--trace",
+                str(tmp / "trace.parquet"),
+                "--candidates",
+                str(tmp / "candidates.parquet"),
+                "--capacity-summary",
+                str(tmp / "summary.json"),
+                "--step-model",
+                str(tmp / "step_model.json"),
+                "--measured",
+                str(tmp / "out/measured.parquet"),
+                "--predicted",
+                str(tmp / "out/predicted.parquet"),
+                "--report-dir",
+                str(tmp / "report"),
+            ]
+        )
     assert code == 0, err.getvalue()[-3000:]
     return tmp, out.getvalue(), err.getvalue()
 
@@ -51,7 +80,14 @@ def test_every_request_is_a_row_measured_and_predicted(replayed: tuple[Path, str
     predicted = pq.read_table(tmp / "out/predicted.parquet")
     assert measured.schema.equals(RECORD_SCHEMA) and predicted.schema.equals(RECORD_SCHEMA)
     assert measured.num_rows == predicted.num_rows == 3 * REQUESTS
-    key = lambda t: list(zip(t.column("run").to_pylist(), t.column("excerpt_seed").to_pylist(), t.column("request_id").to_pylist()))  # noqa: E731
+    key = lambda t: list(
+        zip(
+            t.column("run").to_pylist(),
+            t.column("excerpt_seed").to_pylist(),
+            t.column("request_id").to_pylist(),
+            strict=True,
+        )
+    )  # noqa: E731
     assert key(measured) == key(predicted)
     assert sorted(set(measured.column("run").to_pylist())) == ["0.8x", "1.2x", "1x"]
     assert set(measured.column("status").to_pylist()) <= {"ok", "unfinished", "rejected"}
@@ -62,7 +98,9 @@ def test_every_request_is_a_row_measured_and_predicted(replayed: tuple[Path, str
     late = _minus(measured, predicted, "arrival_s")
     assert (late >= -1e-6).all() and (late <= 0.05 / DILATION).all(), late
     ok = np.array(measured.column("status").to_pylist()) == "ok"
-    ratio = np.array(measured.column("ttft_s").to_pylist(), dtype=float) / np.array(predicted.column("ttft_s").to_pylist(), dtype=float)
+    ratio = np.array(measured.column("ttft_s").to_pylist(), dtype=float) / np.array(
+        predicted.column("ttft_s").to_pylist(), dtype=float
+    )
     run = np.array(measured.column("run").to_pylist())
     for label in ("0.8x", "1x", "1.2x"):  # per run: a later run must not find its prompts cached by an earlier one
         assert 0.5 < float(np.median(ratio[ok & (run == label)])) < 4.0, (label, ratio)
@@ -86,7 +124,9 @@ def test_the_summary_names_the_twin_and_holds_the_comparison(replayed: tuple[Pat
     ok_measured = sum(r["measured"]["status"]["ok"] for r in s["runs"])
     assert sum(b["n_measured"] for b in s["buckets"]) == ok_measured
     assert sum(b["n_predicted"] for b in s["buckets"]) == sum(r["predicted"]["status"]["ok"] for r in s["runs"])
-    assert {b["isl_bucket"] for b in s["buckets"]} <= {"<1024", ">=1024"} and {b["osl_bucket"] for b in s["buckets"]} <= {"<32", ">=32"}
+    assert {b["isl_bucket"] for b in s["buckets"]} <= {"<1024", ">=1024"} and {
+        b["osl_bucket"] for b in s["buckets"]
+    } <= {"<32", ">=32"}
     for side in ("measured", "predicted"):
         v = s["verdict"][side]
         assert v["band"] == [0.8, 1.2] and set(v["holds"]) == {"0.8x", "1x", "1.2x"}
@@ -95,7 +135,10 @@ def test_the_summary_names_the_twin_and_holds_the_comparison(replayed: tuple[Pat
     low = next(r["predicted"] for r in s["runs"] if r["run"] == "0.8x")
     assert low["attainment"] == 1.0 and 0 < low["judged"] == low["met"] < 381
     # every judged request met the SLOs, but fewer than 381 cannot show 99% at 95% confidence: inconclusive, not a verdict
-    assert s["verdict"]["predicted"]["judgement"]["0.8x"] == "inconclusive" and s["verdict"]["predicted"]["holds_at_low"] is False
+    assert (
+        s["verdict"]["predicted"]["judgement"]["0.8x"] == "inconclusive"
+        and s["verdict"]["predicted"]["holds_at_low"] is False
+    )
     checks = json.loads((tmp / "report/validation.json").read_text())
     assert [c["suite"] for c in checks] == ["replay_measured", "replay_predicted"] and all(c["success"] for c in checks)
 

@@ -12,7 +12,9 @@ from flows.replan import stage_times, times_table
 from stages import timing
 
 
-def test_the_stage_runner_records_a_finished_stage_and_not_a_failed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_stage_runner_records_a_finished_stage_and_not_a_failed_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from llmcap.errors import LlmcapError
     from stages import _runner
 
@@ -22,7 +24,9 @@ def test_the_stage_runner_records_a_finished_stage_and_not_a_failed_one(tmp_path
     library = logging.getLogger("llmcap")  # stage_main adds its stage's handler: this test process keeps its own
     monkeypatch.setattr(library, "handlers", list(library.handlers))
     monkeypatch.setattr(library, "level", library.level)
-    monkeypatch.setattr(_runner, "apply_defaults", lambda: None)  # the tools' homes: this process has its own (conftest)
+    monkeypatch.setattr(
+        _runner, "apply_defaults", lambda: None
+    )  # the tools' homes: this process has its own (conftest)
 
     def work(_: object) -> str:
         timing.add_since("validation", timing.now())
@@ -63,7 +67,14 @@ def test_the_flow_table_gives_dvc_the_rest_of_each_stage() -> None:
     phases = {"size": {"startup": 1.0, "work": 50.0, "mlflow": 2.0, "validation": 3.0}}
     got = stage_times({"clean": 0.8, "size": 60.0}, phases)
     assert got["clean"] == {"total": 0.8, "dvc": 0.8}  # up to date: DVC only checked it
-    assert got["size"] == {"total": 60.0, "dvc": pytest.approx(4.0), "startup": 1.0, "work": 50.0, "mlflow": 2.0, "validation": 3.0}
+    assert got["size"] == {
+        "total": 60.0,
+        "dvc": pytest.approx(4.0),
+        "startup": 1.0,
+        "work": 50.0,
+        "mlflow": 2.0,
+        "validation": 3.0,
+    }
     table = times_table(got, 70.0)
     lines = table.splitlines()
     assert lines[0].split()[-6:] == ["total", "DVC", "start", "work", "MLflow", "GX"]

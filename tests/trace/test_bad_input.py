@@ -70,7 +70,9 @@ def test_missing_required_column(tmp_path: Path) -> None:
 
 def test_missing_required_field_in_jsonl(tmp_path: Path) -> None:
     path = write(tmp_path, "noosl.jsonl", '{"timestamp": 0, "input_length": 10, "hash_ids": [1]}\n')
-    assert_one_clear_error(run_cli("trace", "inspect", "--format", "mooncake", str(path)), path, "field 'output_length'")
+    assert_one_clear_error(
+        run_cli("trace", "inspect", "--format", "mooncake", str(path)), path, "field 'output_length'"
+    )
 
 
 def test_seconds_vs_milliseconds_ambiguity(tmp_path: Path) -> None:
@@ -78,7 +80,9 @@ def test_seconds_vs_milliseconds_ambiguity(tmp_path: Path) -> None:
     stamps = np.sort(np.random.default_rng(0).integers(0, 3_600, size=1_000))
     body = "timestamp,isl,osl\n" + "".join(f"{t},100,10\n" for t in stamps)
     path = write(tmp_path, "ambiguous.csv", body)
-    line = assert_one_clear_error(run_cli("trace", "inspect", "-c", "arrival=timestamp", str(path)), path, "field 'timestamp'")
+    line = assert_one_clear_error(
+        run_cli("trace", "inspect", "-c", "arrival=timestamp", str(path)), path, "field 'timestamp'"
+    )
     assert "seconds or milliseconds" in line and "time_unit" in line
     # Saying the unit resolves it.
     for unit, duration in (("s", 3_600), ("ms", 3.6)):
@@ -104,7 +108,10 @@ def test_all_rows_invalid_is_an_error_after_quarantine_is_written(tmp_path: Path
     out = tmp_path / "clean.parquet"
     proc = run_cli("trace", "clean", str(path), "-o", str(out))
     assert proc.returncode == 2 and "all 2 rows were quarantined" in proc.stderr
-    assert pq.read_table(tmp_path / "clean.quarantine.parquet").column("reason").to_pylist() == ["isl_zero", "isl_negative"]
+    assert pq.read_table(tmp_path / "clean.quarantine.parquet").column("reason").to_pylist() == [
+        "isl_zero",
+        "isl_negative",
+    ]
 
 
 def test_api_raises_input_file_error_with_location(tmp_path: Path) -> None:
@@ -140,14 +147,24 @@ def test_nan_negative_zero_and_fractional_lengths(tmp_path: Path) -> None:
     path = write(tmp_path, "lengths.csv", AZURE_HEADER + "\r\n".join(rows))
     result = ingest(path)
     assert _reasons(result) == {
-        3: "isl_missing", 4: "isl_negative", 5: "isl_zero", 6: "osl_below_1", 7: "osl_below_1",
-        8: "isl_not_integer", 9: "isl_missing", 10: "osl_missing", 11: "invalid_arrival", 12: "isl_not_finite",
+        3: "isl_missing",
+        4: "isl_negative",
+        5: "isl_zero",
+        6: "osl_below_1",
+        7: "osl_below_1",
+        8: "isl_not_integer",
+        9: "isl_missing",
+        10: "osl_missing",
+        11: "invalid_arrival",
+        12: "isl_not_finite",
     }
     r = result.report
     assert (r.rows_in, r.rows_kept, r.rows_quarantined, r.accounting_ok) == (12, 2, 10, True)
     assert result.trace.column("isl").to_pylist() == [100, 200]
     assert result.trace.column("arrival_s").to_pylist() == [0.0, 10.0]
-    raw_text = dict(zip(result.quarantine.column("line").to_pylist(), result.quarantine.column("raw").to_pylist(), strict=True))
+    raw_text = dict(
+        zip(result.quarantine.column("line").to_pylist(), result.quarantine.column("raw").to_pylist(), strict=True)
+    )
     assert raw_text[4] == "2023-11-16 18:00:02.0000000,-5,10"
 
 
@@ -175,7 +192,9 @@ def test_unsorted_and_duplicated_timestamps(tmp_path: Path) -> None:
 
 
 def test_truncated_last_line_jsonl(tmp_path: Path) -> None:
-    good = "".join(f'{{"timestamp": {t}, "input_length": 100, "output_length": 5, "hash_ids": [1]}}\n' for t in (0, 5, 9))
+    good = "".join(
+        f'{{"timestamp": {t}, "input_length": 100, "output_length": 5, "hash_ids": [1]}}\n' for t in (0, 5, 9)
+    )
     path = write(tmp_path, "trunc.jsonl", good + '{"timestamp": 9, "input_length": 1')
     result = ingest(path)
     assert _reasons(result) == {4: "malformed_record"}
@@ -193,11 +212,17 @@ def test_truncated_last_line_csv(tmp_path: Path) -> None:
 
 
 def test_utf8_bom(tmp_path: Path) -> None:
-    path = write(tmp_path, "bom.csv", b"\xef\xbb\xbf" + (AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\r\n").encode())
+    path = write(
+        tmp_path, "bom.csv", b"\xef\xbb\xbf" + (AZURE_HEADER + "2023-11-16 18:15:46.6805900,374,44\r\n").encode()
+    )
     result = ingest(path)
     assert result.report.source_format == "azure"
     assert result.trace.column("isl").to_pylist() == [374]
-    jpath = write(tmp_path, "bom.jsonl", b"\xef\xbb\xbf" + b'{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [4]}\n')
+    jpath = write(
+        tmp_path,
+        "bom.jsonl",
+        b"\xef\xbb\xbf" + b'{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [4]}\n',
+    )
     assert ingest(jpath).trace.column("osl").to_pylist() == [2]
 
 
@@ -212,7 +237,7 @@ def test_wrong_types_inside_jsonl_are_quarantined_not_fatal(tmp_path: Path) -> N
     lines = [
         '{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1]}',
         '{"timestamp": 1, "input_length": "lots", "output_length": 5, "hash_ids": [2]}',
-        '[1, 2, 3]',
+        "[1, 2, 3]",
         '{"timestamp": 2, "input_length": 100, "output_length": 6, "hash_ids": "x"}',
     ]
     path = write(tmp_path, "types.jsonl", "\n".join(lines) + "\n")

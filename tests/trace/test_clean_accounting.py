@@ -62,12 +62,35 @@ def test_each_row_gets_its_first_failing_reason_with_its_line_and_detail(cleaned
 def test_the_report_adds_up(cleaned) -> None:
     r = cleaned.report
     assert (r.rows_in, r.rows_kept, r.rows_quarantined) == (15, 4, 11) and r.accounting_ok
-    assert r.by_reason == {"invalid_arrival": 1, "isl_missing": 1, "isl_negative": 1, "isl_zero": 1, "isl_not_integer": 1,
-                           "osl_missing": 1, "osl_not_integer": 1, "osl_below_1": 1, "exceeds_max_context": 1,
-                           "test_traffic": 1, "duplicate": 1}  # fmt: skip
-    assert list(r.by_reason) == [k for k in ("invalid_arrival", "isl_missing", "isl_negative", "isl_zero", "isl_not_integer",
-                                             "osl_missing", "osl_not_integer", "osl_below_1", "exceeds_max_context",
-                                             "test_traffic", "duplicate")]  # fmt: skip
+    assert r.by_reason == {
+        "invalid_arrival": 1,
+        "isl_missing": 1,
+        "isl_negative": 1,
+        "isl_zero": 1,
+        "isl_not_integer": 1,
+        "osl_missing": 1,
+        "osl_not_integer": 1,
+        "osl_below_1": 1,
+        "exceeds_max_context": 1,
+        "test_traffic": 1,
+        "duplicate": 1,
+    }
+    assert list(r.by_reason) == [
+        k
+        for k in (
+            "invalid_arrival",
+            "isl_missing",
+            "isl_negative",
+            "isl_zero",
+            "isl_not_integer",
+            "osl_missing",
+            "osl_not_integer",
+            "osl_below_1",
+            "exceeds_max_context",
+            "test_traffic",
+            "duplicate",
+        )
+    ]
     assert r.out_of_order_rows == 1  # line 14 (10.5) after line 13 (19)
     assert r.duration_s == pytest.approx(9.0)  # kept arrivals 10 .. 19
     assert r.start == "+10.000s" and r.arrival_column == "arrival_s" and r.warnings == ()
@@ -114,13 +137,17 @@ def _gaps(before: float, after: float, n: int = 30) -> str:
 
 
 @pytest.mark.parametrize(("after", "warns"), [(320.0, True), (310.0, False), (1 / 320, True), (1 / 310, False)])
-def test_a_clock_whose_typical_gap_changes_by_more_than_10_to_the_2_5_is_warned_of(tmp_path: Path, after: float, warns: bool) -> None:
+def test_a_clock_whose_typical_gap_changes_by_more_than_10_to_the_2_5_is_warned_of(
+    tmp_path: Path, after: float, warns: bool
+) -> None:
     # 10^2.5 = 316.2: gaps of 1 s then 320 s (or 1/320 s) change by more; 310 does not
     r = _clean(tmp_path, _gaps(1.0, after)).report
     assert len(r.warnings) == int(warns)
     if warns:
         ratio = max(after, 1 / after)
-        assert r.warnings[0].startswith(f"typical gap between arrivals changes {ratio:,.0f}x at line 33 (1 s before, {after:.3g} s after)")
+        assert r.warnings[0].startswith(
+            f"typical gap between arrivals changes {ratio:,.0f}x at line 33 (1 s before, {after:.3g} s after)"
+        )
 
 
 def test_too_few_gaps_are_not_judged(tmp_path: Path) -> None:
@@ -132,20 +159,28 @@ def test_too_few_gaps_are_not_judged(tmp_path: Path) -> None:
 def test_reused_ids_are_counted_and_named(tmp_path: Path) -> None:
     text = "request_id,arrival_s,isl,osl\nx,0,10,5\ny,1,10,5\nx,2,11,5\nx,3,12,5\ny,4,13,5\nz,5,10,5\n"
     (warning,) = _clean(tmp_path, text).report.warnings
-    assert warning == ("3 kept rows reuse an earlier row's request_id with different fields (e.g. 'x' at lines 2, 4, 5); "
-                       "each is kept as its own request")  # fmt: skip
+    assert warning == (
+        "3 kept rows reuse an earlier row's request_id with different fields (e.g. 'x' at lines 2, 4, 5); "
+        "each is kept as its own request"
+    )
     assert _clean(tmp_path, "request_id,arrival_s,isl,osl\nx,0,10,5\ny,1,10,5\n").report.warnings == ()
 
 
 def test_a_datetime_clock_starts_at_the_first_kept_request(tmp_path: Path) -> None:
     text = "arrival_time,isl,osl\n2024-05-01T10:00:00,abc,5\n2024-05-01T10:00:02.5,10,5\n2024-05-01T10:00:04,10,5\n"
     r = _clean(tmp_path, text).report
-    assert r.start == "2024-05-01T10:00:02.500000000" and r.duration_s == pytest.approx(1.5) and r.arrival_unit == "datetime"
+    assert (
+        r.start == "2024-05-01T10:00:02.500000000"
+        and r.duration_s == pytest.approx(1.5)
+        and r.arrival_unit == "datetime"
+    )
 
 
 def test_a_relative_clock_starts_at_its_offset(tmp_path: Path) -> None:
     r = _clean(tmp_path, "arrival_s,isl,osl\n5,abc,5\n7.25,10,5\n9,10,5\n").report
-    assert r.start == "+7.250s" and r.duration_s == pytest.approx(1.75)  # on the file's own clock: the first kept request's time
+    assert r.start == "+7.250s" and r.duration_s == pytest.approx(
+        1.75
+    )  # on the file's own clock: the first kept request's time
 
 
 def test_nothing_kept_is_an_error_naming_the_top_reasons(tmp_path: Path) -> None:
@@ -153,15 +188,19 @@ def test_nothing_kept_is_an_error_naming_the_top_reasons(tmp_path: Path) -> None
 
     result = _clean(tmp_path, "arrival_s,isl,osl\n0,abc,5\n1,-1,5\n2,xyz,5\n3,0,5\n")
     assert result.report.rows_kept == 0 and result.quarantine.num_rows == 4
-    with pytest.raises(LlmcapError, match=re.escape("t.csv: all 4 rows were quarantined (isl_missing=2, isl_negative=1, isl_zero=1)")):
+    with pytest.raises(
+        LlmcapError, match=re.escape("t.csv: all 4 rows were quarantined (isl_missing=2, isl_negative=1, isl_zero=1)")
+    ):
         result.require_rows()
 
 
 def test_prefix_hashes_give_each_request_its_reused_tokens(tmp_path: Path) -> None:
-    lines = [{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]},
-             {"timestamp": 1000, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]},
-             {"timestamp": 2000, "input_length": 600, "output_length": 5, "hash_ids": [1, 9]},
-             {"timestamp": 3000, "input_length": 10, "output_length": 5, "hash_ids": "not a list"}]  # fmt: skip
+    lines = [
+        {"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]},
+        {"timestamp": 1000, "input_length": 1500, "output_length": 5, "hash_ids": [1, 2, 3]},
+        {"timestamp": 2000, "input_length": 600, "output_length": 5, "hash_ids": [1, 9]},
+        {"timestamp": 3000, "input_length": 10, "output_length": 5, "hash_ids": "not a list"},
+    ]
     import json
 
     result = _clean(tmp_path, "".join(json.dumps(r) + "\n" for r in lines), name="m.jsonl")

@@ -29,10 +29,17 @@ def _raw(arrival, isl, osl, *, labels=None, parse_error=None, **kw) -> RawTrace:
     for row, why in (parse_error or {}).items():
         errors[row] = why
     return RawTrace(
-        path=Path("/somewhere/hand.csv"), format="csv", arrival_s=np.array(arrival, dtype=float), isl=np.array(isl, dtype=float),
-        osl=np.array(osl, dtype=float), labels=labels or {}, source_row=np.arange(n, dtype=np.int64),
-        line=np.arange(n, dtype=np.int64) + 2, parse_error=errors, **kw,
-    )  # fmt: skip
+        path=Path("/somewhere/hand.csv"),
+        format="csv",
+        arrival_s=np.array(arrival, dtype=float),
+        isl=np.array(isl, dtype=float),
+        osl=np.array(osl, dtype=float),
+        labels=labels or {},
+        source_row=np.arange(n, dtype=np.int64),
+        line=np.arange(n, dtype=np.int64) + 2,
+        parse_error=errors,
+        **kw,
+    )
 
 
 def _reasons(result) -> dict[int, tuple[str, str | None]]:
@@ -69,12 +76,30 @@ def rules_result():
     hashes[13] = None
     tenants = ["prod"] * n
     tenants[14], tenants[15] = "test-1", None
-    labels = {"hash_ids": pa.array(hashes, pa.list_(pa.int64())), "tenant": pa.array(tenants, pa.string()),
-              "model": pa.array([f"m{k}" for k in range(n)], pa.string()),
-              "deadline_s": pa.array([float(k) for k in range(n)], pa.float64())}  # fmt: skip
-    raw = _raw(arrival, isl, osl, labels=labels, parse_error={7: "line 9: not valid JSON"}, zero_osl_reason="failed_request",
-               block_size=16, start="+100.125s", arrival_column="ts", arrival_unit="s")  # fmt: skip
-    params = CleanParams(max_context_tokens=4096, window_start_s=1.0, window_end_s=20.0, exclude=[ExcludeRule(field="tenant", pattern="test-.*")])
+    labels = {
+        "hash_ids": pa.array(hashes, pa.list_(pa.int64())),
+        "tenant": pa.array(tenants, pa.string()),
+        "model": pa.array([f"m{k}" for k in range(n)], pa.string()),
+        "deadline_s": pa.array([float(k) for k in range(n)], pa.float64()),
+    }
+    raw = _raw(
+        arrival,
+        isl,
+        osl,
+        labels=labels,
+        parse_error={7: "line 9: not valid JSON"},
+        zero_osl_reason="failed_request",
+        block_size=16,
+        start="+100.125s",
+        arrival_column="ts",
+        arrival_unit="s",
+    )
+    params = CleanParams(
+        max_context_tokens=4096,
+        window_start_s=1.0,
+        window_end_s=20.0,
+        exclude=[ExcludeRule(field="tenant", pattern="test-.*")],
+    )
     return clean_trace(raw, params)
 
 
@@ -98,21 +123,43 @@ def test_each_rule_just_inside_keeps_and_just_outside_quarantines_with_its_detai
 
 def test_the_report_names_every_field(rules_result) -> None:
     assert rules_result.report.as_dict() == {
-        "source_file": "hand.csv", "source_format": "csv", "rows_in": 16, "rows_kept": 5, "rows_quarantined": 11,
-        "by_reason": {"malformed_record": 1, "invalid_arrival": 1, "isl_not_finite": 1, "osl_not_finite": 1, "failed_request": 1,
-                      "osl_below_1": 1, "hash_ids_invalid": 1, "exceeds_max_context": 1, "outside_window": 2, "test_traffic": 1},
+        "source_file": "hand.csv",
+        "source_format": "csv",
+        "rows_in": 16,
+        "rows_kept": 5,
+        "rows_quarantined": 11,
+        "by_reason": {
+            "malformed_record": 1,
+            "invalid_arrival": 1,
+            "isl_not_finite": 1,
+            "osl_not_finite": 1,
+            "failed_request": 1,
+            "osl_below_1": 1,
+            "hash_ids_invalid": 1,
+            "exceeds_max_context": 1,
+            "outside_window": 2,
+            "test_traffic": 1,
+        },
         "out_of_order_rows": 2,  # kept arrivals in file order 2, 7, 1, 19.999, 12: 1 and 12 come after a later one
         "start": "+101.125s",  # the source's +100.125 s plus the first kept arrival, 1.0
         "duration_s": 18.999,  # 19.999 - 1.0
-        "block_size": 16, "generated_arrivals": False, "arrival_column": "ts", "arrival_unit": "s", "arrival_process": None,
-        "duplicates": "by_id", "warnings": (), "prefix_scope": "", "accounting_ok": True,
-    }  # fmt: skip
+        "block_size": 16,
+        "generated_arrivals": False,
+        "arrival_column": "ts",
+        "arrival_unit": "s",
+        "arrival_process": None,
+        "duplicates": "by_id",
+        "warnings": (),
+        "prefix_scope": "",
+        "accounting_ok": True,
+    }
 
 
 def test_the_canonical_trace_carries_labels_in_arrival_order_with_schema_and_metadata(rules_result) -> None:
     t = rules_result.trace
     assert t.schema.equals(schema.CANONICAL_SCHEMA) and t.schema.metadata == schema.metadata(
-        source_format="csv", source_file="hand.csv", block_size=16, start="+101.125s")  # fmt: skip
+        source_format="csv", source_file="hand.csv", block_size=16, start="+101.125s"
+    )
     d = t.to_pydict()
     assert d["request_id"] == [0, 1, 2, 3, 4] and d["arrival_s"] == pytest.approx([0.0, 1.0, 6.0, 11.0, 18.999])
     assert d["isl"] == [10, 10, 4090, 10, 10] and d["osl"] == [5, 1, 6, 5, 5]
@@ -147,7 +194,10 @@ def test_a_trace_with_no_labels_still_has_the_canonical_schema() -> None:
     result = clean_trace(_raw([0.0, 1.0], [10, 20], [5, 6], block_size=64), CleanParams())
     t = result.trace
     assert t.schema.equals(schema.CANONICAL_SCHEMA)
-    assert t.column("hash_ids").to_pylist() == [None, None] and t.column("prefix_hit_tokens").to_pylist() == [None, None]
+    assert t.column("hash_ids").to_pylist() == [None, None] and t.column("prefix_hit_tokens").to_pylist() == [
+        None,
+        None,
+    ]
     assert t.column("deadline_s").to_pylist() == [None, None] and t.column("tenant").to_pylist() == [None, None]
 
 
@@ -160,7 +210,9 @@ def test_generated_arrivals_are_said_in_the_report_and_the_metadata() -> None:
     raw = _raw([0.0, 0.5], [10, 10], [5, 5], generated_arrivals=True, arrival_process="poisson at 2 req/s, seed 0")
     result = clean_trace(raw, CleanParams())
     r = result.report
-    assert r.generated_arrivals is True and r.arrival_process == "poisson at 2 req/s, seed 0" and r.arrival_column is None
+    assert (
+        r.generated_arrivals is True and r.arrival_process == "poisson at 2 req/s, seed 0" and r.arrival_column is None
+    )
     assert result.trace.schema.metadata[b"llmcap.arrivals"] == b"generated"
     assert result.trace.schema.metadata[b"llmcap.block_size"] == b""
 
@@ -193,7 +245,10 @@ def test_the_log_line_counts_rows_and_reasons(caplog: pytest.LogCaptureFixture) 
 def test_nothing_kept_names_the_three_most_frequent_reasons_most_first() -> None:
     # osl_missing 3, osl_below_1 2, invalid_arrival 1, isl_zero 1: the ties keep REASONS order, the fourth is left out
     raw = _raw([NAN, 1, 2, 3, 4, 5, 6], [10, 0, 10, 10, 10, 10, 10], [5, 5, NAN, NAN, NAN, -1, -2])
-    with pytest.raises(LlmcapError, match=re.escape("hand.csv: all 7 rows were quarantined (osl_missing=3, osl_below_1=2, invalid_arrival=1)")):
+    with pytest.raises(
+        LlmcapError,
+        match=re.escape("hand.csv: all 7 rows were quarantined (osl_missing=3, osl_below_1=2, invalid_arrival=1)"),
+    ):
         clean_trace(raw, CleanParams()).require_rows()
 
 
@@ -231,7 +286,10 @@ def test_an_unusable_exclude_pattern_is_named() -> None:
     params = CleanParams(exclude=[ExcludeRule(field="tenant", pattern="(?=a)a")])
     with pytest.raises(LlmcapError) as info:
         clean_trace(raw, params)
-    assert str(info.value) == "exclude rule tenant='(?=a)a': not a usable regular expression (Invalid regular expression: invalid perl operator: (?=)"
+    assert (
+        str(info.value)
+        == "exclude rule tenant='(?=a)a': not a usable regular expression (Invalid regular expression: invalid perl operator: (?=)"
+    )
 
 
 def test_an_exclude_rule_on_a_field_the_trace_lacks_excludes_nothing() -> None:
@@ -254,7 +312,9 @@ def test_reused_ids_are_warned_of_from_two_kept_rows_and_name_three_lines() -> N
     )
     five = _raw([0.0, 1, 2, 3, 4], [10, 11, 12, 13, 14], [5] * 5, labels={"request_id": pa.array(["x"] * 5)})
     (warning,) = clean_trace(five, CleanParams()).report.warnings
-    assert warning.startswith("4 kept rows reuse an earlier row's request_id with different fields (e.g. 'x' at lines 2, 3, 4);")
+    assert warning.startswith(
+        "4 kept rows reuse an earlier row's request_id with different fields (e.g. 'x' at lines 2, 3, 4);"
+    )
 
 
 def test_a_clock_jump_within_the_first_5_percent_of_gaps_is_not_judged() -> None:

@@ -40,11 +40,19 @@ def test_the_label_mix_shows_it_and_exclude_takes_it(tmp_path, monkeypatch) -> N
     r = CliRunner().invoke(app, ["trace", "inspect", str(path), "--json"])
     assert r.exit_code == 0, r.output
     # 8 requests: 4 without a feature, one of each of the four features
-    assert json.loads(r.stdout)["mix"]["feature"] == {"(none)": 0.5, "beam": 0.125, "image": 0.125, "json_schema": 0.125, "logprobs": 0.125}
+    assert json.loads(r.stdout)["mix"]["feature"] == {
+        "(none)": 0.5,
+        "beam": 0.125,
+        "image": 0.125,
+        "json_schema": 0.125,
+        "logprobs": 0.125,
+    }
     r = CliRunner().invoke(app, ["trace", "inspect", str(path)])
     assert "feature mix:" in r.stdout
     out = tmp_path / "clean.parquet"
-    r = CliRunner().invoke(app, ["trace", "clean", str(path), "-o", str(out), "--exclude", "feature=beam|image", "--json"])
+    r = CliRunner().invoke(
+        app, ["trace", "clean", str(path), "-o", str(out), "--exclude", "feature=beam|image", "--json"]
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["by_reason"] == {"test_traffic": 2}
     assert pq.read_table(out).column("feature").to_pylist() == ["json_schema", None, "logprobs", None, None, None]
@@ -56,17 +64,28 @@ def test_an_older_trace_reads_with_no_feature(tmp_path) -> None:
     pq.write_table(table.drop_columns(["feature"]), older)
     back = load_trace(older)
     assert back.schema.names == CANONICAL_SCHEMA.names and back.column("feature").null_count == len(FEATURES)
-    assert ingest(older).trace.column("feature").null_count == len(FEATURES)  # and through the reader every command uses
+    assert ingest(older).trace.column("feature").null_count == len(
+        FEATURES
+    )  # and through the reader every command uses
     oldest = tmp_path / "trace1.parquet"  # trace/1: neither max_tokens nor feature
     pq.write_table(table.drop_columns(["feature", "max_tokens"]), oldest)
-    assert load_trace(oldest).column("max_tokens").null_count == load_trace(oldest).column("feature").null_count == len(FEATURES)
-    assert load_trace(write_table(table, tmp_path / "now.parquet")).column("feature").to_pylist() == table.column("feature").to_pylist()
+    assert (
+        load_trace(oldest).column("max_tokens").null_count
+        == load_trace(oldest).column("feature").null_count
+        == len(FEATURES)
+    )
+    assert (
+        load_trace(write_table(table, tmp_path / "now.parquet")).column("feature").to_pylist()
+        == table.column("feature").to_pylist()
+    )
 
 
 def test_the_plan_says_features_are_priced_as_plain_requests(tmp_path) -> None:
     notes = mixed_traffic(ingest(_csv(tmp_path / "t.csv")).trace, "Llama-3.1-8B")
     (note,) = notes
-    assert note.startswith("request features ((none) 50%, beam 12%, image 12%, json_schema 12%, logprobs 12%) are planned at Llama-3.1-8B's plain step times")
+    assert note.startswith(
+        "request features ((none) 50%, beam 12%, image 12%, json_schema 12%, logprobs 12%) are planned at Llama-3.1-8B's plain step times"
+    )
     plain = tmp_path / "plain.csv"
     plain.write_text("arrival_s,isl,osl\n0,100,10\n1,100,10\n")
     assert mixed_traffic(ingest(plain).trace, "Llama-3.1-8B") == []

@@ -27,8 +27,24 @@ from llmcap.commands.size import MIN_REQUESTS
 runner = CliRunner()
 COMMANDS = ("inspect", "clean", "simulate", "size")
 MODEL = ["-m", "Llama-3.1-8B"]
-SIZE_SMALL = [*MODEL, "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--gpu", "h100", "--tp", "1",
-              "--weight-quant", "fp8", "--no-pd", "--shortlist", "1", "--excerpt", "50"]  # fmt: skip
+SIZE_SMALL = [
+    *MODEL,
+    "--slo-ttft-p99",
+    "2000",
+    "--slo-itl-p99",
+    "100",
+    "--gpu",
+    "h100",
+    "--tp",
+    "1",
+    "--weight-quant",
+    "fp8",
+    "--no-pd",
+    "--shortlist",
+    "1",
+    "--excerpt",
+    "50",
+]
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n"
 U64 = 18_446_744_073_709_551_615  # 2^64 - 1: real hash ids use the whole unsigned range
 
@@ -84,13 +100,18 @@ def _templates(n: int = 600, seconds: int = 59) -> bytes:
     stamps[0], stamps[-1] = 0, seconds
     templates = [(100, 20), (500, 50), (2000, 200)]
     picks = rng.integers(0, 3, n)
-    return csv("arrival_s,isl,osl", [f"{t},{templates[k][0]},{templates[k][1]}" for t, k in zip(stamps, picks, strict=True)])
+    return csv(
+        "arrival_s,isl,osl", [f"{t},{templates[k][0]},{templates[k][1]}" for t, k in zip(stamps, picks, strict=True)]
+    )
 
 
 def _burstgpt(n: int = 3_000) -> bytes:
     rng = np.random.default_rng(1)
     stamps = np.sort(rng.integers(0, 600, n))
-    rows = [f"{t},ChatGPT,{[472, 1087, 417][k]},{[18, 90, 276][k]},0,Conversation log" for t, k in zip(stamps, rng.integers(0, 3, n), strict=True)]
+    rows = [
+        f"{t},ChatGPT,{[472, 1087, 417][k]},{[18, 90, 276][k]},0,Conversation log"
+        for t, k in zip(stamps, rng.integers(0, 3, n), strict=True)
+    ]
     return csv("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type", rows)
 
 
@@ -101,7 +122,14 @@ def _uint64_parquet(tmp: Path) -> bytes:
 
 
 def _unhashed_parquet_without_block_size(tmp: Path) -> bytes:
-    table = pa.table({"arrival_s": [0.0, 1.0], "isl": [20, 20], "osl": [4, 5], "hash_ids": pa.array([[1], [1, 2]], pa.list_(pa.int64()))})
+    table = pa.table(
+        {
+            "arrival_s": [0.0, 1.0],
+            "isl": [20, 20],
+            "osl": [4, 5],
+            "hash_ids": pa.array([[1], [1, 2]], pa.list_(pa.int64())),
+        }
+    )
     return parquet_bytes(table, tmp)
 
 
@@ -130,73 +158,238 @@ PLAIN_ROWS = ["0,100,10", "1.5,120,12", "3,90,9", "4.5,300,30", "6,100,10"]
 CASES: list[Case] = [
     # ---- plausible inputs that must work
     Case("header_spaces", b"arrival_s, isl, osl\n0, 10, 5\n1, 12, 6\n2, 14, 7\n", "spaces.csv", ok=(3, 3, 0)),
-    Case("dst_offsets", csv("arrival_time,isl,osl", ["2024-03-10T01:59:00-05:00,10,5", "2024-03-10T03:00:30-04:00,12,6"]),
-         "dst.csv", ok=(2, 2, 0), check=_dst),  # fmt: skip
-    Case("uint64_hashes_jsonl", mooncake([(0, 600, 5, [U64, 12]), (10, 600, 5, [U64, 13]), (20, 100, 3, [U64])]), "u64.jsonl", ok=(3, 3, 0)),
+    Case(
+        "dst_offsets",
+        csv("arrival_time,isl,osl", ["2024-03-10T01:59:00-05:00,10,5", "2024-03-10T03:00:30-04:00,12,6"]),
+        "dst.csv",
+        ok=(2, 2, 0),
+        check=_dst,
+    ),
+    Case(
+        "uint64_hashes_jsonl",
+        mooncake([(0, 600, 5, [U64, 12]), (10, 600, 5, [U64, 13]), (20, 100, 3, [U64])]),
+        "u64.jsonl",
+        ok=(3, 3, 0),
+    ),
     Case("uint64_hashes_parquet", _uint64_parquet, "u64.parquet", ok=(3, 3, 0), args=("--hash-block-size", "16")),
     Case("gzip", gzip.compress(csv("arrival_s,isl,osl", PLAIN_ROWS)), "plain.csv.gz", ok=(5, 5, 0)),
     Case("bzip2", bz2.compress(mooncake([(0, 600, 5, [1, 2]), (500, 700, 7, [1, 3])])), "moon.jsonl.bz2", ok=(2, 2, 0)),
-    Case("clock_arrival_ms", csv("arrival_ms,isl,osl", [f"{k * 10_000},100,10" for k in range(5)]), "ms.csv", ok=(5, 5, 0), check=_rate(5 / 40)),
-    Case("clock_iso_arrival_time", csv("arrival_time,isl,osl", [f"2024-05-01T10:00:{k * 10:02d},100,10" for k in range(5)]),
-         "iso.csv", ok=(5, 5, 0), check=_rate(5 / 40)),  # fmt: skip
-    Case("clock_epoch_timestamp", csv("timestamp,isl,osl", [f"{1_700_000_000 + k * 10},100,10" for k in range(5)]),
-         "epoch.csv", ok=(5, 5, 0), check=_rate(5 / 40)),  # fmt: skip
+    Case(
+        "clock_arrival_ms",
+        csv("arrival_ms,isl,osl", [f"{k * 10_000},100,10" for k in range(5)]),
+        "ms.csv",
+        ok=(5, 5, 0),
+        check=_rate(5 / 40),
+    ),
+    Case(
+        "clock_iso_arrival_time",
+        csv("arrival_time,isl,osl", [f"2024-05-01T10:00:{k * 10:02d},100,10" for k in range(5)]),
+        "iso.csv",
+        ok=(5, 5, 0),
+        check=_rate(5 / 40),
+    ),
+    Case(
+        "clock_epoch_timestamp",
+        csv("timestamp,isl,osl", [f"{1_700_000_000 + k * 10},100,10" for k in range(5)]),
+        "epoch.csv",
+        ok=(5, 5, 0),
+        check=_rate(5 / 40),
+    ),
     Case("templates_whole_seconds", _templates(), "templates.csv", ok=(600, 600, 0), check=_rate(600 / 59)),
     Case("burstgpt_templates", _burstgpt(), "burst.csv", ok=(3_000, 3_000, 0)),
-    Case("request_id_duplicates", csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "b,1,10,5", "a,0,10,5", "a,2,10,5"]),
-         "ids.csv", ok=(4, 3, 1), by_reason={"duplicate": 1}, warns=("'a' at lines 2, 5", "kept as its own request")),  # fmt: skip
-    Case("generated_arrivals_asked", csv("isl,osl", ["100,10", "200,20", "300,30"]), "lengths.csv", ok=(3, 3, 0),
-         args=("--generate-arrivals",)),  # fmt: skip
-    Case("constant_lengths", csv("arrival_s,isl,osl", ["0,100,10", "1,100,10", "2,100,10", "3,100,10"]), "const.csv", ok=(4, 4, 0)),
-    Case("bad_rows_quarantined", (AZURE_HEADER + "2023-11-16 18:00:00.0,100,10\r\n2023-11-16 18:00:01.0,-5,10\r\n"
-                                  "2023-11-16 18:00:02.0,abc,10\r\n2023-11-16 18:00:03.0,200,20\r\n").encode(),
-         "azure.csv", ok=(4, 2, 2), by_reason={"isl_negative": 1, "isl_missing": 1}),  # fmt: skip
+    Case(
+        "request_id_duplicates",
+        csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "b,1,10,5", "a,0,10,5", "a,2,10,5"]),
+        "ids.csv",
+        ok=(4, 3, 1),
+        by_reason={"duplicate": 1},
+        warns=("'a' at lines 2, 5", "kept as its own request"),
+    ),
+    Case(
+        "generated_arrivals_asked",
+        csv("isl,osl", ["100,10", "200,20", "300,30"]),
+        "lengths.csv",
+        ok=(3, 3, 0),
+        args=("--generate-arrivals",),
+    ),
+    Case(
+        "constant_lengths",
+        csv("arrival_s,isl,osl", ["0,100,10", "1,100,10", "2,100,10", "3,100,10"]),
+        "const.csv",
+        ok=(4, 4, 0),
+    ),
+    Case(
+        "bad_rows_quarantined",
+        (
+            AZURE_HEADER + "2023-11-16 18:00:00.0,100,10\r\n2023-11-16 18:00:01.0,-5,10\r\n"
+            "2023-11-16 18:00:02.0,abc,10\r\n2023-11-16 18:00:03.0,200,20\r\n"
+        ).encode(),
+        "azure.csv",
+        ok=(4, 2, 2),
+        by_reason={"isl_negative": 1, "isl_missing": 1},
+    ),
     Case("utf8_bom", b"\xef\xbb\xbf" + csv("arrival_s,isl,osl", PLAIN_ROWS), "bom.csv", ok=(5, 5, 0)),
     # ---- unusable inputs: one line, exit 2
-    Case("no_clock_column", csv("isl,osl", ["100,10", "200,20"]), "lengths.csv", error=("no arrival-time column", "-c arrival=", "--generate-arrivals"),
-         line=1, field_name="arrival_s"),  # fmt: skip
-    Case("two_clock_columns", csv("timestamp,time,isl,osl", ["0,0,100,10", "5,5,200,20"]), "two.csv",
-         error=("several columns could be the arrival clock", "timestamp, time"), line=1),  # fmt: skip
-    Case("ambiguous_integer_clock", csv("timestamp,isl,osl", [f"{k * 10},100,10" for k in range(5)]), "amb.csv",
-         error=("seconds or milliseconds", "time_unit"), field_name="timestamp"),  # fmt: skip
-    Case("epoch_ms_in_seconds_column", csv("arrival_s,isl,osl", ["1700000000000,10,5", "1700000001500,12,6"]), "ems.csv",
-         error=("not seconds", "epoch milliseconds", "--time-unit ms"), field_name="arrival_s"),  # fmt: skip
-    Case("mixed_naive_and_aware", csv("arrival_time,isl,osl", ["2024-03-10T01:59:00-05:00,10,5", "2024-03-10T07:00:30,10,5",
-                                                                "2024-03-10T07:01:30-05:00,10,5"]),
-         "mixtz.csv", error=("UTC offset",), line=3, field_name="arrival_time"),  # fmt: skip
-    Case("hashes_without_block_size", _unhashed_parquet_without_block_size, "hashes.parquet", error=("--hash-block-size",), field_name="hash_ids"),
+    Case(
+        "no_clock_column",
+        csv("isl,osl", ["100,10", "200,20"]),
+        "lengths.csv",
+        error=("no arrival-time column", "-c arrival=", "--generate-arrivals"),
+        line=1,
+        field_name="arrival_s",
+    ),
+    Case(
+        "two_clock_columns",
+        csv("timestamp,time,isl,osl", ["0,0,100,10", "5,5,200,20"]),
+        "two.csv",
+        error=("several columns could be the arrival clock", "timestamp, time"),
+        line=1,
+    ),
+    Case(
+        "ambiguous_integer_clock",
+        csv("timestamp,isl,osl", [f"{k * 10},100,10" for k in range(5)]),
+        "amb.csv",
+        error=("seconds or milliseconds", "time_unit"),
+        field_name="timestamp",
+    ),
+    Case(
+        "epoch_ms_in_seconds_column",
+        csv("arrival_s,isl,osl", ["1700000000000,10,5", "1700000001500,12,6"]),
+        "ems.csv",
+        error=("not seconds", "epoch milliseconds", "--time-unit ms"),
+        field_name="arrival_s",
+    ),
+    Case(
+        "mixed_naive_and_aware",
+        csv(
+            "arrival_time,isl,osl",
+            ["2024-03-10T01:59:00-05:00,10,5", "2024-03-10T07:00:30,10,5", "2024-03-10T07:01:30-05:00,10,5"],
+        ),
+        "mixtz.csv",
+        error=("UTC offset",),
+        line=3,
+        field_name="arrival_time",
+    ),
+    Case(
+        "hashes_without_block_size",
+        _unhashed_parquet_without_block_size,
+        "hashes.parquet",
+        error=("--hash-block-size",),
+        field_name="hash_ids",
+    ),
     Case("empty_file", b"", "empty.csv", error=("empty",), line=1),
     Case("header_only", AZURE_HEADER.encode(), "header.csv", error=("no data rows",), line=2),
-    Case("semicolons", b"TIMESTAMP;ContextTokens;GeneratedTokens\n2023-11-16 18:15:46.68;374;44\n", "semi.csv", error=("semicolon",), line=1),
+    Case(
+        "semicolons",
+        b"TIMESTAMP;ContextTokens;GeneratedTokens\n2023-11-16 18:15:46.68;374;44\n",
+        "semi.csv",
+        error=("semicolon",),
+        line=1,
+    ),
     Case("binary", b"\x00\x01\x02garbage", "garbage.bin", error=("binary",)),
     Case("corrupt_gzip", b"\x1f\x8b\x08\x00not really gzip", "broken.csv.gz", error=("cannot read compressed input",)),
-    Case("missing_required", b"TIMESTAMP,ContextTokens\r\n2023-11-16 18:15:46.68,374\r\n", "nogen.csv", error=("GeneratedTokens",), line=1),
-    Case("quoted_newline", b'arrival_s,isl,osl,tenant\n0,10,5,"a\nb"\n1,10,5,x\n', "quoted.csv", error=("quoted newlines",), line=2),
+    Case(
+        "missing_required",
+        b"TIMESTAMP,ContextTokens\r\n2023-11-16 18:15:46.68,374\r\n",
+        "nogen.csv",
+        error=("GeneratedTokens",),
+        line=1,
+    ),
+    Case(
+        "quoted_newline",
+        b'arrival_s,isl,osl,tenant\n0,10,5,"a\nb"\n1,10,5,x\n',
+        "quoted.csv",
+        error=("quoted newlines",),
+        line=2,
+    ),
     # ---- round 3: nested and odd types, duplicate names, units that change, ids reused, zero spans, encodings
-    Case("list_lengths_parquet", _typed_parquet(osl=pa.array([[1, 2], [3], [4]])), "list.parquet",
-         error=("list<", "a number per request"), field_name="osl"),  # fmt: skip
-    Case("struct_lengths_parquet", _typed_parquet(isl=pa.array([{"a": 1}, {"a": 2}, {"a": 3}])), "struct.parquet",
-         error=("struct<", "a number per request"), field_name="isl"),  # fmt: skip
-    Case("bool_lengths_parquet", _typed_parquet(isl=pa.array([True, False, True])), "bool.parquet",
-         error=("bool values",), field_name="isl"),  # fmt: skip
-    Case("list_label_parquet", _typed_parquet(tenant=pa.array([["a"], ["b"], ["c"]])), "label.parquet",
-         error=("a text label",), field_name="tenant"),  # fmt: skip
-    Case("nested_value_jsonl", b'{"arrival_s": 0, "isl": 10, "osl": 5}\n{"arrival_s": 1, "isl": 10, "osl": [1, 2]}\n'
-         b'{"arrival_s": 2, "isl": 10, "osl": 6}\n', "nested.jsonl", ok=(3, 2, 1), by_reason={"osl_missing": 1}),  # fmt: skip
-    Case("duplicate_column", csv("arrival_s,isl,isl,osl", ["0,10,20,5", "1,10,20,5"]), "dup.csv",
-         error=("2 times (columns 2, 3)", "ambiguous"), line=1, field_name="isl"),  # fmt: skip
-    Case("duplicate_unused_column", csv("arrival_s,isl,osl,note,note", ["0,10,5,a,b", "1,10,5,c,d"]), "dupnote.csv", ok=(2, 2, 0)),
-    Case("clock_switches_units", csv("arrival_s,isl,osl", UNIT_SWITCH), "switch.csv", ok=(60, 60, 0),
-         warns=("changes 1,", "at line 32", "switch units part-way")),  # fmt: skip
-    Case("request_id_reused", csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "a,1,20,6", "b,2,10,5"]), "reused.csv",
-         ok=(3, 3, 0), warns=("1 kept rows reuse an earlier row's request_id", "'a' at lines 2, 3")),  # fmt: skip
+    Case(
+        "list_lengths_parquet",
+        _typed_parquet(osl=pa.array([[1, 2], [3], [4]])),
+        "list.parquet",
+        error=("list<", "a number per request"),
+        field_name="osl",
+    ),
+    Case(
+        "struct_lengths_parquet",
+        _typed_parquet(isl=pa.array([{"a": 1}, {"a": 2}, {"a": 3}])),
+        "struct.parquet",
+        error=("struct<", "a number per request"),
+        field_name="isl",
+    ),
+    Case(
+        "bool_lengths_parquet",
+        _typed_parquet(isl=pa.array([True, False, True])),
+        "bool.parquet",
+        error=("bool values",),
+        field_name="isl",
+    ),
+    Case(
+        "list_label_parquet",
+        _typed_parquet(tenant=pa.array([["a"], ["b"], ["c"]])),
+        "label.parquet",
+        error=("a text label",),
+        field_name="tenant",
+    ),
+    Case(
+        "nested_value_jsonl",
+        b'{"arrival_s": 0, "isl": 10, "osl": 5}\n{"arrival_s": 1, "isl": 10, "osl": [1, 2]}\n'
+        b'{"arrival_s": 2, "isl": 10, "osl": 6}\n',
+        "nested.jsonl",
+        ok=(3, 2, 1),
+        by_reason={"osl_missing": 1},
+    ),
+    Case(
+        "duplicate_column",
+        csv("arrival_s,isl,isl,osl", ["0,10,20,5", "1,10,20,5"]),
+        "dup.csv",
+        error=("2 times (columns 2, 3)", "ambiguous"),
+        line=1,
+        field_name="isl",
+    ),
+    Case(
+        "duplicate_unused_column",
+        csv("arrival_s,isl,osl,note,note", ["0,10,5,a,b", "1,10,5,c,d"]),
+        "dupnote.csv",
+        ok=(2, 2, 0),
+    ),
+    Case(
+        "clock_switches_units",
+        csv("arrival_s,isl,osl", UNIT_SWITCH),
+        "switch.csv",
+        ok=(60, 60, 0),
+        warns=("changes 1,", "at line 32", "switch units part-way"),
+    ),
+    Case(
+        "request_id_reused",
+        csv("request_id,arrival_s,isl,osl", ["a,0,10,5", "a,1,20,6", "b,2,10,5"]),
+        "reused.csv",
+        ok=(3, 3, 0),
+        warns=("1 kept rows reuse an earlier row's request_id", "'a' at lines 2, 3"),
+    ),
     Case("one_row", csv("arrival_s,isl,osl", ["0,10,5"]), "one.csv", ok=(1, 1, 0), check=_rate(None)),
-    Case("one_instant", csv("arrival_s,isl,osl", ["5,10,5", "5,11,5", "5,12,5"]), "instant.csv", ok=(3, 3, 0), check=_rate(None)),
+    Case(
+        "one_instant",
+        csv("arrival_s,isl,osl", ["5,10,5", "5,11,5", "5,12,5"]),
+        "instant.csv",
+        ok=(3, 3, 0),
+        check=_rate(None),
+    ),
     Case("utf16", "arrival_s,isl,osl\n0,10,5\n".encode("utf-16"), "utf16.csv", error=("UTF-16", "iconv"), line=1),
-    Case("bad_byte_past_sniff", _past_sniff(8_000, 6_000, b"6000,1\xff0,5,t"), "latebyte.csv", ok=(8_000, 7_999, 1),
-         by_reason={"malformed_record": 1}),  # fmt: skip
-    Case("quoted_newline_past_sniff", _past_sniff(8_000, 6_000, b'6000,10,5,"a\nb"'), "latequote.csv",
-         error=("quoted field runs onto the next line",), line=6_002),  # fmt: skip
+    Case(
+        "bad_byte_past_sniff",
+        _past_sniff(8_000, 6_000, b"6000,1\xff0,5,t"),
+        "latebyte.csv",
+        ok=(8_000, 7_999, 1),
+        by_reason={"malformed_record": 1},
+    ),
+    Case(
+        "quoted_newline_past_sniff",
+        _past_sniff(8_000, 6_000, b'6000,10,5,"a\nb"'),
+        "latequote.csv",
+        error=("quoted field runs onto the next line",),
+        line=6_002,
+    ),
 ]
 
 
@@ -231,7 +424,9 @@ def test_input_is_handled_or_named(case: Case, cmd: str, tmp_path: Path) -> None
         assert result.exit_code == 2 and last == (
             f"error: {path}: {case.ok[1]} usable requests are too few to size on (at least {MIN_REQUESTS}: rates are judged on a steady window)"
         ), result.output
-        assert len(warnings) == len(case.warns[:1]) and all(w.startswith(f"warning: {path}: ") for w in warnings), warnings
+        assert len(warnings) == len(case.warns[:1]) and all(w.startswith(f"warning: {path}: ") for w in warnings), (
+            warnings
+        )
         return
     if case.ok is not None:
         assert result.exit_code == 0, result.output
@@ -282,7 +477,9 @@ def test_arrivals_are_generated_only_when_asked_and_said(tmp_path: Path) -> None
     path.write_bytes(csv("isl,osl", [f"{100 + k},10" for k in range(50)]))
     result = runner.invoke(app, ["simulate", "-t", str(path), *MODEL, "-g", "h100"])
     assert result.exit_code == 2 and "no arrival-time column" in result.stderr
-    result = runner.invoke(app, ["simulate", "-t", str(path), *MODEL, "-g", "h100", "--generate-arrivals", "--arrival-rate", "4"])
+    result = runner.invoke(
+        app, ["simulate", "-t", str(path), *MODEL, "-g", "h100", "--generate-arrivals", "--arrival-rate", "4"]
+    )
     assert result.exit_code == 0, result.output
     assert "arrivals GENERATED" in result.stderr
     acc = _summary(["trace", "inspect", str(path), "--generate-arrivals", "--json"])["accounting"]
@@ -349,7 +546,9 @@ def test_output_paths_are_checked_before_any_work(plain: Path, tmp_path: Path) -
     clean = ["trace", "clean", str(plain)]
     _one_line_error([*clean, "-o", str(tmp_path)], "is a directory")
     _one_line_error([*clean, "-o", str(plain)], "is the input file")
-    _one_line_error([*clean, "-o", str(tmp_path / "x.parquet"), "--quarantine", str(tmp_path / "x.parquet")], "two outputs")
+    _one_line_error(
+        [*clean, "-o", str(tmp_path / "x.parquet"), "--quarantine", str(tmp_path / "x.parquet")], "two outputs"
+    )
     _one_line_error([*clean, "-o", str(plain / "under_a_file.parquet")], "cannot be written")
     _one_line_error(["trace", "synth", str(plain), "-o", str(plain), "--rate", "2"], "is the input file")
     _one_line_error(["simulate", "-t", str(plain), *MODEL, "-g", "h100", "--out", str(tmp_path)], "is a directory")
@@ -361,7 +560,10 @@ def test_output_paths_are_checked_before_any_work(plain: Path, tmp_path: Path) -
     ("args", "fragments"),
     [
         (["--exclude", "tenant=(unclosed"], ("pattern", "not a regular expression")),
-        (["--exclude", "tenant=(?=prod)x"], ("exclude rule tenant=", "not a usable regular expression")),  # Python's re: fine; RE2: no
+        (
+            ["--exclude", "tenant=(?=prod)x"],
+            ("exclude rule tenant=", "not a usable regular expression"),
+        ),  # Python's re: fine; RE2: no
     ],
 )
 def test_bad_exclude_patterns(plain: Path, tmp_path: Path, args: list[str], fragments: tuple[str, ...]) -> None:
@@ -400,7 +602,22 @@ def test_synth_refuses_bad_numbers_before_writing(plain: Path, tmp_path: Path, a
 def test_memory_follows_rows_not_the_time_span(plain: Path, tmp_path: Path) -> None:
     series = tmp_path / "ts.parquet"
     # five requests stretched over 42 days: 3.6M one-second rows per replica if the clock decided; it does not
-    result = runner.invoke(app, ["simulate", "-t", str(plain), *MODEL, "-g", "h100", "--rate-scale", "2e-6", "--timeseries-out", str(series), "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "-t",
+            str(plain),
+            *MODEL,
+            "-g",
+            "h100",
+            "--rate-scale",
+            "2e-6",
+            "--timeseries-out",
+            str(series),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["completed"] == 5
     assert pq.read_metadata(series).num_rows <= 100_002

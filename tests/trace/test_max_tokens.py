@@ -69,8 +69,16 @@ def test_the_workload_summary_says_what_the_caps_would_reserve(tmp_path: Path) -
     table = ingest(_csv(tmp_path / "capped.csv", ["0.0,100,10,10", "1.0,100,10,", "2.0,100,10,4096"])).trace
     caps = characterise(table, CharacteriseParams(percentiles=[50.0]))["max_tokens"]
     # two of three requests state a cap: 10 and 4,096 over 10 output tokens each → ratios 1 and 409.6
-    assert caps == {"requests": 2, "share": 2 / 3, "cap_over_osl": {"p50": (1 + 409.6) / 2}, "reserved_over_real": (10 + 4096) / 20}
-    assert "max_tokens" not in characterise(table.set_column(table.schema.get_field_index("max_tokens"), "max_tokens", pa.nulls(3, pa.int64())), CharacteriseParams())
+    assert caps == {
+        "requests": 2,
+        "share": 2 / 3,
+        "cap_over_osl": {"p50": (1 + 409.6) / 2},
+        "reserved_over_real": (10 + 4096) / 20,
+    }
+    assert "max_tokens" not in characterise(
+        table.set_column(table.schema.get_field_index("max_tokens"), "max_tokens", pa.nulls(3, pa.int64())),
+        CharacteriseParams(),
+    )
 
 
 def test_the_plan_says_what_a_reserving_scheduler_was_assumed_to_know() -> None:
@@ -81,13 +89,17 @@ def test_the_plan_says_what_a_reserving_scheduler_was_assumed_to_know() -> None:
 
     assert reservation_note(trace([None, None]), "trtllm-guaranteed-no-evict") == (
         "output lengths: the trace states no max_tokens, so admission trtllm-guaranteed-no-evict was simulated reserving each "
-        "request's real output length, which no engine knows in advance (optimistic)")
+        "request's real output length, which no engine knows in advance (optimistic)"
+    )
     assert reservation_note(trace([10, 20]), "sglang") == (
-        "output lengths: admission sglang reserves each request's max_tokens (every request states one), not the output to come")
+        "output lengths: admission sglang reserves each request's max_tokens (every request states one), not the output to come"
+    )
     assert reservation_note(trace([10, None, None]), "sglang").startswith(
-        "output lengths: admission sglang reserves max_tokens for the 1 of 3 requests stating one, and for the rest their real output")
+        "output lengths: admission sglang reserves max_tokens for the 1 of 3 requests stating one, and for the rest their real output"
+    )
     assert reservation_note(trace([10, None]), "vllm") == (
-        "output lengths: admission vllm reserves nothing ahead; max_tokens (1 of 2 requests state one) only bounds max_model_len")
+        "output lengths: admission vllm reserves nothing ahead; max_tokens (1 of 2 requests state one) only bounds max_model_len"
+    )
 
 
 def test_size_fits_max_model_len_to_the_caps_and_says_what_it_reserved(tmp_path: Path, monkeypatch) -> None:
@@ -101,12 +113,40 @@ def test_size_fits_max_model_len_to_the_caps_and_says_what_it_reserved(tmp_path:
     # 60 requests: prompts 500..559, outputs 50..109, each capped at 4 × its output (200..436)
     rows = [f"{i * 0.5},{500 + i},{50 + i},{4 * (50 + i)}" for i in range(60)]
     trace = _csv(tmp_path / "capped.csv", rows)
-    args = ["size", "--trace", str(trace), "--model", "Llama-3.1-8B", "--gpu", "h100", "--tp", "1", "--weight-quant", "fp8", "--kv-dtype",
-            "fp8", "--no-pd", "--slo-ttft-p99", "2000", "--slo-itl-p99", "100", "--shortlist", "1", "--excerpt", "40", "--json",
-            "--admission-policy", "trtllm-guaranteed-no-evict"]  # fmt: skip
+    args = [
+        "size",
+        "--trace",
+        str(trace),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--weight-quant",
+        "fp8",
+        "--kv-dtype",
+        "fp8",
+        "--no-pd",
+        "--slo-ttft-p99",
+        "2000",
+        "--slo-itl-p99",
+        "100",
+        "--shortlist",
+        "1",
+        "--excerpt",
+        "40",
+        "--json",
+        "--admission-policy",
+        "trtllm-guaranteed-no-evict",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["max_model_len"] == 559 + 436 and s["rejected_over_max_model_len"] == 0  # the longest prompt + the largest cap
-    assert ("output lengths: admission trtllm-guaranteed-no-evict reserves each request's max_tokens (every request states one), "
-            "not the output to come") in s["notes"]
+    assert (
+        s["max_model_len"] == 559 + 436 and s["rejected_over_max_model_len"] == 0
+    )  # the longest prompt + the largest cap
+    assert (
+        "output lengths: admission trtllm-guaranteed-no-evict reserves each request's max_tokens (every request states one), "
+        "not the output to come"
+    ) in s["notes"]

@@ -16,19 +16,40 @@ from tests.conftest import TRACES
 # Pearson, Spearman (3 dp), inter-arrival CV (2 dp), 60 s count CV / peak÷mean (2 dp)
 EXPECTED = {
     "mooncake_conversation": dict(
-        rows=12_031, duration=3537.0, rps=3.40,
-        isl=(12_035, 6_909, 27_367, 85_400, 126_195), osl=(342.6, 350, 597, 1_118.5, 2_000),
-        pearson=0.072, spearman=0.072, ia_cv=3.03, w60=(0.12, 1.21), w1=(1.52, 8.23),
+        rows=12_031,
+        duration=3537.0,
+        rps=3.40,
+        isl=(12_035, 6_909, 27_367, 85_400, 126_195),
+        osl=(342.6, 350, 597, 1_118.5, 2_000),
+        pearson=0.072,
+        spearman=0.072,
+        ia_cv=3.03,
+        w60=(0.12, 1.21),
+        w1=(1.52, 8.23),
     ),
     "mooncake_synthetic": dict(
-        rows=3_993, duration=1022.0, rps=3.91,
-        isl=(15_325, 11_587, 38_611, 66_456, 191_378), osl=(149.1, 69, 389, 768, 893),
-        pearson=-0.374, spearman=-0.517, ia_cv=1.01, w60=(0.07, 1.17), w1=(0.53, 3.33),
+        rows=3_993,
+        duration=1022.0,
+        rps=3.91,
+        isl=(15_325, 11_587, 38_611, 66_456, 191_378),
+        osl=(149.1, 69, 389, 768, 893),
+        pearson=-0.374,
+        spearman=-0.517,
+        ia_cv=1.01,
+        w60=(0.07, 1.17),
+        w1=(0.53, 3.33),
     ),
     "azure_conv": dict(
-        rows=19_366, duration=3501.7, rps=5.53,
-        isl=(1_154.7, 1_020, 2_734.5, 4_142, 14_050), osl=(211.1, 129, 424, 601, 1_000),
-        pearson=-0.112, spearman=0.073, ia_cv=1.09, w60=(0.22, 1.52), w1=(0.50, 2.89),
+        rows=19_366,
+        duration=3501.7,
+        rps=5.53,
+        isl=(1_154.7, 1_020, 2_734.5, 4_142, 14_050),
+        osl=(211.1, 129, 424, 601, 1_000),
+        pearson=-0.112,
+        spearman=0.073,
+        ia_cv=1.09,
+        w60=(0.22, 1.52),
+        w1=(0.50, 2.89),
     ),
 }
 
@@ -90,8 +111,18 @@ def test_vidur_length_only_trace_gets_generated_arrivals() -> None:
     result = ingest(TRACES["vidur_arxiv"])
     s = characterise(result.trace, CharacteriseParams(lru_cache_blocks=[]))
     assert s["rows"] == 28_257
-    assert (round(s["isl"]["mean"], 1), s["isl"]["p50"], s["isl"]["p90"], round(s["isl"]["p99"], 1)) == (2588.1, 2730, 3702, 3933.4)
-    assert (round(s["osl"]["mean"], 1), s["osl"]["p50"], s["osl"]["p90"], round(s["osl"]["p99"], 1)) == (291.4, 167, 372, 3271.3)
+    assert (round(s["isl"]["mean"], 1), s["isl"]["p50"], s["isl"]["p90"], round(s["isl"]["p99"], 1)) == (
+        2588.1,
+        2730,
+        3702,
+        3933.4,
+    )
+    assert (round(s["osl"]["mean"], 1), s["osl"]["p50"], s["osl"]["p90"], round(s["osl"]["p99"], 1)) == (
+        291.4,
+        167,
+        372,
+        3271.3,
+    )
     assert (round(s["corr_pearson"], 3), round(s["corr_spearman"], 3)) == (-0.463, -0.114)
     # Poisson arrivals at the default 1 req/s: mean rate within 2% over 28k requests, CV ≈ 1
     assert s["mean_rps"] == pytest.approx(1.0, rel=0.02)

@@ -8,7 +8,14 @@ import pytest
 
 from llmcap.config import CharacteriseParams
 from llmcap.trace import schema
-from llmcap.trace.stats import characterise, interarrival_cv, joint_distribution, length_buckets, window_counts, window_rates
+from llmcap.trace.stats import (
+    characterise,
+    interarrival_cv,
+    joint_distribution,
+    length_buckets,
+    window_counts,
+    window_rates,
+)
 
 
 def table(arrival, isl, osl, **labels) -> pa.Table:

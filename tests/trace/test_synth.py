@@ -40,7 +40,9 @@ def test_rate_scaling_hits_target_and_keeps_burst_shape(azure: pa.Table) -> None
         scaled = scale_rate(azure, target)
         assert mean_rate(scaled) == pytest.approx(target, rel=0.01)
     before = characterise(azure, CharacteriseParams(lru_cache_blocks=[]))
-    after = characterise(scale_rate(azure, 2 * mean_rate(azure)), CharacteriseParams(lru_cache_blocks=[], rps_windows_s=[30.0]))
+    after = characterise(
+        scale_rate(azure, 2 * mean_rate(azure)), CharacteriseParams(lru_cache_blocks=[], rps_windows_s=[30.0])
+    )
     # twice the rate over half the time: the 60 s shape of the source is the 30 s shape of the result
     assert after["rps_windows"]["30s"]["cv"] == pytest.approx(before["rps_windows"]["60s"]["cv"], rel=1e-6)
     assert after["interarrival_cv"] == pytest.approx(before["interarrival_cv"], rel=1e-9)

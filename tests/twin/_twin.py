@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from llmcap.catalog import get_gpu, load_model
@@ -24,7 +24,7 @@ SERVED = "twin-under-test"
 FAST = ("Llama-3.1-8B", "H100-SXM-80GB", 1)  # decode steps of ~7 ms: fault tests finish in seconds
 
 
-@lru_cache(maxsize=None)
+@cache
 def deployment(model: str, gpu: str, tp: int, max_num_seqs: int = 256) -> tuple[SimConfig, StepTimeModel]:
     """What `llmcap twin serve` / `llmcap simulate` build for these options."""
     cfg = sim_config(load_model(model), get_gpu(gpu), EngineOptions(tp=tp, max_num_seqs=max_num_seqs))
@@ -33,8 +33,14 @@ def deployment(model: str, gpu: str, tp: int, max_num_seqs: int = 256) -> tuple[
 
 def spec(**knobs: Any) -> TwinSpec:
     cfg, step = deployment(*FAST)
-    return TwinSpec(config=cfg, step_model=step, served_model_name=SERVED, info={"model": FAST[0], "gpu": FAST[1]},
-                    max_model_len=cfg.engine.max_model_len, **knobs)  # fmt: skip
+    return TwinSpec(
+        config=cfg,
+        step_model=step,
+        served_model_name=SERVED,
+        info={"model": FAST[0], "gpu": FAST[1]},
+        max_model_len=cfg.engine.max_model_len,
+        **knobs,
+    )
 
 
 @asynccontextmanager
@@ -56,8 +62,9 @@ def twin_server(*args: str, startup_s: float = 60.0) -> Iterator[tuple[subproces
     try:
         ready, _, _ = select.select([proc.stdout], [], [], startup_s)
         line = proc.stdout.readline() if ready else ""
-        assert "http://127.0.0.1:" in line and "not a measurement" in line, \
+        assert "http://127.0.0.1:" in line and "not a measurement" in line, (
             f"the twin did not start: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
+        )
         yield proc, line.strip().rsplit(" ", 1)[-1]
     finally:
         if proc.poll() is None:

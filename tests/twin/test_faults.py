@@ -114,8 +114,8 @@ def test_slowdown_at_runtime_and_dilation_scale_token_gaps():
             return before, after, knobs, metrics, bad.status_code
 
     before, after, knobs, metrics, bad = asyncio.run(scenario())
-    from tests.twin._twin import FAST, deployment
     from llmcap.sim.steptime import StepTimer
+    from tests.twin._twin import FAST, deployment
 
     cfg, step = deployment(*FAST)
     step_s = StepTimer(step).one(0.0, 0.0, 0.0, 1.0, 64.0 + 15.0, 0.0)  # a decode step alone, mid-way context

@@ -21,6 +21,7 @@ the twin run at nice TWIN_NICE while they measure, where the OS allows it (root 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -47,10 +48,8 @@ TWIN_NICE = int(os.environ.get("LLMCAP_TWIN_NICE", "-10"))
 def high_priority():
     """This process (the client) and what it spawns from here on (the twin) at TWIN_NICE; restored after."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
+    with contextlib.suppress(OSError):  # not allowed here: normal priority
         os.setpriority(os.PRIO_PROCESS, 0, min(own, TWIN_NICE))
-    except OSError:
-        pass  # not allowed here: normal priority
     try:
         yield os.getpriority(os.PRIO_PROCESS, 0)
     finally:
@@ -59,15 +58,33 @@ def high_priority():
 
 @pytest.fixture()
 def twin_process(high_priority):
-    with twin_server("-m", MODEL, "-g", GPU, "--tp", str(TP), "--served-model-name", "twin-70b", "--dilation", str(DILATION),
-                     startup_s=STARTUP_S) as served:
+    with twin_server(
+        "-m",
+        MODEL,
+        "-g",
+        GPU,
+        "--tp",
+        str(TP),
+        "--served-model-name",
+        "twin-70b",
+        "--dilation",
+        str(DILATION),
+        startup_s=STARTUP_S,
+    ) as served:
         yield served
 
 
 def excerpt(n: int, rate: float, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     arrival = np.concatenate([[0.0], np.cumsum(rng.exponential(1.0 / rate, n - 1))])
-    return pa.table({"request_id": np.arange(n), "arrival_s": arrival, "isl": rng.integers(100, 800, n), "osl": rng.integers(5, 20, n)})
+    return pa.table(
+        {
+            "request_id": np.arange(n),
+            "arrival_s": arrival,
+            "isl": rng.integers(100, 800, n),
+            "osl": rng.integers(5, 20, n),
+        }
+    )
 
 
 def test_twin_matches_the_simulator_on_the_same_excerpt(twin_process):
@@ -82,7 +99,9 @@ def test_twin_matches_the_simulator_on_the_same_excerpt(twin_process):
 
     got = res.requests.to_pandas()
     assert (got.status == "ok").all() and (got.osl.to_numpy() == trace.column("osl").to_numpy()).all()
-    sent = pa.table({"request_id": got.request_id, "arrival_s": got.arrival_s / DILATION, "isl": got.isl, "osl": got.osl})
+    sent = pa.table(
+        {"request_id": got.request_id, "arrival_s": got.arrival_s / DILATION, "isl": got.isl, "osl": got.osl}
+    )
     cfg, step = deployment(MODEL, GPU, TP)
     sim = simulate(sent, step, cfg)
     want = sim.records.to_pandas()
@@ -96,7 +115,9 @@ def test_twin_matches_the_simulator_on_the_same_excerpt(twin_process):
         report[f"itl_p{q}"] = (itl_twin, itl_sim, itl_twin / itl_sim - 1)
     snap = parse_metrics(metrics_text)
     lag = snap.get("llmcap_twin_max_lag_seconds")
-    print(f"\n[twin] replay wall {wall:.1f} s, twin's max lag {lag * 1e3:.1f} ms; twin vs simulator (s, s, relative): {report}")
+    print(
+        f"\n[twin] replay wall {wall:.1f} s, twin's max lag {lag * 1e3:.1f} ms; twin vs simulator (s, s, relative): {report}"
+    )
     assert all(abs(rel) < 0.05 for _, _, rel in report.values()), report
     assert snap.get("vllm:request_success_total") == N
     assert snap.get("vllm:generation_tokens_total") == got.osl.sum()

@@ -22,8 +22,15 @@ def run_online(trace, cfg, seed: int, slots: int) -> list[Flight]:
     work = workload_from_table(trace, cfg.engine.block_size, cfg.engine.enable_prefix_caching)
     segments = work.segment_index(array("q", work.isl.tobytes()))
     emitted: list[tuple[Flight, int, float, bool]] = []
-    cluster = OnlineCluster(StepTimer(MODEL), cfg, np.random.default_rng(seed), lambda *e: emitted.append(e), slots=slots,
-                            keep_times=True, draws=work.n)  # fmt: skip
+    cluster = OnlineCluster(
+        StepTimer(MODEL),
+        cfg,
+        np.random.default_rng(seed),
+        lambda *e: emitted.append(e),
+        slots=slots,
+        keep_times=True,
+        draws=work.n,
+    )
     flights = []
     for i in range(work.n):
         keys, his = segments.of(i) if segments is not None else ([], [])
@@ -50,7 +57,9 @@ def test_online_cluster_gives_the_simulators_token_times(seed):
     rec = sim.records.to_pandas()
     flights = run_online(trace, cfg, seed, slots=100 if seed % 2 else 512)  # fewer slots than requests: rows are reused
     served = np.array([f.slot >= 0 for f in flights])
-    assert (served == (rec.status != "rejected").to_numpy()).all() and (rec.status[served] == "ok").all()  # every accepted request finishes
+    assert (served == (rec.status != "rejected").to_numpy()).all() and (
+        rec.status[served] == "ok"
+    ).all()  # every accepted request finishes
     first = np.array([f.times[0] if f.times else np.nan for f in flights])
     finish = np.array([f.times[-1] if f.times else np.nan for f in flights])
     np.testing.assert_array_equal(first[served], rec.first_token_s.to_numpy()[served])
@@ -76,19 +85,34 @@ def test_every_router_and_pool_size_routes_as_the_simulator(router: str, replica
     # max_model_len 300 turns away ~10%: isl in [1, 299], osl in [1, 59], so
     # P(isl + osl > 300) = sum(o - 1 for o in 1..59) / (299 * 59) = 1711 / 17641; rejected requests keep
     # their place in the routers' arrival order
-    cfg = cfg.model_copy(update={
-        "engine": cfg.engine.model_copy(update={"max_model_len": 300}), "router": router, "replicas": replicas,
-        "pd": PDConfig(prefill_replicas=replicas, decode_replicas=5 - replicas, link=PD_LINK,
-                       first_token_from="decode" if seed % 2 else "prefill") if pd else None})  # fmt: skip
+    cfg = cfg.model_copy(
+        update={
+            "engine": cfg.engine.model_copy(update={"max_model_len": 300}),
+            "router": router,
+            "replicas": replicas,
+            "pd": PDConfig(
+                prefill_replicas=replicas,
+                decode_replicas=5 - replicas,
+                link=PD_LINK,
+                first_token_from="decode" if seed % 2 else "prefill",
+            )
+            if pd
+            else None,
+        }
+    )
     sim = simulate(trace, MODEL, cfg, np.random.default_rng(seed))
     rec = sim.records.to_pandas()
     flights = run_online(trace, cfg, seed, slots=100 if seed % 2 else 512)
     served = np.array([f.slot >= 0 for f in flights])
-    assert (served == (rec.status != "rejected").to_numpy()).all() and 60 < served.sum() < len(flights)  # most fit, not all
+    assert (served == (rec.status != "rejected").to_numpy()).all() and 60 < served.sum() < len(
+        flights
+    )  # most fit, not all
     # the same replicas chose (prefill or only pool: the router under test; decode pool: the handoff router)
     assert [f.front for f in flights if f.slot >= 0] == rec.prefill_replica[served].tolist()
     if pd:
-        assert [f.back for f in flights if f.slot >= 0 and f.osl > 1] == rec.decode_replica[served & (rec.osl > 1)].tolist()
+        assert [f.back for f in flights if f.slot >= 0 and f.osl > 1] == rec.decode_replica[
+            served & (rec.osl > 1)
+        ].tolist()
     first = np.array([f.times[0] if f.times else np.nan for f in flights])
     finish = np.array([f.times[-1] if f.times else np.nan for f in flights])
     np.testing.assert_array_equal(first[served], rec.first_token_s.to_numpy()[served])

@@ -34,5 +34,7 @@ def test_ttft_at_a_cache_hit_is_timed_and_faster_than_cold(tmp_path: Path) -> No
 
 
 def test_a_share_outside_zero_to_one_is_refused(tmp_path: Path) -> None:
-    r = CliRunner().invoke(app, ["profile", "--endpoint", "http://127.0.0.1:9", "--cache-hit", "0.5,1", "--out", str(tmp_path)])
+    r = CliRunner().invoke(
+        app, ["profile", "--endpoint", "http://127.0.0.1:9", "--cache-hit", "0.5,1", "--out", str(tmp_path)]
+    )
     assert r.exit_code == 2 and "--cache-hit shares lie strictly between 0 and 1" in r.output

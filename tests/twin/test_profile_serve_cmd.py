@@ -37,13 +37,29 @@ def test_serve_cmd_times_start_to_healthy_and_records_it(tmp_path: Path) -> None
     twin = f"{shlex.quote(sys.executable)} -m llmcap twin serve -m Llama-3.1-8B -g h100 --host 127.0.0.1 --port {port}"
     cmd = f"sh -c {shlex.quote(f'sleep {DELAY_S}; cd {shlex.quote(str(ROOT))} && exec {twin}')}"
     t0 = time.perf_counter()
-    result = CliRunner().invoke(app, ["profile", "--endpoint", url, "--serve-cmd", cmd, "--ready-timeout", "90", "--out", str(tmp_path / "p"), *GRID],
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "--endpoint",
+            url,
+            "--serve-cmd",
+            cmd,
+            "--ready-timeout",
+            "90",
+            "--out",
+            str(tmp_path / "p"),
+            *GRID,
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     wall = time.perf_counter() - t0
     assert result.exit_code == 0, result.output
     ready = json.loads(result.stdout)["ready"]
     assert ready["started_by_profile"] is True and ready["health_polls"] >= 2  # the first polls found nothing listening
-    assert DELAY_S <= ready["model_ready_s"] < wall  # the sleep, then the twin's own start; within the command's wall time
+    assert (
+        DELAY_S <= ready["model_ready_s"] < wall
+    )  # the sleep, then the twin's own start; within the command's wall time
     assert "router_admitted" in ready["not_measured"] and "pod_running" in ready["not_measured"]
     manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert manifest["ready"] == ready
@@ -61,6 +77,17 @@ def test_a_given_endpoint_records_model_ready_as_not_seen(tmp_path: Path) -> Non
 
 def test_an_engine_that_exits_early_is_an_error_naming_its_output(tmp_path: Path) -> None:
     cmd = f"{shlex.quote(sys.executable)} -c \"import sys; print('no GPU found'); sys.exit(3)\""
-    result = CliRunner().invoke(app, ["profile", "--endpoint", f"http://127.0.0.1:{_free_port()}", "--serve-cmd", cmd, "--out",
-                                      str(tmp_path / "p"), *GRID])  # fmt: skip
+    result = CliRunner().invoke(
+        app,
+        [
+            "profile",
+            "--endpoint",
+            f"http://127.0.0.1:{_free_port()}",
+            "--serve-cmd",
+            cmd,
+            "--out",
+            str(tmp_path / "p"),
+            *GRID,
+        ],
+    )
     assert result.exit_code == 2 and "exited (code 3)" in result.output and "no GPU found" in result.output

@@ -18,12 +18,26 @@ pytestmark = pytest.mark.timeout(60)
 def test_endpoints_stream_and_errors():
     async def scenario():
         async with running_twin() as twin, httpx.AsyncClient(base_url=twin.url, timeout=10.0) as c:
-            out = {"health": await c.get("/health"), "version": await c.get("/version"), "models": await c.get("/v1/models")}
-            body = {"model": SERVED, "prompt": [5, 6, 7, 8], "max_tokens": 3, "stream": True,
-                    "stream_options": {"include_usage": True}, "return_token_ids": True}  # fmt: skip
+            out = {
+                "health": await c.get("/health"),
+                "version": await c.get("/version"),
+                "models": await c.get("/v1/models"),
+            }
+            body = {
+                "model": SERVED,
+                "prompt": [5, 6, 7, 8],
+                "max_tokens": 3,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "return_token_ids": True,
+            }
             out["stream"] = await c.post("/v1/completions", json=body)
-            out["plain"] = await c.post("/v1/completions", json={"model": SERVED, "prompt": "hello twin", "max_tokens": 4})
-            out["wrong_model"] = await c.post("/v1/completions", json={"model": "gpt-9", "prompt": [1], "max_tokens": 1})
+            out["plain"] = await c.post(
+                "/v1/completions", json={"model": SERVED, "prompt": "hello twin", "max_tokens": 4}
+            )
+            out["wrong_model"] = await c.post(
+                "/v1/completions", json={"model": "gpt-9", "prompt": [1], "max_tokens": 1}
+            )
             too_long = twin.spec.max_model_len
             out["too_long"] = await c.post("/v1/completions", json={"prompt": [1] * 10, "max_tokens": too_long})
             out["bad"] = await c.post("/v1/completions", json={"prompt": [1], "max_tokens": 0})

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from llmcap.cli import app
 from llmcap import exit_codes
+from llmcap.cli import app
 from tests.twin._twin import twin_server
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
@@ -37,8 +37,20 @@ def trace(tmp_path: Path) -> Path:
 def test_every_request_is_accounted_for_and_written(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with twin() as url:
-        args = ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "2000", "--slo-itl-ms", "200",
-                "--out", str(out), "--json"]  # fmt: skip
+        args = [
+            "replay",
+            "--endpoint",
+            url,
+            "-t",
+            str(trace),
+            "--slo-ttft-ms",
+            "2000",
+            "--slo-itl-ms",
+            "200",
+            "--out",
+            str(out),
+            "--json",
+        ]
         result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
@@ -69,10 +81,17 @@ def test_a_closed_port_is_unreachable(trace: Path) -> None:
     with socket.socket() as sock:  # a port nothing listens on (bound, never listening: connections are refused)
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        result = runner.invoke(app, ["replay", "--endpoint", url, "--model", "m", "-t", str(trace), "--timeout", "2", "--json"])
+        result = runner.invoke(
+            app, ["replay", "--endpoint", url, "--model", "m", "-t", str(trace), "--timeout", "2", "--json"]
+        )
     assert result.exit_code == exit_codes.UNREACHABLE, result.output
     s = json.loads(result.stdout)
-    assert s["status"]["ok"] == 0 and sum(s["status"].values()) == 40 and s["valid"] is False and s["outcome"] == "UNREACHABLE"
+    assert (
+        s["status"]["ok"] == 0
+        and sum(s["status"].values()) == 40
+        and s["valid"] is False
+        and s["outcome"] == "UNREACHABLE"
+    )
 
 
 def test_a_twin_that_dies_mid_run_fails_it(trace: Path) -> None:
@@ -80,7 +99,9 @@ def test_a_twin_that_dies_mid_run_fails_it(trace: Path) -> None:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--timeout", "5", "--json"])
     assert result.exit_code == exit_codes.FAILED, result.output
     s = json.loads(result.stdout)
-    assert sum(s["status"].values()) == 40 and 0 < s["status"]["ok"] <= 10 and s["valid"] is False  # streams open at the crash are cut
+    assert (
+        sum(s["status"].values()) == 40 and 0 < s["status"]["ok"] <= 10 and s["valid"] is False
+    )  # streams open at the crash are cut
 
 
 def test_a_slow_server_misses_the_slo(trace: Path) -> None:
@@ -88,12 +109,19 @@ def test_a_slow_server_misses_the_slo(trace: Path) -> None:
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--slo-ttft-ms", "1", "--json"])
     assert result.exit_code == exit_codes.SLO_MISSED, result.output
     s = json.loads(result.stdout)
-    assert s["status"]["ok"] == 40 and s["valid"] is True and s["slo"]["attainment"] < 0.99 and s["outcome"] == "SLO MISSED"
+    assert (
+        s["status"]["ok"] == 40
+        and s["valid"] is True
+        and s["slo"]["attainment"] < 0.99
+        and s["outcome"] == "SLO MISSED"
+    )
 
 
 def test_a_run_that_misses_its_schedule_is_invalid(trace: Path) -> None:
     with twin() as url:
-        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-lateness-ms", "1e-6", "--json"])
+        result = runner.invoke(
+            app, ["replay", "--endpoint", url, "-t", str(trace), "--max-lateness-ms", "1e-6", "--json"]
+        )
     assert result.exit_code == exit_codes.INVALID, result.output
     assert json.loads(result.stdout)["valid"] is False
 
@@ -106,7 +134,9 @@ def test_a_closed_port_without_a_model_name_is_unreachable_too(trace: Path) -> N
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--json"])
     assert result.exit_code == exit_codes.UNREACHABLE, result.output
-    assert result.stderr.startswith(f"error: {url}: no answer (ConnectError") and "is the server up?" in result.stderr, result.stderr
+    assert (
+        result.stderr.startswith(f"error: {url}: no answer (ConnectError") and "is the server up?" in result.stderr
+    ), result.stderr
 
 
 def _most_in_flight(records) -> int:
@@ -120,9 +150,26 @@ def test_closed_loop_keeps_n_clients_busy_and_says_it_is_not_capacity(trace: Pat
     as its last one ends, whatever the trace's arrival times (40 requests 50 ms apart would otherwise overlap)."""
     out = tmp_path / "closed"
     with twin() as url:
-        result = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-concurrency", "3", "--slo-ttft-ms", "2000",
-                                     "--out", str(out), "--json"])  # fmt: skip
-        refused = runner.invoke(app, ["replay", "--endpoint", url, "-t", str(trace), "--max-concurrency", "3", "--request-rate", "5"])
+        result = runner.invoke(
+            app,
+            [
+                "replay",
+                "--endpoint",
+                url,
+                "-t",
+                str(trace),
+                "--max-concurrency",
+                "3",
+                "--slo-ttft-ms",
+                "2000",
+                "--out",
+                str(out),
+                "--json",
+            ],
+        )
+        refused = runner.invoke(
+            app, ["replay", "--endpoint", url, "-t", str(trace), "--max-concurrency", "3", "--request-rate", "5"]
+        )
     assert result.exit_code == 0, result.output
     s = json.loads(result.stdout)
     assert s["mode"] == "closed loop" and s["max_concurrency"] == 3 and "not capacity" in s["caveat"]

@@ -19,12 +19,15 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["-m", "no-such-model", "-g", "h100"], "no-such-model"),
-    (["-m", "Llama-3.1-8B", "-g", "h100", "--pd", "0:2"], "--pd must be P:D"),
-    (["-m", "Llama-3.1-8B", "-g", "h100", "--router", "random"], "--router must be one of"),
-    (["-m", "Llama-3.1-70B", "-g", "h100", "--tp", "1"], "does not fit"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-m", "no-such-model", "-g", "h100"], "no-such-model"),
+        (["-m", "Llama-3.1-8B", "-g", "h100", "--pd", "0:2"], "--pd must be P:D"),
+        (["-m", "Llama-3.1-8B", "-g", "h100", "--router", "random"], "--router must be one of"),
+        (["-m", "Llama-3.1-70B", "-g", "h100", "--tp", "1"], "does not fit"),
+    ],
+)
 def test_user_errors_are_one_line(args, message):
     result = CliRunner().invoke(app, ["twin", "serve", *args])
     assert result.exit_code == 2, result.output
@@ -33,8 +36,23 @@ def test_user_errors_are_one_line(args, message):
 
 
 def test_a_crash_ends_the_process_with_exit_3():
-    cmd = [sys.executable, "-m", "llmcap", "twin", "serve", "-m", "Llama-3.1-8B", "-g", "h100", "--pd", "1:1",
-           "--port", "0", "--crash-after", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmcap",
+        "twin",
+        "serve",
+        "-m",
+        "Llama-3.1-8B",
+        "-g",
+        "h100",
+        "--pd",
+        "1:1",
+        "--port",
+        "0",
+        "--crash-after",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60.0)
