@@ -90,7 +90,8 @@ def test_sizing_decides_and_the_report_shows() -> None:
         assert not shown, f"{module} imports, directly or not, {shown}"
 
 
-MODULE_LINES = 520  # "~500": one concept a module (docs/architecture.md)
+MODULE_LINES = 500  # one concept a module (docs/architecture.md)
+FUNCTION_LINES = 80  # longer needs a `# long: <why>` line right above the def (or its decorators)
 
 
 def test_library_modules_stay_small() -> None:
@@ -100,6 +101,25 @@ def test_library_modules_stay_small() -> None:
         if (n := len(p.read_text().splitlines())) > MODULE_LINES
     }
     assert long == {}, f"split these by concern: {long}"
+
+
+def _long_without_reason(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = node.end_lineno - node.lineno + 1
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if length > FUNCTION_LINES and not lines[first - 2].strip().startswith("# long: "):
+                found.append(f"{node.name} ({length} lines)")
+    return found
+
+
+def test_library_functions_stay_short_or_say_why() -> None:
+    long = {
+        str(p.relative_to(ROOT)): f for p in sorted((ROOT / "llmcap").rglob("*.py")) if (f := _long_without_reason(p))
+    }
+    assert long == {}, f"split these, or say why not on a `# long:` line above the def: {long}"
 
 
 def test_nothing_below_the_command_line_imports_it() -> None:
