@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -259,7 +260,7 @@ class ReplayParams(_Strict):
     @field_validator("rate_scales", "isl_buckets", "osl_buckets")
     @classmethod
     def _increasing(cls, value: list) -> list:
-        if any(b <= a for a, b in zip(value, value[1:], strict=True)):
+        if any(b <= a for a, b in pairwise(value)):
             raise ValueError(f"must be strictly increasing (got {value})")
         return value
 

@@ -7,6 +7,7 @@ Defaults follow vLLM v1 where it has one (max_num_seqs 256, max_num_batched_toke
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -190,10 +191,10 @@ class AutoscaleConfig(_Frozen):
             raise ValueError(f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})")
         if len(self.floor_times_s) != len(self.floor_replicas):
             raise ValueError("floor_times_s and floor_replicas must have the same length")
-        if any(b <= a for a, b in zip(self.floor_times_s, self.floor_times_s[1:], strict=True)):
+        if any(b <= a for a, b in pairwise(self.floor_times_s)):
             raise ValueError("floor_times_s must increase")
         points = [x for x in (self.pod_running_after_s, self.model_ready_after_s) if x is not None] + [self.t_ready_s]
-        if any(b < a for a, b in zip(points, points[1:], strict=True)):
+        if any(b < a for a, b in pairwise(points)):
             raise ValueError(f"scale-up points must be ordered: pod running <= model ready <= t_ready_s, got {points}")
         if (
             self.waiting_per_replica is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from llmcap.gateway.split import TrafficSplit, point, sticky_key
@@ -18,7 +20,7 @@ def test_the_candidate_share_follows_the_weight():
 def test_raising_the_weight_only_moves_keys_to_the_candidate():
     steps = [0.01, 0.05, 0.25, 0.5, 1.0]
     on_candidate = [{k for k in KEYS if TrafficSplit(w).side(k) == "candidate"} for w in steps]
-    for smaller, larger in zip(on_candidate, on_candidate[1:], strict=True):
+    for smaller, larger in pairwise(on_candidate):
         assert smaller <= larger and len(larger) > len(smaller)
 
 
