@@ -91,7 +91,7 @@ def test_sizing_decides_and_the_report_shows() -> None:
 
 
 MODULE_LINES = 500  # one concept a module (docs/architecture.md)
-FUNCTION_LINES = 80  # longer needs a `# long: <why>` line right above the def (or its decorators)
+FUNCTION_LINES = 80  # a body longer than this needs a `# long: <why>` line right above the def (or its decorators)
 
 
 def test_library_modules_stay_small() -> None:
@@ -108,7 +108,7 @@ def _long_without_reason(path: Path) -> list[str]:
     found = []
     for node in ast.walk(ast.parse("\n".join(lines))):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            length = node.end_lineno - node.lineno + 1
+            length = node.end_lineno - node.body[0].lineno + 1  # the body: a CLI command's signature is its options
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             if length > FUNCTION_LINES and not lines[first - 2].strip().startswith("# long: "):
                 found.append(f"{node.name} ({length} lines)")
