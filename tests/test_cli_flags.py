@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
-from llmcap.commands.size import _listed, _tp_degrees
+from llmcap.commands._size_inputs import listed, tp_degrees
 from llmcap.errors import LlmcapError
 from tests.conftest import TRACES
 
@@ -47,12 +47,12 @@ def test_weight_quant_is_the_same_flag_on_every_command(trace):
 
 
 def test_size_takes_comma_lists_or_repeats():
-    assert _listed(["h100,h200", "b200", "h100"], "--gpu") == ["h100", "h200", "b200"]
-    assert _tp_degrees(["1,2", "8"]) == [1, 2, 8]
+    assert listed(["h100,h200", "b200", "h100"], "--gpu") == ["h100", "h200", "b200"]
+    assert tp_degrees(["1,2", "8"]) == [1, 2, 8]
     with pytest.raises(LlmcapError, match="an empty item"):
-        _listed(["bf16,"], "--weight-quant")
+        listed(["bf16,"], "--weight-quant")
     with pytest.raises(LlmcapError, match="positive integers"):
-        _tp_degrees(["1,two"])
+        tp_degrees(["1,two"])
     r = runner.invoke(
         app, ["size", "--trace", "never-read.csv", "--model", "Llama-3.1-8B", "--tp", "0,2", "--goodput", "ttft:500"]
     )

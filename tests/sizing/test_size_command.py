@@ -160,7 +160,7 @@ def test_piped_table_shows_every_name_whole_and_no_zero_rate(tmp_path, monkeypat
 
 
 def test_a_zero_rate_cell_says_why_for_every_status():
-    from llmcap.commands.size import max_rps_cell
+    from llmcap.commands._size_print import max_rps_cell
 
     def row(status):
         return {"candidate": "c", "mode": "aggregated", "max_rps": 0.0, "search_status": status}
