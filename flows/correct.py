@@ -32,7 +32,7 @@ apply_defaults()  # before Prefect/MLflow read their settings
 from prefect import flow  # noqa: E402
 
 from ops import registry  # noqa: E402
-from stages import tracking  # noqa: E402
+from stages import provenance, tracking  # noqa: E402
 
 RECONCILE, SUMMARY, CANDIDATES, REPLAY = (
     "data/processed/reconcile.json",
@@ -80,7 +80,7 @@ def correct(root: str = str(ROOT), alias: str = "champion") -> dict:
         return {"written": [], "decisions": decisions}
     replay = json.loads((base / REPLAY).read_text(encoding="utf-8"))
     measured_on = "digital twin" if replay.get("endpoint") is None else str(replay["endpoint"])
-    git = tracking.git_state(base)
+    git = provenance.git_state(base)
     tracking.use_experiment()
     written = []
     for conf in plan_configurations(base):

@@ -30,7 +30,7 @@ from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from ops import decision, registry, store  # noqa: E402
-from stages import timing, tracking  # noqa: E402
+from stages import provenance, timing, tracking  # noqa: E402
 
 OUTPUTS = {
     "canonical trace": "data/interim/trace.parquet",
@@ -155,7 +155,7 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
     logger = get_run_logger()
     tracking.use_experiment()
     base = Path(root)
-    tags = {**tracking.git_state(base), "llmcap.kind": "replan"}
+    tags = {**provenance.git_state(base), "llmcap.kind": "replan"}
     with mlflow.start_run(run_name="replan (running)", tags=tags) as run:
         params = yaml.safe_load((base / "params.yaml").read_text())
         mlflow.log_params(
@@ -240,7 +240,7 @@ def replan(root: str = str(ROOT), force: bool = False) -> dict:
             tracking.log_dataset(mlflow, raw, tags["trace.sha256"], tags["trace.file"], "trace")
         canonical = base / OUTPUTS["canonical trace"]
         tracking.log_dataset(
-            mlflow, canonical, tracking.file_sha256(canonical), f"{tags['trace.file']} (canonical)", "canonical trace"
+            mlflow, canonical, provenance.file_sha256(canonical), f"{tags['trace.file']} (canonical)", "canonical trace"
         )
         pushed = push(root)
         mlflow.set_tags({"dvc.remote": pushed["name"], "dvc.remote.url": pushed["url"]})

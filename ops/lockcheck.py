@@ -9,7 +9,7 @@ Three checks, each one DVC's own answer or a fact of the lock and git history, n
   dep produced by another stage (the canonical trace, the step model) is checked by the next point instead.
 - lock: each such produced dep's md5 in its consumer's entry equals the md5 its producer recorded (a dep
   inside an output directory is left out: the directory's file list is in the DVC cache, not in the lock).
-- history: a stage that writes the commit of its own code into its outputs (`tracking.code_commit`: the
+- history: a stage that writes the commit of its own code into its outputs (`provenance.code_commit`: the
   capacity report names the last commit changing the sizing code) was recorded after that commit, so the
   commit's re-run names the same commit and gives the same bytes. Its lock entry must come from a later
   commit than the last one changing its deps (commit the code, then re-plan, then commit dvc.lock).
@@ -32,7 +32,7 @@ import yaml
 from ops.common import OpsError, git, parse_lock, resolve_commit, run_main, show
 
 ROOT = Path(__file__).resolve().parent.parent
-# `tracking.code_commit(ROOT, "size")` in a stage's module: that stage's outputs name its code's commit
+# `provenance.code_commit(ROOT, "size")` in a stage's module: that stage's outputs name its code's commit
 _EMBEDS_COMMIT = re.compile(r"""code_commit\(\s*ROOT\s*,\s*["'](\w+)["']\s*\)""")
 
 

@@ -46,50 +46,16 @@ def points_suite(gxe) -> list:
     ]
 
 
-def target_fingerprint(params, model_name: str, catalog_dir: Path):
-    from llmcap.catalog import get_gpu
-    from llmcap.perf import EnvironmentFingerprint
-
-    gpu = get_gpu(params.gpu, catalog_dir / "gpus.yaml").name
-    keep = (
-        "engine",
-        "engine_version",
-        "engine_commit",
-        "driver_version",
-        "runtime_version",
-        "interconnect",
-        "model_revision",
-        "kv_dtype",
-        "tp",
-        "pp",
-        "ep",
-        "dp",
-        "block_size",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "enable_chunked_prefill",
-        "enable_prefix_caching",
-        "scheduler",
-    )
-    return EnvironmentFingerprint(
-        **{k: getattr(params, k) for k in keep},
-        device_sku=gpu,
-        device_count=params.tp * params.pp,
-        model_id=model_name,
-        quantization=params.weight_quant,
-    )
-
-
 def _loud(message: str) -> None:
     bar = "!" * 78
     print(f"{bar}\n[profile] {message}\n{bar}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> str:
-    from llmcap.catalog import get_gpu, load_model
+    from llmcap.catalog import load_model
     from llmcap.config import load_params
-    from llmcap.errors import LlmcapError
-    from llmcap.perf import build_step_model, is_stale, read_profile
+    from llmcap.live.target import measure_target, roofline_fallback, target_fingerprint
+    from llmcap.perf import is_stale, read_profile
     from llmcap.perf.calibration import shipped_calibrations
     from llmcap.perf.corrections import describe, resolve_all
     from stages import tracking, validation
@@ -114,35 +80,7 @@ def run(args: argparse.Namespace) -> str:
     if stored is not None and not changes:
         out["source"], profile = "profile", stored
     elif params.endpoint:
-        from llmcap.credentials import api_key_from_env, redact_url
-        from llmcap.live import ProfileSpec, endpoint_fingerprint, measure_endpoint, to_profile
-
-        spec = ProfileSpec.grid(
-            params.isl,
-            params.concurrency,
-            osl=params.osl,
-            repeats=params.repeats,
-            max_num_batched_tokens=params.max_num_batched_tokens,
-            cache_hits=tuple(params.cache_hits),
-            block_tokens=params.block_size,
-        )
-        m = measure_endpoint(
-            params.endpoint,
-            params.served_model or model.name,
-            spec,
-            progress=True,
-            api_key=api_key_from_env(params.api_key_env),
-        )
-        if len(m.failed_runs) == len(m.runs):
-            first = next((r.error for run in m.runs for r in run.results if r.error), "no tokens came back")
-            raise LlmcapError(f"profile.endpoint: every request to {redact_url(params.endpoint)} failed: {first}")
-        declared = current.model_dump(
-            exclude={"engine", "engine_version", "block_size", "enable_prefix_caching", "kv_dtype"}
-        )
-        try:
-            profile = to_profile(m, endpoint_fingerprint(m, **declared))
-        except ValueError as exc:
-            raise LlmcapError(f"profile.endpoint: nothing to fit from {redact_url(params.endpoint)}: {exc}") from None
+        profile = measure_target(params, model.name, current)
         profile.write(args.report_dir / "measured")
         out["source"], out["measured_profile"] = "profile-measured", str(args.report_dir / "measured")
         out["measured_fingerprint_changes"] = [c.__dict__ for c in is_stale(current, profile.fingerprint)]
@@ -152,28 +90,7 @@ def run(args: argparse.Namespace) -> str:
             f"{why}; no profile.endpoint to re-profile -> FALLING BACK TO THE ROOFLINE MODEL "
             f"({model.name} on {current.device_sku} TP{params.tp}). Set profile.endpoint to measure."
         )
-        gpu = get_gpu(params.gpu, args.catalog_dir / "gpus.yaml")
-        roof = build_step_model(
-            model,
-            gpu,
-            tp=params.tp,
-            pp=params.pp,
-            ep=params.ep,
-            weight_quant=params.weight_quant,
-            kv_dtype=params.kv_dtype,
-        )
-        out["source"] = "roofline-fallback"
-        out["step_model"] = {
-            "kind": "roofline",
-            "gpu": gpu.name,
-            "tp": params.tp,
-            "pp": params.pp,
-            "ep": params.ep,
-            "weight_quant": params.weight_quant,
-            "kv_dtype": params.kv_dtype,
-            "params": roof.params.model_dump(mode="json"),
-            "calibration": roof.calibration.describe() if roof.calibration else None,
-        }
+        out["source"], out["step_model"] = "roofline-fallback", roofline_fallback(params, model, args.catalog_dir)
     check = None
     if profile is not None:
         out["step_model"] = profile.fit.to_dict() if profile.fit else None
@@ -205,9 +122,8 @@ def run(args: argparse.Namespace) -> str:
             }
         )
         mlflow.log_artifact(str(args.step_model), artifact_path="profile")
-        for c in (
-            shipped_calibrations()
-        ):  # the fitted efficiencies with their sources, as every plan of these GPUs used them
+        # the fitted efficiencies with their sources, as every plan of these GPUs used them
+        for c in shipped_calibrations():
             mlflow.log_artifact(str(c.path), artifact_path=f"profile/roofline_calibration/{c.gpu}")
         if profile is not None:
             src = args.profile if out["source"] == "profile" else args.report_dir / "measured"

@@ -33,6 +33,17 @@ ARGUMENTS = [
 ]
 
 
+DECISION_METRICS = (
+    "target_rps",
+    "gpus",
+    "instances",
+    "base_instances",
+    "usd_per_hour",
+    "max_rps_per_unit",
+    "candidates_simulated",
+)
+
+
 def capacity_suite(gxe) -> list:
     """The capacity table: one row per (candidate, mode); rates, attainment and counts in range."""
     from typing import get_args
@@ -63,6 +74,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.config import load_params
     from llmcap.planning import StepTimes, plan_capacity
     from llmcap.report.capacity import write_report
+    from llmcap.report.plan_metrics import write_plan_metrics
     from llmcap.sizing.executor import make_executor
     from llmcap.sizing.table import write_parquet
     from llmcap.trace import load_trace
@@ -92,7 +104,7 @@ def run(args: argparse.Namespace) -> str:
     paths = write_report(report, args.report_dir)
     summary_path = args.report_dir / "summary.json"
     summary_path.write_text(json.dumps(out.summary, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    write_dvc_metrics(out.summary, out.table, args.metrics, args.plot_data)
+    write_plan_metrics(out.summary, out.table, args.metrics, args.plot_data)
     check = validation.validate(out.table.to_pandas(), "capacity", capacity_suite)
     validation_path = check.write(args.report_dir / "validation.json")
 
@@ -100,17 +112,7 @@ def run(args: argparse.Namespace) -> str:
     inputs = {"trace": args.trace, "candidates": args.candidates, "step_model": args.step_model}
     with tracking.stage_run(ROOT, "size", {"size": size.model_dump(mode="json")}, inputs) as mlflow:
         mlflow.set_tag("mlflow.runName", f"size: {tracking.decision_name(s)}")
-        mlflow.log_metrics(
-            {
-                "target_rps": s["target_rps"],
-                "gpus": s["gpus"],
-                "instances": s["instances"],
-                "base_instances": s["base_instances"],
-                "usd_per_hour": s["usd_per_hour"],
-                "max_rps_per_unit": s["max_rps_per_unit"],
-                "candidates_simulated": s["candidates_simulated"],
-            }
-        )
+        mlflow.log_metrics({k: s[k] for k in DECISION_METRICS})
         mlflow.log_metrics(
             {
                 f"headroom.{pool}.{risk}": h["instances"]
@@ -133,9 +135,8 @@ def run(args: argparse.Namespace) -> str:
         for artifact in (args.capacity, summary_path, validation_path, args.metrics, args.plot_data, *paths.values()):
             mlflow.log_artifact(str(artifact), artifact_path="size")
     validation.require(check)
-    if (
-        s["verdict"] == "fails"
-    ):  # the evidence is written and logged; no decision is recorded and nothing downstream runs on it
+    # the evidence is written and logged; no decision is recorded and nothing downstream runs on it
+    if s["verdict"] == "fails":
         from llmcap.errors import LlmcapError
 
         raise LlmcapError(
@@ -149,47 +150,17 @@ def run(args: argparse.Namespace) -> str:
     return f"{s['chosen']} ({s['mode']}): {s['gpus']} GPUs = {pools} for {s['target_rps']:.3g} req/s, ${s['usd_per_hour']:,.0f}/h → {paths['html']}"
 
 
-def write_dvc_metrics(summary, table, metrics_path, plot_path) -> None:
-    """The decision's numbers as DVC metrics (JSON) and each candidate's rates as DVC plot data (CSV), so
-    `dvc metrics diff A B` and `dvc plots diff A B` compare two plans."""
-    import csv
-
-    metrics = {
-        k: summary[k]
-        for k in ("gpus", "base_gpus", "instances", "base_instances", "usd_per_hour", "target_rps", "max_rps_per_unit")
-    }
-    metrics["pools"] = {
-        name: {k: q[k] for k in ("instances", "base_instances", "gpus", "usd_per_hour", "per_instance_rps")}
-        for name, q in summary["pool_plans"].items()
-    }
-    metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    metrics_path.write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    plot_path.parent.mkdir(parents=True, exist_ok=True)
-    with plot_path.open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(["configuration", "max_rps", "goodput_per_gpu", "gpus"])
-        for r in table.select(["mode", "candidate", "max_rps", "goodput_per_gpu", "gpus"]).to_pylist():
-            w.writerow(
-                [
-                    f"{r['mode']}: {r['candidate']}",
-                    repr(r["max_rps"]),
-                    "" if r["goodput_per_gpu"] is None else repr(r["goodput_per_gpu"]),
-                    r["gpus"] or "",
-                ]
-            )
-
-
 def _provenance(args: argparse.Namespace, params):
     """The report header's inputs: model, trace and its hash, the sizing code's commit (what timed the steps
     and priced the GPUs is the report's own `sources`, decided in llmcap.planning for the CLI alike)."""
     from llmcap.report.capacity import Provenance
-    from stages import tracking
+    from stages import provenance
 
-    commit = tracking.code_commit(ROOT, "size")
+    commit = provenance.code_commit(ROOT, "size")
     return Provenance(
         model=params.enumerate.model,
         trace=params.trace.file,
-        trace_sha256=tracking.file_sha256(args.trace),
+        trace_sha256=provenance.file_sha256(args.trace),
         commit=None if commit is None else commit[0],
         commit_date=None if commit is None else commit[1],
     )

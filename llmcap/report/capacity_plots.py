@@ -186,7 +186,7 @@ def plot_headroom(plan: CapacityPlan) -> bytes:
         zip(
             ("base", "traffic", "memory", "failure", "deployment", "control", "fit"),
             plt.rcParams["axes.prop_cycle"].by_key()["color"],
-            strict=True,
+            strict=False,  # the first colours of a longer cycle
         )
     )
     seen: set[str] = set()

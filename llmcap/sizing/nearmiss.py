@@ -88,7 +88,7 @@ def near_miss(candidate: str, result: SearchResult, slo: SloParams) -> NearMiss 
             counts["deadline"] = deadline
         binding = max(counts, key=lambda k: (counts[k], k == "ttft"))  # a tie goes to TTFT
         tally = " vs ".join(
-            f"{v:,.0f} {name}" for name, v in zip(("TTFT", "ITL/TPOT", "deadline"), counts.values(), strict=True)
+            f"{v:,.0f} {name}" for name, v in zip(("TTFT", "ITL/TPOT", "deadline"), counts.values(), strict=False)
         )
         reason = f"{binding.upper()} binds ({tally} misses in the steady window); {shown}"
     return NearMiss(candidate, best.rate, attainment, result.attainment_target, binding, reason, ttft_p99, itl_p99)

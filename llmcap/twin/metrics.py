@@ -141,7 +141,9 @@ class _EngineState:
             "Seconds each prefill replica's P->D KV link was busy (simulated; vLLM has no standard metric for it).",
             labels=labels,
         )
-        for r, ln in zip(t.cluster.front, t.cluster.links, strict=True):  # P/D only: one link per prefill replica
+        for r, ln in zip(
+            t.cluster.front, t.cluster.links, strict=False
+        ):  # P/D only (no links aggregated): one per prefill replica
             link.add_metric([t.model_name, str(r.gid), "llmcap"], ln.busy_s)
         return [running, waiting, usage, preempt, steps, cache, info, slowdown, faults, lag, link]
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from llmcap.config import load_params
+from llmcap.live.target import target_fingerprint
 from llmcap.perf import Profile
 from llmcap.perf.calibrate import StepObservations, decode_observations, fit_step_model, prefill_observations
 from llmcap.perf.calibration import shipped_calibrations
@@ -41,7 +42,7 @@ def _setup(tmp_path: Path, profile_params: dict) -> list[str]:
 
 def _store(tmp_path: Path, manifest: dict | None = None, **fingerprint_changes) -> Profile:
     params = load_params(tmp_path / "params.yaml")
-    fp = stage.target_fingerprint(params.profile, "Llama-3.1-8B", CATALOG).model_copy(update=fingerprint_changes)
+    fp = target_fingerprint(params.profile, "Llama-3.1-8B", CATALOG).model_copy(update=fingerprint_changes)
     isl = np.array([128.0, 512.0, 2048.0])
     obs = StepObservations.concat(
         [
