@@ -211,7 +211,8 @@ def table_lines(results: list[CellResult]) -> list[str]:
         factor = f" (factor {rs[0].factor:.3f})" if len(key) == 2 else ""
         s, u = summarise(rs), summarise(rs, fitted=False)
         out.append(
-            f"held out, {' '.join(key)}{factor}: {s.cells} cells, median |error| {u.median_abs:.1%} -> "
-            f"{s.median_abs:.1%} with the factor, worst {u.worst_abs:.1%} -> {s.worst_abs:.1%} ({s.worst})"
+            f"held out, {' '.join(key)}{factor}: {s.cells} cells; median |error| {u.median_abs:.1%} unscaled, "
+            f"{s.median_abs:.1%} with the factor; worst {u.worst_abs:.1%} ({u.worst}) unscaled, {s.worst_abs:.1%} "
+            f"({s.worst}) with it"
         )
     return out
