@@ -26,9 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.deployment import EngineOptions, sim_config, step_model, with_preset
+from llmcap.deployment import EngineOptions, sim_config, with_preset
 from llmcap.engine_presets import engine_preset
 from llmcap.errors import LlmcapError
+from llmcap.perf import build_step_model
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig, simulate
 
@@ -121,17 +122,23 @@ def burst(n: int, isl: int, osl: int) -> pa.Table:
 
 @cache
 def _deployment(
-    engine: str, model: str, gpu: str, tp: int, quant: str, kv_dtype: str
+    engine: str, model: str, gpu: str, tp: int, quant: str, kv_dtype: str, public: bool = False
 ) -> tuple[SimConfig, StepTimeModel]:
     # cached: a configuration's cells share its memory plan and step model
     g = get_gpu(gpu)
     options = with_preset(EngineOptions(tp=tp, quant=quant, kv_dtype=kv_dtype), engine_preset(engine, g), set())
-    return sim_config(load_model(model), g, options), step_model(model, gpu, tp, quant, kv_dtype)
+    steps = build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype)
+    if public and steps.calibration is not None and steps.calibration.fitted is not None:
+        # every knob group of the public fit, also those the GPU's independent timings kept at the defaults
+        params = steps.calibration.fitted.params(steps.compute_dtype)
+        steps = build_step_model(model, gpu, tp=tp, weight_quant=quant, kv_dtype=kv_dtype, params=params)
+    return sim_config(load_model(model), g, options), steps
 
 
-def predict(cell: Cell) -> float:
-    """The simulator's value of `cell`'s metric under the cell's engine preset, unscaled (α = 1)."""
-    config, model = _deployment(cell.engine, cell.model, cell.gpu, cell.tp, cell.weight_quant, cell.kv_dtype)
+def predict(cell: Cell, public: bool = False) -> float:
+    """The simulator's value of `cell`'s metric under the cell's engine preset, unscaled (α = 1), with the step
+    model the sizing uses; `public`: with the GPU's public calibration in every knob group instead (a diagnostic)."""
+    config, model = _deployment(cell.engine, cell.model, cell.gpu, cell.tp, cell.weight_quant, cell.kv_dtype, public)
     records = simulate(burst(cell.num_requests, cell.isl, cell.osl), model, config).records
     status = records.column("status").to_pylist()
     if any(s != "ok" for s in status):
@@ -166,8 +173,8 @@ def fit_factors(results: Iterable[tuple[Cell, float]]) -> dict[tuple[str, str], 
     return {k: statistics.median(v) for k, v in ratios.items()}
 
 
-def evaluate(cells: list[Cell]) -> list[CellResult]:
-    predicted = [(c, predict(c)) for c in cells]
+def evaluate(cells: list[Cell], public: bool = False) -> list[CellResult]:
+    predicted = [(c, predict(c, public)) for c in cells]
     factors = fit_factors(predicted)
     missing = {(c.engine, c.gpu) for c in cells} - factors.keys()
     if missing:

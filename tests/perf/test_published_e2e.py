@@ -20,9 +20,17 @@ CELLS = load_cells()
 ACCEPT_MEDIAN, ACCEPT_WORST = 0.05, 0.15  # issue 36's acceptance for the held-out cells
 
 
+H200 = "H200-SXM-141GB"
+
+
 @pytest.fixture(scope="module")
 def results() -> list[CellResult]:
     return evaluate(CELLS)
+
+
+@pytest.fixture(scope="module")
+def h200_public() -> list[CellResult]:
+    return evaluate([c for c in CELLS if c.gpu == H200], public=True)
 
 
 def _held(results: list[CellResult], gpu: str | None = None) -> list[CellResult]:
@@ -80,6 +88,15 @@ def test_held_out_median_meets_the_acceptance_and_the_worst_cell_is_no_worse_tha
         fit = [r for r in results if r.cell.gpu == gpu and r.cell.split == "fit"]
         held = summarise(_held(results, gpu))
         assert held.worst_abs <= summarise(fit).worst_abs, (gpu, held)
-    cal = shipped_calibration("H200-SXM-141GB")
+    cal = shipped_calibration(H200)
     assert cal is not None and {"gemm:fp8", "hbm"} <= set(cal.not_applied)  # the cause stated above
-    assert "H200-SXM-141GB" in s.worst and s.worst_abs > ACCEPT_WORST  # where the gap is: the acceptance not met
+    assert H200 in s.worst and s.worst_abs > ACCEPT_WORST  # where the gap is: the acceptance not met
+
+
+def test_the_h200_gap_closes_on_its_public_calibration(results, h200_public):
+    # The cause, checked: with every knob group of the H200's public (vLLM-kernel) fit, not the defaults its own
+    # PyTorch timings chose, the H200's held-out cells come within the acceptance's worst with no factor at all.
+    # (Not the default: the sizing's H200 keeps the independent check's choice; docs in catalog/data/published.)
+    default, public = summarise(_held(results, H200), fitted=False), summarise(_held(h200_public), fitted=False)
+    assert public.cells == 10 and public.worst_abs <= ACCEPT_WORST < default.worst_abs, (public, default)
+    assert public.median_abs < default.median_abs
