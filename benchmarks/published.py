@@ -1,5 +1,5 @@
 """`make bench`: the simulator against engines' published measurements (llmcap.published): every cell of
-catalog/data/published/ replayed under its engine's preset, its error unscaled and with the (engine, GPU)
+llmcap/published/ replayed under its engine's preset, its error unscaled and with the (engine, GPU)
 speed factor fitted on the fit cells, then the held-out median and worst per engine and per (engine, GPU);
 and the same summaries with each GPU's public calibration in every knob group (the H200 keeps some at the
 defaults: the check's one gap)."""

@@ -1,4 +1,4 @@
-"""End-to-end check against published engine measurements (llmcap.published, catalog/data/published/):
+"""End-to-end check against published engine measurements (llmcap.published):
 TensorRT-LLM 1.0's max-throughput table replayed under the trtllm preset, the (engine, GPU) speed factor fitted
 on the fit cells and judged on the held-out ones."""
 
@@ -96,7 +96,7 @@ def test_held_out_median_meets_the_acceptance_and_the_worst_cell_is_no_worse_tha
 def test_the_h200_gap_closes_on_its_public_calibration(results, h200_public):
     # The cause, checked: with every knob group of the H200's public (vLLM-kernel) fit, not the defaults its own
     # PyTorch timings chose, the H200's held-out cells come within the acceptance's worst with no factor at all.
-    # (Not the default: the sizing's H200 keeps the independent check's choice; docs in catalog/data/published.)
+    # (Not the default: the sizing's H200 keeps the independent check's choice; llmcap/published/README.md.)
     default, public = summarise(_held(results, H200), fitted=False), summarise(_held(h200_public), fitted=False)
     assert public.cells == 10 and public.worst_abs <= ACCEPT_WORST < default.worst_abs, (public, default)
     assert public.median_abs < default.median_abs

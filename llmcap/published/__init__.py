@@ -1,4 +1,4 @@
-"""End-to-end check of the simulator against engines' published measurements (`catalog/data/published/`).
+"""End-to-end check of the simulator against engines' published measurements (`llmcap/published/`).
 
 Each cell of a published table (engine, version, GPU, model, precision, TP, input/output lengths, how
 many requests at what load, the metric and its value) is replayed through the simulator with the project's
@@ -33,7 +33,7 @@ from llmcap.perf import build_step_model
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig, simulate
 
-PUBLISHED = Path(__file__).resolve().parent / "catalog" / "data" / "published" / "engine_throughput.csv"
+PUBLISHED = Path(__file__).resolve().parent / "engine_throughput.csv"
 METRICS = ("output_tokens_per_s",)
 SPLITS = ("fit", "held_out")
 
