@@ -135,10 +135,15 @@ def _deployment(
     return sim_config(load_model(model), g, options), steps
 
 
+def deployment(cell: Cell, public: bool = False) -> tuple[SimConfig, StepTimeModel]:
+    """`cell`'s instance under its engine's preset, and the step model the sizing uses for it; `public`: with the
+    GPU's public calibration in every knob group instead (a diagnostic)."""
+    return _deployment(cell.engine, cell.model, cell.gpu, cell.tp, cell.weight_quant, cell.kv_dtype, public)
+
+
 def predict(cell: Cell, public: bool = False) -> float:
-    """The simulator's value of `cell`'s metric under the cell's engine preset, unscaled (α = 1), with the step
-    model the sizing uses; `public`: with the GPU's public calibration in every knob group instead (a diagnostic)."""
-    config, model = _deployment(cell.engine, cell.model, cell.gpu, cell.tp, cell.weight_quant, cell.kv_dtype, public)
+    """The simulator's value of `cell`'s metric, unscaled (α = 1), on `deployment(cell, public)`."""
+    config, model = deployment(cell, public)
     records = simulate(burst(cell.num_requests, cell.isl, cell.osl), model, config).records
     status = records.column("status").to_pylist()
     if any(s != "ok" for s in status):

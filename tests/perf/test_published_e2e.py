@@ -13,7 +13,7 @@ import pytest
 from llmcap.engine_presets import ENGINES
 from llmcap.perf.calibration import shipped_calibration
 from llmcap.perf.scaled import ScaledStepModel
-from llmcap.published import CellResult, _deployment, burst, evaluate, load_cells, split_rule, summarise
+from llmcap.published import CellResult, burst, deployment, evaluate, load_cells, split_rule, summarise
 from llmcap.sim import simulate
 
 CELLS = load_cells()
@@ -51,7 +51,7 @@ def test_every_cell_is_cited_and_split_by_the_fixed_rule():
 def test_a_burst_scales_with_the_speed_factor_exactly():
     # the closed-form fit rests on it: every request arrives at 0, so step times x a stretch the whole timeline by a
     cell = next(c for c in CELLS if (c.isl, c.osl) == (1000, 1000) and c.gpu == "H100-SXM-80GB")
-    config, model = _deployment(cell.engine, cell.model, cell.gpu, cell.tp, cell.weight_quant, cell.kv_dtype)
+    config, model = deployment(cell)
     trace = burst(300, cell.isl, cell.osl)
     plain = simulate(trace, model, config).records.column("finish_s").to_numpy().max()
     scaled = simulate(trace, ScaledStepModel(model, 1.25), config).records.column("finish_s").to_numpy().max()
