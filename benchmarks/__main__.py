@@ -1,6 +1,7 @@
 """`make bench`: ingestion throughput per format and characterisation time; then the command line's
 start and whole-process simulate (`benchmarks.cli`), the simulator (`benchmarks.sim`), the sizing search (`benchmarks.size`), the load generator (`benchmarks.loadgen`), the roofline's
-calibrations, cross-validated (`benchmarks.calibration`), the installed wheels against the checkout (`benchmarks.wheel`) and `make plan`'s flow per
+calibrations, cross-validated (`benchmarks.calibration`), the simulator against published engine measurements
+(`benchmarks.published`), the installed wheels against the checkout (`benchmarks.wheel`) and `make plan`'s flow per
 stage, fresh and up to date (`benchmarks.plan`).
 
 Inputs are generated once (seeded) under .work/bench/ at sizes big enough to time the bulk paths:
@@ -104,13 +105,14 @@ def main() -> None:
     print(
         f"characterise Mooncake conversation ({table.num_rows:,} rows): {t:.3f} s without LRU, {t_lru:.3f} s with 3 LRU sizes"
     )
-    from benchmarks import calibration, cli, loadgen, plan, sim, size, wheel
+    from benchmarks import calibration, cli, loadgen, plan, published, sim, size, wheel
 
     cli.main()
     sim.main()
     size.main()
     loadgen.main()
     calibration.main()
+    published.main()
     wheel.main()
     plan.main()
 
