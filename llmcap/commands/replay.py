@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
@@ -27,6 +28,30 @@ from rich.table import Table
 from llmcap import exit_codes
 from llmcap.commands._common import dumps, err_console, out_console, print_json, user_errors
 from llmcap.commands._goodput import SLO, steady_window
+from llmcap.commands._replay_options import (
+    ApiKeyEnvOpt,
+    ApiOpt,
+    AttainmentOpt,
+    BlockTokensOpt,
+    EndpointOpt,
+    JsonOutOpt,
+    MaxConcurrencyOpt,
+    MaxDrainOpt,
+    MaxFailedOpt,
+    MaxLatenessOpt,
+    MaxRequestsOpt,
+    OutOpt,
+    ProcessesOpt,
+    RateScaleOpt,
+    ReplayTraceOpt,
+    RequestRateOpt,
+    SeedOpt,
+    ServedModelOpt,
+    SloItlOpt,
+    SloTtftOpt,
+    TimeoutOpt,
+    VocabSizeOpt,
+)
 from llmcap.commands._trace_input import (
     ArrivalRateOpt,
     BlockSizeOpt,
@@ -42,15 +67,16 @@ from llmcap.commands._trace_input import (
     validated,
 )
 from llmcap.config import ReplayParams
-from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
+from llmcap.credentials import api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
 from llmcap.live.closedloop import CAVEAT
 from llmcap.live.prompts import APIS
-from llmcap.live.replay import RATE_PER_PROCESS, ReplayResult, replay_async
+from llmcap.live.replay import ReplayResult, replay_async
 from llmcap.live.served import first_served_model
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table
+from llmcap.trace.clean import CleanReport
 from llmcap.trace.synth import spread_ties
 
 REPLAY = ReplayParams()  # the replay stage's knobs: this command's defaults where they are the same knob
@@ -132,95 +158,26 @@ def summarize(result: ReplayResult, slo: SloParams | None, max_lateness_s: float
 
 @user_errors
 def replay(
-    endpoint: Annotated[
-        str,
-        typer.Option(
-            help="Base URL of an OpenAI-compatible streaming server (user:password@ is sent as basic auth, never printed)."
-        ),
-    ],
-    trace: Annotated[Path, typer.Option("--trace", "-t", help="Trace file (any format `llmcap trace inspect` reads).")],
-    model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
-    request_rate: Annotated[
-        float | None,
-        typer.Option("--request-rate", help="Replay at this mean rate, req/s (the trace's burst shape kept)."),
-    ] = None,
-    rate_scale: Annotated[float, typer.Option(help="Or: multiply the trace's own rate by this.")] = 1.0,
-    max_concurrency: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Closed loop instead (as vLLM bench's --max-concurrency with no rate): "
-            "N clients, each sending its next request when its last one ended; the "
-            "trace's order and lengths, not its arrival times. Describes N concurrent "
-            "users, not capacity.",
-        ),
-    ] = None,
-    max_requests: Annotated[int | None, typer.Option(min=1, help="Replay only the first N requests.")] = None,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT target per request (ms): report attainment.")] = None,
-    slo_itl_ms: Annotated[
-        float | None, typer.Option(help="Per-request P99 ITL target (ms): report attainment.")
-    ] = None,
-    max_lateness_ms: Annotated[
-        float, typer.Option(help="A send later than this makes the run INVALID (exit 3).")
-    ] = REPLAY.max_lateness_ms,
-    max_failed: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="Share of requests that may be rejected or unfinished before the "
-            "run FAILED (exit 5; none served: UNREACHABLE, exit 4).",
-        ),
-    ] = 0.01,
-    attainment: Annotated[
-        float,
-        typer.Option(
-            min=0.01,
-            max=1.0,
-            help="With SLO targets: below this steady-window attainment the run exits 6 (SLO MISSED).",
-        ),
-    ] = SLO.attainment_target,
-    timeout: Annotated[
-        float, typer.Option(min=0.001, help="Per-read timeout of a stream, s (a miss, not a retry).")
-    ] = 600.0,
-    max_drain: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            help="Cut requests still streaming this many s after the last send "
-            "(unfinished; default: only --timeout bounds them).",
-        ),
-    ] = None,
-    vocab_size: Annotated[
-        int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")
-    ] = REPLAY.vocab_size,
-    block_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Tokens per prefix hash block: equal hashes become equal token blocks "
-            "(default: the trace's block size).",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the prompts' token ids.")] = 0,
-    api: Annotated[
-        str,
-        typer.Option(
-            help="completions (token-id prompts: exact ISL) or chat (/v1/chat/completions; "
-            "text prompts: ISL approximate)."
-        ),
-    ] = "completions",
-    processes: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Load generator processes (default: one per "
-            f"{RATE_PER_PROCESS:,.0f} req/s of the busiest second, at most one per core).",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Write records.parquet (the request schema) and summary.json here.")
-    ] = None,
+    endpoint: EndpointOpt,
+    trace: ReplayTraceOpt,
+    model: ServedModelOpt = None,
+    request_rate: RequestRateOpt = None,
+    rate_scale: RateScaleOpt = 1.0,
+    max_concurrency: MaxConcurrencyOpt = None,
+    max_requests: MaxRequestsOpt = None,
+    slo_ttft_ms: SloTtftOpt = None,
+    slo_itl_ms: SloItlOpt = None,
+    max_lateness_ms: MaxLatenessOpt = REPLAY.max_lateness_ms,
+    max_failed: MaxFailedOpt = 0.01,
+    attainment: AttainmentOpt = SLO.attainment_target,
+    timeout: TimeoutOpt = 600.0,
+    max_drain: MaxDrainOpt = None,
+    vocab_size: VocabSizeOpt = REPLAY.vocab_size,
+    block_tokens: BlockTokensOpt = None,
+    seed: SeedOpt = 0,
+    api: ApiOpt = "completions",
+    processes: ProcessesOpt = None,
+    out: OutOpt = None,
     fmt: FormatOpt = "auto",
     time_unit: TimeUnitOpt = "auto",
     column: ColumnOpt = None,
@@ -228,20 +185,65 @@ def replay(
     generate_arrivals: GenerateArrivalsOpt = False,
     arrival_rate: ArrivalRateOpt = 1.0,
     duplicates: DuplicatesOpt = "by_id",
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key-env",
-            metavar="NAME",
-            help=f"Environment variable holding the API key (default: {DEFAULT_API_KEY_ENV} if set).",
-        ),
-    ] = None,
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
+    api_key_env: ApiKeyEnvOpt = None,
+    json_out: JsonOutOpt = False,
 ) -> None:
     """Replay TRACE open loop against ENDPOINT: every request accounted for, latencies, lateness, attainment.
 
     Exit codes: 0 ok; 3 INVALID (sends ran late: the client's latency); 4 UNREACHABLE (nothing served);
     5 FAILED (more than --max-failed rejected or unfinished); 6 SLO MISSED (attainment below --attainment)."""
+    _check_options(rate_scale, request_rate, max_concurrency, processes, max_drain, max_lateness_ms, api, out)
+    api_key = api_key_from_env(api_key_env)
+    base, shown = endpoint.rstrip("/"), redact_url(endpoint.rstrip("/"))
+    cleaned = read_trace_input(
+        trace,
+        fmt,
+        time_unit,
+        column,
+        hash_block_size,
+        generate_arrivals,
+        arrival_rate,
+        duplicates,
+        announce=not json_out,
+    )
+    table = _selected(cleaned.trace, trace, max_requests, seed)
+    scale = _rate_scale(table, rate_scale, request_rate, max_concurrency)
+    slo = _slo(slo_ttft_ms, slo_itl_ms)
+    model = model or first_served_model(base, shown, api_key)
+    result = _run(
+        base,
+        model,
+        table,
+        scale,
+        timeout,
+        vocab_size,
+        block_tokens or cleaned.report.block_size,
+        seed,
+        api_key,
+        quiet=json_out,
+        api=api,
+        processes=processes,
+        max_drain=max_drain,
+        clients=max_concurrency,
+    )
+    summary = _summary(shown, model, table, scale, max_concurrency, result, slo, max_lateness_ms, cleaned.report)
+    code = _judge(summary, max_concurrency, max_failed, attainment)
+    _output(summary, result, out, json_out)
+    if code:
+        raise typer.Exit(code)
+
+
+def _check_options(
+    rate_scale: float,
+    request_rate: float | None,
+    max_concurrency: int | None,
+    processes: int | None,
+    max_drain: float | None,
+    max_lateness_ms: float,
+    api: str,
+    out: Path | None,
+) -> None:
+    """The options' one-line errors, before the trace is read or the server asked."""
     positive("--rate-scale", rate_scale)
     if max_concurrency is not None:
         given = [
@@ -262,60 +264,62 @@ def replay(
         raise LlmcapError(f"--api must be one of {', '.join(APIS)}, not {api!r}")
     if out is not None and out.exists() and not out.is_dir():
         raise LlmcapError(f"{out}: is a file; --out names a directory")
-    api_key = api_key_from_env(api_key_env)
-    base, shown = endpoint.rstrip("/"), redact_url(endpoint.rstrip("/"))
-    cleaned = read_trace_input(
-        trace,
-        fmt,
-        time_unit,
-        column,
-        hash_block_size,
-        generate_arrivals,
-        arrival_rate,
-        duplicates,
-        announce=not json_out,
-    )
-    table = cleaned.trace if max_requests is None else cleaned.trace.slice(0, max_requests)
+
+
+def _selected(table: pa.Table, trace: Path, max_requests: int | None, seed: int) -> pa.Table:
+    """The requests to replay: the first `max_requests`, ties in arrival time spread."""
+    table = table if max_requests is None else table.slice(0, max_requests)
     # a clock coarser than the rate logs distinct requests at one tick: spread them within it, as simulate does
     table = spread_ties(table, np.random.default_rng(seed))
     if table.num_rows < 2:
         raise LlmcapError(f"{trace}: a replay needs at least 2 requests, {table.num_rows} selected")
+    return table
+
+
+def _slo(slo_ttft_ms: float | None, slo_itl_ms: float | None) -> SloParams | None:
+    """The SLO to judge attainment against, when a target is given."""
+    if slo_ttft_ms is None and slo_itl_ms is None:
+        return None
+    return validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, **steady_window())
+
+
+def _rate_scale(table: pa.Table, rate_scale: float, request_rate: float | None, max_concurrency: int | None) -> float:
+    """The factor on the trace's arrival rate: --request-rate over the trace's mean rate, else --rate-scale."""
     scale = rate_scale if request_rate is None else request_rate / mean_rate(table)
     if max_concurrency is None:
         plausible_rate("the replay's mean rate", mean_rate(table) * scale)
-    slo = None
-    if slo_ttft_ms is not None or slo_itl_ms is not None:
-        slo = validated(SloParams, ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms, **steady_window())
-    model = model or first_served_model(base, shown, api_key)
-    result = _run(
-        base,
-        model,
-        table,
-        scale,
-        timeout,
-        vocab_size,
-        block_tokens or cleaned.report.block_size,
-        seed,
-        api_key,
-        quiet=json_out,
-        api=api,
-        processes=processes,
-        max_drain=max_drain,
-        clients=max_concurrency,
-    )
+    return scale
+
+
+def _summary(
+    endpoint: str,
+    model: str,
+    table: pa.Table,
+    scale: float,
+    max_concurrency: int | None,
+    result: ReplayResult,
+    slo: SloParams | None,
+    max_lateness_ms: float,
+    report: CleanReport,
+) -> dict[str, Any]:
+    """What the run offered (the loop and its mean rate), what came back (`summarize`) and what was read."""
     offered = (
         mean_rate(table) * scale if max_concurrency is None else table.num_rows / result.wall_s
     )  # closed loop: what the clients reached
-    summary = {
-        "endpoint": shown,
+    return {
+        "endpoint": endpoint,
         "model": model,
         "mode": "open loop" if max_concurrency is None else "closed loop",
         "max_concurrency": max_concurrency,
         "rate_scale": scale,
         "mean_rate_rps": offered,
         **summarize(result, slo, max_lateness_ms / 1e3),
-        "input_accounting": account_json(cleaned.report),
+        "input_accounting": account_json(report),
     }
+
+
+def _judge(summary: dict[str, Any], max_concurrency: int | None, max_failed: float, attainment: float) -> int:
+    """Add the caveat of a closed loop and the run's outcome to `summary`; its exit code."""
     if max_concurrency is not None:
         summary["caveat"] = CAVEAT
     code, why = outcome(summary, max_failed, attainment)
@@ -325,6 +329,11 @@ def replay(
         "outcome": exit_codes.NAMES[code],
         "outcome_reason": why,
     }
+    return code
+
+
+def _output(summary: dict[str, Any], result: ReplayResult, out: Path | None, json_out: bool) -> None:
+    """The records and summary to --out, when given; the summary on stdout, as JSON or for people."""
     if out is not None:
         write_table(result.requests, out / "records.parquet")
         (out / "summary.json").write_text(dumps(summary, indent=2) + "\n", encoding="utf-8")
@@ -332,8 +341,6 @@ def replay(
         print_json(summary)
     else:
         _print(summary)
-    if code:
-        raise typer.Exit(code)
 
 
 def _run(

@@ -19,7 +19,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -40,6 +40,10 @@ from llmcap.commands._deployment import (
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.deployment import ENGINE, EngineOptions, sim_config, step_model
 from llmcap.errors import LlmcapError
+
+if TYPE_CHECKING:  # the command imports the simulator stack when it runs, not when the CLI loads
+    from llmcap.rollout.gates import Prediction
+    from llmcap.sizing.measured import MeasuredProfile
 
 app = typer.Typer(
     help="Gradual traffic: predict each step's gates, export them for Argo Rollouts, run the rollout flow.",
@@ -86,15 +90,32 @@ def weights(text: str, option: str) -> tuple[float, ...]:
         raise LlmcapError(f"{option} takes comma-separated shares such as 0.05,0.25,1, not {text!r}") from None
 
 
+PredictTraceOpt = Annotated[
+    Path, typer.Option("--trace", "-t", help="the traffic: canonical Parquet or any format `llmcap trace` reads")
+]
+PredictionsOutOpt = Annotated[Path, typer.Option("--out", "-o", help="the predictions file to write (JSON)")]
+TrafficRateOpt = Annotated[
+    float | None, typer.Option("--request-rate", help="the whole traffic's rate, req/s (default: the trace's)")
+]
+ClientLatencyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--client-latency-ms",
+        min=0.0,
+        help="the HTTP path's own share of TTFT "
+        "(API server, gateway), added to every prediction (default: the profile's measured client overhead, else 0)",
+    ),
+]
+ThinningSeedOpt = Annotated[int, typer.Option(help="seed of each step's thinning")]
+
+
 @app.command("predict")
 @user_errors
 def predict(
-    trace: Annotated[
-        Path, typer.Option("--trace", "-t", help="the traffic: canonical Parquet or any format `llmcap trace` reads")
-    ],
+    trace: PredictTraceOpt,
     model: ModelOpt,
     gpu: GpuOpt,
-    out: Annotated[Path, typer.Option("--out", "-o", help="the predictions file to write (JSON)")],
+    out: PredictionsOutOpt,
     tp: TpOpt = ENGINE.tp,
     quant: QuantOpt = ENGINE.quant,
     kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
@@ -102,21 +123,11 @@ def predict(
     max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
     block_size: KvBlockSizeOpt = ENGINE.block_size,
     gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
-    request_rate: Annotated[
-        float | None, typer.Option("--request-rate", help="the whole traffic's rate, req/s (default: the trace's)")
-    ] = None,
+    request_rate: TrafficRateOpt = None,
     steps: StepsOpt = DEFAULT_STEPS,
     profile: ProfileOpt = None,
-    client_latency_ms: Annotated[
-        float | None,
-        typer.Option(
-            "--client-latency-ms",
-            min=0.0,
-            help="the HTTP path's own share of TTFT "
-            "(API server, gateway), added to every prediction (default: the profile's measured client overhead, else 0)",
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="seed of each step's thinning")] = 0,
+    client_latency_ms: ClientLatencyOpt = None,
+    seed: ThinningSeedOpt = 0,
 ) -> None:
     """Simulate the candidate (one instance of MODEL on GPU) at each step's share of the traffic."""
     from llmcap.rollout.driver import RolloutPlan
@@ -141,13 +152,7 @@ def predict(
     measured = load_profile(profile) if profile is not None else None
     if measured is not None:
         measured.check_matches({"gpu": g.name, "tp": tp, "pp": 1, "ep": 1, "weight_quant": quant, "kv_dtype": kv_dtype})
-    latency_s = (
-        client_latency_ms / 1000.0
-        if client_latency_ms is not None
-        else measured.fit.client_overhead_s
-        if measured
-        else 0.0
-    )
+    latency_s = _client_latency_s(client_latency_ms, measured)
     source = read_trace_input(trace, "auto", "auto", None, None, False, 1.0, "by_id", announce=True).trace
     rate = request_rate or mean_rate(source)
     scaled = scale_rate(source, rate)
@@ -169,8 +174,19 @@ def predict(
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(predictions_doc(preds, about), indent=1) + "\n", encoding="utf-8")
-    for w in shares:
-        p = preds[w]
+    _show(preds, out)
+
+
+def _client_latency_s(client_latency_ms: float | None, measured: MeasuredProfile | None) -> float:
+    """The HTTP path's share of TTFT: --client-latency-ms, else the profile's measured client overhead, else 0."""
+    if client_latency_ms is not None:
+        return client_latency_ms / 1000.0
+    return measured.fit.client_overhead_s if measured else 0.0
+
+
+def _show(preds: dict[float, Prediction], out: Path) -> None:
+    """Each step's prediction in one line on stderr, and where they were written on stdout."""
+    for w, p in preds.items():
         err_console.print(
             f"  {w:>6.0%}: {p.requests} requests, TTFT p99 {1000 * (p.ttft.quantile(0.99) or 0):.0f} ms, "
             f"ITL p99 {1000 * (p.itl.quantile(0.99) or 0):.1f} ms, KV max {p.kv_usage_max:.0%} (simulated)"

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from typing import Annotated
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
 
 import typer
 
@@ -40,6 +42,22 @@ from llmcap.commands._deployment import (
     ReplicasOpt,
     RouterOpt,
     TpOpt,
+)
+from llmcap.commands._twin_options import (
+    CrashAfterOpt,
+    DilationOpt,
+    EngineVersionOpt,
+    ErrorRateOpt,
+    HostOpt,
+    LongPromptSlowdownOpt,
+    LongPromptTokensOpt,
+    MaxInFlightOpt,
+    PortOpt,
+    ServedModelNameOpt,
+    SlowdownOpt,
+    StallAtOpt,
+    StallSOpt,
+    TwinSeedOpt,
 )
 from llmcap.deployment import (
     ENGINE,
@@ -88,83 +106,85 @@ def serve(
     decode_max_num_seqs: DecodeMaxNumSeqsOpt = None,
     decode_max_num_batched_tokens: DecodeMaxBatchedOpt = None,
     decode_num_blocks: DecodeNumBlocksOpt = None,
-    host: Annotated[str, typer.Option(help="address to bind (fault knobs answer loopback clients only)")] = "127.0.0.1",
-    port: Annotated[
-        int, typer.Option(min=0, max=65535, help="port (0: any free one; the printed URL says which)")
-    ] = 8000,
-    served_model_name: Annotated[
-        str | None, typer.Option(help="model id clients send (default: the catalog name)")
-    ] = None,
-    dilation: Annotated[
-        float, typer.Option(min=1e-6, help="wall seconds per simulated second (10: ten times slower than real time)")
-    ] = TwinSpec.dilation,
-    slowdown: Annotated[
-        float, typer.Option(min=1e-6, help="fault: every engine step takes this many times its simulated time")
-    ] = TwinSpec.slowdown,
-    error_rate: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="fault: share of completion requests answered HTTP 500 (seeded)")
-    ] = TwinSpec.error_rate,
-    crash_after: Annotated[
-        int | None, typer.Option(min=0, help="fault: the request after this many kills the twin (streams cut, exit 3)")
-    ] = TwinSpec.crash_after,
-    stall_s: Annotated[
-        float, typer.Option(min=0.0, help="fault: the engine produces nothing for this many simulated seconds ...")
-    ] = TwinSpec.stall_s,
-    stall_at: Annotated[
-        float, typer.Option(min=0.0, help="... starting this many simulated seconds after start")
-    ] = TwinSpec.stall_at,
-    long_prompt_slowdown: Annotated[
-        float,
-        typer.Option(
-            min=1e-6,
-            help="fault: steps whose prefill reaches past --long-prompt-tokens take this many times their simulated time",
-        ),
-    ] = TwinSpec.long_prompt_slowdown,
-    long_prompt_tokens: Annotated[
-        int, typer.Option(min=1, help="... the context length from which --long-prompt-slowdown applies")
-    ] = TwinSpec.long_prompt_tokens,
-    seed: Annotated[int, typer.Option(help="seed of the error draws and the power-of-two router")] = TwinSpec.seed,
-    max_in_flight: Annotated[
-        int, typer.Option(min=1, help="requests in flight at once; more are answered 503")
-    ] = TwinSpec.slots,
-    engine_version: Annotated[
-        str, typer.Option(help="the version GET /version reports (another value stands for an engine upgrade)")
-    ] = TwinSpec.engine_version,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    served_model_name: ServedModelNameOpt = None,
+    dilation: DilationOpt = TwinSpec.dilation,
+    slowdown: SlowdownOpt = TwinSpec.slowdown,
+    error_rate: ErrorRateOpt = TwinSpec.error_rate,
+    crash_after: CrashAfterOpt = TwinSpec.crash_after,
+    stall_s: StallSOpt = TwinSpec.stall_s,
+    stall_at: StallAtOpt = TwinSpec.stall_at,
+    long_prompt_slowdown: LongPromptSlowdownOpt = TwinSpec.long_prompt_slowdown,
+    long_prompt_tokens: LongPromptTokensOpt = TwinSpec.long_prompt_tokens,
+    seed: TwinSeedOpt = TwinSpec.seed,
+    max_in_flight: MaxInFlightOpt = TwinSpec.slots,
+    engine_version: EngineVersionOpt = TwinSpec.engine_version,
 ) -> None:
     """Serve MODEL on GPU (TP, replicas or P/D pools) as a simulated OpenAI-compatible endpoint."""
-    opts = EngineOptions(
-        tp=tp,
-        replicas=replicas,
-        router=router,
-        pd=pd,
-        first_token_from=first_token_from,
-        link_gbps=link_gbps,
-        link_latency_ms=link_latency_ms,
-        quant=quant,
-        kv_dtype=kv_dtype,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        block_size=block_size,
-        num_blocks=num_blocks,
-        gpu_memory_utilization=gpu_memory_utilization,
-        prefix_caching=prefix_caching,
-        host_blocks=host_blocks,
-        host_gbps=host_gbps,
-        max_model_len=max_model_len,
-        decode_gpu=decode_gpu,
-        decode_tp=decode_tp,
-        decode_max_num_seqs=decode_max_num_seqs,
-        decode_max_num_batched_tokens=decode_max_num_batched_tokens,
-        decode_num_blocks=decode_num_blocks,
-    )
+    opts = _engine_options(locals())  # first, while the locals are the parameters alone
     check_choices(opts)
+    twin_spec, what = _twin_spec(
+        model,
+        gpu,
+        opts,
+        served_model_name,
+        dilation=dilation,
+        slowdown=slowdown,
+        error_rate=error_rate,
+        crash_after=crash_after,
+        stall_s=stall_s,
+        stall_at=stall_at,
+        seed=seed,
+        slots=max_in_flight,
+        long_prompt_slowdown=long_prompt_slowdown,
+        long_prompt_tokens=long_prompt_tokens,
+        engine_version=engine_version,
+    )
+    served_before_crash = asyncio.run(_serve(twin_spec, host, port, what))
+    if served_before_crash is not None:
+        print(
+            f"llmcap twin: simulated crash at completion request {served_before_crash} (injected fault)",
+            file=sys.stderr,
+        )
+        raise typer.Exit(CRASH_EXIT)
+
+
+def _engine_options(params: Mapping[str, Any]) -> EngineOptions:
+    """The deployment's `EngineOptions` from the command's parameters: each engine option is the parameter named
+    as its field (tests/test_cli_defaults.py holds them to the fields' defaults); the fields with no option keep
+    their defaults."""
+    return EngineOptions(**{f.name: params[f.name] for f in fields(EngineOptions) if f.name in params})
+
+
+def _twin_spec(
+    model: str,
+    gpu: str,
+    opts: EngineOptions,
+    served_model_name: str | None,
+    *,
+    dilation: float,
+    slowdown: float,
+    error_rate: float,
+    crash_after: int | None,
+    stall_s: float,
+    stall_at: float,
+    seed: int,
+    slots: int,
+    long_prompt_slowdown: float,
+    long_prompt_tokens: int,
+    engine_version: str,
+) -> tuple[TwinSpec, str]:
+    """The twin of MODEL on GPU with these options and behaviour (`TwinSpec`'s fields), and a line saying what it
+    serves."""
     spec = load_model(model)
     g = get_gpu(gpu)
     cfg = sim_config(spec, g, opts)
     label = deployment_label(cfg)
+    tp = opts.tp
     twin_spec = TwinSpec(
         config=cfg,
-        step_model=step_model(model, gpu, tp, quant, kv_dtype),
+        step_model=step_model(model, gpu, tp, opts.quant, opts.kv_dtype),
         served_model_name=served_model_name or spec.name,
         info={"model": spec.name, "gpu": g.name, "tp": str(tp), "deployment": label, "dilation": f"{dilation:g}"},
         vocab_size=spec.vocab_size,
@@ -177,18 +197,12 @@ def serve(
         stall_s=stall_s,
         stall_at=stall_at,
         seed=seed,
-        slots=max_in_flight,
+        slots=slots,
         long_prompt_slowdown=long_prompt_slowdown,
         long_prompt_tokens=long_prompt_tokens,
         engine_version=engine_version,
     )
-    served_before_crash = asyncio.run(_serve(twin_spec, host, port, f"{spec.name} on {g.name} TP{tp}, {label}"))
-    if served_before_crash is not None:
-        print(
-            f"llmcap twin: simulated crash at completion request {served_before_crash} (injected fault)",
-            file=sys.stderr,
-        )
-        raise typer.Exit(CRASH_EXIT)
+    return twin_spec, f"{spec.name} on {g.name} TP{tp}, {label}"
 
 
 async def _serve(spec: TwinSpec, host: str, port: int, what: str) -> int | None:

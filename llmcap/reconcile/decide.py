@@ -130,6 +130,22 @@ def _fmt_e(b: BucketBias, metric: str, q: float) -> str:
     return f"e_{metric.upper()} p{q:g} {est.e:+.1%} [{est.low:+.1%}, {est.high:+.1%}]"
 
 
+@dataclass(frozen=True)
+class _Grounds:
+    """What every bucket's decision is judged on, beyond the bucket's own estimates."""
+
+    q: float  # the deciding percentile
+    tol: float
+    params: ReconcileParams
+    judged: set[int]  # id() of the buckets with enough requests and both estimates
+    main: set[int]  # id() of the judged buckets that agree with the request-weighted medians
+    medians: dict[str, float]  # metric -> the judged buckets' request-weighted median ratio
+    stale_reason: str  # why a factor fitted now would not hold ("" when it would)
+    global_factor: float  # 1.0 without a global correction
+    global_applies: bool  # the first correction is the global one (min_context 0)
+    range_factor: dict[tuple, float]  # ISL range -> its prefill correction, relative to the global one
+
+
 def decide(
     biases: list[BucketBias],
     accounting: Accounting,
@@ -147,102 +163,130 @@ def decide(
         m: _weighted_median(np.array([ratios[id(b)][m] for b in judged]), weights) if judged else 1.0 for m in metrics
     }
     main = {id(b) for b in judged if not any(_deviates(b, m, q, medians[m], tol) for m in metrics)}
-    drifting = [d for d in drifts if abs(d.change) > tol]
-    stale_reason = ""
+    stale_reason = _stale_reason(stale_fields, [d for d in drifts if abs(d.change) > tol])
+    corrections: list[Correction] = []
+    global_factor = 1.0
+    range_factor: dict[tuple, float] = {}
+    if not stale_reason:
+        found = _global_correction([b for b in judged if id(b) in main], biased)
+        if found is not None:
+            global_correction, global_factor = found
+            corrections.append(global_correction)
+        ranged = _range_corrections(judged, main, global_factor)
+        range_factor = {rng: c.factor for rng, c in ranged.items()}
+        corrections += ranged.values()
+    grounds = _Grounds(
+        q,
+        tol,
+        params,
+        {id(b) for b in judged},
+        main,
+        medians,
+        stale_reason,
+        global_factor,
+        bool(corrections) and corrections[0].min_context == 0,
+        range_factor,
+    )
+    out = []
+    for b in biases:
+        decision, why = _decision(b, biased[id(b)], ratios[id(b)], grounds)
+        out.append(BucketDecision(b, decision, ratios[id(b)], biased[id(b)], why))
+    return Reconciliation(accounting, out, corrections, drifts, tuple(stale_fields), q, tol)
+
+
+def _stale_reason(stale_fields: tuple[str, ...], drifting: list[Drift]) -> str:
+    """Why a factor fitted now would not hold: a stale profile, or an engine whose speed drifted within a run."""
     if stale_fields:
-        stale_reason = (
-            f"the profile is stale: its fingerprint differs from the measured engine in {', '.join(stale_fields)}"
-        )
-    elif drifting:
-        stale_reason = (
+        return f"the profile is stale: its fingerprint differs from the measured engine in {', '.join(stale_fields)}"
+    if drifting:
+        return (
             "the engine's speed drifted within a run ("
             + "; ".join(f"run {d.run}: ITL ratio {d.first:.3f} -> {d.second:.3f}, {d.change:+.1%}" for d in drifting)
             + ")"
         )
+    return ""
 
-    corrections: list[Correction] = []
-    global_factor = 1.0
-    main_biased = [b for b in judged if id(b) in main and biased[id(b)]]
-    main_requests = sum(b.requests for b in judged if id(b) in main)
-    if not stale_reason and main_biased and 2 * sum(b.requests for b in main_biased) > main_requests:
-        members = [b for b in judged if id(b) in main]
-        # ITL when it is biased: decode gaps scale with step time almost one to one, while TTFT also
-        # carries queueing, which a slower engine grows more than in proportion
-        metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
-        global_factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
-        corrections.append(
-            Correction(
-                factor=global_factor,
-                buckets=tuple(b.label for b in members),
-                reasoning=(
-                    f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
-                    f"requests) are biased alike: the engine ran {global_factor:.3f}x the profile's step times "
-                    f"(median measured/predicted {metric.upper()} per request over those buckets)"
-                ),
-            )
+
+def _global_correction(
+    members: list[BucketBias], biased: dict[int, tuple[str, ...]]
+) -> tuple[Correction, float] | None:
+    """The correction of every step, and its factor, when most of the agreeing buckets' (`members`) requests are
+    in biased buckets."""
+    main_biased = [b for b in members if biased[id(b)]]
+    main_requests = sum(b.requests for b in members)
+    if not main_biased or 2 * sum(b.requests for b in main_biased) <= main_requests:
+        return None
+    # ITL when it is biased: decode gaps scale with step time almost one to one, while TTFT also
+    # carries queueing, which a slower engine grows more than in proportion
+    metric = "itl" if any("itl" in biased[id(b)] for b in main_biased) else "ttft"
+    factor = float(np.median(np.concatenate([b.request_ratios[metric] for b in members])))
+    correction = Correction(
+        factor=factor,
+        buckets=tuple(b.label for b in members),
+        reasoning=(
+            f"{len(main_biased)} of {len(members)} agreeing buckets ({sum(b.requests for b in main_biased)} of {main_requests} "
+            f"requests) are biased alike: the engine ran {factor:.3f}x the profile's step times "
+            f"(median measured/predicted {metric.upper()} per request over those buckets)"
+        ),
+    )
+    return correction, factor
+
+
+def _range_corrections(judged: list[BucketBias], main: set[int], global_factor: float) -> dict[tuple, Correction]:
+    """A prefill correction per ISL range (above the first) whose every judged bucket deviates from the others."""
+    out: dict[tuple, Correction] = {}
+    for rng in sorted({b.isl_range for b in judged}):  # one range per lower edge: they sort by it
+        same = [b for b in judged if b.isl_range == rng]
+        if rng[0] == 0 or any(id(b) in main for b in same):
+            continue  # the range's bias is not confined to the range as a whole (or some of it agrees)
+        # fitted on TTFT: a range correction scales prefill steps only
+        factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
+        out[rng] = Correction(
+            factor=factor,
+            min_context=rng[0],
+            buckets=tuple(b.label for b in same),
+            reasoning=(
+                f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
+                f"prefill steps reaching past {rng[0]} tokens take {factor:.3f}x (on top of the global factor)"
+            ),
         )
+    return out
 
-    range_factor: dict[tuple, float] = {}
-    if not stale_reason:
-        for rng in sorted({b.isl_range for b in judged}):  # one range per lower edge: they sort by it
-            same = [b for b in judged if b.isl_range == rng]
-            if rng[0] == 0 or any(id(b) in main for b in same):
-                continue  # the range's bias is not confined to the range as a whole (or some of it agrees)
-            # fitted on TTFT: a range correction scales prefill steps only
-            factor = float(np.median(np.concatenate([b.request_ratios["ttft"] for b in same]))) / global_factor
-            range_factor[rng] = factor
-            corrections.append(
-                Correction(
-                    factor=factor,
-                    min_context=rng[0],
-                    buckets=tuple(b.label for b in same),
-                    reasoning=(
-                        f"every judged bucket with ISL in [{rng[0]}, {'inf' if rng[1] is None else rng[1]}) deviates from the others: "
-                        f"prefill steps reaching past {rng[0]} tokens take {factor:.3f}x (on top of the global factor)"
-                    ),
-                )
-            )
 
-    out = []
-    for b in biases:
-        r, bm = ratios[id(b)], biased[id(b)]
-        errs = "; ".join(_fmt_e(b, m, q) for m in metrics if q in b.errors.get(m, {}))
-        if all(id(b) != id(j) for j in judged):
-            decision, why = (
-                "too_few",
-                f"{b.requests} paired requests (< {params.min_requests}) or no ITL: not judged; {errs or 'no estimate'}",
-            )
-        elif stale_reason and bm:
-            decision, why = "reprofile", f"{errs}; biased, and {stale_reason}: re-profile instead of fitting a factor"
-        elif id(b) not in main and not stale_reason:
-            rf = range_factor.get(b.isl_range)
-            fix = (
-                f"a correction of {rf:.3f}x for prefills past {b.isl_range[0]} tokens applies to its class only"
-                if rf is not None
-                else "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)"
-            )
-            decision, why = (
-                "split",
-                (
-                    f"{errs}; ratios TTFT {r['ttft']:.3f} / ITL {r['itl']:.3f} deviate from the other buckets' "
-                    f"{medians['ttft']:.3f} / {medians['itl']:.3f} by more than {tol:.0%}: the bias is confined to "
-                    f"this bucket, so split it instead of a global factor; {fix}"
-                ),
-            )
-        elif bm and corrections and corrections[0].min_context == 0:
-            decision, why = (
-                "correct",
-                f"{errs}; biased like the other agreeing buckets: the global correction {global_factor:.3f}x applies",
-            )
-        elif bm:
-            decision, why = (
-                "within_tolerance",
-                f"{errs}; biased, but in a minority of the agreeing buckets' requests: no factor for everyone",
-            )
-        else:
-            decision, why = (
-                "within_tolerance",
-                f"{errs}; within {tol:.0%} (or not significant at {params.confidence:.0%})",
-            )
-        out.append(BucketDecision(b, decision, r, bm, why))
-    return Reconciliation(accounting, out, corrections, drifts, tuple(stale_fields), q, tol)
+def _decision(b: BucketBias, bm: tuple[str, ...], r: dict[str, float], g: _Grounds) -> tuple[str, str]:
+    """The bucket's decision (one of DECISIONS) and why, from its biased metrics `bm` and ratios `r`."""
+    q, tol, params = g.q, g.tol, g.params
+    errs = "; ".join(_fmt_e(b, m, q) for m in ("ttft", "itl") if q in b.errors.get(m, {}))
+    if id(b) not in g.judged:
+        return (
+            "too_few",
+            f"{b.requests} paired requests (< {params.min_requests}) or no ITL: not judged; {errs or 'no estimate'}",
+        )
+    if g.stale_reason and bm:
+        return "reprofile", f"{errs}; biased, and {g.stale_reason}: re-profile instead of fitting a factor"
+    if id(b) not in g.main and not g.stale_reason:
+        rf = g.range_factor.get(b.isl_range)
+        fix = (
+            f"a correction of {rf:.3f}x for prefills past {b.isl_range[0]} tokens applies to its class only"
+            if rf is not None
+            else "its bias is not one of prompt length: plan it as its own class and look for the cause (tenant, model, routing)"
+        )
+        return (
+            "split",
+            (
+                f"{errs}; ratios TTFT {r['ttft']:.3f} / ITL {r['itl']:.3f} deviate from the other buckets' "
+                f"{g.medians['ttft']:.3f} / {g.medians['itl']:.3f} by more than {tol:.0%}: the bias is confined to "
+                f"this bucket, so split it instead of a global factor; {fix}"
+            ),
+        )
+    if bm and g.global_applies:
+        return (
+            "correct",
+            f"{errs}; biased like the other agreeing buckets: the global correction {g.global_factor:.3f}x applies",
+        )
+    if bm:
+        return (
+            "within_tolerance",
+            f"{errs}; biased, but in a minority of the agreeing buckets' requests: no factor for everyone",
+        )
+    return "within_tolerance", f"{errs}; within {tol:.0%} (or not significant at {params.confidence:.0%})"

@@ -107,26 +107,7 @@ def unit_from_plan(
     instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
     chosen, mode, pools = str(summary["chosen"]), str(summary["mode"]), summary["pool_plans"]
     if mode == "aggregated":
-        row = candidate_row(candidates, chosen, ("both",))
-        knobs = _engine_knobs(row)
-        knobs["num_blocks"] = sized_blocks(summary)[0] or knobs["num_blocks"]
-        options = EngineOptions(
-            **knobs,
-            quant=str(row["weight_quant"]),
-            kv_dtype=str(row["kv_dtype"]),
-            block_size=int(row["block_size"]),
-            max_model_len=int(row["max_context_len"]),
-        )
-        (pool,) = pools.values()
-        return PlanUnit(
-            chosen,
-            mode,
-            model,
-            str(row["gpu"]),
-            options,
-            float(pool["per_instance_rps"]),
-            "the plan's max feasible rate of one instance",
-        )
+        return _aggregated_unit(summary, candidates, chosen, model, pools)
     match = _PD_KEY.match(chosen)
     if mode != "disaggregated" or match is None:
         raise LlmcapError(
@@ -136,6 +117,55 @@ def unit_from_plan(
         candidate_row(candidates, match["prefill"], ("prefill",)),
         candidate_row(candidates, match["decode"], ("decode",)),
     )
+    options = _pd_options(summary, chosen, prefill, decode, pd_link_latency_s, ttft_includes_handoff)
+    g_p, g_d = float(pools["prefill"]["per_instance_rps"]), float(pools["decode"]["per_instance_rps"])
+    return PlanUnit(
+        chosen,
+        mode,
+        model,
+        str(prefill["gpu"]),
+        options,
+        min(g_p, g_d),
+        f"min(prefill {g_p:.4g}, decode {g_d:.4g}) req/s per instance: the pools' max feasible rates",
+    )
+
+
+def _aggregated_unit(
+    summary: Mapping[str, Any], candidates: pd.DataFrame, chosen: str, model: str, pools: Mapping[str, Any]
+) -> PlanUnit:
+    """One instance of the chosen candidate, with the KV blocks the plan sized, at the plan's per-instance rate."""
+    row = candidate_row(candidates, chosen, ("both",))
+    knobs = _engine_knobs(row)
+    knobs["num_blocks"] = sized_blocks(summary)[0] or knobs["num_blocks"]
+    options = EngineOptions(
+        **knobs,
+        quant=str(row["weight_quant"]),
+        kv_dtype=str(row["kv_dtype"]),
+        block_size=int(row["block_size"]),
+        max_model_len=int(row["max_context_len"]),
+    )
+    (pool,) = pools.values()
+    return PlanUnit(
+        chosen,
+        "aggregated",
+        model,
+        str(row["gpu"]),
+        options,
+        float(pool["per_instance_rps"]),
+        "the plan's max feasible rate of one instance",
+    )
+
+
+def _pd_options(
+    summary: Mapping[str, Any],
+    chosen: str,
+    prefill: Mapping[str, Any],
+    decode: Mapping[str, Any],
+    pd_link_latency_s: float,
+    ttft_includes_handoff: bool,
+) -> EngineOptions:
+    """The `twin serve` options of one prefill and one decode instance of these candidate rows, linked as the
+    size stage links them; the twin needs both in one weight format, KV dtype and block size."""
     if (prefill["weight_quant"], prefill["kv_dtype"], prefill["block_size"]) != (
         decode["weight_quant"],
         decode["kv_dtype"],
@@ -148,7 +178,7 @@ def unit_from_plan(
     front, back = sized_blocks(summary)
     p["num_blocks"], d["num_blocks"] = front or p["num_blocks"], back or d["num_blocks"]
     gpu = get_gpu(str(prefill["gpu"]))
-    options = EngineOptions(
+    return EngineOptions(
         **p,
         pd="1:1",
         quant=str(prefill["weight_quant"]),
@@ -164,14 +194,4 @@ def unit_from_plan(
         decode_max_num_seqs=d["max_num_seqs"],
         decode_max_num_batched_tokens=d["max_num_batched_tokens"],
         decode_num_blocks=d["num_blocks"],
-    )
-    g_p, g_d = float(pools["prefill"]["per_instance_rps"]), float(pools["decode"]["per_instance_rps"])
-    return PlanUnit(
-        chosen,
-        mode,
-        model,
-        str(prefill["gpu"]),
-        options,
-        min(g_p, g_d),
-        f"min(prefill {g_p:.4g}, decode {g_d:.4g}) req/s per instance: the pools' max feasible rates",
     )

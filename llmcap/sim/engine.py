@@ -235,6 +235,7 @@ class Replica(DecodeRuns):
         req.seg_blocks += added
         req.published = j
 
+    # long: compiled hot path, tried for the waiting head at each step with room; a split passes a dozen locals per call
     def _admit(self, req: Req, budget: int, t: float) -> int:
         """Try to admit the waiting head; tokens scheduled, or 0 when it does not fit now."""
         bs, kv = self.bs, self.kv

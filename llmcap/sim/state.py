@@ -27,6 +27,7 @@ INF = float("inf")
 class ReplicaState:
     """Every field of one engine, set up here; the layers above read and change them."""
 
+    # long: mypyc knows a field set in __init__ itself (not in a method it calls) is always defined: reads skip a check
     def __init__(
         self,
         index: int,

@@ -309,84 +309,86 @@ class Twin:
         usage_on: bool,
         ids_on: bool,
     ) -> None:
-        rid = f"cmpl-twin-{stream.number}"
-        created = int(time.time())
-        name = self.spec.served_model_name
+        """Answer a completion from its tokens as the simulation makes them: an SSE event per token, or one
+        response once all are made; nothing more when the twin crashed or stopped first."""
+        head = {
+            "id": f"cmpl-twin-{stream.number}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.spec.served_model_name,
+        }
         usage = {
             "prompt_tokens": len(prompt),
             "total_tokens": len(prompt) + flight.osl,
             "completion_tokens": flight.osl,
         }
+        if not stream_on:
+            made = await _tokens_made(stream)
+            if made is not None:
+                choice = {
+                    "index": 0,
+                    "text": " tok" * made,
+                    "logprobs": None,
+                    "finish_reason": "length",
+                    "stop_reason": None,
+                }
+                await res.send_json(200, {**head, "usage": usage, "choices": [choice]})
+            return
+        await res.start_stream()
+        if not await self._stream_tokens(res, flight, stream, prompt, head, ids_on):
+            return
+        if usage_on:
+            await res.chunk(_sse({**head, "choices": [], "usage": usage}))
+        await res.chunk(b"data: [DONE]\n\n")
+        await res.end_stream()
+
+    async def _stream_tokens(
+        self, res: Responder, flight: Flight, stream: _Stream, prompt: list[int], head: dict, ids_on: bool
+    ) -> bool:
+        """One SSE event per token, as they are made, to the last; False when the twin crashed or stopped first."""
         made = 0
-        if stream_on:
-            await res.start_stream()
         while True:
             item = await stream.queue.get()
             if item is None:  # crashed or stopped: the connection is gone or going
-                return
+                return False
             new, done = item
-            if not stream_on:
-                made += new
-                if done:
-                    break
-                continue
             for _ in range(new):
                 made += 1
-                last = made == flight.osl
                 choice = {
                     "index": 0,
                     "text": " tok",
                     "logprobs": None,
-                    "finish_reason": "length" if last else None,
+                    "finish_reason": "length" if made == flight.osl else None,
                     "stop_reason": None,
                 }
                 if ids_on:
                     choice["token_ids"] = [self._token_id(stream.number, made)]
                     if made == 1:
                         choice["prompt_token_ids"] = prompt
-                event = {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": name,
-                    "choices": [choice],
-                    "usage": None,
-                }
-                await res.chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+                await res.chunk(_sse({**head, "choices": [choice], "usage": None}))
             if done:
-                break
-        if not stream_on:
-            text = " tok" * made
-            await res.send_json(
-                200,
-                {
-                    "id": rid,
-                    "object": "text_completion",
-                    "created": created,
-                    "model": name,
-                    "usage": usage,
-                    "choices": [
-                        {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
-                    ],
-                },
-            )
-            return
-        if usage_on:
-            event = {
-                "id": rid,
-                "object": "text_completion",
-                "created": created,
-                "model": name,
-                "choices": [],
-                "usage": usage,
-            }
-            await res.chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
-        await res.chunk(b"data: [DONE]\n\n")
-        await res.end_stream()
+                return True
 
     def _token_id(self, number: int, k: int) -> int:
         span = max(1, self.spec.vocab_size - FIRST_ORDINARY_ID)
         return FIRST_ORDINARY_ID + (number * 1_000_003 + k * 7919) % span
+
+
+async def _tokens_made(stream: _Stream) -> int | None:
+    """How many tokens the request got, once it finished; None when the twin crashed or stopped first."""
+    made = 0
+    while True:
+        item = await stream.queue.get()
+        if item is None:  # crashed or stopped: the connection is gone or going
+            return None
+        new, done = item
+        made += new
+        if done:
+            return made
+
+
+def _sse(event: dict) -> bytes:
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
 
 
 async def _error(res: Responder, status: int, message: str, kind: str) -> None:
