@@ -19,14 +19,6 @@ from llmcap.commands._common import (
     print_json,
     user_errors,
 )
-from llmcap.commands._instance_options import (
-    WEIGHT_FORMATS_HELP,
-    CatalogGpuOpt,
-    CatalogModelOpt,
-    KvCacheDtypeOpt,
-    PpDegreeOpt,
-    TpDegreeOpt,
-)
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, MemoryPlan, Parallelism, plan_memory
 
@@ -59,9 +51,28 @@ def does_not_fit(plan: MemoryPlan) -> str:
     return f"{what}: {why}; try a larger --tp or --pp, a smaller --weight-quant, or a GPU with more memory"
 
 
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+    ),
+]
+GpuOpt = Annotated[
+    str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+]
+TpOpt = Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")]
+PpOpt = Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")]
 EpOpt = Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")]
 DpOpt = Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")]
-QuantOpt = Annotated[str, typer.Option("--weight-quant", "--quant", help=WEIGHT_FORMATS_HELP)]
+QuantOpt = Annotated[
+    str,
+    typer.Option(
+        "--weight-quant",
+        "--quant",
+        help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.",
+    ),
+]
 BlockSizeOpt = Annotated[int, typer.Option(min=1, help="KV block size in tokens.")]
 GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0, help="Fraction of HBM the engine may use.")]
 MaxNumSeqsOpt = Annotated[int, typer.Option(min=1, help="Largest decode batch (sizes the logits buffer).")]
@@ -73,14 +84,14 @@ ContextLenOpt = Annotated[
 
 @user_errors
 def memory(
-    model: CatalogModelOpt,
-    gpu: CatalogGpuOpt,
-    tp: TpDegreeOpt = 1,
-    pp: PpDegreeOpt = 1,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
     ep: EpOpt = 1,
     dp: DpOpt = 1,
     quant: QuantOpt = "bf16",
-    kv_dtype: KvCacheDtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
     block_size: BlockSizeOpt = 16,
     gpu_memory_utilization: GpuMemUtilOpt = 0.90,
     max_num_seqs: MaxNumSeqsOpt = 256,

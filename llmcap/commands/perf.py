@@ -38,14 +38,6 @@ from llmcap.commands._common import (
     print_json,
     user_errors,
 )
-from llmcap.commands._instance_options import (
-    WEIGHT_FORMATS_HELP,
-    CatalogGpuOpt,
-    CatalogModelOpt,
-    KvCacheDtypeOpt,
-    PpDegreeOpt,
-    TpDegreeOpt,
-)
 from llmcap.errors import LlmcapError
 from llmcap.memory import MemoryParams, MemoryPlan, plan_memory
 from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
@@ -90,10 +82,24 @@ def decode_steps(batch: int, isl: int, osl: int, chunk: int) -> float:
     return osl - min(prefill_steps, osl) / 2
 
 
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+    ),
+]
+GpuOpt = Annotated[
+    str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+]
+TpOpt = Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")]
+PpOpt = Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")]
 IslOpt = Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")]
 OslOpt = Annotated[int, typer.Option(min=1, help="Output length in tokens.")]
 EpOpt = Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP).")]
-WeightQuantOpt = Annotated[str, typer.Option(help=WEIGHT_FORMATS_HELP)]
+WeightQuantOpt = Annotated[
+    str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")
+]
 MaxNumSeqsOpt = Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")]
 MaxBatchedOpt = Annotated[
     int,
@@ -107,15 +113,15 @@ AdmissionPolicyOpt = Annotated[
 
 @user_errors
 def perf(
-    model: CatalogModelOpt,
-    gpu: CatalogGpuOpt,
+    model: ModelOpt,
+    gpu: GpuOpt,
     isl: IslOpt,
     osl: OslOpt,
-    tp: TpDegreeOpt = 1,
-    pp: PpDegreeOpt = 1,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
     ep: EpOpt = 1,
     weight_quant: WeightQuantOpt = "bf16",
-    kv_dtype: KvCacheDtypeOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
     max_num_seqs: MaxNumSeqsOpt = 256,
     max_num_batched_tokens: MaxBatchedOpt = 8192,
     admission_policy: AdmissionPolicyOpt = DEFAULT_ADMISSION,
