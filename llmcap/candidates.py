@@ -241,23 +241,8 @@ def _row(
     max_ctx: int,
     contexts: Mapping[str, int],
 ) -> dict[str, Any]:
-    reasons: list[tuple[str, str]] = []
-    if min(seqs, batched, bs) < 1:
-        reasons.append(
-            ("bad_scheduler_knobs", f"scheduler knobs must be >= 1 (seqs={seqs}, batched={batched}, block={bs})")
-        )
-    elif batched < seqs:
-        reasons.append(("batched_tokens_below_num_seqs", f"max_num_batched_tokens={batched} < max_num_seqs={seqs}"))
-    reasons += parallelism_issues(model, par)
     nodes = -(-par.gpus // gpu.gpus_per_node)
-    if nodes > 1 and not spec.allow_multi_node:
-        reasons.append(
-            ("instance_exceeds_node", f"{par.gpus} GPUs per instance > {gpu.gpus_per_node} per {gpu.name} node")
-        )
-    if model.max_position_embeddings is not None and max_ctx > model.max_position_embeddings:
-        reasons.append(
-            ("max_context_exceeds_model", f"max context {max_ctx} > model limit {model.max_position_embeddings}")
-        )
+    reasons = _config_reasons(model, spec, gpu, par, nodes, seqs, batched, bs, max_ctx)
     row: dict[str, Any] = {
         "mode": mode,
         "role": role,
@@ -278,49 +263,103 @@ def _row(
         "usd_per_instance_hour": price * par.gpus,
     }
     sharding_ok = not any(code in _SHARDING_CODES for code, _ in reasons) and bs >= 1 and batched >= 1 and seqs >= 1
-    if sharding_ok:
-        params = spec.memory.model_copy(update={"max_num_seqs": seqs, "max_num_batched_tokens": batched})
-        plan = plan_memory(model, gpu, par, quant, kv, bs, params)
-        usable = int(gpu.hbm_bytes * params.gpu_memory_utilization)
-        fit = plan.max_concurrent_sequences([max_ctx, *contexts.values()])
-        fit_seqs = int(fit[0])
-        for label, n_fit in zip(contexts, fit[1:], strict=True):
-            row[f"max_seqs_{label}"] = min(int(n_fit), seqs * par.dp)
-        row.update(
-            weights_bytes_per_rank=plan.weights_bytes_per_rank,
-            runtime_bytes_per_rank=plan.breakdown.runtime_bytes,
-            kv_budget_bytes_per_rank=plan.kv_budget_bytes_per_rank,
-            kv_bytes_per_token_per_rank=plan.kv_bytes_per_token_per_rank,
-            kv_tokens_per_rank=plan.kv_tokens_per_rank,
-            kv_tokens_per_instance=plan.kv_tokens_per_instance,
-            max_seqs_at_max_context=min(fit_seqs, seqs * par.dp),
-        )
-        if plan.weights_bytes_per_rank > usable:
-            reasons.append(
-                (
-                    "weights_do_not_fit",
-                    f"weights {plan.weights_bytes_per_rank / GIB:.1f} GiB/rank > usable "
-                    f"{usable / GIB:.1f} GiB (HBM x {params.gpu_memory_utilization:g})",
-                )
-            )
-        elif plan.kv_budget_bytes_per_rank <= 0:
-            reasons.append(
-                (
-                    "no_kv_budget",
-                    f"weights + runtime + margin leave no KV cache ({plan.kv_budget_bytes_per_rank / GIB:.2f} GiB/rank)",
-                )
-            )
-        elif fit_seqs < 1:
-            reasons.append(
-                (
-                    "kv_below_one_max_context_request",
-                    f"KV holds {plan.kv_tokens_per_rank} tokens/rank < one max-context request ({max_ctx} tokens)",
-                )
-            )
+    if sharding_ok:  # the memory plan needs a valid sharding and scheduler knobs
+        columns, memory_reasons = _memory_fit(model, spec, gpu, par, quant, kv, seqs, batched, bs, max_ctx, contexts)
+        row.update(columns)
+        reasons += memory_reasons
     row["feasible"] = not reasons
     row["reason_codes"] = ",".join(_unique([c for c, _ in reasons]))
     row["reasons"] = "; ".join(m for _, m in reasons)
     return row
+
+
+def _config_reasons(
+    model: ModelSpec,
+    spec: EnumerationSpec,
+    gpu: GpuSpec,
+    par: Parallelism,
+    nodes: int,
+    seqs: int,
+    batched: int,
+    bs: int,
+    max_ctx: int,
+) -> list[tuple[str, str]]:
+    """Why the configuration itself cannot run, before any memory is counted: scheduler knobs, sharding, nodes,
+    context length."""
+    reasons: list[tuple[str, str]] = []
+    if min(seqs, batched, bs) < 1:
+        reasons.append(
+            ("bad_scheduler_knobs", f"scheduler knobs must be >= 1 (seqs={seqs}, batched={batched}, block={bs})")
+        )
+    elif batched < seqs:
+        reasons.append(("batched_tokens_below_num_seqs", f"max_num_batched_tokens={batched} < max_num_seqs={seqs}"))
+    reasons += parallelism_issues(model, par)
+    if nodes > 1 and not spec.allow_multi_node:
+        reasons.append(
+            ("instance_exceeds_node", f"{par.gpus} GPUs per instance > {gpu.gpus_per_node} per {gpu.name} node")
+        )
+    if model.max_position_embeddings is not None and max_ctx > model.max_position_embeddings:
+        reasons.append(
+            ("max_context_exceeds_model", f"max context {max_ctx} > model limit {model.max_position_embeddings}")
+        )
+    return reasons
+
+
+def _memory_fit(
+    model: ModelSpec,
+    spec: EnumerationSpec,
+    gpu: GpuSpec,
+    par: Parallelism,
+    quant: str,
+    kv: str,
+    seqs: int,
+    batched: int,
+    bs: int,
+    max_ctx: int,
+    contexts: Mapping[str, int],
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The memory plan's columns of a row (the `max_seqs_<label>` ones first), and why its memory does not fit."""
+    params = spec.memory.model_copy(update={"max_num_seqs": seqs, "max_num_batched_tokens": batched})
+    plan = plan_memory(model, gpu, par, quant, kv, bs, params)
+    usable = int(gpu.hbm_bytes * params.gpu_memory_utilization)
+    fit = plan.max_concurrent_sequences([max_ctx, *contexts.values()])
+    fit_seqs = int(fit[0])
+    columns: dict[str, Any] = {
+        f"max_seqs_{label}": min(int(n_fit), seqs * par.dp) for label, n_fit in zip(contexts, fit[1:], strict=True)
+    }
+    columns.update(
+        weights_bytes_per_rank=plan.weights_bytes_per_rank,
+        runtime_bytes_per_rank=plan.breakdown.runtime_bytes,
+        kv_budget_bytes_per_rank=plan.kv_budget_bytes_per_rank,
+        kv_bytes_per_token_per_rank=plan.kv_bytes_per_token_per_rank,
+        kv_tokens_per_rank=plan.kv_tokens_per_rank,
+        kv_tokens_per_instance=plan.kv_tokens_per_instance,
+        max_seqs_at_max_context=min(fit_seqs, seqs * par.dp),
+    )
+    reasons: list[tuple[str, str]] = []
+    if plan.weights_bytes_per_rank > usable:
+        reasons.append(
+            (
+                "weights_do_not_fit",
+                f"weights {plan.weights_bytes_per_rank / GIB:.1f} GiB/rank > usable "
+                f"{usable / GIB:.1f} GiB (HBM x {params.gpu_memory_utilization:g})",
+            )
+        )
+    elif plan.kv_budget_bytes_per_rank <= 0:
+        reasons.append(
+            (
+                "no_kv_budget",
+                f"weights + runtime + margin leave no KV cache ({plan.kv_budget_bytes_per_rank / GIB:.2f} GiB/rank)",
+            )
+        )
+    elif fit_seqs < 1:
+        reasons.append(
+            (
+                "kv_below_one_max_context_request",
+                f"KV holds {plan.kv_tokens_per_rank} tokens/rank < one max-context request ({max_ctx} tokens)",
+            )
+        )
+    return columns, reasons
 
 
 _SHARDING_CODES = {

@@ -396,8 +396,6 @@ def plan_memory(
     validate_parallelism(model, par)
     policy = _policy(quant)
     kv_b = kv_dtype_bytes(kv_dtype)
-    per_layer_kv = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
-
     usable = int(gpu.hbm_bytes * params.gpu_memory_utilization)
     runtime = [
         ("activations (peak forward)", activation_bytes(model, par, params)),
@@ -407,43 +405,25 @@ def plan_memory(
         ("CUDA graphs", params.cuda_graph_bytes),
         ("workspace", params.workspace_bytes),
     ]
-    runtime_total = sum(b for _, b in runtime)
-
-    best: tuple[int, int, dict[str, int], int, float, int] | None = (
-        None  # (blocks, stage, weights, budget, kv/token, LoRA slots)
-    )
-    stage_totals: list[int] = []
-    stages = pp_stage_layers(model.num_layers, par.pp)
-    for s, layers in enumerate(stages):
-        w = stage_weight_bytes(model, par, policy, s)
-        stage_totals.append(sum(w.values()))
-        lora = lora_slot_bytes(
-            model, par.tp, len(layers), params.lora_slots, params.lora_rank, policy.unquantized_dtype_bytes
-        )
-        budget = usable - sum(w.values()) - runtime_total - lora - params.safety_margin_bytes
-        kv_tok = len(layers) * per_layer_kv
-        blocks = max(0, budget) // int(block_size * kv_tok) if kv_tok > 0 else 0
-        if best is None or blocks < best[0] or (blocks == best[0] and budget < best[3]):
-            best = (int(blocks), s, w, budget, kv_tok, lora)
-    assert best is not None
-    blocks, stage, weights, budget, kv_tok, lora = best
-
-    rows = [BreakdownRow(f"HBM ({gpu.name}, driver-reported)", gpu.hbm_bytes, "capacity")]
-    rows.append(
+    stages = _stage_fits(model, par, policy, kv_dtype, block_size, params, usable - sum(b for _, b in runtime))
+    # the KV cache is as large as the stage with the fewest blocks (ties: the smaller budget) lets it be
+    neck = min(stages, key=lambda f: (f.blocks, f.budget))
+    rows = [
+        BreakdownRow(f"HBM ({gpu.name}, driver-reported)", gpu.hbm_bytes, "capacity"),
         BreakdownRow(
             f"reserved (1 - gpu_memory_utilization={params.gpu_memory_utilization:g})",
             gpu.hbm_bytes - usable,
             "reserved",
-        )
-    )
-    rows += [BreakdownRow(f"weights: {c}", b, "weights") for c, b in weights.items() if b]
+        ),
+    ]
+    rows += [BreakdownRow(f"weights: {c}", b, "weights") for c, b in neck.weights.items() if b]
     rows += [BreakdownRow(label, b, "runtime") for label, b in runtime if b]
-    if lora:
+    if neck.lora:
         rows.append(
-            BreakdownRow(f"LoRA slots ({params.lora_slots} adapters × rank {params.lora_rank})", lora, "runtime")
+            BreakdownRow(f"LoRA slots ({params.lora_slots} adapters × rank {params.lora_rank})", neck.lora, "runtime")
         )
     rows.append(BreakdownRow("safety margin", params.safety_margin_bytes, "margin"))
-    rows.append(BreakdownRow(f"KV cache ({kv_dtype}, {kv_b} B/elem)", budget, "kv"))
+    rows.append(BreakdownRow(f"KV cache ({kv_dtype}, {kv_b} B/elem)", neck.budget, "kv"))
     return MemoryPlan(
         model=model,
         gpu=gpu,
@@ -453,12 +433,49 @@ def plan_memory(
         block_size=block_size,
         params=params,
         breakdown=MemoryBreakdown(tuple(rows)),
-        bottleneck_stage=stage,
-        stage_weights_bytes=tuple(stage_totals),
-        kv_bytes_per_token_per_rank=kv_tok,
-        kv_blocks_per_rank=blocks,
-        stage_layers=stages[stage],
+        bottleneck_stage=neck.stage,
+        stage_weights_bytes=tuple(sum(f.weights.values()) for f in stages),
+        kv_bytes_per_token_per_rank=neck.kv_per_token,
+        kv_blocks_per_rank=neck.blocks,
+        stage_layers=neck.layers,
     )
+
+
+@dataclass(frozen=True)
+class _StageFit:
+    """One PP stage's rank: its weights and LoRA slots, the KV budget they leave, and the blocks it holds."""
+
+    stage: int
+    layers: range
+    weights: dict[str, int]
+    lora: int
+    budget: int
+    kv_per_token: float
+    blocks: int
+
+
+def _stage_fits(
+    model: ModelSpec,
+    par: Parallelism,
+    policy: QuantPolicy,
+    kv_dtype: str,
+    block_size: int,
+    params: MemoryParams,
+    left: int,
+) -> list[_StageFit]:
+    """Each stage's rank, given the bytes `left` after the reservation and the runtime."""
+    per_layer_kv = kv_bytes_per_token_layer_rank(model, par.tp, kv_dtype)
+    out = []
+    for s, layers in enumerate(pp_stage_layers(model.num_layers, par.pp)):
+        w = stage_weight_bytes(model, par, policy, s)
+        lora = lora_slot_bytes(
+            model, par.tp, len(layers), params.lora_slots, params.lora_rank, policy.unquantized_dtype_bytes
+        )
+        budget = left - sum(w.values()) - lora - params.safety_margin_bytes
+        kv_tok = len(layers) * per_layer_kv
+        blocks = max(0, budget) // int(block_size * kv_tok) if kv_tok > 0 else 0
+        out.append(_StageFit(s, layers, w, lora, budget, kv_tok, int(blocks)))
+    return out
 
 
 def vllm_kv_capacity_tokens(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +125,57 @@ def _build_spec(c: HfConfig, p: Path, name: str) -> ModelSpec:
     def bad(field: str, msg: str) -> InputFileError:
         return InputFileError(p, msg, field=field)
 
-    L = c.num_hidden_layers
-    mt = c.model_type
-    family = re.sub(r"_moe$", "", mt)
+    family = re.sub(r"_moe$", "", c.model_type)
+    att = _attention(c, family, bad)
+    moe, layer_is_moe = _moe(c, bad)
+    if moe is not None and moe.top_k > moe.num_experts:
+        raise bad("num_experts_per_tok", f"{moe.top_k} exceeds the number of experts ({moe.num_experts})")
+    if not all(layer_is_moe) and c.intermediate_size is None:
+        raise bad("intermediate_size", "missing required field (model has dense MLP layers)")
+    intermediate = c.intermediate_size if not all(layer_is_moe) else 0
+    windows = _windows(c, family, bad)
+    return ModelSpec(
+        name=name,
+        source=str(p),
+        model_type=c.model_type,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        vocab_size=c.vocab_size,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=att.num_kv_heads,
+        head_dim=att.head_dim,
+        intermediate_size=intermediate or 0,
+        max_position_embeddings=c.max_position_embeddings,
+        tie_word_embeddings=c.tie_word_embeddings,
+        qkv_bias=att.qkv_bias,
+        o_bias=att.o_bias,
+        qk_norm=family == "qwen3",
+        mlp_bias=c.mlp_bias,
+        mla=att.mla,
+        moe=moe,
+        layer_is_moe=tuple(layer_is_moe),
+        layer_window=tuple(windows),
+        num_mtp_layers=c.num_nextn_predict_layers,
+        dtype=c.torch_dtype or c.dtype or "bfloat16",
+        native_quant=_native_quant(c),
+    )
 
-    # ---- attention
+
+Bad = Callable[[str, str], InputFileError]  # (field, message) -> the error naming the file and that field
+
+
+@dataclass(frozen=True)
+class _Attention:
+    mla: MlaDims | None
+    head_dim: int
+    num_kv_heads: int
+    qkv_bias: bool
+    o_bias: bool
+
+
+def _attention(c: HfConfig, family: str, bad: Bad) -> _Attention:
+    """Head layout, MLA latent dims and biases of the attention, by family."""
+    mt = c.model_type
     mla: MlaDims | None = None
     if mt.startswith("deepseek") and c.kv_lora_rank is not None:
         for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -156,16 +204,17 @@ def _build_spec(c: HfConfig, p: Path, name: str) -> ModelSpec:
         qkv_bias = o_bias = False if mla is not None else bool(c.attention_bias)
     else:
         qkv_bias = o_bias = False
+    return _Attention(mla, head_dim, n_kv, qkv_bias, o_bias)
 
-    # ---- MLP / MoE
-    moe: MoeDims | None = None
-    layer_is_moe = [False] * L
+
+def _moe(c: HfConfig, bad: Bad) -> tuple[MoeDims | None, list[bool]]:
+    """The experts (field names differ per family) and which layers route to them."""
+    L, mt = c.num_hidden_layers, c.model_type
     if mt == "mixtral":
         if c.num_local_experts is None or c.num_experts_per_tok is None or c.intermediate_size is None:
             raise bad("num_local_experts", "Mixtral needs num_local_experts, num_experts_per_tok, intermediate_size")
-        moe = MoeDims(c.num_local_experts, c.num_experts_per_tok, c.intermediate_size, 0, 0, False, False)
-        layer_is_moe = [True] * L
-    elif mt in ("qwen2_moe", "qwen3_moe"):
+        return MoeDims(c.num_local_experts, c.num_experts_per_tok, c.intermediate_size, 0, 0, False, False), [True] * L
+    if mt in ("qwen2_moe", "qwen3_moe"):
         for f in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
             if getattr(c, f) is None:
                 raise bad(f, "missing required field for a MoE model")
@@ -181,8 +230,8 @@ def _build_spec(c: HfConfig, p: Path, name: str) -> ModelSpec:
         )
         step = c.decoder_sparse_step or 1
         dense_only = set(c.mlp_only_layers or [])
-        layer_is_moe = [(i not in dense_only) and c.num_experts > 0 and (i + 1) % step == 0 for i in range(L)]  # type: ignore[operator]
-    elif mt.startswith("deepseek") and c.n_routed_experts:
+        return moe, [(i not in dense_only) and c.num_experts > 0 and (i + 1) % step == 0 for i in range(L)]  # type: ignore[operator]
+    if mt.startswith("deepseek") and c.n_routed_experts:
         for f in ("num_experts_per_tok", "moe_intermediate_size"):
             if getattr(c, f) is None:
                 raise bad(f, "missing required field for a MoE model")
@@ -198,59 +247,34 @@ def _build_spec(c: HfConfig, p: Path, name: str) -> ModelSpec:
         )
         k_dense = c.first_k_dense_replace or 0
         freq = c.moe_layer_freq or 1
-        layer_is_moe = [i >= k_dense and i % freq == 0 for i in range(L)]
-    if moe is not None and moe.top_k > moe.num_experts:
-        raise bad("num_experts_per_tok", f"{moe.top_k} exceeds the number of experts ({moe.num_experts})")
-    if not all(layer_is_moe) and c.intermediate_size is None:
-        raise bad("intermediate_size", "missing required field (model has dense MLP layers)")
-    intermediate = c.intermediate_size if not all(layer_is_moe) else 0
+        return moe, [i >= k_dense and i % freq == 0 for i in range(L)]
+    return None, [False] * L
 
-    # ---- sliding windows
-    windows: list[int | None] = [None] * L
+
+def _windows(c: HfConfig, family: str, bad: Bad) -> list[int | None]:
+    """Each layer's sliding attention window (None: full attention)."""
+    L = c.num_hidden_layers
     if c.layer_types is not None:
         if len(c.layer_types) != L:
             raise bad("layer_types", f"has {len(c.layer_types)} entries for {L} layers")
         if any(t == "sliding_attention" for t in c.layer_types) and c.sliding_window is None:
             raise bad("sliding_window", "layer_types has sliding layers but sliding_window is null")
-        windows = [c.sliding_window if t == "sliding_attention" else None for t in c.layer_types]
-    elif c.sliding_window is not None and c.use_sliding_window is not False:
+        return [c.sliding_window if t == "sliding_attention" else None for t in c.layer_types]
+    if c.sliding_window is not None and c.use_sliding_window is not False:
         if family in ("qwen2", "qwen3") and c.max_window_layers is not None:
             # transformers' Qwen2/3: layers at index >= max_window_layers use the window.
-            windows = [c.sliding_window if i >= c.max_window_layers else None for i in range(L)]
-        else:
-            windows = [c.sliding_window] * L  # Mistral v0.1 style: every layer
+            return [c.sliding_window if i >= c.max_window_layers else None for i in range(L)]
+        return [c.sliding_window] * L  # Mistral v0.1 style: every layer
+    return [None] * L
 
-    native_quant = None
+
+def _native_quant(c: HfConfig) -> str | None:
+    """The checkpoint's own quantisation method, if it ships quantised (fp8 with block scales: "fp8-block")."""
     q = c.quantization_config
     if isinstance(q, dict):
         method = str(q.get("quant_method", "")).lower()
-        native_quant = "fp8-block" if method == "fp8" and q.get("weight_block_size") else (method or None)
-
-    return ModelSpec(
-        name=name,
-        source=str(p),
-        model_type=mt,
-        hidden_size=c.hidden_size,
-        num_layers=L,
-        vocab_size=c.vocab_size,
-        num_heads=c.num_attention_heads,
-        num_kv_heads=n_kv,
-        head_dim=head_dim,
-        intermediate_size=intermediate or 0,
-        max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=c.tie_word_embeddings,
-        qkv_bias=qkv_bias,
-        o_bias=o_bias,
-        qk_norm=family == "qwen3",
-        mlp_bias=c.mlp_bias,
-        mla=mla,
-        moe=moe,
-        layer_is_moe=tuple(layer_is_moe),
-        layer_window=tuple(windows),
-        num_mtp_layers=c.num_nextn_predict_layers,
-        dtype=c.torch_dtype or c.dtype or "bfloat16",
-        native_quant=native_quant,
-    )
+        return "fp8-block" if method == "fp8" and q.get("weight_block_size") else (method or None)
+    return None
 
 
 # ---------------------------------------------------------------- lookup

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -51,41 +51,52 @@ def does_not_fit(plan: MemoryPlan) -> str:
     return f"{what}: {why}; try a larger --tp or --pp, a smaller --weight-quant, or a GPU with more memory"
 
 
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+    ),
+]
+GpuOpt = Annotated[
+    str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+]
+TpOpt = Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")]
+PpOpt = Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")]
+EpOpt = Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")]
+DpOpt = Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")]
+QuantOpt = Annotated[
+    str,
+    typer.Option(
+        "--weight-quant",
+        "--quant",
+        help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.",
+    ),
+]
+BlockSizeOpt = Annotated[int, typer.Option(min=1, help="KV block size in tokens.")]
+GpuMemUtilOpt = Annotated[float, typer.Option(min=0.01, max=1.0, help="Fraction of HBM the engine may use.")]
+MaxNumSeqsOpt = Annotated[int, typer.Option(min=1, help="Largest decode batch (sizes the logits buffer).")]
+MaxBatchedOpt = Annotated[int, typer.Option(min=1, help="Largest forward pass in tokens (sizes activations).")]
+ContextLenOpt = Annotated[
+    int | None, typer.Option(min=1, help="Also report how many sequences of this total length fit.")
+]
+
+
 @user_errors
 def memory(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
-        ),
-    ],
-    gpu: Annotated[
-        str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
-    ],
-    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP x DP).")] = 1,
-    dp: Annotated[int, typer.Option(min=1, help="Data parallel degree (attention DP replicas per instance).")] = 1,
-    quant: Annotated[
-        str,
-        typer.Option(
-            "--weight-quant",
-            "--quant",
-            help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.",
-        ),
-    ] = "bf16",
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
-    block_size: Annotated[int, typer.Option(min=1, help="KV block size in tokens.")] = 16,
-    gpu_memory_utilization: Annotated[
-        float, typer.Option(min=0.01, max=1.0, help="Fraction of HBM the engine may use.")
-    ] = 0.90,
-    max_num_seqs: Annotated[int, typer.Option(min=1, help="Largest decode batch (sizes the logits buffer).")] = 256,
-    max_num_batched_tokens: Annotated[
-        int, typer.Option(min=1, help="Largest forward pass in tokens (sizes activations).")
-    ] = 8192,
-    context_len: Annotated[
-        int | None, typer.Option(min=1, help="Also report how many sequences of this total length fit.")
-    ] = None,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
+    quant: QuantOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
+    block_size: BlockSizeOpt = 16,
+    gpu_memory_utilization: GpuMemUtilOpt = 0.90,
+    max_num_seqs: MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: MaxBatchedOpt = 8192,
+    context_len: ContextLenOpt = None,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -101,20 +112,31 @@ def memory(
     plan = plan_memory(spec, g, Parallelism(tp=tp, pp=pp, ep=ep, dp=dp), quant, kv_dtype, block_size, params)
     if not plan.fits:  # a negative KV budget is no plan: say so and exit 2, whatever the output format
         raise LlmcapError(does_not_fit(plan))
-    p = spec.params
-    out = {
+    out = _summary(plan, context_len)
+    if output == "json":
+        print_json(out)
+    elif output == "csv":
+        print_csv([{k: v for k, v in out.items() if k not in ("params_by_component", "breakdown")}])
+    else:
+        _print_tables(out, plan, context_len)
+
+
+def _summary(plan: MemoryPlan, context_len: int | None) -> dict[str, Any]:
+    """The plan as the JSON object (and, less its nested parts, the CSV row)."""
+    spec, par, p = plan.model, plan.parallelism, plan.model.params
+    out: dict[str, Any] = {
         "model": spec.name,
-        "gpu": g.name,
-        "parallelism": {"tp": tp, "pp": pp, "ep": ep, "dp": dp},
+        "gpu": plan.gpu.name,
+        "parallelism": {"tp": par.tp, "pp": par.pp, "ep": par.ep, "dp": par.dp},
         "weight_format": plan.weight_format.name,
-        "kv_dtype": kv_dtype,
-        "block_size": block_size,
+        "kv_dtype": plan.kv_dtype,
+        "block_size": plan.block_size,
         "params_total": p.total,
         "params_active": p.active,
         "params_active_no_embeddings": p.active_no_embeddings,
         "params_mtp_excluded": p.mtp,
         "params_by_component": p.by_component(),
-        "kv_bytes_per_token": spec.kv_bytes_per_token(kv_dtype_bytes(kv_dtype)),
+        "kv_bytes_per_token": spec.kv_bytes_per_token(kv_dtype_bytes(plan.kv_dtype)),
         "kv_bytes_per_token_per_rank": plan.kv_bytes_per_token_per_rank,
         "weights_bytes_per_rank": plan.weights_bytes_per_rank,
         "kv_budget_bytes_per_rank": plan.kv_budget_bytes_per_rank,
@@ -126,15 +148,15 @@ def memory(
     if context_len is not None:
         out["context_len"] = context_len
         out["max_concurrent_sequences"] = int(plan.max_concurrent_sequences([context_len])[0])
-    if output == "json":
-        print_json(out)
-        return
-    if output == "csv":
-        print_csv([{k: v for k, v in out.items() if k not in ("params_by_component", "breakdown")}])
-        return
+    return out
+
+
+def _print_tables(out: dict[str, Any], plan: MemoryPlan, context_len: int | None) -> None:
+    spec, p = plan.model, plan.model.params
     console = out_console()
     head = Table(
-        title=f"{spec.name} on {g.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, {kv_dtype} KV"
+        title=f"{spec.name} on {plan.gpu.name} — {plan.parallelism.label()}, {plan.weight_format.name} weights, "
+        f"{plan.kv_dtype} KV"
     )
     head.add_column("quantity")
     head.add_column("value", justify="right")

@@ -39,7 +39,7 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.errors import LlmcapError
-from llmcap.memory import MemoryParams, plan_memory
+from llmcap.memory import MemoryParams, MemoryPlan, plan_memory
 from llmcap.perf import StepBatch, build_step_model, causal_pairs, decode_step_time, prefill_time
 from llmcap.perf.roofline import OpCost, RooflineModel
 from llmcap.policy_names import DEFAULT_ADMISSION, admission_option, never_preempts
@@ -82,42 +82,49 @@ def decode_steps(batch: int, isl: int, osl: int, chunk: int) -> float:
     return osl - min(prefill_steps, osl) / 2
 
 
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
+    ),
+]
+GpuOpt = Annotated[
+    str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
+]
+TpOpt = Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")]
+PpOpt = Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")]
+IslOpt = Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")]
+OslOpt = Annotated[int, typer.Option(min=1, help="Output length in tokens.")]
+EpOpt = Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP).")]
+WeightQuantOpt = Annotated[
+    str, typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4.")
+]
+MaxNumSeqsOpt = Annotated[int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")]
+MaxBatchedOpt = Annotated[
+    int,
+    typer.Option(min=1, help="Token budget of one step (vLLM max_num_batched_tokens): prefill packs prompts into it."),
+]
+AdmissionPolicyOpt = Annotated[
+    str,
+    typer.Option(help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang"),
+]
+
+
 @user_errors
 def perf(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model", "-m", help="Catalog model name (e.g. Llama-3.1-8B) or a path to config.json / its directory."
-        ),
-    ],
-    gpu: Annotated[
-        str, typer.Option("--gpu", "-g", help="GPU name or alias from llmcap/catalog/data/gpus.yaml (e.g. h100).")
-    ],
-    isl: Annotated[int, typer.Option(min=1, help="Input (prompt) length in tokens.")],
-    osl: Annotated[int, typer.Option(min=1, help="Output length in tokens.")],
-    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert parallel degree (1, or a divisor of TP).")] = 1,
-    weight_quant: Annotated[
-        str,
-        typer.Option(help="Weight format: bf16, fp8, fp8-block, int8, int4-awq[-gN], int4-gptq[-gN], nvfp4, mxfp4."),
-    ] = "bf16",
-    kv_dtype: Annotated[str, typer.Option(help="KV cache dtype: bf16, fp8, int8.")] = "bf16",
-    max_num_seqs: Annotated[
-        int, typer.Option(min=1, help="Engine cap on concurrent sequences (vLLM max_num_seqs).")
-    ] = 256,
-    max_num_batched_tokens: Annotated[
-        int,
-        typer.Option(
-            min=1, help="Token budget of one step (vLLM max_num_batched_tokens): prefill packs prompts into it."
-        ),
-    ] = 8192,
-    admission_policy: Annotated[
-        str,
-        typer.Option(
-            help="the engine's admission: vllm | trtllm-guaranteed-no-evict | trtllm-max-utilization | sglang"
-        ),
-    ] = DEFAULT_ADMISSION,
+    model: ModelOpt,
+    gpu: GpuOpt,
+    isl: IslOpt,
+    osl: OslOpt,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    ep: EpOpt = 1,
+    weight_quant: WeightQuantOpt = "bf16",
+    kv_dtype: KvDtypeOpt = "bf16",
+    max_num_seqs: MaxNumSeqsOpt = 256,
+    max_num_batched_tokens: MaxBatchedOpt = 8192,
+    admission_policy: AdmissionPolicyOpt = DEFAULT_ADMISSION,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -137,6 +144,36 @@ def perf(
         )
     batch = min(max_batch_kv, max_num_seqs)
     mean_ctx = isl + osl / 2
+    pf = StepBatch.build(isl, causal_pairs(isl, 0))
+    steps = {"prefill": pf, "1": _decode(1, mean_ctx), "B": _decode(batch, mean_ctx)}
+    out = _summary(rm, plan, isl, osl, max_batch_kv, max_num_seqs, max_num_batched_tokens, admission_policy, steps)
+    if output == "json":
+        print_json(out)
+    elif output == "csv":
+        print_csv([{k: out[k] for k in _CSV_KEYS} | out["parallelism"] | r for r in out["decode"]])
+    else:
+        _print_tables(out, rm, {k: rm.breakdown(b) for k, b in steps.items()})
+
+
+_CSV_KEYS = ("model", "gpu", "weight_quant", "kv_dtype", "isl", "osl", "prefill_time_s", "max_batch_kv")
+
+
+def _summary(
+    rm: RooflineModel,
+    plan: MemoryPlan,
+    isl: int,
+    osl: int,
+    max_batch_kv: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    admission_policy: str,
+    steps: dict[str, StepBatch],
+) -> dict[str, Any]:
+    """The JSON object: step times, the decode sweep, the steady throughput at the largest batch and the per-op
+    breakdowns of `steps` (a prefill, decode at batch 1 and at the largest batch)."""
+    par = rm.parallelism
+    batch = min(max_batch_kv, max_num_seqs)
+    mean_ctx = isl + osl / 2
     sizes = batch_sizes(batch)
     dec = decode_step_time(rm, sizes, mean_ctx)
     t_prefill = float(prefill_time(rm, isl)[0])
@@ -145,14 +182,13 @@ def perf(
         for b, t in zip(sizes, dec, strict=True)
     ]
     t_prefill_batch = batched_prefill_time(rm, batch, isl, max_num_batched_tokens)
-    pf = StepBatch.build(isl, causal_pairs(isl, 0))
-    out: dict[str, Any] = {
+    return {
         "model": rm.model.name,
         "gpu": rm.gpu.name,
-        "parallelism": {"tp": tp, "pp": pp, "ep": ep},
+        "parallelism": {"tp": par.tp, "pp": par.pp, "ep": par.ep},
         "weight_quant": rm.policy.weights.name,
         "compute_dtype": rm.compute_dtype,
-        "kv_dtype": kv_dtype,
+        "kv_dtype": rm.kv_dtype,
         "isl": isl,
         "osl": osl,
         "weights_bytes_per_rank": plan.weights_bytes_per_rank,
@@ -174,48 +210,13 @@ def perf(
             "policy_effect": policy_effect(admission_policy, max_batch_kv, max_num_seqs),
         },
         "breakdown": {
-            "prefill": [r.as_dict() for r in rm.breakdown(pf)],
-            "decode_batch_1": [r.as_dict() for r in rm.breakdown(_decode(1, mean_ctx))],
-            "decode_max_batch": [r.as_dict() for r in rm.breakdown(_decode(batch, mean_ctx))],
+            "prefill": [r.as_dict() for r in rm.breakdown(steps["prefill"])],
+            "decode_batch_1": [r.as_dict() for r in rm.breakdown(steps["1"])],
+            "decode_max_batch": [r.as_dict() for r in rm.breakdown(steps["B"])],
         },
         "params": rm.params.model_dump(),
-        "calibration": rm.calibration.describe()
-        if rm.calibration
-        else None,  # None: the documented default efficiencies
+        "calibration": rm.calibration.describe() if rm.calibration else None,  # None: the documented defaults
     }
-    if output == "json":
-        print_json(out)
-        return
-    if output == "csv":
-        print_csv(
-            [
-                {
-                    k: out[k]
-                    for k in (
-                        "model",
-                        "gpu",
-                        "weight_quant",
-                        "kv_dtype",
-                        "isl",
-                        "osl",
-                        "prefill_time_s",
-                        "max_batch_kv",
-                    )
-                }
-                | out["parallelism"]
-                | r
-                for r in out["decode"]
-            ]
-        )
-        return
-    _print_tables(
-        out,
-        rm,
-        {
-            k: rm.breakdown(b)
-            for k, b in (("prefill", pf), ("1", _decode(1, mean_ctx)), ("B", _decode(batch, mean_ctx)))
-        },
-    )
 
 
 def preempts(policy: str, max_batch_kv: int, max_num_seqs: int) -> bool:

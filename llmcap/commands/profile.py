@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from statistics import median
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,6 +13,11 @@ from llmcap import exit_codes
 from llmcap.commands._common import out_console, print_json, user_errors
 from llmcap.credentials import DEFAULT_API_KEY_ENV, api_key_from_env, redact_url
 from llmcap.errors import FailedError, LlmcapError, UnreachableError
+
+if TYPE_CHECKING:  # the command imports the profiler only when it runs (the CLI starts fast)
+    from llmcap.live.profiler import EndpointMeasurement
+    from llmcap.live.readiness import ReadyRecord
+    from llmcap.perf.profile import Profile
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -39,73 +44,89 @@ def _shares(text: str) -> tuple[float, ...]:
 CONNECT_ERRORS = ("ConnectError", "ConnectTimeout")
 
 
+EndpointOpt = Annotated[
+    str,
+    typer.Option(
+        help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000 "
+        "(user:password@ in it is sent as basic auth and never printed)."
+    ),
+]
+ServedModelOpt = Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")]
+IslListOpt = Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")]
+ConcurrencyListOpt = Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")]
+CacheHitOpt = Annotated[
+    str,
+    typer.Option(
+        help="Prefix-cache hit shares to time TTFT at besides 0, comma-separated (e.g. 0.5,0.9): "
+        "a request alone whose leading blocks the one before it left cached."
+    ),
+]
+BlockSizeOpt = Annotated[int, typer.Option(min=1, help="The engine's KV block (a cached prefix is whole blocks).")]
+OslOpt = Annotated[int, typer.Option(min=2, help="Output tokens per request (exact: max_tokens + ignore_eos).")]
+RepeatsOpt = Annotated[int, typer.Option(min=1, help="Runs per cell (medians across runs).")]
+VocabSizeOpt = Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")]
+ChunkOpt = Annotated[int | None, typer.Option(help="The engine's prefill chunk (tokens per step), if known.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="Device SKU for the fingerprint, e.g. H100-SXM-80GB.")]
+ServerTpOpt = Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")]
+WeightQuantOpt = Annotated[
+    str | None,
+    typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it)."),
+]
+KvDtypeOpt = Annotated[
+    str | None,
+    typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything)."),
+]
+OutDirOpt = Annotated[Path, typer.Option(help="Directory to write the profile into.")]
+MaxFailedOpt = Annotated[
+    float,
+    typer.Option("--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5)."),
+]
+JsonOutOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+ServeCmdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--serve-cmd",
+        metavar="CMD",
+        help="Start the engine with this command line first (e.g. 'vllm serve MODEL --port 8000'), time its start → first healthy "
+        "ENDPOINT/health (model-ready, recorded in the manifest), profile it, then stop it.",
+    ),
+]
+ReadyTimeoutOpt = Annotated[
+    float, typer.Option("--ready-timeout", min=1.0, help="Seconds --serve-cmd's engine may take to be healthy.")
+]
+ApiKeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env",
+        metavar="NAME",
+        help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
+        f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).",
+    ),
+]
+
+
 @user_errors
 def profile(
-    endpoint: Annotated[
-        str,
-        typer.Option(
-            help="Base URL of an OpenAI-compatible streaming server, e.g. http://127.0.0.1:8000 "
-            "(user:password@ in it is sent as basic auth and never printed)."
-        ),
-    ],
-    model: Annotated[str | None, typer.Option(help="Served model name (default: the server's first model).")] = None,
-    isl: Annotated[str, typer.Option(help="Prompt lengths in tokens, comma-separated.")] = "128,512,2048",
-    concurrency: Annotated[str, typer.Option(help="Concurrency levels, comma-separated.")] = "1,4,16",
-    cache_hit: Annotated[
-        str,
-        typer.Option(
-            help="Prefix-cache hit shares to time TTFT at besides 0, comma-separated (e.g. 0.5,0.9): "
-            "a request alone whose leading blocks the one before it left cached."
-        ),
-    ] = "",
-    block_size: Annotated[
-        int, typer.Option(min=1, help="The engine's KV block (a cached prefix is whole blocks).")
-    ] = 16,
-    osl: Annotated[int, typer.Option(min=2, help="Output tokens per request (exact: max_tokens + ignore_eos).")] = 128,
-    repeats: Annotated[int, typer.Option(min=1, help="Runs per cell (medians across runs).")] = 3,
-    vocab_size: Annotated[int, typer.Option(min=8, help="Token ids are drawn from [4, vocab_size).")] = 1000,
-    max_num_batched_tokens: Annotated[
-        int | None, typer.Option(help="The engine's prefill chunk (tokens per step), if known.")
-    ] = None,
-    device: Annotated[str | None, typer.Option(help="Device SKU for the fingerprint, e.g. H100-SXM-80GB.")] = None,
-    tp: Annotated[int, typer.Option(min=1, help="Tensor parallel degree of the server (fingerprint).")] = 1,
-    weight_quant: Annotated[
-        str | None,
-        typer.Option(help="The server's weight format, e.g. bf16, fp8 (fingerprint; `size --profile` matches on it)."),
-    ] = None,
-    kv_dtype: Annotated[
-        str | None,
-        typer.Option(help="The server's KV cache dtype (fingerprint; default: what its /metrics tell, if anything)."),
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Directory to write the profile into.")] = Path("profile"),
-    max_failed: Annotated[
-        float,
-        typer.Option(
-            "--max-failed", min=0.0, max=1.0, help="Share of runs that may fail before the exit says FAILED (5)."
-        ),
-    ] = 0.0,
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
-    serve_cmd: Annotated[
-        str | None,
-        typer.Option(
-            "--serve-cmd",
-            metavar="CMD",
-            help="Start the engine with this command line first (e.g. 'vllm serve MODEL --port 8000'), time its start → first healthy "
-            "ENDPOINT/health (model-ready, recorded in the manifest), profile it, then stop it.",
-        ),
-    ] = None,
-    ready_timeout: Annotated[
-        float, typer.Option("--ready-timeout", min=1.0, help="Seconds --serve-cmd's engine may take to be healthy.")
-    ] = 1800.0,
-    api_key_env: Annotated[
-        str | None,
-        typer.Option(
-            "--api-key-env",
-            metavar="NAME",
-            help=f"Environment variable holding the endpoint's API key, sent as 'Authorization: Bearer' "
-            f"(e.g. OPENAI_API_KEY; default: {DEFAULT_API_KEY_ENV} if set, else no key).",
-        ),
-    ] = None,
+    endpoint: EndpointOpt,
+    model: ServedModelOpt = None,
+    isl: IslListOpt = "128,512,2048",
+    concurrency: ConcurrencyListOpt = "1,4,16",
+    cache_hit: CacheHitOpt = "",
+    block_size: BlockSizeOpt = 16,
+    osl: OslOpt = 128,
+    repeats: RepeatsOpt = 3,
+    vocab_size: VocabSizeOpt = 1000,
+    max_num_batched_tokens: ChunkOpt = None,
+    device: DeviceOpt = None,
+    tp: ServerTpOpt = 1,
+    weight_quant: WeightQuantOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    out: OutDirOpt = Path("profile"),
+    max_failed: MaxFailedOpt = 0.0,
+    json_out: JsonOutOpt = False,
+    serve_cmd: ServeCmdOpt = None,
+    ready_timeout: ReadyTimeoutOpt = 1800.0,
+    api_key_env: ApiKeyEnvOpt = None,
 ) -> None:
     """Profile ENDPOINT over ISL x concurrency; write points/steps parquet, fit.json and fingerprint.json to OUT.
     With --serve-cmd, start the engine first and record its model-ready time (start → first healthy /health).
@@ -134,10 +155,7 @@ def profile(
     with started_engine(serve_cmd, base, ready_timeout) if serve_cmd else nullcontext(given_endpoint()) as ready:
         model = model or first_served_model(base, shown, api_key)
         m = measure_endpoint(base, model, spec, progress=not json_out, api_key=api_key)
-    if len(m.failed_runs) == len(m.runs):
-        errors = [r.error for run in m.runs for r in run.results if r.error]
-        why = f"every request to {shown} failed: {errors[0] if errors else 'no tokens came back'}"
-        raise (UnreachableError if errors and all(e.startswith(CONNECT_ERRORS) for e in errors) else FailedError)(why)
+    _raise_if_nothing_answered(m, shown)
     code, why = exit_codes.served(len(m.runs), len(m.runs) - len(m.failed_runs), max_failed, what="runs")
     stated = {"quantization": weight_quant} | ({"kv_dtype": kv_dtype} if kv_dtype is not None else {})
     fp = endpoint_fingerprint(m, device_sku=device, device_count=tp, tp=tp, **stated)
@@ -146,9 +164,35 @@ def profile(
     except ValueError as exc:
         raise LlmcapError(f"nothing to fit: {exc}") from None
     prof.write(out)
+    if json_out:
+        print_json(_summary(m, prof, ready, shown, model, out, code, why))
+        if code:
+            raise typer.Exit(code)
+        return
+    _print_report(m, prof, ready, shown, model, repeats, out)
+    if code:
+        out_console().print(
+            f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed",
+            highlight=False,
+        )
+        raise typer.Exit(code)
+
+
+def _raise_if_nothing_answered(m: EndpointMeasurement, shown: str) -> None:
+    """Every run failed: UNREACHABLE when nothing connected at all, else FAILED (no profile is written)."""
+    if len(m.failed_runs) == len(m.runs):
+        errors = [r.error for run in m.runs for r in run.results if r.error]
+        why = f"every request to {shown} failed: {errors[0] if errors else 'no tokens came back'}"
+        raise (UnreachableError if errors and all(e.startswith(CONNECT_ERRORS) for e in errors) else FailedError)(why)
+
+
+def _summary(
+    m: EndpointMeasurement, prof: Profile, ready: ReadyRecord, shown: str, model: str, out: Path, code: int, why: str
+) -> dict[str, Any]:
+    """The --json object."""
     fit = prof.fit
     assert fit is not None
-    summary = {
+    return {
         "endpoint": shown,
         "model": model,
         "engine_version": m.version,
@@ -164,11 +208,14 @@ def profile(
         "outcome": exit_codes.NAMES[code],
         "outcome_reason": why,
     }
-    if json_out:
-        print_json(summary)
-        if code:
-            raise typer.Exit(code)
-        return
+
+
+def _print_report(
+    m: EndpointMeasurement, prof: Profile, ready: ReadyRecord, shown: str, model: str, repeats: int, out: Path
+) -> None:
+    """The cells, the cached-prefix probes, the fit and where the profile went, for people."""
+    fit = prof.fit
+    assert fit is not None
     console = out_console()
     table = Table(title=f"{model} @ {shown} (engine {m.version}) — medians over {repeats} runs")
     for col in ("ISL", "conc", "TTFT ms", "mean ITL ms", "ITL p99 ms", "runs"):
@@ -203,9 +250,3 @@ def profile(
         else f"model ready: {ready.note}"
     )
     console.print(f"profile written to {out} (fingerprint {prof.fingerprint_hash[:12]})")
-    if code:
-        console.print(
-            f"[bold red]{exit_codes.NAMES[code]}[/] (exit {code}): {why}; the profile holds the runs that completed",
-            highlight=False,
-        )
-        raise typer.Exit(code)

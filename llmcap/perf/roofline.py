@@ -13,7 +13,7 @@ all-reduce for small messages (llmcap.perf.allreduce); and, where the engine pad
 graphs (`cuda_graph_max_tokens`), the padded rows (llmcap.perf.cuda_graphs).
 
 What each op reads and computes, per rank (tensor shapes and sharding from llmcap.catalog / llmcap.memory,
-so the weights read are exactly the weights held, quantisation scales included):
+so the weights read are exactly the weights held, quantisation scales included: llmcap.perf.roofline_shapes):
 - matmuls: weight bytes + activations in and out (rows x (in + out) x activation bytes); 2 x rows x out x in
   FLOPs. Rows are the step's tokens (prefill tokens + one per decode sequence). Quantised weights run on
   their tensor-core dtype when the GPU has one (fp8 -> fp8, int8 -> int8, nvfp4/mxfp4 -> fp4) and on bf16
@@ -43,7 +43,6 @@ where listed (norms) and otherwise ignored; kernels do not overlap (no compute/c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
 
@@ -52,19 +51,9 @@ from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec, get_gpu
 from llmcap.catalog.model_config import load_model
-from llmcap.catalog.models import ModelSpec, Tensor
+from llmcap.catalog.models import ModelSpec
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
-
-# The sharding rules live in llmcap.memory: reuse them so the bytes a step reads are the bytes a rank holds.
-from llmcap.memory import (
-    QUANTIZED_COMPONENTS,
-    VOCAB_PADDING,
-    Parallelism,
-    pp_stage_layers,
-    rank_shard,
-    rank_tensor_bytes,
-    validate_parallelism,
-)
+from llmcap.memory import VOCAB_PADDING, Parallelism, validate_parallelism
 from llmcap.perf.allreduce import allreduce_time
 from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
 from llmcap.perf.calibration import Calibration, calibrated_params
@@ -73,6 +62,7 @@ from llmcap.perf.cuda_graphs import padded_rows
 from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
 from llmcap.perf.model import StepBatch
 from llmcap.perf.ops import COMM_OPS, OPS, Bound, OpAccumulator, OpCost
+from llmcap.perf.roofline_shapes import Gemm, LayerKind, RankShapes, compute_dtype
 
 __all__ = ["COMM_OPS", "OPS", "OpAccumulator", "OpCost", "RooflineModel", "build_step_model"]
 
@@ -80,32 +70,6 @@ if TYPE_CHECKING:
     from llmcap.perf.roofline_compiled import CompiledRoofline
 
 F64 = NDArray[np.float64]
-
-
-@dataclass(frozen=True)
-class _Gemm:
-    """A group of matmuls on one rank: weight bytes, and FLOPs / activation bytes per row (token)."""
-
-    weight_bytes: float
-    flops_per_row: float
-    act_bytes_per_row: float
-    peak_flops: float
-    kernels: int = 1  # GEMM kernels the group launches (vLLM merges q/k/v and gate/up): each pays gemm_kernel_s
-
-
-@dataclass(frozen=True)
-class _LayerKind:
-    """Per-rank constants of one kind of decoder layer (MoE or dense, sliding window or full)."""
-
-    is_moe: bool
-    window: int | None
-    qkv: _Gemm
-    o: _Gemm
-    norm_weight_bytes: float
-    mlp: _Gemm | None
-    router: _Gemm | None
-    shared: _Gemm | None
-    expert: _Gemm | None  # ONE local expert: its weights; FLOPs / activations per (token, expert) pair
 
 
 class RooflineModel:
@@ -134,7 +98,7 @@ class RooflineModel:
         self.parallelism = par
         self.policy = QuantPolicy(fmt)
         self.kv_dtype = kv_dtype
-        self.compute_dtype = _compute_dtype(fmt, gpu)
+        self.compute_dtype = compute_dtype(fmt, gpu)
         # no params given: the GPU's shipped calibration where it has one, else the documented defaults
         self.calibration: Calibration | None = None
         if params is None:
@@ -143,75 +107,13 @@ class RooflineModel:
         self._peak_bf16 = gpu.peak_flops("bf16")
         self._peak_q = gpu.peak_flops(self.compute_dtype)
         self.attention = attention_coefficients(model, gpu, par.tp, kv_dtype, params)
-        self._kinds, self._stage_counts = self._layer_kinds()
-        first, last = model.edge_tensors()
-        head = [t for t in last if t.component == "lm_head"] or [
-            Tensor("lm_head", "lm_head(tied)", first[0].out_features, first[0].in_features, "vocab", quantizable=False)
-        ]
-        self._lm_head = self._gemm(head)
+        shapes = RankShapes(model, par, self.policy, params.activation_bytes, self._peak_bf16, self._peak_q)
+        self._kinds, self._stage_counts = shapes.layer_kinds()
+        self._lm_head = shapes.lm_head()
         self._vocab_padded = -(-model.vocab_size // VOCAB_PADDING) * VOCAB_PADDING
         self._link_tp = link_for(gpu, par.tp, self.params)
         self._link_ep = link_for(gpu, par.ep, self.params)
         self._link_pp = link_for(gpu, par.tp * par.pp, self.params)
-
-    # ---------------------------------------------------------------- construction
-
-    def _gemm(self, tensors: list[Tensor], kernels: int = 1) -> _Gemm:
-        wb = flops = act = 0.0
-        quantized = False
-        for t in tensors:
-            wb += rank_tensor_bytes(t, self.model, self.parallelism, self.policy)
-            out, inn, cnt = rank_shard(t, self.model, self.parallelism)
-            if inn > 1:  # a matrix (vectors: norms, biases, router bias have in_features = 1)
-                flops += 2.0 * cnt * out * inn
-                act += self.params.activation_bytes * cnt * (out + inn)
-                quantized |= t.quantizable and t.component in QUANTIZED_COMPONENTS and self.policy.weights.is_quantized
-        return _Gemm(wb, flops, act, self._peak_q if quantized else self._peak_bf16, kernels)
-
-    def _layer_kinds(self) -> tuple[list[_LayerKind], NDArray[np.int64]]:
-        m, par = self.model, self.parallelism
-        keys: list[tuple[bool, int | None]] = []
-        kinds: list[_LayerKind] = []
-        stages = pp_stage_layers(m.num_layers, par.pp)
-        counts = np.zeros((par.pp, 0), dtype=np.int64)
-        for s, layers in enumerate(stages):
-            for layer in layers:
-                key = (m.layer_is_moe[layer], m.layer_window[layer])
-                if key not in keys:
-                    keys.append(key)
-                    kinds.append(self._kind(layer))
-                    counts = np.column_stack([counts, np.zeros(par.pp, dtype=np.int64)])
-                counts[s, keys.index(key)] += 1
-        return kinds, counts
-
-    def _kind(self, layer: int) -> _LayerKind:
-        ts = self.model.layer_tensors(layer)
-        by: dict[str, list[Tensor]] = {}
-        for t in ts:
-            op: str = t.component
-            if t.component == "attention":
-                op = "o" if t.name.startswith("o_") else "qkv"
-            by.setdefault(op, []).append(t)
-        is_moe = self.model.layer_is_moe[layer]
-        expert = None
-        if is_moe and "routed_experts" in by:
-            g = self._gemm(by["routed_experts"], 2)  # fused MoE: the gate/up and the down kernel
-            local = -(-self.model.moe.num_experts // self.parallelism.ep)  # type: ignore[union-attr]
-            expert = _Gemm(
-                g.weight_bytes / local, g.flops_per_row / local, g.act_bytes_per_row / local, g.peak_flops, g.kernels
-            )
-        norm_bytes = sum(rank_tensor_bytes(t, self.model, self.parallelism, self.policy) for t in by.get("norms", []))
-        return _LayerKind(
-            is_moe=is_moe,
-            window=self.model.layer_window[layer],
-            qkv=self._gemm(by["qkv"]),
-            o=self._gemm(by["o"]),
-            norm_weight_bytes=float(norm_bytes),
-            mlp=self._gemm(by["dense_mlp"], 2) if "dense_mlp" in by else None,  # gate/up merged, down
-            router=self._gemm(by["router"]) if "router" in by else None,
-            shared=self._gemm(by["shared_experts"], 2) if "shared_experts" in by else None,
-            expert=expert,
-        )
 
     # ---------------------------------------------------------------- costing
 
@@ -232,7 +134,7 @@ class RooflineModel:
         acc.add(op, t, tc, tm, flops, nbytes, scale)
         return t
 
-    def _matmul(self, acc: OpAccumulator, op: str, g: _Gemm, rows: F64, scale: float = 1.0) -> F64:
+    def _matmul(self, acc: OpAccumulator, op: str, g: Gemm, rows: F64, scale: float = 1.0) -> F64:
         p = self.params
         live = rows > 0  # an op with no rows does not run (and reads no weights)
         flops = g.flops_per_row * rows
@@ -260,7 +162,7 @@ class RooflineModel:
         acc.add(op, t, np.zeros_like(t), np.zeros_like(t), np.zeros_like(t), sent, scale)
         return t
 
-    def _layer(self, acc: OpAccumulator, k: _LayerKind, mb: StepBatch, scale: float) -> F64:
+    def _layer(self, acc: OpAccumulator, k: LayerKind, mb: StepBatch, scale: float) -> F64:
         """Cost one layer of kind `k` for micro-batch `mb`, added to `acc` x scale (layers of this kind)."""
         m, p, par = self.model, self.params, self.parallelism
         act, h = p.activation_bytes, m.hidden_size
@@ -297,7 +199,7 @@ class RooflineModel:
             total += self._experts(acc, k.expert, rows, scale)
         return total
 
-    def _experts(self, acc: OpAccumulator, g: _Gemm, rows: F64, scale: float) -> F64:
+    def _experts(self, acc: OpAccumulator, g: Gemm, rows: F64, scale: float) -> F64:
         moe = self.model.moe
         assert moe is not None
         p, par = self.params, self.parallelism
@@ -453,20 +355,6 @@ class RooflineModel:
                 bound = "compute" if tc > tm else "memory"
             rows.append(OpCost(op, t, flops, nbytes, bound))
         return rows
-
-
-def _compute_dtype(fmt: WeightFormat, gpu: GpuSpec) -> str:
-    """Tensor-core dtype quantised matmuls run in: the weights' own when the GPU has it, else bf16."""
-    name = fmt.name
-    if name.startswith("fp8"):
-        want = "fp8"
-    elif name == "int8":
-        want = "int8"
-    elif name in ("nvfp4", "mxfp4"):
-        want = "fp4"
-    else:
-        return "bf16"  # bf16/fp16 models, and weight-only int4 (AWQ / GPTQ dequantise into bf16 GEMMs)
-    return want if want in gpu.dense_flops else "bf16"
 
 
 @overload

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmcap.live.cells import Run, aggregate
 from llmcap.live.client import StreamResult
-from llmcap.live.profiler import Run, aggregate
 
 STEP = 0.002
 
