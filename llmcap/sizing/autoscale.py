@@ -281,17 +281,10 @@ def autoscale_whatif(
     base = scaler or AutoscaleConfig()
     static = {q.role: max(1, math.ceil(day.peak_rps / q.instance_rps - 1e-9)) for q in pools}
     base = base.model_copy(update={"max_replicas": max(base.max_replicas, 2 * max(static.values()))})
-    if scaler is not None and (scaler.kv_usage is not None or scaler.running_per_replica is not None):
-        targets = {
-            q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools
-        }
-    else:
-        targets = {
-            role: {"kv_usage": None, "running_per_replica": None} | t
-            for role, t in reactive_targets(
-                trace, model, engine, pools, utilization, pd, decode_model, router, seed
-            ).items()
-        }
+    targets = _given_targets(scaler, pools)
+    if targets is None:
+        probed = reactive_targets(trace, model, engine, pools, utilization, pd, decode_model, router, seed)
+        targets = {role: {"kv_usage": None, "running_per_replica": None} | t for role, t in probed.items()}
     main = forecast or Forecast("synthetic", day, forecast_error, f"the day's own curve × (1 + {forecast_error:g})")
     runs = _DayRuns(
         day,
@@ -346,6 +339,15 @@ def _check_inputs(pools: Sequence[PoolRate], pd: PDConfig | None, fractions: Seq
             )
     if not fractions or any(not 0.0 <= f <= 1.5 for f in fractions):
         raise LlmcapError(f"floor fractions must lie in [0, 1.5], got {list(fractions)}")
+
+
+def _given_targets(
+    scaler: AutoscaleConfig | None, pools: Sequence[PoolRate]
+) -> dict[str, dict[str, float | None]] | None:
+    """The reactive targets set on `scaler`, the same for every pool; None when it sets none (they are probed)."""
+    if scaler is None or (scaler.kv_usage is None and scaler.running_per_replica is None):
+        return None
+    return {q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools}
 
 
 @dataclass(frozen=True)
