@@ -12,6 +12,7 @@ from llmcap.sizing.units import SizedRow
 
 
 def analytic_cost(row: SizedRow) -> tuple[float, float, str]:
+    """The shapes' order by analytic plan: the cheaper first, then the more goodput per GPU, then by key."""
     assert row.plan is not None
     return (row.plan.usd_per_hour, -row.balanced_rps_per_gpu, row.key)
 
