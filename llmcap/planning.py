@@ -26,7 +26,7 @@ from llmcap.sizing.executor import Executor
 from llmcap.sizing.kvbudget import EngineKV, apply_engine_kv, from_fingerprint, kv_budget_summary
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
 from llmcap.sizing.params import SizeParams
-from llmcap.sizing.plan import class_pools, size_deployments
+from llmcap.sizing.plan import SizingOutcome, class_pools, size_deployments
 from llmcap.sizing.pools import PoolComparison
 from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools, SizingSummary
 from llmcap.trace.stats import label_mix
@@ -93,7 +93,6 @@ def plan_capacity(
 ) -> CapacityDecision:
     """The capacity decision for `trace` at `params` over `candidates` (see `size_deployments`); `engine_presets`:
     the engine defaults the candidates were enumerated with, by GPU (the notes and the summary name them)."""
-    say = progress or log.info
     candidates, kv_notes = apply_engine_kv(candidates, step_times.engine_kv, params.kv_budget)
     out = size_deployments(
         trace,
@@ -106,32 +105,8 @@ def plan_capacity(
         measured=step_times.measured,
         on_phase=on_phase,
     )
-    notes: tuple[str, ...] = ()
-    pools: RequestClassPools | None = None
-    if params.pools_split_isl is not None or params.pools_split_cap is not None:
-        where = (
-            f"ISL {params.pools_split_isl:,}"
-            if params.pools_split_isl is not None
-            else f"max_tokens {params.pools_split_cap:g}× the median OSL"
-        )
-        say(f"request-class pools: sizing each side of {where} separately")
-        try:
-            compared = class_pools(
-                trace,
-                candidates,
-                model,
-                params,
-                out,
-                params.pools_split_isl,
-                executor,
-                step_times.measured,
-                params.pools_split_cap,
-            )
-        except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
-            reason = f"request-class pools at {where}: split not possible — {exc}"
-            notes, pools = (reason,), {"cheaper": "shared", "reason": reason}
-        else:
-            notes, pools = (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
+    say = progress or log.info
+    notes, pools = _request_class_pools(trace, candidates, model, params, out, step_times, executor, say)
     calibrations = roofline_calibrations(set(out.table.column("gpu").to_pylist()))
     slots = int(candidates["max_loras"].max()) if "max_loras" in candidates.columns and len(candidates) else 0
     presets = [f"engine preset on {gpu}: {p.line()}" for gpu, p in (engine_presets or {}).items()]
@@ -161,6 +136,44 @@ def plan_capacity(
         out, params.slo, notes=notes, provenance=provenance, sources=report_sources(step_times, summary, calibrations)
     )
     return CapacityDecision(out.table, report, summary)
+
+
+def _request_class_pools(
+    trace: pa.Table,
+    candidates: pd.DataFrame,
+    model: ModelSpec,
+    params: SizeParams,
+    out: SizingOutcome,
+    step_times: StepTimes,
+    executor: Executor | None,
+    say: Callable[[str], None],
+) -> tuple[tuple[str, ...], RequestClassPools | None]:
+    """(notes, summary) of the shared plan `out` against one plan per request class, where `params` asks for the split
+    (`class_pools`); none asked: ((), None)."""
+    if params.pools_split_isl is None and params.pools_split_cap is None:
+        return (), None
+    where = (
+        f"ISL {params.pools_split_isl:,}"
+        if params.pools_split_isl is not None
+        else f"max_tokens {params.pools_split_cap:g}× the median OSL"
+    )
+    say(f"request-class pools: sizing each side of {where} separately")
+    try:
+        compared = class_pools(
+            trace,
+            candidates,
+            model,
+            params,
+            out,
+            params.pools_split_isl,
+            executor,
+            step_times.measured,
+            params.pools_split_cap,
+        )
+    except LlmcapError as exc:  # a class no candidate can serve alone: the shared pool wins by default
+        reason = f"request-class pools at {where}: split not possible — {exc}"
+        return (reason,), {"cheaper": "shared", "reason": reason}
+    return (f"request-class pools: {compared.summary()}",), _pools_summary(compared)
 
 
 def _pools_summary(compared: PoolComparison) -> RequestClassPools:

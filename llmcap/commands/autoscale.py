@@ -8,15 +8,38 @@ plan, and the smallest floor that keeps the attainment target. The results are s
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import numpy as np
-import typer
+import pyarrow as pa
 from pydantic import ValidationError
 from rich.table import Table
 
-from llmcap.catalog import get_gpu, load_model
+from llmcap.catalog import GpuSpec, ModelSpec, get_gpu, load_model
+from llmcap.commands._autoscale_options import (
+    AmplitudeOpt,
+    AttainmentOpt,
+    DurationOpt,
+    FloorFractionsOpt,
+    ForecastErrorOpt,
+    ForecastOpt,
+    InstanceRpsOpt,
+    IntervalOpt,
+    KvUsageTargetOpt,
+    MaxTotalGpusOpt,
+    MeanRpsOpt,
+    MinResidencyOpt,
+    MixTraceOpt,
+    PeriodOpt,
+    ReadyPhasesOpt,
+    ScaleDownWindowOpt,
+    SeedOpt,
+    SloItlOpt,
+    SloTtftOpt,
+    TReadyOpt,
+    UtilizationOpt,
+    WaitingTargetOpt,
+)
 from llmcap.commands._common import (
     JsonFlagOpt,
     OutputFormatOpt,
@@ -42,9 +65,10 @@ from llmcap.commands._goodput import SLO
 from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.deployment import ENGINE, EngineOptions, sim_config, step_model
 from llmcap.errors import LlmcapError
+from llmcap.perf.model import StepTimeModel
 from llmcap.report.autoscale import flat_comparison, forecast_lines
 from llmcap.report.autoscale import summary as report_summary
-from llmcap.sim import AutoscaleConfig
+from llmcap.sim import AutoscaleConfig, EngineConfig
 from llmcap.sizing.autoscale import AutoscaleWhatIf, PoolRate, autoscale_whatif
 from llmcap.sizing.autoscale_plan import forecast_day
 from llmcap.sizing.params import AutoscaleParams, ReadyPhases, SearchParams, SloParams
@@ -64,19 +88,12 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 @user_errors
 def autoscale(
-    trace: Annotated[
-        Path,
-        typer.Option("--trace", "-t", help="the request mix: canonical Parquet or any format `llmcap trace` reads"),
-    ],
+    trace: MixTraceOpt,
     model: ModelOpt,
     gpu: GpuOpt,
-    slo_ttft_p99: Annotated[float, typer.Option("--slo-ttft-p99", min=0.001, help="TTFT target (ms)")],
-    slo_itl_p99: Annotated[
-        float | None, typer.Option("--slo-itl-p99", min=0.001, help="ITL target (ms), per-request P99")
-    ] = None,
-    attainment: Annotated[
-        float, typer.Option(min=0.01, max=1.0, help="share of requests that must meet every SLO")
-    ] = SLO.attainment_target,
+    slo_ttft_p99: SloTtftOpt,
+    slo_itl_p99: SloItlOpt = None,
+    attainment: AttainmentOpt = SLO.attainment_target,
     tp: TpOpt = ENGINE.tp,
     quant: QuantOpt = ENGINE.quant,
     kv_dtype: KvDtypeOpt = ENGINE.kv_dtype,
@@ -84,69 +101,24 @@ def autoscale(
     max_num_batched_tokens: MaxBatchedOpt = ENGINE.max_num_batched_tokens,
     block_size: KvBlockSizeOpt = ENGINE.block_size,
     gpu_memory_utilization: GpuMemUtilOpt = ENGINE.gpu_memory_utilization,
-    instance_rps: Annotated[
-        float | None,
-        typer.Option("--instance-rps", help="one replica's max feasible rate G (default: searched on the trace)"),
-    ] = None,
-    mean_rps: Annotated[
-        float | None, typer.Option("--mean-rps", help="the day's mean rate, req/s (default: the trace's)")
-    ] = None,
-    amplitude: Annotated[
-        float, typer.Option(min=0.0, max=0.99, help="diurnal swing: rate = mean × (1 + A sin 2πt/period)")
-    ] = DAY.amplitude,
-    period: Annotated[float, typer.Option("--period", min=1.0, help="diurnal period, s")] = 86_400.0,
-    duration: Annotated[float, typer.Option("--duration", min=1.0, help="simulated span, s")] = 86_400.0,
-    t_ready: Annotated[
-        float | None,
-        typer.Option(
-            "--t-ready", min=0.0, help="scale-up decision to routable, s (default: the sum of --ready-phases)"
-        ),
-    ] = DAY.t_ready_s,
-    ready_phases: Annotated[
-        str,
-        typer.Option(
-            "--ready-phases",
-            help="scale-up phases, s, as NAME=S,... over the defaults (schedule_s, image_pull_s, "
-            "weight_load_s, engine_init_s, compile_s, admission_s); T_ready is their sum",
-        ),
-    ] = "",
-    forecast: Annotated[
-        str,
-        typer.Option(
-            "--forecast",
-            help="fit: seasonality fitted on a trace of ≥ 2 days (its held-back part is the day); "
-            "synthetic: the synthesized day's own curve",
-        ),
-    ] = DAY.forecast,
-    max_total_gpus: Annotated[
-        int | None, typer.Option("--max-total-gpus", min=1, help="GPU budget of the autoscaled pool(s)")
-    ] = DAY.max_total_gpus,
-    interval: Annotated[float, typer.Option("--interval", min=0.1, help="autoscaler period, s")] = DAY.interval_s,
-    min_residency: Annotated[
-        float, typer.Option("--min-residency", min=0.0, help="a replica serves at least this long, s")
-    ] = DAY.min_residency_s,
-    scale_down_window: Annotated[
-        float, typer.Option("--scale-down-window", min=0.0, help="HPA stabilization window, s")
-    ] = DAY.scale_down_window_s,
-    waiting_target: Annotated[
-        float, typer.Option("--waiting-target", min=0.01, help="waiting requests per replica that trigger a scale-up")
-    ] = DAY.waiting_per_replica,
-    kv_usage_target: Annotated[
-        float | None,
-        typer.Option(
-            "--kv-usage-target", min=0.01, max=1.0, help="KV usage target (default: one replica's at --utilization × G)"
-        ),
-    ] = None,
-    utilization: Annotated[
-        float, typer.Option(min=0.05, max=1.0, help="operating point that sets the default KV usage target")
-    ] = DAY.utilization,
-    forecast_error: Annotated[
-        float, typer.Option("--forecast-error", min=0.0, help="the floor's forecast margin (0.1 = 10% above the curve)")
-    ] = DAY.forecast_error,
-    floor_fractions: Annotated[
-        str, typer.Option("--floor-fractions", help="floors tried, as fractions of the full forecast floor")
-    ] = "0,0.5,0.75,1",
-    seed: Annotated[int, typer.Option(help="seed of the day's synthesis")] = 0,
+    instance_rps: InstanceRpsOpt = None,
+    mean_rps: MeanRpsOpt = None,
+    amplitude: AmplitudeOpt = DAY.amplitude,
+    period: PeriodOpt = 86_400.0,
+    duration: DurationOpt = 86_400.0,
+    t_ready: TReadyOpt = DAY.t_ready_s,
+    ready_phases: ReadyPhasesOpt = "",
+    forecast: ForecastOpt = DAY.forecast,
+    max_total_gpus: MaxTotalGpusOpt = DAY.max_total_gpus,
+    interval: IntervalOpt = DAY.interval_s,
+    min_residency: MinResidencyOpt = DAY.min_residency_s,
+    scale_down_window: ScaleDownWindowOpt = DAY.scale_down_window_s,
+    waiting_target: WaitingTargetOpt = DAY.waiting_per_replica,
+    kv_usage_target: KvUsageTargetOpt = None,
+    utilization: UtilizationOpt = DAY.utilization,
+    forecast_error: ForecastErrorOpt = DAY.forecast_error,
+    floor_fractions: FloorFractionsOpt = "0,0.5,0.75,1",
+    seed: SeedOpt = 0,
     output_fmt: OutputFormatOpt = "table",
     json_out: JsonFlagOpt = False,
 ) -> None:
@@ -156,57 +128,19 @@ def autoscale(
     positive("--mean-rps", mean_rps)
     positive("--instance-rps", instance_rps)
     spec, g = load_model(model), get_gpu(gpu)
-    opts = EngineOptions(
-        tp=tp,
-        quant=quant,
-        kv_dtype=kv_dtype,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        block_size=block_size,
-        gpu_memory_utilization=gpu_memory_utilization,
+    engine = _engine(
+        spec, g, tp, quant, kv_dtype, max_num_seqs, max_num_batched_tokens, block_size, gpu_memory_utilization
     )
-    engine = sim_config(spec, g, opts).engine
-    cleaned = read_trace_input(trace, "auto", "auto", None, None, False, 1.0, "by_id", announce=output == "table")
-    source = cleaned.trace
+    source = read_trace_input(trace, "auto", "auto", None, None, False, 1.0, "by_id", announce=output == "table").trace
     slo = SloParams(ttft_ms=slo_ttft_p99, itl_ms=slo_itl_p99, attainment_target=attainment)
     step = step_model(model, gpu, tp, quant, kv_dtype)
     if instance_rps is None:
-        err_console.print("searching one replica's max feasible rate on the trace ...")
-        instance_rps = search_max_rate(
-            SimEvaluate(source, step, engine, slo), attainment, SearchParams(seeds=(0,), rel_tol=0.05)
-        ).max_rate
-        if instance_rps <= 0:
-            raise LlmcapError(f"one {spec.name} replica on {g.name} TP{tp} meets the SLOs at no rate: nothing to scale")
-    try:
-        knobs = AutoscaleParams(
-            amplitude=amplitude,
-            period_s=period,
-            duration_s=duration,
-            t_ready_s=t_ready,
-            forecast=forecast,  # type: ignore[arg-type]
-            ready=ReadyPhases(**_phases(ready_phases)),
-            forecast_error=forecast_error,
-            max_total_gpus=max_total_gpus,
-        )
-    except ValidationError as exc:
-        raise LlmcapError(
-            f"--ready-phases / --forecast: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}"
-        ) from None
+        instance_rps = _searched_rate(source, step, engine, slo, f"one {spec.name} replica on {g.name} TP{tp}")
+    knobs = _knobs(amplitude, period, duration, t_ready, forecast, ready_phases, forecast_error, max_total_gpus)
     day, fitted, flat, note = forecast_day(source, knobs, mean_rps or mean_rate(source))
     if output == "table":
         err_console.print(note)
-    running, ready, routable = knobs.ready_points_s
-    scaler = AutoscaleConfig(
-        t_ready_s=routable,
-        pod_running_after_s=running,
-        model_ready_after_s=ready,
-        interval_s=interval,
-        min_residency_s=min_residency,
-        scale_down_window_s=scale_down_window,
-        waiting_per_replica=waiting_target,
-        kv_usage=kv_usage_target,
-        max_replicas=10_000,
-    )
+    scaler = _scaler(knobs, interval, min_residency, scale_down_window, waiting_target, kv_usage_target)
     w = autoscale_whatif(
         source,
         step,
@@ -226,28 +160,115 @@ def autoscale(
         max_total_gpus=max_total_gpus,
     )
     rows = _rows(w)
-    summary = {
+    summary = _summary(w, rows, knobs, {"model": spec.name, "gpu": g.name, "tp": tp, "instance_rps": instance_rps})
+    if output == "json":
+        print_json(summary)
+    elif output == "csv":
+        print_csv(rows)
+    else:
+        _print(w, rows)
+
+
+def _engine(
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    quant: str,
+    kv_dtype: str,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    gpu_memory_utilization: float,
+) -> EngineConfig:
+    """One replica's engine as `llmcap simulate` builds it from the same options."""
+    opts = EngineOptions(
+        tp=tp,
+        quant=quant,
+        kv_dtype=kv_dtype,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        block_size=block_size,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    return sim_config(spec, gpu, opts).engine
+
+
+def _scaler(
+    knobs: AutoscaleParams,
+    interval: float,
+    min_residency: float,
+    scale_down_window: float,
+    waiting_target: float,
+    kv_usage_target: float | None,
+) -> AutoscaleConfig:
+    """The autoscaler: a new pod's readiness from `knobs`, its loop and targets from the options."""
+    running, ready, routable = knobs.ready_points_s
+    return AutoscaleConfig(
+        t_ready_s=routable,
+        pod_running_after_s=running,
+        model_ready_after_s=ready,
+        interval_s=interval,
+        min_residency_s=min_residency,
+        scale_down_window_s=scale_down_window,
+        waiting_per_replica=waiting_target,
+        kv_usage=kv_usage_target,
+        max_replicas=10_000,
+    )
+
+
+def _searched_rate(source: pa.Table, step: StepTimeModel, engine: EngineConfig, slo: SloParams, what: str) -> float:
+    """One replica's max feasible rate G, searched on the trace (`what` names the replica when it has none)."""
+    err_console.print("searching one replica's max feasible rate on the trace ...")
+    rate = search_max_rate(
+        SimEvaluate(source, step, engine, slo), slo.attainment_target, SearchParams(seeds=(0,), rel_tol=0.05)
+    ).max_rate
+    if rate <= 0:
+        raise LlmcapError(f"{what} meets the SLOs at no rate: nothing to scale")
+    return rate
+
+
+def _knobs(
+    amplitude: float,
+    period: float,
+    duration: float,
+    t_ready: float | None,
+    forecast: str,
+    ready_phases: str,
+    forecast_error: float,
+    max_total_gpus: int | None,
+) -> AutoscaleParams:
+    """The day's and the scale-up's knobs as the autoscale stage takes them (`AutoscaleParams`), validated."""
+    try:
+        return AutoscaleParams(
+            amplitude=amplitude,
+            period_s=period,
+            duration_s=duration,
+            t_ready_s=t_ready,
+            forecast=forecast,  # type: ignore[arg-type]
+            ready=ReadyPhases(**_phases(ready_phases)),
+            forecast_error=forecast_error,
+            max_total_gpus=max_total_gpus,
+        )
+    except ValidationError as exc:
+        raise LlmcapError(
+            f"--ready-phases / --forecast: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}"
+        ) from None
+
+
+def _summary(w: AutoscaleWhatIf, rows: list[dict], knobs: AutoscaleParams, replica: dict[str, Any]) -> dict[str, Any]:
+    """The JSON output: the replica (model, GPU, TP, G), the day, the targets and every plan's row."""
+    return {
         "simulated": True,
-        "model": spec.name,
-        "gpu": g.name,
-        "tp": tp,
-        "instance_rps": instance_rps,
-        "day": day.to_dict(),
+        **replica,
+        "day": w.day.to_dict(),
         "reactive_targets": w.reactive_targets["both"],
-        "t_ready_s": routable,
+        "t_ready_s": knobs.ready_points_s[2],
         "ready_phases_s": knobs.ready.model_dump(),
         "static_replicas": w.static_counts["both"],
         "plans": rows,
         "floor_that_keeps_attainment": None if w.floor is None else w.floor.floor_fraction,
         "gpu_hours_saved": w.saving,
     } | {k: v for k, v in report_summary(w).items() if k in ("forecast", "scale_up", "max_total_gpus")}
-    if output == "json":
-        print_json(summary)
-        return
-    if output == "csv":
-        print_csv(rows)
-        return
-    _print(w, rows)
 
 
 def _phases(text: str) -> dict[str, float]:

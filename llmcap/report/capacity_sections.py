@@ -6,162 +6,31 @@ Order: the header (model, trace, SLOs, code, step-time and price sources — lou
 simulated count, scenarios, headroom per pool, the chosen deployment's latency and KV, the capacity table
 with the binding SLO of each candidate, the search curves), notes, and the pruned / not-simulated
 candidates collapsed at the end. Another section is one more entry in `BUILDERS` (its id -> its builder).
+The header is built in `llmcap.report.capacity_header`; tables and figures are marked up by
+`llmcap.report.capacity_markup`.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from llmcap.report import capacity_network as kv_network
 from llmcap.report import capacity_plots as plots
 from llmcap.report import replay as replay_check
+from llmcap.report.capacity_header import header
+from llmcap.report.capacity_markup import Section, esc, figure, fmt, html_table, md_table, paragraphs
 from llmcap.sizing.headroom import COMBINATION_RULE
-from llmcap.sizing.slo import definitions, itl_name
+from llmcap.sizing.slo import itl_name
 from llmcap.sizing.table import pool_configurations
 
 if TYPE_CHECKING:
-    from llmcap.report.capacity import CapacityReport, Sources
+    from llmcap.report.capacity import CapacityReport
     from llmcap.sizing.scenarios import FitResult
 
 
-@dataclass(frozen=True)
-class Section:
-    title: str
-    markdown: str
-    html: str
-
-
-# ---------------------------------------------------------------- formatting
-
-
-def fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
-    return str(v)
-
-
-def _esc(text: str) -> str:
-    """HTML-escaped, with break opportunities after '/' and '+' so long configuration keys wrap."""
-    return re.sub(r"([/+])", r"\1<wbr>", html.escape(text))
-
-
-def _md_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-
-def md_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    return "\n".join([_md_row(head), _md_row(["---"] * len(head)), *(_md_row(r) for r in rows)])
-
-
-def html_table(head: Sequence[str], rows: Sequence[Sequence[str]], highlight: int | None = None) -> str:
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join(
-        ('<tr class="chosen">' if i == highlight else "<tr>") + "".join(f"<td>{_esc(c)}</td>" for c in r) + "</tr>"
-        for i, r in enumerate(rows)
-    )
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def paragraphs(lines: Sequence[str]) -> str:
-    return "".join(f"<p>{_esc(s)}</p>" for s in lines)
-
-
-def figure(png: bytes, alt: str, panels: int = 1) -> str:
-    """An inline PNG; `data-panels`: how many side-by-side panels it holds (the rendering test inks each)."""
-    src = base64.b64encode(png).decode("ascii")
-    return f'<figure data-panels="{panels}"><img alt="{html.escape(alt)}" src="data:image/png;base64,{src}"></figure>'
-
-
 # ---------------------------------------------------------------- sections
-
-
-def slo_line(report: CapacityReport) -> str:
-    """Each target with the definition it was judged by (`llmcap.sizing.slo.definitions`)."""
-    disaggregated = any(q.name == "prefill" for q in report.plan.pools)
-    names = {
-        "ttft": "TTFT",
-        "itl": itl_name(report.slo.itl_stat),
-        "tpot": "TPOT",
-        "e2el": "E2E",
-        "queue": "queue",
-        "attainment": "attainment",
-    }
-    return "; ".join(
-        f"{names.get(k, k)} {v}" for k, v in definitions(report.slo, disaggregated).items()
-    )  # a distribution target by its key
-
-
-SLO_DEFINITION = (
-    "a request qualifies only if it finishes and meets every target; attainment = qualified ÷ requests arriving "
-    "in the steady window (after warm-up, before drain); rejected and unfinished requests count as misses"
-)
-
-
-def _header_items(report: CapacityReport) -> list[tuple[str, str, bool]]:
-    """(label, text, loud) rows of the header."""
-    p = report.provenance
-    items = []
-    if p is not None:
-        items.append(("Model", p.model, False))
-        items.append(("Trace", f"{p.trace} (canonical trace sha256 {p.trace_sha256[:16]}…)", False))
-    items.append(("SLOs", f"{slo_line(report)} — {SLO_DEFINITION}", False))
-    items.append(
-        ("Target", f"{report.plan.target_rps:.4g} req/s (planning rate {report.plan.planning_rps:.4g} req/s)", False)
-    )
-    if p is not None:
-        code = (
-            "not a git checkout"
-            if p.commit is None
-            else f"commit {p.commit[:12]} of {p.commit_date} (the last change to the sizing code)"
-        )
-        items.append(("Code", code, False))
-    if report.sources is not None:
-        items += source_items(report.sources)
-    return items
-
-
-def _efficiencies(s: Sources) -> str:
-    """The roofline's efficiencies per plan GPU: the shipped calibration's (named) or the documented defaults."""
-    fitted = [
-        f"{gpu} ({file}, sha256 {sha[:12]}{f'; defaults kept for {kept}' if kept else ''})"
-        for gpu, file, sha, kept in s.calibrations
-    ]
-    parts = [f"efficiencies fitted to timed operations for {', '.join(fitted)}"] if fitted else []
-    if s.uncalibrated:
-        parts.append(f"documented default efficiencies, uncalibrated, for {', '.join(s.uncalibrated)}")
-    return "; ".join(parts) or "documented default efficiencies"
-
-
-def source_items(s: Sources) -> list[tuple[str, str, bool]]:
-    """The header's step-time and price rows, loud where the plan rests on a model or an assumption: the one
-    place these warnings are worded, whichever command wrote the report."""
-    if s.roofline:
-        step = f"ROOFLINE, NOT MEASURED on this engine ({s.step_model}): a datasheet model with {_efficiencies(s)} — the GPU counts carry that model's error"
-    else:
-        step = f"measured engine profile ({s.step_model})"
-    prices = ", ".join(f"{gpu} ${usd:g}/GPU-h ({src})" for gpu, usd, src in s.prices) or "none"
-    return [
-        ("Step times", step + (f"; {s.step_model_detail}" if s.step_model_detail else ""), s.roofline),
-        ("Prices", ("ASSUMED list prices, not your contract: " if s.assumed_prices else "") + prices, s.assumed_prices),
-        *((f"Pool {pool}", text, False) for pool, text in s.pools),
-    ]
-
-
-def header(report: CapacityReport) -> Section:
-    items = _header_items(report)
-    md = "\n".join(f"- **{label}:** {'⚠ ' if loud else ''}{text}" for label, text, loud in items)
-    rows = "".join(
-        f"<dt>{html.escape(label)}</dt><dd{' class=loud' if loud else ''}>{_esc(text)}</dd>"
-        for label, text, loud in items
-    )
-    return Section("What was planned", md, f"<dl>{rows}</dl>")
 
 
 # base: the bare count at the planning rate; the answer is the total (base + headroom), in instances, GPUs and $/h
@@ -483,7 +352,7 @@ def replay(report: CapacityReport) -> Section:
 def pruned(report: CapacityReport) -> Section:
     items = [n for n in report.notes if n.startswith(_COLLAPSED)]
     summary = f"{len(items)} candidates pruned or not simulated"
-    lis = "".join(f"<li>{_esc(n)}</li>" for n in items)
+    lis = "".join(f"<li>{esc(n)}</li>" for n in items)
     md = f"<details><summary>{summary}</summary>\n\n" + "\n".join(f"- {n}" for n in items) + "\n\n</details>"
     return Section(
         "Pruned and not simulated", md, f"<details><summary>{html.escape(summary)}</summary><ul>{lis}</ul></details>"

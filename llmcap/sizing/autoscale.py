@@ -32,19 +32,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401 (pa.compute)
-from numpy.typing import ArrayLike
 
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import AutoscaleConfig, AutoscaleLog, EngineConfig, PDConfig, SimConfig, simulate
 from llmcap.sim.autoscaler import share_budget
+from llmcap.sizing.autoscale_days import Day, DiurnalDay, TraceDay  # noqa: F401 (the what-if's days, named here too)
 from llmcap.sizing.forecast import Forecast
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.simeval import excerpt
 from llmcap.sizing.slo import Window, attainment
-from llmcap.trace.params import ArrivalSpec
-from llmcap.trace.synth import scale_rate, synthesize
+from llmcap.trace.synth import scale_rate
 
 FORECAST_GRID = 64  # samples of the rate curve per look-ahead window
 # each pool's utilisation signal (AutoscaleConfig field, time-series column): a prefill instance frees its KV at the
@@ -55,104 +53,6 @@ SIGNAL = {
     "prefill": ("running_per_replica", "running"),
 }
 KV_PROBE_REQUESTS = 2000  # requests of the run that sets the KV-usage target
-
-
-@dataclass(frozen=True)
-class DiurnalDay:
-    """λ(t) = mean · (1 + amplitude · sin(2πt / period)) over [0, duration) (the synthesis' own curve)."""
-
-    mean_rps: float
-    amplitude: float
-    period_s: float = 86_400.0
-    duration_s: float = 86_400.0
-
-    def rate_at(self, t: ArrayLike) -> np.ndarray:
-        return self.mean_rps * (1.0 + self.amplitude * np.sin(2.0 * np.pi * np.asarray(t) / self.period_s))
-
-    @property
-    def peak_rps(self) -> float:
-        return float(self.rate_at(np.linspace(0.0, self.duration_s, 8193)).max())
-
-    def requests(self, trace: pa.Table, rng: np.random.Generator) -> pa.Table:
-        """The day: requests drawn whole from `trace` (lengths and prefixes together) on its arrival curve."""
-        n = max(2, round(self.mean_rps * self.duration_s))
-        spec = ArrivalSpec(rate_rps=self.mean_rps, diurnal_amplitude=self.amplitude, diurnal_period_s=self.period_s)
-        return synthesize(trace, n, spec, rng)
-
-    def describe(self) -> str:
-        return (
-            f"a synthesized diurnal day: rate = {self.mean_rps:.4g} × (1 + {self.amplitude:g} sin 2πt/{self.period_s:,.0f} s) req/s "
-            f"over {self.duration_s:,.0f} s (peak {self.peak_rps:.4g} req/s), requests drawn whole from the trace"
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": "synthetic",
-            "mean_rps": self.mean_rps,
-            "peak_rps": self.peak_rps,
-            "amplitude": self.amplitude,
-            "period_s": self.period_s,
-            "duration_s": self.duration_s,
-        }
-
-
-@dataclass(frozen=True)
-class TraceDay:
-    """The trace's own requests from `start_s` (trace time) on, as they came, re-based to t = 0: the held-back part a
-    fitted forecast had not seen. Its rate curve is the arrival count per `bin_s`."""
-
-    trace: pa.Table
-    start_s: float
-    bin_s: float = 900.0
-
-    @property
-    def _arrivals(self) -> np.ndarray:
-        a = self.trace.column("arrival_s").to_numpy()
-        return a[a >= self.start_s] - self.start_s
-
-    @property
-    def duration_s(self) -> float:
-        a = self._arrivals
-        return float(a[-1]) if a.size else 0.0
-
-    @property
-    def mean_rps(self) -> float:
-        return self._arrivals.size / max(self.duration_s, 1e-9)
-
-    def _binned(self) -> np.ndarray:
-        n = max(1, math.ceil(self.duration_s / self.bin_s))
-        return np.histogram(self._arrivals, bins=n, range=(0.0, n * self.bin_s))[0] / self.bin_s
-
-    def rate_at(self, t: ArrayLike) -> np.ndarray:
-        rate = self._binned()
-        return rate[np.clip((np.asarray(t) // self.bin_s).astype(np.int64), 0, rate.size - 1)]
-
-    @property
-    def peak_rps(self) -> float:
-        return float(self._binned().max())
-
-    def requests(self, trace: pa.Table, rng: np.random.Generator) -> pa.Table:
-        keep = self.trace.filter(pa.compute.greater_equal(self.trace.column("arrival_s"), self.start_s))
-        return keep.set_column(keep.schema.get_field_index("arrival_s"), "arrival_s", pa.array(self._arrivals))
-
-    def describe(self) -> str:
-        return (
-            f"the trace's held-back final {self.duration_s / 3600:,.3g} h as it came (mean {self.mean_rps:.4g} req/s, peak "
-            f"{self.peak_rps:.4g} req/s per {self.bin_s:g} s)"
-        )
-
-    def to_dict(self) -> dict:
-        return {
-            "kind": "trace",
-            "mean_rps": self.mean_rps,
-            "peak_rps": self.peak_rps,
-            "start_s": self.start_s,
-            "duration_s": self.duration_s,
-            "bin_s": self.bin_s,
-        }
-
-
-Day = DiurnalDay | TraceDay
 
 
 @dataclass(frozen=True)
@@ -377,116 +277,36 @@ def autoscale_whatif(
     autoscaler's knobs (its floor, initial count, GPUs per instance and, unless given, KV target are set here per pool).
     `forecast`: what the floor plans for (None: the day's curve × (1 + forecast_error)); `flat`: a second forecast whose
     floor at the largest fraction is simulated beside it; `max_total_gpus`: one GPU budget for the autoscaled pools."""
-    roles = sorted(q.role for q in pools)
-    if roles not in (["both"], ["decode", "prefill"]) or (pd is None) != (roles == ["both"]):
-        raise LlmcapError(
-            f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})"
-        )
-    for q in pools:
-        if not q.instance_rps > 0:
-            raise LlmcapError(
-                f"one {q.role} instance's max feasible rate must be positive to plan a pool, got {q.instance_rps:g} req/s"
-            )
-    if not fractions or any(not 0.0 <= f <= 1.5 for f in fractions):
-        raise LlmcapError(f"floor fractions must lie in [0, 1.5], got {list(fractions)}")
+    _check_inputs(pools, pd, fractions)
     base = scaler or AutoscaleConfig()
     static = {q.role: max(1, math.ceil(day.peak_rps / q.instance_rps - 1e-9)) for q in pools}
     base = base.model_copy(update={"max_replicas": max(base.max_replicas, 2 * max(static.values()))})
-    if scaler is not None and (scaler.kv_usage is not None or scaler.running_per_replica is not None):
-        targets = {
-            q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools
-        }
-    else:
-        targets = {
-            role: {"kv_usage": None, "running_per_replica": None} | t
-            for role, t in reactive_targets(
-                trace, model, engine, pools, utilization, pd, decode_model, router, seed
-            ).items()
-        }
+    targets = _given_targets(scaler, pools)
+    if targets is None:
+        probed = reactive_targets(trace, model, engine, pools, utilization, pd, decode_model, router, seed)
+        targets = {role: {"kv_usage": None, "running_per_replica": None} | t for role, t in probed.items()}
     main = forecast or Forecast("synthetic", day, forecast_error, f"the day's own curve × (1 + {forecast_error:g})")
-    gpus = {q.role: q.gpus_per_instance for q in pools}
-
-    def start(fc: Forecast) -> dict[str, int]:
-        # the day starts where the previous one ended: with what its first minutes need, whatever the policy
-        n = {
-            q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9)) for q in pools
-        }
-        if (
-            max_total_gpus is not None and sum(n[r] * gpus[r] for r in n) > max_total_gpus
-        ):  # the budget's rule from nothing held
-            order = sorted(
-                n, key=lambda r: r != "prefill"
-            )  # prefill (or aggregated) first, decode last: share_budget's order
-            granted = share_budget([0] * len(order), [n[r] for r in order], [gpus[r] for r in order], max_total_gpus)
-            if min(granted) < 1:
-                raise LlmcapError(
-                    f"max_total_gpus {max_total_gpus} does not hold one instance of every pool ({gpus} GPUs each)"
-                )
-            n = dict(zip(order, granted, strict=True))
-        return n
-
-    requests = day.requests(trace, np.random.default_rng(seed))
-    resolution = max(1.0, day.duration_s / 2000.0)  # time series kept coarse: a day has many instances
-
-    def run(config: SimConfig) -> tuple[pa.Table, AutoscaleLog | None]:
-        result = simulate(requests, model, config, rng=np.random.default_rng(seed), decode_model=decode_model)
-        return result.records, result.autoscale
-
-    if on_plan:
-        on_plan("static (" + " + ".join(f"{role} {n}" for role, n in static.items()) + ")")
-    records, _ = run(_config(engine, router, static, pd, resolution))
-    end = float(np.nanmax(records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)))
-    static_plan = _outcome(
-        "static",
-        None,
-        records,
-        sum(static.values()) * end,
-        sum(n * gpus[r] * end for r, n in static.items()),
-        sum(static.values()),
-        0,
+    runs = _DayRuns(
+        day,
+        tuple(pools),
+        day.requests(trace, np.random.default_rng(seed)),
+        model,
+        decode_model,
+        engine,
+        router,
+        pd,
+        seed,
+        max(1.0, day.duration_s / 2000.0),  # time series kept coarse: a day has many instances
         slo,
         windows,
-        None,
+        max_total_gpus,
+        on_plan,
     )
-
-    def autoscaled(f: float, fc: Forecast, name: str) -> PlanOutcome:
-        if on_plan:
-            on_plan(f"{name} (floor × {f:g} of the {fc.kind} forecast)")
-        scalers, first = {}, start(fc)
-        for q in pools:
-            times, counts = forecast_floor(day, q.instance_rps, f, base.t_ready_s, base.interval_s, fc.error, fc)
-            scalers[q.role] = base.model_copy(
-                update={
-                    "floor_times_s": times,
-                    "floor_replicas": counts,
-                    "initial_replicas": first[q.role],
-                    "gpus_per_replica": gpus[q.role],
-                }
-                | targets[q.role]
-            )
-        records, log = run(_config(engine, router, first, pd, resolution, scalers, max_total_gpus))
-        assert log is not None
-        life, ticks = log.replicas.to_pandas(), log.ticks.to_pandas()
-        held = sum(log.replica_seconds(role) * gpus[role] for role in gpus)
-        peak = int((ticks.ready + ticks.starting).groupby(ticks.t_s).sum().max())
-        return _outcome(
-            name,
-            f,
-            records,
-            log.replica_seconds(),
-            held,
-            peak,
-            int((life.asked_s > 0).sum()),
-            slo,
-            windows,
-            log,
-            fc.kind,
-        )
-
-    plans = [autoscaled(f, main, f"auto f={f:g}") for f in fractions]
+    static_plan = runs.static(static)
+    plans = [runs.autoscaled(base, targets, f, main, f"auto f={f:g}") for f in fractions]
     flat_plan = None
     if flat is not None and max(fractions) > 0:
-        flat_plan = autoscaled(max(fractions), flat, f"auto flat f={max(fractions):g}")
+        flat_plan = runs.autoscaled(base, targets, max(fractions), flat, f"auto flat f={max(fractions):g}")
     set_targets = {role: {k: v for k, v in t.items() if v is not None} for role, t in targets.items()}
     nan = lambda x: math.nan if x is None else x  # noqa: E731
     ready = (nan(base.pod_running_after_s), nan(base.model_ready_after_s), base.t_ready_s)
@@ -504,3 +324,117 @@ def autoscale_whatif(
         max_total_gpus,
         ready,
     )
+
+
+def _check_inputs(pools: Sequence[PoolRate], pd: PDConfig | None, fractions: Sequence[float]) -> None:
+    roles = sorted(q.role for q in pools)
+    if roles not in (["both"], ["decode", "prefill"]) or (pd is None) != (roles == ["both"]):
+        raise LlmcapError(
+            f"pools must be one aggregated pool, or a prefill and a decode pool with pd; got {roles} (pd {'set' if pd else 'unset'})"
+        )
+    for q in pools:
+        if not q.instance_rps > 0:
+            raise LlmcapError(
+                f"one {q.role} instance's max feasible rate must be positive to plan a pool, got {q.instance_rps:g} req/s"
+            )
+    if not fractions or any(not 0.0 <= f <= 1.5 for f in fractions):
+        raise LlmcapError(f"floor fractions must lie in [0, 1.5], got {list(fractions)}")
+
+
+def _given_targets(
+    scaler: AutoscaleConfig | None, pools: Sequence[PoolRate]
+) -> dict[str, dict[str, float | None]] | None:
+    """The reactive targets set on `scaler`, the same for every pool; None when it sets none (they are probed)."""
+    if scaler is None or (scaler.kv_usage is None and scaler.running_per_replica is None):
+        return None
+    return {q.role: {"kv_usage": scaler.kv_usage, "running_per_replica": scaler.running_per_replica} for q in pools}
+
+
+@dataclass(frozen=True)
+class _DayRuns:
+    """One day's requests served by the deployment, each plan from the same seed: the static plan, then each
+    autoscaled one (`on_plan` names each before it runs)."""
+
+    day: Day
+    pools: tuple[PoolRate, ...]
+    requests: pa.Table
+    model: StepTimeModel
+    decode_model: StepTimeModel | None
+    engine: EngineConfig
+    router: str
+    pd: PDConfig | None
+    seed: int
+    resolution: float
+    slo: SloParams
+    windows: int
+    max_total_gpus: int | None
+    on_plan: Callable[[str], None] | None
+
+    @property
+    def gpus(self) -> dict[str, int]:
+        return {q.role: q.gpus_per_instance for q in self.pools}
+
+    def run(self, config: SimConfig) -> tuple[pa.Table, AutoscaleLog | None]:
+        rng = np.random.default_rng(self.seed)
+        result = simulate(self.requests, self.model, config, rng=rng, decode_model=self.decode_model)
+        return result.records, result.autoscale
+
+    def static(self, counts: dict[str, int]) -> PlanOutcome:
+        """`counts` instances per pool all day, held from the start to the last request's finish."""
+        if self.on_plan:
+            self.on_plan("static (" + " + ".join(f"{role} {n}" for role, n in counts.items()) + ")")
+        records, _ = self.run(_config(self.engine, self.router, counts, self.pd, self.resolution))
+        end = float(np.nanmax(records.column("finish_s").to_numpy(zero_copy_only=False).astype(np.float64)))
+        gpus = self.gpus
+        replica_s, gpu_s = sum(counts.values()) * end, sum(n * gpus[r] * end for r, n in counts.items())
+        return _outcome(
+            "static", None, records, replica_s, gpu_s, sum(counts.values()), 0, self.slo, self.windows, None
+        )
+
+    def start(self, fc: Forecast) -> dict[str, int]:
+        """Each pool's instances at t = 0: the day starts where the previous one ended, with what its first minutes
+        need (forecast `fc`), whatever the policy; within `max_total_gpus` by the budget's rule from nothing held."""
+        gpus, budget = self.gpus, self.max_total_gpus
+        n = {
+            q.role: max(1, math.ceil(float(fc.rate_at(0.0)) * (1.0 + fc.error) / q.instance_rps - 1e-9))
+            for q in self.pools
+        }
+        if budget is None or sum(n[r] * gpus[r] for r in n) <= budget:
+            return n
+        order = sorted(n, key=lambda r: r != "prefill")  # prefill (or aggregated) first, decode last: share_budget's
+        granted = share_budget([0] * len(order), [n[r] for r in order], [gpus[r] for r in order], budget)
+        if min(granted) < 1:
+            raise LlmcapError(f"max_total_gpus {budget} does not hold one instance of every pool ({gpus} GPUs each)")
+        return dict(zip(order, granted, strict=True))
+
+    def autoscaled(
+        self,
+        base: AutoscaleConfig,
+        targets: Mapping[str, dict[str, float | None]],
+        f: float,
+        fc: Forecast,
+        name: str,
+    ) -> PlanOutcome:
+        """Each pool autoscaled by `base` with its reactive `targets` and floor × `f` of forecast `fc`."""
+        if self.on_plan:
+            self.on_plan(f"{name} (floor × {f:g} of the {fc.kind} forecast)")
+        gpus, scalers, first = self.gpus, {}, self.start(fc)
+        for q in self.pools:
+            times, counts = forecast_floor(self.day, q.instance_rps, f, base.t_ready_s, base.interval_s, fc.error, fc)
+            scalers[q.role] = base.model_copy(
+                update={
+                    "floor_times_s": times,
+                    "floor_replicas": counts,
+                    "initial_replicas": first[q.role],
+                    "gpus_per_replica": gpus[q.role],
+                }
+                | targets[q.role]
+            )
+        config = _config(self.engine, self.router, first, self.pd, self.resolution, scalers, self.max_total_gpus)
+        records, log = self.run(config)
+        assert log is not None
+        life, ticks = log.replicas.to_pandas(), log.ticks.to_pandas()
+        held = sum(log.replica_seconds(role) * gpus[role] for role in gpus)
+        peak = int((ticks.ready + ticks.starting).groupby(ticks.t_s).sum().max())
+        ups = int((life.asked_s > 0).sum())
+        return _outcome(name, f, records, log.replica_seconds(), held, peak, ups, self.slo, self.windows, log, fc.kind)

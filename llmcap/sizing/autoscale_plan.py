@@ -20,7 +20,7 @@ from llmcap.sizing.forecast import Forecast, fit_seasonality
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.params import AutoscaleParams, SizeParams
 from llmcap.sizing.planned import sized_blocks
-from llmcap.sizing.units import Lengths, candidate_row, make_unit
+from llmcap.sizing.units import Lengths, Unit, candidate_row, make_unit
 
 ROLES = {
     "instances": ("both",),
@@ -65,31 +65,9 @@ def plan_whatif(
     rates = [
         PoolRate(ROLES[name][0], float(q["per_instance_rps"]), int(q["gpus_per_instance"])) for name, q in pools.items()
     ]
-    pd_cfg = decode_model = None
     main = units.get("instances") or units["prefill"]
-    if "decode" in units:
-        prefill, decode = units["prefill"], units["decode"]
-        link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=size.pd_link_latency_s)
-        pd_cfg = PDConfig(
-            prefill_replicas=1,
-            decode_replicas=1,
-            link=link,
-            first_token_from=first_token_from(size.slo.ttft_includes_handoff),
-            decode_engine=decode.engine,
-        )
-        decode_model = decode.step_model
-    running, ready, routable = params.ready_points_s
-    scaler = AutoscaleConfig(
-        t_ready_s=routable,
-        pod_running_after_s=running,
-        model_ready_after_s=ready,
-        interval_s=params.interval_s,
-        min_residency_s=params.min_residency_s,
-        scale_down_window_s=params.scale_down_window_s,
-        metric_window_s=params.metric_window_s,
-        waiting_per_replica=params.waiting_per_replica,
-        kv_usage=None,
-    )
+    pd_cfg = None if "decode" not in units else _pd_config(units["prefill"], units["decode"], size)
+    decode_model = None if "decode" not in units else units["decode"].step_model
     day, fitted, flat, note = forecast_day(trace, params, float(summary["planning_rps"]))
     return autoscale_whatif(
         trace,
@@ -98,7 +76,7 @@ def plan_whatif(
         size.slo,
         rates,
         day,
-        scaler,
+        _scaler(params),
         params.floor_fractions,
         params.forecast_error,
         params.utilization,
@@ -112,6 +90,34 @@ def plan_whatif(
         flat,
         note,
         params.max_total_gpus,
+    )
+
+
+def _pd_config(prefill: Unit, decode: Unit, size: SizeParams) -> PDConfig:
+    """One prefill and one decode replica behind the prefill instance's NICs (the autoscaler sets the counts)."""
+    link = LinkConfig(bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=size.pd_link_latency_s)
+    return PDConfig(
+        prefill_replicas=1,
+        decode_replicas=1,
+        link=link,
+        first_token_from=first_token_from(size.slo.ttft_includes_handoff),
+        decode_engine=decode.engine,
+    )
+
+
+def _scaler(params: AutoscaleParams) -> AutoscaleConfig:
+    """The autoscaler's loop and a new pod's readiness (running, model loaded, routable) from `params`."""
+    running, ready, routable = params.ready_points_s
+    return AutoscaleConfig(
+        t_ready_s=routable,
+        pod_running_after_s=running,
+        model_ready_after_s=ready,
+        interval_s=params.interval_s,
+        min_residency_s=params.min_residency_s,
+        scale_down_window_s=params.scale_down_window_s,
+        metric_window_s=params.metric_window_s,
+        waiting_per_replica=params.waiting_per_replica,
+        kv_usage=None,
     )
 
 

@@ -13,7 +13,7 @@
    is confirmed on the whole trace at that rate, stepping down until it holds (`confirm_whole_trace`: the
    chosen candidate's, re-choosing until the cheapest plan is a confirmed one; or every candidate's); the
    notes say what each confirmation did and which rates stay unconfirmed.
-   Disaggregated rows are searched per role (`Sizer.disaggregated`): each prefill row's and each decode
+   Disaggregated rows are searched per role (`llmcap.sizing.pd_search`): each prefill row's and each decode
    row's own per-instance rate G_P / G_D, beside an ample other pool; every pairing (any GPU types,
    any prefill layout) is then sized pool by pool — no fixed P:D unit.
 3. Size: each option's pools are sized from the planning rate with headroom per pool, in req/s, rounded
@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
+from llmcap.sim import SimResult
 from llmcap.sizing.analytic import windowed_peak_rate
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
@@ -50,14 +51,16 @@ from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.network import Provisioning, provision
 from llmcap.sizing.network import table_columns as network_columns
 from llmcap.sizing.params import SizeParams
+from llmcap.sizing.pd_search import disaggregated
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.sizer import Sizer
 from llmcap.sizing.slo import deadlines, definitions
-from llmcap.sizing.summary import PoolPlanSummary, SizingSummary
+from llmcap.sizing.summary import FinalistSummary, PoolPlanSummary, SizingSummary
 from llmcap.sizing.table import capacity_row, capacity_table, pairing_row, pool_configurations
+from llmcap.sizing.uncertainty import CountRange
 from llmcap.sizing.units import Lengths, RoleRow, SizedRow
 
 log = logging.getLogger(__name__)
@@ -228,7 +231,25 @@ def size_deployments(
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
         raise LlmcapError(no_feasible_candidate(candidates))
+    phase = _phase_clock(on_phase)
+    sizer = Sizer(trace, model, params, executor, progress or log.info, measured)
+    choice = _settle(sizer, _searched_rows(sizer, feasible, phase), simulate_scenarios, phase)
+    chosen, plan, fitted = choice.chosen, choice.plan, choice.fitted
+    phase(4)
+    spread = sizer.count_range(chosen, fitted.minimality) if fitted is not None and fitted.ok else None
+    provisioned = _provisioning(sizer)
+    table = capacity_table(_table_rows(workload_id, choice.rows, sizer.roles, choice.settled, provisioned))
+    # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
+    phase(5)
+    sim = sizer.replay(chosen, plan)
+    evidence = _evidence(sizer, choice, sim, spread, provisioned(chosen))
+    summary = _summary(sizer, choice, sim, spread, evidence, len(feasible))
+    phase(len(PHASES))
+    return SizingOutcome(table, evidence, summary)
 
+
+def _phase_clock(on_phase: Callable[[int, int, str], None] | None) -> Callable[[int], None]:
+    """`phase(done)`: logs how long the phase before `done` took and tells `on_phase` which one starts."""
     began = [time.perf_counter()]
 
     def phase(done: int) -> None:
@@ -239,61 +260,88 @@ def size_deployments(
         if on_phase is not None:
             on_phase(done, len(PHASES), PHASES[done] if done < len(PHASES) else "done")
 
-    sizer = Sizer(trace, model, params, executor, progress or log.info, measured)
+    return phase
+
+
+def _searched_rows(sizer: Sizer, feasible: pd.DataFrame, phase: Callable[[int], None]) -> list[SizedRow]:
+    """Phases 0 and 1: the disaggregated pairings, then the aggregated candidates (the pairings' best goodput per GPU
+    is the incumbent their branch and bound must beat)."""
     rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
     phase(0)
-    if params.pd_prefill_shortlist > 0 and not dis.empty:
-        rows += sizer.disaggregated(dis)
+    if sizer.params.pd_prefill_shortlist > 0 and not dis.empty:
+        rows += disaggregated(sizer, dis)
     incumbent = max((r.balanced_rps_per_gpu for r in rows), default=0.0)
     phase(1)
     if (feasible["mode"] == "aggregated").any():
         rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
+    return rows
 
+
+@dataclass(frozen=True)
+class _Choice:
+    """The chosen row among `rows` (their plans the fitted ones where settled) and how it was settled."""
+
+    chosen: SizedRow
+    rows: list[SizedRow]
+    analytic: CapacityPlan  # the chosen shape's plan before the scenario simulations
+    fitted: FitResult | None = None  # None: the scenarios were not simulated
+    routers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    finalists: list[FinalistSummary] | None = None
+    settled: dict[str, bool] = field(default_factory=dict)  # shape -> whether its fit passes
+
+    @property
+    def plan(self) -> CapacityPlan:
+        assert self.chosen.plan is not None
+        return self.chosen.plan
+
+
+def _settle(sizer: Sizer, rows: list[SizedRow], simulate_scenarios: bool, phase: Callable[[int], None]) -> _Choice:
+    """Phases 2 and 3: the cheapest row (confirmed on the whole trace), then the shortlisted shapes settled in every
+    scenario (`Sizer.settle`) unless the scenarios are not simulated."""
     phase(2)
     chosen, rows = sizer.choose(rows)
     assert chosen.plan is not None
-    analytic = chosen.plan
     phase(3)
-    fitted, routers, finalists, settled = None, {}, None, {}
-    if simulate_scenarios:
-        outcome = sizer.settle(rows)
-        fitted, routers, finalists = outcome.chosen.fit, outcome.routers, [f.describe() for f in outcome.finalists]
-        fits = {f.row.key: f.fit for f in outcome.finalists}
-        settled = {key: f.ok for key, f in fits.items()}
-        rows = [replace(r, plan=fits[r.key].plan) if r.key in fits else r for r in rows]
-        chosen = next(r for r in rows if r.key == outcome.chosen.row.key)
-        assert outcome.chosen.row.plan is not None
-        analytic = outcome.chosen.row.plan
-        if not fitted.ok:
-            sizer.notes.append(
-                f"NO PLAN PASSES: none of the {len(finalists)} shape(s) settled on the whole trace passed every scenario "
-                f"within its cost limit; the closest is shown: {outcome.chosen.line()}"
-            )
-    plan = chosen.plan
-    assert plan is not None
-    phase(4)
-    spread = sizer.count_range(chosen, fitted.minimality) if fitted is not None and fitted.ok else None
-    # P→D links (`llmcap.sizing.network`): bursts are the planning traffic's windowed peak
+    if not simulate_scenarios:
+        return _Choice(chosen, rows, chosen.plan)
+    outcome = sizer.settle(rows)
+    fitted, finalists = outcome.chosen.fit, [f.describe() for f in outcome.finalists]
+    fits = {f.row.key: f.fit for f in outcome.finalists}
+    rows = [replace(r, plan=fits[r.key].plan) if r.key in fits else r for r in rows]
+    chosen = next(r for r in rows if r.key == outcome.chosen.row.key)
+    assert outcome.chosen.row.plan is not None
+    if not fitted.ok:
+        sizer.notes.append(
+            f"NO PLAN PASSES: none of the {len(finalists)} shape(s) settled on the whole trace passed every scenario "
+            f"within its cost limit; the closest is shown: {outcome.chosen.line()}"
+        )
+    settled = {key: f.ok for key, f in fits.items()}
+    return _Choice(chosen, rows, outcome.chosen.row.plan, fitted, outcome.routers, finalists, settled)
+
+
+def _provisioning(sizer: Sizer) -> Callable[[SizedRow], Provisioning | None]:
+    """A row's P→D links (`llmcap.sizing.network`): bursts are the planning traffic's windowed peak."""
+    params = sizer.params
     peak = windowed_peak_rate(sizer.scaled_arrivals, params.headroom.traffic_window_s) * sizer.planning / sizer.target
     mean_isl = float(sizer.lengths.isl.mean())
 
     def provisioned(row: SizedRow) -> Provisioning | None:
         return provision(row, mean_isl, peak, params.pd_network_overhead)
 
-    table = capacity_table(_table_rows(workload_id, rows, sizer.roles, settled, provisioned))
+    return provisioned
 
-    # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
-    phase(5)
-    sim = sizer.replay(chosen, plan)
-    records, kv_usage = sim.records, _kv_usage(sim.timeseries)
+
+def _evidence(
+    sizer: Sizer, choice: _Choice, sim: SimResult, spread: CountRange | None, link: Provisioning | None
+) -> SizingEvidence:
+    """What the report shows beside the table, from the replay `sim` of the chosen plan (its prefix tiers noted)."""
+    chosen, plan, fitted = choice.chosen, choice.plan, choice.fitted
     counts = " + ".join(f"{q.name} {q.instances}" for q in plan.pools)
     replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
-    curves = {r.key: r.result for r in rows if r.mode == "aggregated"} | {
+    curves = {r.key: r.result for r in choice.rows if r.mode == "aggregated"} | {
         f"{r.role}: {r.unit.key}": r.result for r in sizer.roles
     }
-    ledger = ledger_check(sizer.lengths, chosen, sizer.target, plan)
-    link = provisioned(chosen)
     network = (
         None
         if link is None
@@ -305,31 +353,38 @@ def size_deployments(
             f"load {t['load_s']:,.1f} s, {t['lookups']:,} lookups {t['lookup_s']:,.1f} s, saved prefill ≈ "
             f"{t['saved_prefill_s']:,.1f} s: net {t['net_gain_s']:+,.1f} s"
         )
-    evidence = SizingEvidence(
+    return SizingEvidence(
         curves,
         chosen.key,
         plan,
-        records,
-        kv_usage,
+        sim.records,
+        _kv_usage(sim.timeseries),
         notes=tuple(sizer.notes),
-        analytic=analytic,
+        analytic=choice.analytic,
         fit=fitted,
-        ledger=ledger,
+        ledger=ledger_check(sizer.lengths, chosen, sizer.target, plan),
         replay=replay,
         count_range=() if spread is None else tuple(spread.lines()),
-        finalists=tuple(f["line"] for f in finalists or ()),
+        finalists=tuple(f["line"] for f in choice.finalists or ()),
         network=network,
     )
-    summary: SizingSummary = {
+
+
+def _summary(
+    sizer: Sizer, choice: _Choice, sim: SimResult, spread: CountRange | None, evidence: SizingEvidence, feasible: int
+) -> SizingSummary:
+    """The sizing summary (`llmcap.sizing.summary`) of `choice`, `feasible` candidates in all."""
+    chosen, plan, fitted, params, rows = choice.chosen, choice.plan, choice.fitted, sizer.params, choice.rows
+    return {
         "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
         "target_rps": sizer.target,
-        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated", deadlines(trace)),
+        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated", deadlines(sizer.trace)),
         "planning_rps": plan.planning_rps,
         "chosen": chosen.key,
         "mode": chosen.mode,
         "router": sizer.params.router,
         "admission_policy": params.admission_policy,
-        "routers_compared": routers or None,
+        "routers_compared": choice.routers or None,
         "pd_ratio": None
         if chosen.mode == "aggregated"
         else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
@@ -341,24 +396,22 @@ def size_deployments(
         "gpus": plan.total_gpus,
         "usd_per_hour": plan.usd_per_hour,
         "pool_plans": _pool_summary(plan, chosen.key),
-        "analytic_gpus": analytic.total_gpus,
+        "analytic_gpus": choice.analytic.total_gpus,
         "combination_rule": COMBINATION_RULE,
         "scenarios": None if fitted is None else [r.describe() for r in fitted.results],
         "scenarios_pass": None if fitted is None else fitted.ok,
-        "finalists": finalists,
+        "finalists": choice.finalists,
         "minimality": None if fitted is None else [m.note for m in fitted.minimality],
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),
-        "ledger": ledger.as_dict(),
+        "ledger": evidence.ledger.as_dict(),
         "prefix_tiers": sim.summary.get("prefix_tiers"),
-        "network": network,
+        "network": evidence.network,
         "deployment": sizer.planned(chosen, plan).to_dict(),
-        "candidates_feasible": len(feasible),
+        "candidates_feasible": feasible,
         "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
         "notes": list(sizer.notes),
     }
-    phase(len(PHASES))
-    return SizingOutcome(table, evidence, summary)
 
 
 def class_pools(

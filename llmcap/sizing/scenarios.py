@@ -279,6 +279,31 @@ def _with(plan: CapacityPlan, pool: str, delta: int) -> CapacityPlan:
     return plan.with_counts({pool: plan.pool(pool).instances + delta})
 
 
+def _growth_options(
+    plan: CapacityPlan,
+    bad: ScenarioResult,
+    steps: Mapping[str, int],
+    last: str,
+    judge: Judge,
+    max_usd_per_hour: float,
+) -> list[tuple[Scenario, str, int, CapacityPlan]]:
+    """Each pool's growth within the limit, the pool `bad` points at first: (the failing scenario after growing this
+    pool, pool, step, grown plan). The step doubles while the same pool keeps growing (`last`, `steps`), and is at least
+    what the scenario's lost instances take back (`_survivor_step`)."""
+    options = []
+    for pool in dict.fromkeys([bad.blame, *(q.name for q in plan.pools)]):
+        step = max(2 * steps[pool] if pool == last else 1, _survivor_step(plan, pool, bad.scenario))
+        while step > 1 and _with(plan, pool, step).usd_per_hour > max_usd_per_hour:
+            step -= 1
+        grown = _with(plan, pool, step)
+        if grown.usd_per_hour <= max_usd_per_hour:
+            scenario = next(
+                sc for sc in scenarios(grown, judge.availability is not None) if sc.name == bad.scenario.name
+            )
+            options.append((scenario, pool, step, grown))
+    return options
+
+
 def fit(
     plan: CapacityPlan,
     run: RunDeployment,
@@ -301,25 +326,7 @@ def fit(
     results = check(plan, run, judge, cache, parallel)
     while not all(r.passed for r in results):
         bad = next(r for r in results if not r.passed)
-        options = []  # (the failing scenario after growing this pool, pool, step, grown plan): the pool it points at first
-        for pool in dict.fromkeys([bad.blame, *(q.name for q in plan.pools)]):
-            step = max(2 * steps[pool] if pool == last else 1, _survivor_step(plan, pool, bad.scenario))
-            while step > 1 and _with(plan, pool, step).usd_per_hour > max_usd_per_hour:
-                step -= 1
-            grown = _with(plan, pool, step)
-            if grown.usd_per_hour <= max_usd_per_hour:
-                options.append(
-                    (
-                        next(
-                            sc
-                            for sc in scenarios(grown, judge.availability is not None)
-                            if sc.name == bad.scenario.name
-                        ),
-                        pool,
-                        step,
-                        grown,
-                    )
-                )
+        options = _growth_options(plan, bad, steps, last, judge, max_usd_per_hour)
         if not options:
             history.append(
                 f"{_counts_txt(plan.counts())}: {bad.describe()}; one more instance of any pool would cost more than "

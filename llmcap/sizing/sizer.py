@@ -1,12 +1,13 @@
 """The sizing search over the feasible candidates (`Sizer`), phase by phase as `llmcap.sizing.plan`
-describes: disaggregated roles, aggregated candidates by branch and bound, the choice with its
-whole-trace confirmation, the scenario fit, the count range and the replay of the planned deployment."""
+describes: aggregated candidates by branch and bound, the choice with its whole-trace confirmation, the
+scenario fit (its finalists in `llmcap.sizing.finalists`), the count range and the replay of the planned
+deployment. The disaggregated roles are searched in `llmcap.sizing.pd_search`, on this state."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,10 @@ from llmcap.catalog.gpus import default_catalog_dir
 from llmcap.perf.model_error import model_error
 from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import LinkConfig, SimConfig, SimResult
-from llmcap.sizing.analytic import ceil_count
 from llmcap.sizing.availability import states as availability_states
 from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
 from llmcap.sizing.executor import Executor
+from llmcap.sizing.finalists import Finalist, Settled, analytic_cost, closeness
 from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_pools, planning_demand
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
@@ -31,20 +32,15 @@ from llmcap.sizing.scenarios import FitResult, Judge, Minimality, Parallel
 from llmcap.sizing.scenarios import scenarios as scenario_list
 from llmcap.sizing.search import SearchResult, SearchTask, confirm_max_rate, evaluate_at, search_candidates
 from llmcap.sizing.simeval import SimEvaluate
-from llmcap.sizing.summary import FinalistSummary
 from llmcap.sizing.uncertainty import CountRange, ModelErrorEnd, pool_spread, seed_max_rates, seeded_range
 from llmcap.sizing.units import (
     Lengths,
     RoleRow,
     SizedRow,
     Unit,
-    best_per_layout,
-    decode_bound,
     make_unit,
-    rate_per_usd,
     search_metric,
     unit_evaluate,
-    unit_numerics,
 )
 from llmcap.trace.synth import mean_rate, scale_rate
 
@@ -183,117 +179,6 @@ class Sizer:
             bandwidth_bytes_s=prefill.gpu.nic_bytes_s * prefill.gpus, latency_s=self.params.pd_link_latency_s
         )
         return PdFactory(self.trace, prefill, decode, link, self.params)
-
-    def disaggregated(self, rows: pd.DataFrame) -> list[SizedRow]:
-        """Each pool's per-instance rate searched on its own, then every (prefill row, decode row) pairing sized.
-
-        Numerics (weight quant, KV dtype) are those of the best decode row by analytic bound per dollar: both
-        pools must share them. Prefill rows (the best of each GPU/TP layout by prefill bound per dollar,
-        `pd_prefill_shortlist`) are searched first, as a pool ahead of ceil(2 × pool bound / decode bound)
-        instances of the best decode row (decode never binds: its bound, halved, still covers the pool's
-        bound); then decode rows (`pd_decode_shortlist`) as a pool behind ceil(1.5 × pool bound / G_P)
-        instances of the prefill row with the best measured G_P per dollar (`role_rates` sets the pool
-        sizes). Pairings may mix GPU types and prefill layouts; each is sized pool by pool
-        (`llmcap.sizing.headroom`) — no fixed P:D unit.
-        """
-        p = self.params
-        units = [
-            make_unit(self.model, r, self.lengths, p.slo, self.measured, p.admission_policy, p.prefix_tiers)
-            for _, r in rows.iterrows()
-        ]
-        good = [u for u in units if u.unloaded_attainment >= p.slo.attainment_target]
-        self.idle_misses += [
-            idle_miss(f"{u.row['role']}: {u.key}", u.unloaded_attainment, p.slo) for u in units if u not in good
-        ]
-        dec = best_per_layout(
-            [u for u in good if u.row["role"] == "decode"], lambda u: rate_per_usd(decode_bound(u), u)
-        )
-        if not dec:
-            return []
-        # Both pools run the same numerics (the handed-off KV must be readable, the tokens the same model's):
-        # those of the best decode row by bound per dollar.
-        numerics = unit_numerics(dec[0])
-        dec = [u for u in dec if unit_numerics(u) == numerics]
-        pre = [u for u in good if u.row["role"] == "prefill" and unit_numerics(u) == numerics]
-        pre = best_per_layout(pre, lambda u: rate_per_usd(u.bounds.prefill_compute, u))
-        if not pre:
-            return []
-        pre, dec = pre[: p.pd_prefill_shortlist], dec[: p.pd_decode_shortlist]
-        self.say(
-            f"disaggregated: searching the prefill pool rate of {len(pre)} row(s), then the decode pool rate of {len(dec)}"
-        )
-        lead_d = dec[0]
-
-        def prefill_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
-            n_d = max(1, math.ceil(2 * n * u.bounds.prefill_compute / decode_bound(lead_d)))
-            return self.pd_factory(u, lead_d)(n, n_d), f"ahead of {n_d} decode instance(s) of {lead_d.key}"
-
-        pre_rows = self.role_rates("prefill", pre, lambda u: u.bounds.prefill_compute, prefill_eval)
-        usable = [r for r in pre_rows if r.rate > 0]
-        if not usable:
-            self.roles += pre_rows
-            self.notes.append("disaggregated: no prefill row carries any rate under the SLOs; no P/D plan")
-            return []
-        lead_p = max(usable, key=lambda r: (rate_per_usd(r.rate, r.unit), r.unit.key))
-
-        def decode_eval(u: Unit, n: int) -> tuple[SimEvaluate, str]:
-            n_p = max(1, math.ceil(1.5 * n * decode_bound(u) / lead_p.rate))
-            return self.pd_factory(lead_p.unit, u)(n_p, n), f"behind {n_p} prefill instance(s) of {lead_p.unit.key}"
-
-        dec_rows = self.role_rates("decode", dec, decode_bound, decode_eval)
-        self.roles += pre_rows + dec_rows
-        for r in pre_rows + dec_rows:
-            self.notes.append(f"{r.role} pool rate of {r.unit.key}: G = {r.rate:.4g} req/s per instance ({r.partner})")
-        out = []
-        for pr in pre_rows:
-            for dr in dec_rows:
-                key = f"P[{pr.unit.key}]+D[{dr.unit.key}]"
-                plan = None
-                if pr.rate > 0 and dr.rate > 0:
-                    plan = self.plan(
-                        [self.pool("prefill", pr.unit, pr.rate, None), self.pool("decode", dr.unit, dr.rate, dr.result)]
-                    )
-                out.append(SizedRow(key, "disaggregated", pr.result, plan, pr.unit, decode=dr.unit, pd_roles=(pr, dr)))
-        return out
-
-    def role_rates(
-        self,
-        role: str,
-        units: Sequence[Unit],
-        bound: Callable[[Unit], float],
-        make_eval: Callable[[Unit, int], tuple[SimEvaluate, str]],
-    ) -> list[RoleRow]:
-        """Each unit's per-instance rate as one instance of a pool of n (pools multiplex: one instance alone
-        queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
-        pool under per-request latency targets runs at a quarter to a half of its analytic bound); when the
-        measured rate implies a count more than a quarter (and more than one instance) away, searched once
-        more at that count. The search starts at λ, the rate the pool is sized to carry."""
-        p, lam = self.params, self.planning
-        sizes = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
-
-        def off(u: Unit) -> bool:
-            r = rows[u.key].rate
-            return r > 0 and abs(ceil_count(lam / r) - sizes[u.key]) > max(1, 0.25 * sizes[u.key])
-
-        rows: dict[str, RoleRow] = {}
-        todo = list(units)
-        for _ in range(2):
-            evals = {u.key: make_eval(u, sizes[u.key]) for u in todo}
-            tasks = [
-                SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo
-            ]
-            res = search_candidates(tasks, self.executor)
-            for u in todo:
-                n = sizes[u.key]
-                rows[u.key] = RoleRow(
-                    role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n
-                )
-            todo = [u for u in todo if off(u)]
-            for u in todo:
-                sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
-            if not todo:
-                break
-        return [rows[u.key] for u in units]
 
     def choose(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
         """The cheapest sized row; in mode "chosen" an aggregated one is confirmed on the whole trace first,
@@ -438,7 +323,7 @@ class Sizer:
         the router needing the cheaper passing plan kept. With none passing, the closest miss is `chosen` and
         `ok` is False: the plan shown is not an answer."""
         p = self.params
-        sized = sorted((r for r in rows if r.plan is not None), key=_analytic_cost)
+        sized = sorted((r for r in rows if r.plan is not None), key=analytic_cost)
         shapes = sized[: p.final_shortlist]
         self.say(f"settling the counts of {len(shapes)} shape(s) on the whole trace in every scenario")
         finalists = [Finalist(r, f) for r, f in zip(shapes, self.jobs([self.fit_job(r) for r in shapes]), strict=True)]
@@ -446,7 +331,7 @@ class Sizer:
         chosen = (
             min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f)))
             if passing
-            else max(finalists, key=_closeness)
+            else max(finalists, key=closeness)
         )
         routers: dict[str, dict[str, Any]] = {}
         if chosen.fit.ok and len(self.routers()) > 1:
@@ -557,66 +442,3 @@ class Sizer:
             )
             ends.append(ModelErrorEnd(end, factors, {p: e.basis for p, e in errors.items() if e is not None}, None, {}))
         return ends, fits, ""
-
-
-def _analytic_cost(row: SizedRow) -> tuple[float, float, str]:
-    assert row.plan is not None
-    return (row.plan.usd_per_hour, -row.balanced_rps_per_gpu, row.key)
-
-
-@dataclass(frozen=True)
-class Finalist:
-    """A shape settled on the whole trace: its analytic plan (`row.plan`) and its scenario fit."""
-
-    row: SizedRow
-    fit: FitResult
-
-    @property
-    def binding(self) -> str | None:
-        """Passing: the scenario one instance fewer fails first; failing: the scenario it still fails."""
-        if not self.fit.ok and self.fit.failed is not None:
-            return self.fit.failed.scenario.name
-        return next((m.failed.scenario.name for m in self.fit.minimality if m.failed is not None), None)
-
-    def describe(self) -> FinalistSummary:
-        assert self.row.plan is not None
-        plan, failed = self.fit.plan, self.fit.failed
-        return {
-            "candidate": self.row.key,
-            "mode": self.row.mode,
-            "analytic_gpus": self.row.plan.total_gpus,
-            "analytic_usd_per_hour": self.row.plan.usd_per_hour,
-            "gpus": plan.total_gpus,
-            "usd_per_hour": plan.usd_per_hour,
-            "counts": plan.counts(),
-            "passes": self.fit.ok,
-            "binding": self.binding,
-            "failed": None if failed is None else failed.describe(),
-            "cost_limit_usd_per_hour": None if self.fit.ok else self.fit.limit_usd_per_hour,
-            "line": self.line(),
-        }
-
-    def line(self) -> str:
-        assert self.row.plan is not None
-        plan, start = self.fit.plan, f"analytic {self.row.plan.total_gpus} GPUs (${self.row.plan.usd_per_hour:,.2f}/h)"
-        if self.fit.ok:
-            why = f"one instance fewer fails '{self.binding}'" if self.binding else "every pool at 1 instance"
-            return f"{self.row.key}: {start} → {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, passes every scenario ({why})"
-        failed, limit = self.fit.failed, f"cost limit ${self.fit.limit_usd_per_hour:,.2f}/h"
-        if failed is None:
-            return f"{self.row.key}: {start} → passes every scenario only at {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h, over the {limit}"
-        return f"{self.row.key}: {start} → still fails at {plan.total_gpus} GPUs, ${plan.usd_per_hour:,.2f}/h ({limit}): {failed.describe()}"
-
-
-def _closeness(f: Finalist) -> tuple[float, float]:
-    """How near a failing shape came: its failing scenario's attainment (1 for one that passes only over the cost
-    limit), then the cheaper."""
-    failed = f.fit.failed
-    return (1.0 if failed is None else failed.attainment, -f.fit.plan.usd_per_hour)
-
-
-@dataclass(frozen=True)
-class Settled:
-    chosen: Finalist
-    finalists: tuple[Finalist, ...]  # in analytic cost order
-    routers: dict[str, dict[str, Any]]  # router -> the chosen shape's fitted outcome under it (when compared)

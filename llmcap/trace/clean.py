@@ -94,6 +94,41 @@ class CleanResult:
 
 
 def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
+    reason, detail = _quarantine_reasons(raw, params)
+    keep = reason == None  # noqa: E711
+    kept_rows = np.flatnonzero(keep)
+    order = kept_rows[np.argsort(raw.arrival_s[kept_rows], kind="stable")]
+    trace = _canonical(raw, order)
+    quarantine = _quarantine(raw, np.flatnonzero(~keep), reason, detail)
+    report = _report(raw, params, trace, quarantine, reason[~keep], kept_rows, order)
+    if not report.accounting_ok:  # an internal bug, never a user error: fail loudly
+        raise AssertionError(
+            f"row accounting broken: {raw.rows} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined"
+        )
+    trace = trace.replace_schema_metadata(
+        schema.metadata(
+            source_format=raw.format,
+            source_file=raw.path.name,
+            block_size=raw.block_size,
+            start=report.start,
+            generated_arrivals=raw.generated_arrivals,
+        )
+    )
+    by_reason = report.by_reason
+    log.info(
+        "%s: %d rows in, %d kept, %d quarantined%s",
+        report.source_file,
+        report.rows_in,
+        report.rows_kept,
+        report.rows_quarantined,
+        f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "",
+    )
+    return CleanResult(trace=trace, quarantine=quarantine, report=report)
+
+
+def _quarantine_reasons(raw: RawTrace, params: CleanParams) -> tuple[np.ndarray, np.ndarray]:
+    """(reason, detail) per source row, None where the row is kept: the rules in order, each row quarantined by the
+    first rule it breaks."""
     n = raw.rows
     reason = np.full(n, None, dtype=object)
     detail = np.full(n, None, dtype=object)
@@ -151,20 +186,29 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
     if params.duplicates == "identical" or (params.duplicates == "by_id" and "request_id" in raw.labels):
         flag(_duplicates(raw, reason == None), "duplicate", "exact duplicate of an earlier row")  # noqa: E711
 
-    keep = reason == None  # noqa: E711
-    kept_rows = np.flatnonzero(keep)
-    order = kept_rows[np.argsort(raw.arrival_s[kept_rows], kind="stable")]
+    return reason, detail
+
+
+def _report(
+    raw: RawTrace,
+    params: CleanParams,
+    trace: pa.Table,
+    quarantine: pa.Table,
+    quarantined: np.ndarray,
+    kept_rows: np.ndarray,
+    order: np.ndarray,
+) -> CleanReport:
+    """What cleaning did: rows in, kept (`kept_rows`, `order` by arrival) and quarantined (`quarantined`: each one's
+    reason), out-of-order rows, the clock and the warnings."""
     arrival = raw.arrival_s[kept_rows]
     out_of_order = int((arrival < np.maximum.accumulate(arrival)).sum()) if arrival.size else 0
-    trace = _canonical(raw, order)
-    quarantine = _quarantine(raw, np.flatnonzero(~keep), reason, detail)
-    counts = pd.Series(reason[~keep], dtype=object).value_counts()
+    counts = pd.Series(quarantined, dtype=object).value_counts()
     by_reason = {r: int(counts[r]) for r in REASONS if r in counts.index}
     arrivals = trace.column("arrival_s").to_numpy()
-    report = CleanReport(
+    return CleanReport(
         source_file=raw.path.name,
         source_format=raw.format,
-        rows_in=n,
+        rows_in=raw.rows,
         rows_kept=trace.num_rows,
         rows_quarantined=quarantine.num_rows,
         by_reason=by_reason,
@@ -179,26 +223,6 @@ def clean_trace(raw: RawTrace, params: CleanParams) -> CleanResult:
         duplicates=params.duplicates,
         warnings=tuple(w for w in (_clock_jump(raw, kept_rows), _reused_ids(raw, kept_rows)) if w),
     )
-    if not report.accounting_ok:  # an internal bug, never a user error: fail loudly
-        raise AssertionError(f"row accounting broken: {n} in, {trace.num_rows} kept, {quarantine.num_rows} quarantined")
-    trace = trace.replace_schema_metadata(
-        schema.metadata(
-            source_format=raw.format,
-            source_file=raw.path.name,
-            block_size=raw.block_size,
-            start=report.start,
-            generated_arrivals=raw.generated_arrivals,
-        )
-    )
-    log.info(
-        "%s: %d rows in, %d kept, %d quarantined%s",
-        report.source_file,
-        report.rows_in,
-        report.rows_kept,
-        report.rows_quarantined,
-        f" ({', '.join(f'{r} {c}' for r, c in by_reason.items())})" if by_reason else "",
-    )
-    return CleanResult(trace=trace, quarantine=quarantine, report=report)
 
 
 #: Typical inter-arrival gaps that differ this many decades between the start and the end of a file

@@ -1,10 +1,9 @@
 """Readers: any supported trace file → one `RawTrace` of canonical columns, not yet cleaned.
 
-Every format is a *preset*: the container (CSV / JSONL / Parquet), which source column feeds which
-canonical column, and the unit of the arrival clock. Known formats are presets; the generic
-containers take the mapping from params (default: the canonical names themselves, so llmcap's own
-outputs read back). Files are parsed by pyarrow in bulk; Python only looks at individual lines on the
-degraded path, to name and quarantine records pyarrow could not parse.
+Every format is a *preset* (`llmcap.trace.presets`): the container (CSV / JSONL / Parquet), which source
+column feeds which canonical column, and the unit of the arrival clock. Files are parsed by pyarrow in bulk;
+Python only looks at individual lines on the degraded path, to name and quarantine records pyarrow could not
+parse.
 
 Values that cannot be parsed become nulls here, and cleaning quarantines them with a reason; a file
 that cannot be used at all raises one `InputFileError` naming the file, line and field.
@@ -12,75 +11,23 @@ that cannot be used at all raises one `InputFileError` naming the file, line and
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from llmcap.errors import InputFileError
+from llmcap.trace._csv import read_csv
 from llmcap.trace._json import read_json_document, read_jsonl
 from llmcap.trace._lines import LineIndex
 from llmcap.trace.arrivals import generate_arrivals
 from llmcap.trace.detect import Sniff, detect_format
-from llmcap.trace.params import CANONICAL_MAPPABLE, ArrivalSpec, TraceParams
+from llmcap.trace.params import ArrivalSpec, TraceParams
+from llmcap.trace.presets import Preset, preset_for, source_columns
 from llmcap.trace.timestamps import arrival_seconds, resolve_time_unit, to_float
-
-REQUIRED = ("isl", "osl")
-
-
-@dataclass(frozen=True)
-class Preset:
-    container: str
-    columns: dict[str, str]  # canonical -> source column
-    time_unit: str  # s | ms | us | ns | datetime | auto
-    block_size: int | None = None
-    zero_osl_reason: str = "osl_below_1"  # BurstGPT marks failed requests with 0 response tokens
-
-
-PRESETS: dict[str, Preset] = {
-    "mooncake": Preset(
-        "jsonl",
-        {"arrival": "timestamp", "isl": "input_length", "osl": "output_length", "hash_ids": "hash_ids"},
-        "ms",
-        block_size=512,
-    ),
-    "azure": Preset("csv", {"arrival": "TIMESTAMP", "isl": "ContextTokens", "osl": "GeneratedTokens"}, "datetime"),
-    "burstgpt": Preset(
-        "csv",
-        {
-            "arrival": "Timestamp",
-            "isl": "Request tokens",
-            "osl": "Response tokens",
-            "model": "Model",
-            "tenant": "Log Type",
-        },
-        "s",
-        zero_osl_reason="failed_request",
-    ),
-    "lengths": Preset("csv", {"isl": "num_prefill_tokens", "osl": "num_decode_tokens"}, "s"),
-    # `vllm bench serve --save-result --save-detailed`: start_times are perf_counter seconds at send (newer
-    # vLLM); a failed request has 0 output tokens. The file keeps no request's max_tokens (only the lengths it
-    # measured), so its caps read as unknown
-    "vllm-bench": Preset(
-        "json",
-        {"arrival": "start_times", "isl": "input_lens", "osl": "output_lens"},
-        "s",
-        zero_osl_reason="failed_request",
-    ),
-    # guidellm's request data (its synthetic/preprocessed datasets): lengths only, arrivals generated. guidellm sends
-    # output_tokens_count as the request's max_tokens with ignore_eos (backends/openai/request_handlers.py): it is the
-    # cap and, the end of sequence ignored, the output too
-    "guidellm": Preset(
-        "jsonl", {"isl": "prompt_tokens_count", "osl": "output_tokens_count", "max_tokens": "output_tokens_count"}, "s"
-    ),
-}
-
-_DEFAULT_GENERIC = {"arrival": "arrival_s", **{c: c for c in CANONICAL_MAPPABLE if c != "arrival"}}
 
 
 @dataclass
@@ -131,41 +78,9 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     params = params or TraceParams(file=str(path))
     fmt, found = detect_format(path, params.format)
     canonical = _canonical_metadata(path, found)
-    preset = _preset_for(fmt, params, canonical)
-    source_cols = {canon: src for canon, src in preset.columns.items()}
-    if fmt not in PRESETS:  # generic: only the mapped columns that exist; required ones must
-        source_cols = {c: s for c, s in source_cols.items() if s in found.fields or c in params.columns}
-    for canon in REQUIRED:
-        if canon not in source_cols or source_cols[canon] not in found.fields:
-            wanted = source_cols.get(canon, _DEFAULT_GENERIC[canon])
-            raise InputFileError(
-                path,
-                f"required column for '{canon}' is missing (have: {', '.join(found.fields)})",
-                line=1,
-                field=wanted,
-            )
-    if fmt == "vllm-bench" and "start_times" not in found.fields:
-        del source_cols["arrival"]  # older vLLM wrote no send times: a length-only file, arrivals generated (and said)
-    if "arrival" in source_cols and source_cols["arrival"] not in found.fields:
-        if fmt in PRESETS or "arrival" in params.columns:
-            raise InputFileError(
-                path,
-                f"the arrival-time column is missing (have: {', '.join(found.fields)})",
-                line=1,
-                field=source_cols["arrival"],
-            )
-        del source_cols["arrival"]
-    if fmt not in PRESETS and "max_tokens" not in source_cols:
-        cap = _cap_column(path, found)
-        if cap is not None:
-            source_cols["max_tokens"] = cap
-    if fmt not in PRESETS and "arrival" not in source_cols:
-        clock = _clock_column(path, found, params.generate_arrivals)
-        if clock is not None:
-            source_cols["arrival"] = clock
-
-    _require_unique_columns(path, found, source_cols)
-    reader = {"csv": _read_csv, "jsonl": read_jsonl, "json": read_json_document, "parquet": _read_parquet}[
+    preset = preset_for(fmt, params, canonical)
+    source_cols = source_columns(path, fmt, found, preset, params)
+    reader = {"csv": read_csv, "jsonl": read_jsonl, "json": read_json_document, "parquet": _read_parquet}[
         preset.container
     ]
     table, parse_errors, raw_text, line_index, lines = reader(path, found, source_cols)
@@ -174,74 +89,23 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
         raise InputFileError(
             path, "no data rows (only a header or empty records)", line=2 if preset.container == "csv" else 1
         )
-
-    n = table.num_rows + len(parse_errors)
-    ok_rows = np.setdiff1d(
-        np.arange(n, dtype=np.int64), np.fromiter(parse_errors, dtype=np.int64, count=len(parse_errors))
-    )
-    error = np.full(n, None, dtype=object)
-    for r, why in parse_errors.items():
-        error[r] = why
-
-    def scatter_float(name: str) -> np.ndarray:
-        out = np.full(n, np.nan)
-        if name in source_cols:
-            out[ok_rows] = to_float(table.column(source_cols[name]))
-        return out
-
-    labels: dict[str, pa.Array] = {}
-    for name in ("model", "adapter", "tenant", "session", "feature", "request_id"):
-        if name in source_cols:
-            labels[name] = _scatter_arrow(
-                pc.cast(table.column(source_cols[name]), pa.string()), ok_rows, n, pa.string()
-            )
-    for name in ("deadline_s", "max_tokens", "priority"):
-        if name in source_cols:
-            labels[name] = pa.array(scatter_float(name), from_pandas=True)
+    rows = _Records(table, source_cols, parse_errors)
     block_size = params.block_size or preset.block_size
-    if "hash_ids" in source_cols and table.column(source_cols["hash_ids"]).null_count == table.num_rows:
-        del source_cols["hash_ids"]  # an all-null column (a canonical trace of a source without hashes) is no hashes
-    if "hash_ids" in source_cols:
-        hashes = table.column(source_cols["hash_ids"])
-        if not pa.types.is_list(hashes.type) or not (
-            pa.types.is_integer(hashes.type.value_type) or pa.types.is_null(hashes.type.value_type)
-        ):
-            raise InputFileError(
-                path, f"hash_ids must be a list of integers, got {hashes.type}", field=source_cols["hash_ids"]
-            )
-        labels["hash_ids"] = _scatter_arrow(_hash_ids_as_int64(hashes), ok_rows, n, pa.list_(pa.int64()))
-        if block_size is None:
-            raise InputFileError(
-                path,
-                "the trace has prefix hashes but no block size: pass --hash-block-size (trace.block_size)",
-                field=source_cols["hash_ids"],
-            )
-
-    generated = "arrival" not in source_cols
-    arrival_unit = None
-    if generated:
-        arrival_s = generate_arrivals(n, params.arrivals, np.random.default_rng(params.arrivals.seed))
-        start = "+0.000s"
-    else:
-        column = table.column(source_cols["arrival"])
-        arrival_unit = resolve_time_unit(path, source_cols["arrival"], column, preset.time_unit)
-        values, start = arrival_seconds(path, source_cols["arrival"], column, arrival_unit, lines[ok_rows])
-        arrival_s = np.full(n, np.nan)
-        arrival_s[ok_rows] = values
+    labels = _labels(path, rows, block_size)
+    arrival_s, start, generated, arrival_unit = _arrivals(path, rows, params, preset, lines)
     if canonical is not None:  # an llmcap trace read back: its clock is already relative to its recorded start
         start = canonical.get(b"llmcap.start", b"+0.000s").decode()
         generated = canonical.get(b"llmcap.arrivals", b"file") == b"generated"
-
     return RawTrace(
         path=path,
         format=canonical.get(b"llmcap.source_format", b"parquet").decode() if canonical is not None else fmt,
         arrival_s=arrival_s,
-        isl=scatter_float("isl"),
-        osl=scatter_float("osl"),
+        isl=rows.floats("isl"),
+        osl=rows.floats("osl"),
         labels=labels,
-        source_row=np.arange(n, dtype=np.int64),
+        source_row=np.arange(rows.n, dtype=np.int64),
         line=lines,
-        parse_error=error,
+        parse_error=rows.errors(),
         raw_text=raw_text,
         start=start,
         block_size=block_size if "hash_ids" in labels else None,
@@ -254,18 +118,78 @@ def read_trace(path: str | Path, params: TraceParams | None = None) -> RawTrace:
     )
 
 
-def _require_unique_columns(path: Path, found: Sniff, source_cols: dict[str, str]) -> None:
-    """A mapped column whose name appears twice in the header is ambiguous: which one is meant is not guessed."""
-    for canon, name in source_cols.items():
-        where = [i + 1 for i, f in enumerate(found.fields) if f == name]
-        if len(where) > 1:
-            raise InputFileError(
-                path,
-                f"the header names '{name}' {len(where)} times (columns {', '.join(map(str, where))}), so which one is "
-                f"'{canon}' is ambiguous: rename or drop one",
-                line=1 if found.container != "parquet" else None,
-                field=name,
+class _Records:
+    """The container's table of parseable records (`source_cols` maps canonical -> its column) placed back among
+    every record of the file: `n` records, those in `parse_errors` unparseable."""
+
+    def __init__(self, table: pa.Table, source_cols: dict[str, str], parse_errors: dict[int, str]):
+        self.table, self.source_cols, self.parse_errors = table, source_cols, parse_errors
+        self.n = table.num_rows + len(parse_errors)
+        self.ok_rows = np.setdiff1d(
+            np.arange(self.n, dtype=np.int64), np.fromiter(parse_errors, dtype=np.int64, count=len(parse_errors))
+        )
+
+    def errors(self) -> np.ndarray:
+        """Per record: None, or why it could not be parsed."""
+        error = np.full(self.n, None, dtype=object)
+        for r, why in self.parse_errors.items():
+            error[r] = why
+        return error
+
+    def floats(self, name: str) -> np.ndarray:
+        """Canonical column `name` as float64 per record; NaN where unmapped or unparseable."""
+        out = np.full(self.n, np.nan)
+        if name in self.source_cols:
+            out[self.ok_rows] = to_float(self.table.column(self.source_cols[name]))
+        return out
+
+
+def _labels(path: Path, rows: _Records, block_size: int | None) -> dict[str, pa.Array]:
+    """The mapped label columns per record: text labels, numeric ones (deadline_s, max_tokens, priority) and the prefix
+    hash ids (which need a block size)."""
+    source_cols, table = rows.source_cols, rows.table
+    labels: dict[str, pa.Array] = {}
+    for name in ("model", "adapter", "tenant", "session", "feature", "request_id"):
+        if name in source_cols:
+            labels[name] = _scatter_arrow(
+                pc.cast(table.column(source_cols[name]), pa.string()), rows.ok_rows, rows.n, pa.string()
             )
+    for name in ("deadline_s", "max_tokens", "priority"):
+        if name in source_cols:
+            labels[name] = pa.array(rows.floats(name), from_pandas=True)
+    column = source_cols.get("hash_ids")
+    if column is None or table.column(column).null_count == table.num_rows:
+        return labels  # an all-null column (a canonical trace of a source without hashes) is no hashes
+    hashes = table.column(column)
+    if not pa.types.is_list(hashes.type) or not (
+        pa.types.is_integer(hashes.type.value_type) or pa.types.is_null(hashes.type.value_type)
+    ):
+        raise InputFileError(path, f"hash_ids must be a list of integers, got {hashes.type}", field=column)
+    labels["hash_ids"] = _scatter_arrow(_hash_ids_as_int64(hashes), rows.ok_rows, rows.n, pa.list_(pa.int64()))
+    if block_size is None:
+        raise InputFileError(
+            path,
+            "the trace has prefix hashes but no block size: pass --hash-block-size (trace.block_size)",
+            field=column,
+        )
+    return labels
+
+
+def _arrivals(
+    path: Path, rows: _Records, params: TraceParams, preset: Preset, lines: np.ndarray
+) -> tuple[np.ndarray, str, bool, str | None]:
+    """(arrival seconds per record, the clock's start, whether generated, the clock's unit): read from the mapped clock
+    column (NaN where unparseable), or generated by `params.arrivals` when the file has none."""
+    if "arrival" not in rows.source_cols:
+        arrival_s = generate_arrivals(rows.n, params.arrivals, np.random.default_rng(params.arrivals.seed))
+        return arrival_s, "+0.000s", True, None
+    name = rows.source_cols["arrival"]
+    column = rows.table.column(name)
+    unit = resolve_time_unit(path, name, column, preset.time_unit)
+    values, start = arrival_seconds(path, name, column, unit, lines[rows.ok_rows])
+    arrival_s = np.full(rows.n, np.nan)
+    arrival_s[rows.ok_rows] = values
+    return arrival_s, start, False, unit
 
 
 #: Canonical columns read as numbers (the arrival clock may also be a date-time).
@@ -298,67 +222,6 @@ def _describe(spec: ArrivalSpec) -> str:
     return f"{spec.process}{shape} at {spec.rate_rps:g} req/s, seed {spec.seed}"
 
 
-#: Column names a generic file's arrival clock goes by (lower-cased), besides the canonical `arrival_s`.
-CLOCK_NAME = re.compile(
-    r"(arrival|arrived|timestamp|time|ts|t|created|created_at|start|start_time|started_at|request_time|"
-    r"send_time|sent_at|submit_time|submitted_at)(_(s|ms|us|ns|sec|secs|seconds|time|timestamp|at))?"
-)
-
-
-def _clock_column(path: Path, found: Sniff, generate: bool) -> str | None:
-    """The arrival clock of a generic file without an `arrival_s` column: the one column whose name
-    says it is a clock, or None when arrivals are to be generated (asked for). Anything else is an
-    error naming the candidates: an arrival process is never invented silently."""
-    candidates = [f for f in found.fields if CLOCK_NAME.fullmatch(f.strip().lower())]
-    if generate:
-        if candidates:
-            raise InputFileError(
-                path,
-                f"arrivals were asked to be generated, but the file has a clock column ({', '.join(candidates)}): "
-                "drop --generate-arrivals or map it with -c arrival=COLUMN",
-                line=1,
-                field=candidates[0],
-            )
-        return None
-    if len(candidates) == 1:
-        return candidates[0]
-    if candidates:
-        raise InputFileError(
-            path,
-            f"several columns could be the arrival clock ({', '.join(candidates)}): map one with "
-            "-c arrival=COLUMN (trace.columns.arrival)",
-            line=1,
-            field="arrival_s",
-        )
-    raise InputFileError(
-        path,
-        f"no arrival-time column (have: {', '.join(found.fields)}): map one with -c arrival=COLUMN "
-        "(trace.columns.arrival), or pass --generate-arrivals (trace.generate_arrivals) to draw them from trace.arrivals",
-        line=1,
-        field="arrival_s",
-    )
-
-
-#: What OpenAI-style request bodies call the cap on output tokens: `max_tokens`, and `max_completion_tokens`, which
-#: OpenAI's chat API now documents in its place (vLLM reads either).
-CAP_NAMES = ("max_tokens", "max_completion_tokens")
-
-
-def _cap_column(path: Path, found: Sniff) -> str | None:
-    """A generic file's max_tokens column when it is not named `max_tokens` at the top level: the one field whose
-    name, or the last part of its dotted path (`request.max_completion_tokens`), is a cap's name; None when there is
-    none; an error naming them when there are several (which one the engine honoured is not guessed)."""
-    candidates = [f for f in found.fields if f.rsplit(".", 1)[-1] in CAP_NAMES]
-    if len(candidates) > 1:
-        raise InputFileError(
-            path,
-            f"several columns could be max_tokens ({', '.join(candidates)}): map one with -c max_tokens=COLUMN",
-            line=1,
-            field=candidates[0],
-        )
-    return candidates[0] if candidates else None
-
-
 def _canonical_metadata(path: Path, found: Sniff) -> dict[bytes, bytes] | None:
     """The schema metadata of a Parquet trace llmcap wrote (`trace clean`, `trace synth`), else None."""
     if found.container != "parquet":
@@ -380,112 +243,10 @@ def _hash_ids_as_int64(hashes: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.cast(hashes, pa.list_(pa.int64()))
 
 
-def _preset_for(fmt: str, params: TraceParams, canonical: dict[bytes, bytes] | None) -> Preset:
-    if fmt in PRESETS:
-        return PRESETS[fmt]
-    block_size = params.block_size
-    if canonical is not None and block_size is None and canonical.get(b"llmcap.block_size"):
-        block_size = int(canonical[b"llmcap.block_size"])
-    return Preset(fmt, {**_DEFAULT_GENERIC, **params.columns}, params.time_unit, block_size)
-
-
 # ---------------------------------------------------------------------------------------------
-# containers: each returns (table of the mapped source columns for parseable records,
-#             {record index: error} for unparseable ones, {record index: raw text}, LineIndex|None,
+# containers (CSV in `_csv`, JSON in `_json`): each returns (table of the mapped source columns for parseable
+#             records, {record index: error} for unparseable ones, {record index: raw text}, LineIndex|None,
 #             1-based line number per record)
-
-
-def _read_csv(path: Path, found: Sniff, cols: dict[str, str]):
-    wanted = list(dict.fromkeys(cols.values()))
-    # Header names are matched with surrounding spaces stripped ("arrival_s, isl, osl" is a common
-    # export); pyarrow sees the names as written, so ask for those and rename back.
-    as_written = dict(zip(found.fields, found.raw_fields, strict=True))
-    bad_lines: list[tuple[int | None, str, int, int]] = []
-
-    def on_invalid(row) -> str:
-        bad_lines.append((row.number, row.text, row.expected_columns, row.actual_columns))
-        return "skip"
-
-    try:
-        table = pacsv.read_csv(
-            path,
-            read_options=pacsv.ReadOptions(use_threads=False, block_size=1 << 24),
-            parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid),
-            convert_options=pacsv.ConvertOptions(
-                include_columns=[as_written[c] for c in wanted],
-                column_types={
-                    as_written[c]: pa.binary() for c in wanted
-                },  # text checked per column below, so a bad byte is one row's fault
-                strings_can_be_null=True,
-            ),
-        )
-    except pa.ArrowInvalid as exc:
-        raise InputFileError(path, f"cannot parse CSV: {_arrow_msg(exc)}") from None
-    table = table.rename_columns(wanted)
-    index = LineIndex(path)
-    record_lines = index.nonempty_lines[1:]  # line 1 (first non-empty) is the header
-    n = record_lines.size
-    bad_line_nos = {ln for ln, *_ in bad_lines if ln is not None}
-    if len(bad_line_nos) != len(bad_lines):  # pyarrow could not number a row: fall back to matching text
-        bad_texts = {t for _, t, *_ in bad_lines}
-        bad_line_nos = {int(ln) for ln in record_lines.tolist() if index.text(int(ln)) in bad_texts}
-    errors, raw = {}, {}
-    pos = {int(ln): i for i, ln in enumerate(record_lines.tolist()) if int(ln) in bad_line_nos}
-    for ln, text, expected, actual in bad_lines:
-        i = pos.get(ln) if ln is not None else None
-        if i is None:
-            continue
-        errors[i] = f"malformed record: expected {expected} columns, got {actual}"
-        raw[i] = text
-    if table.num_rows + len(errors) != n:
-        line = index.first_open_quote_line()
-        raise InputFileError(
-            path,
-            "a quoted field runs onto the next line (quoted newlines are not supported: one record per line)"
-            if line is not None
-            else f"record count mismatch: parsed {table.num_rows} + {len(errors)} malformed of {n} lines",
-            line=line,
-        )
-    table = _utf8_columns(table, errors, raw, index, record_lines)
-    return table, errors, raw, index, record_lines.astype(np.int64)
-
-
-def _utf8_columns(
-    table: pa.Table, errors: dict[int, str], raw: dict[int, str], index: LineIndex, record_lines: np.ndarray
-) -> pa.Table:
-    """The CSV's binary columns as text. A record with bytes that are not UTF-8 is quarantined (malformed,
-    named by column) rather than failing the file; only such a column is looked at value by value."""
-    bad_rows: dict[int, str] = {}
-    columns = {}
-    for name in table.column_names:
-        try:
-            columns[name] = pc.cast(table.column(name), pa.string())
-            continue
-        except pa.ArrowInvalid:
-            pass
-        values = []
-        for row, value in enumerate(table.column(name).to_pylist()):
-            try:
-                values.append(None if value is None else value.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                values.append(None)
-                bad_rows.setdefault(
-                    row, f"malformed record: not UTF-8 text in column '{name}' (byte 0x{value[exc.start]:02x})"
-                )
-        columns[name] = pa.chunked_array([pa.array(values, pa.string())])
-    table = pa.table(columns)
-    if not bad_rows:
-        return table
-    parsed = np.setdiff1d(
-        np.arange(record_lines.size), np.fromiter(errors, dtype=np.int64, count=len(errors))
-    )  # record index per table row
-    for row, why in bad_rows.items():
-        record = int(parsed[row])
-        errors[record] = why
-        raw[record] = index.text(int(record_lines[record]))
-    keep = np.ones(table.num_rows, dtype=bool)
-    keep[list(bad_rows)] = False
-    return table.filter(pa.array(keep))
 
 
 def _read_parquet(path: Path, found: Sniff, cols: dict[str, str]):
@@ -506,7 +267,3 @@ def _scatter_arrow(col: pa.ChunkedArray, ok_rows: np.ndarray, n: int, typ: pa.Da
     idx = np.full(n, -1, dtype=np.int64)
     idx[ok_rows] = np.arange(ok_rows.size)
     return pc.take(arr, pa.array(np.where(idx >= 0, idx, 0), mask=idx < 0)).cast(typ)
-
-
-def _arrow_msg(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0]
