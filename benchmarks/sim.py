@@ -28,7 +28,8 @@ import numpy as np
 from benchmarks._timing import best_of
 from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes
-from llmcap.memory import Parallelism, plan_memory
+from llmcap.memory import plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.perf import build_step_model
 from llmcap.sim import EngineConfig, SimConfig, simulate
 from llmcap.sim.standin import analytic_step_model

@@ -30,7 +30,8 @@ from llmcap.catalog.models import ModelSpec
 from llmcap.catalog.quant import kv_dtype_bytes, weight_format
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
-from llmcap.memory import MemoryParams, Parallelism, parallelism_issues, plan_memory
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.parallelism import Parallelism, parallelism_issues
 
 Mode = Literal["aggregated", "disaggregated"]
 

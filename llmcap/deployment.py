@@ -22,7 +22,8 @@ from llmcap.catalog.quant import kv_dtype_bytes
 from llmcap.engine_presets import EnginePreset
 from llmcap.errors import LlmcapError
 from llmcap.first_token import FIRST_TOKEN_FROM
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.perf.model import StepTimeModel
 from llmcap.policy_names import admission_option, queue_option
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, TierConfig, router_names

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from llmcap.catalog.models import ModelSpec
 from llmcap.errors import LlmcapError
+from llmcap.parallelism import Parallelism, pp_stage_layers, rank_shard
 
 LORA_COMPONENTS = ("attention", "dense_mlp")
 
@@ -28,8 +29,6 @@ def lora_slot_bytes(model: ModelSpec, tp: int, layers: int, slots: int, rank: in
         )
     if rank < 1:
         raise LlmcapError(f"LoRA rank must be >= 1, got {rank}")
-    from llmcap.memory import Parallelism, rank_shard  # memory imports this module
-
     par = Parallelism(tp=tp)
     per_layer = 0
     for t in model.layer_tensors(0):
@@ -47,8 +46,6 @@ def slot_cost(
     model: ModelSpec, tp: int, pp: int, slots: int, rank: int, kv_bytes_per_token_per_rank: float
 ) -> tuple[int, int]:
     """(bytes the fullest pipeline stage's rank holds for `slots` adapters of `rank`, the KV tokens per rank they displace)."""
-    from llmcap.memory import pp_stage_layers
-
     layers = max(len(stage) for stage in pp_stage_layers(model.num_layers, pp))
     held = lora_slot_bytes(model, tp, layers, slots, rank)
     return held, int(held // kv_bytes_per_token_per_rank) if kv_bytes_per_token_per_rank > 0 else 0

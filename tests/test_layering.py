@@ -149,3 +149,46 @@ def test_nothing_below_the_command_line_imports_it() -> None:
             if found:
                 offenders[str(rel)] = found
     assert offenders == {}
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The llmcap modules `path` imports when it runs (at the top or inside a function; not under TYPE_CHECKING).
+    `from package import submodule` depends on the submodule: the package's own code is not what it reads."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llmcap"):
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found |= subs if len(subs) == len(node.names) else {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("llmcap")}
+    return found & modules
+
+
+def test_no_import_circles() -> None:
+    package = ROOT / "llmcap"
+    paths = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in package.rglob("*.py")
+    }
+    graph = {name: _runtime_imports(p, set(paths)) - {name} for name, p in paths.items()}
+    circles = []
+    for start in sorted(graph):  # a circle is a path back to where it started
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(graph[node]):
+                if nxt == start:
+                    circles.append(" -> ".join((*trail, start)))
+                elif nxt not in seen and nxt > start:  # each circle once, from its smallest module
+                    seen.add(nxt)
+                    stack.append((nxt, (*trail, nxt)))
+    assert circles == [], circles

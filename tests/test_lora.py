@@ -12,7 +12,8 @@ from llmcap.catalog import get_gpu, load_model
 from llmcap.cli import app
 from llmcap.errors import LlmcapError
 from llmcap.lora import lora_slot_bytes
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.vllm_serve import serve_argv
 
 LLAMA_8B = load_model("Llama-3.1-8B")  # hidden 4096, 32 heads / 8 KV heads of 128, MLP 14336, 32 layers

@@ -20,7 +20,8 @@ from llmcap.commands._common import (
     user_errors,
 )
 from llmcap.errors import LlmcapError
-from llmcap.memory import MemoryParams, MemoryPlan, Parallelism, plan_memory
+from llmcap.memory import MemoryParams, MemoryPlan, plan_memory
+from llmcap.parallelism import Parallelism
 
 
 def _amount(n_bytes: float) -> str:

@@ -53,7 +53,7 @@ from llmcap.catalog.gpus import GpuSpec, get_gpu
 from llmcap.catalog.model_config import load_model
 from llmcap.catalog.models import ModelSpec
 from llmcap.catalog.quant import QuantPolicy, WeightFormat, kv_dtype_bytes, weight_format
-from llmcap.memory import VOCAB_PADDING, Parallelism, validate_parallelism
+from llmcap.parallelism import VOCAB_PADDING, Parallelism, validate_parallelism
 from llmcap.perf.allreduce import allreduce_time
 from llmcap.perf.attention import AttentionTerms, attention_coefficients, decode_attention, prefill_attention
 from llmcap.perf.calibration import Calibration, calibrated_params

@@ -15,7 +15,8 @@ from numpy.typing import NDArray
 from llmcap.catalog.gpus import GpuSpec
 from llmcap.catalog.models import ModelSpec, Tensor
 from llmcap.catalog.quant import QuantPolicy, WeightFormat
-from llmcap.memory import QUANTIZED_COMPONENTS, Parallelism, pp_stage_layers, rank_shard, rank_tensor_bytes
+from llmcap.memory import QUANTIZED_COMPONENTS, rank_tensor_bytes
+from llmcap.parallelism import Parallelism, pp_stage_layers, rank_shard
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from llmcap.report.capacity_markup import Section, fmt, html_table, md_table, paragraphs
 from llmcap.sizing.table import pool_configurations
 
 if TYPE_CHECKING:
     from llmcap.report.capacity import CapacityReport
-    from llmcap.report.capacity_sections import Section
 
 TITLE = "KV budget and P→D network"
 _PARTS = (
@@ -44,8 +44,6 @@ def kv_lines(report: CapacityReport) -> list[str]:
 
 def handoff_rows(report: CapacityReport) -> list[list[str]]:
     """The handoff's parts, p50 / p99 ms: in the chosen pairing's prefill-role search (the table row) and in the planned deployment's replay."""
-    from llmcap.report.capacity_sections import fmt
-
     row = next(
         (r for r in report.table.to_pylist() if r["candidate"] == report.chosen and r["mode"] == "disaggregated"), None
     )
@@ -59,8 +57,6 @@ def handoff_rows(report: CapacityReport) -> list[list[str]]:
 
 
 def section(report: CapacityReport) -> Section:
-    from llmcap.report.capacity_sections import Section, html_table, md_table, paragraphs
-
     lines = kv_lines(report) or [
         "KV tokens per instance: the memory plan's (no engine stated a capacity for the chosen configuration)."
     ]

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.catalog.quant import kv_dtype_bytes
-from llmcap.memory import Parallelism, plan_memory
+from llmcap.memory import plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.perf.model import LinearStepModel
 
 

@@ -6,7 +6,8 @@ import pytest
 
 from llmcap.catalog import parse_model_config
 from llmcap.catalog.gpus import GpuSpec
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.parallelism import Parallelism
 
 TINY = {
     "model_type": "llama",

@@ -4,7 +4,7 @@ import pytest
 
 from llmcap.catalog import load_model
 from llmcap.errors import LlmcapError
-from llmcap.memory import Parallelism, parallelism_issues, pp_partition, validate_parallelism
+from llmcap.parallelism import Parallelism, parallelism_issues, pp_partition, validate_parallelism
 
 
 def test_tp3_for_64_heads_is_rejected_with_every_reason():

@@ -6,7 +6,8 @@ import pytest
 
 from llmcap.catalog import load_model, parse_model_config
 from llmcap.catalog.quant import QuantPolicy, weight_format
-from llmcap.memory import Parallelism, stage_weight_bytes, weight_bytes_total
+from llmcap.memory import stage_weight_bytes, weight_bytes_total
+from llmcap.parallelism import Parallelism
 
 TINY = {
     "model_type": "llama",

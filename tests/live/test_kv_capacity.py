@@ -15,7 +15,8 @@ import pytest
 
 from llmcap.catalog import load_model
 from llmcap.live.engine_kv import parse_cache_config_info, parse_kv_cache_log
-from llmcap.memory import Parallelism, kv_bytes_per_token_per_rank, vllm_kv_capacity_tokens
+from llmcap.memory import kv_bytes_per_token_per_rank, vllm_kv_capacity_tokens
+from llmcap.parallelism import Parallelism
 
 pytestmark = pytest.mark.live
 

@@ -8,7 +8,8 @@ from typer.testing import CliRunner
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.cli import app
-from llmcap.memory import MemoryParams, Parallelism, plan_memory
+from llmcap.memory import MemoryParams, plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.perf import StepBatch, build_step_model, decode_step_time, prefill_time
 
 runner = CliRunner()

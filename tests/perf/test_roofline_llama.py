@@ -10,7 +10,8 @@ matmul 0.70 · T / (T + 32), attention 0.50 · T / (T + 32), HBM 0.80, links 0.8
 import pytest
 
 from llmcap.catalog import get_gpu, load_model
-from llmcap.memory import Parallelism, plan_memory
+from llmcap.memory import plan_memory
+from llmcap.parallelism import Parallelism
 from llmcap.perf import RooflineParams, StepBatch, build_step_model, decode_step_time, prefill_time
 
 P = RooflineParams()
