@@ -1,4 +1,4 @@
-"""`make bench` (load generator part): how well `llmcap.live.replay` keeps its schedule.
+"""`make bench` (load generator part): how well `llmcap.live.trace_replay` keeps its schedule.
 
 Against the minimal loopback server (`llmcap.live.loopback`, its own process, 127.0.0.1; 4 output
 tokens 1 ms apart per request), requests evenly spaced, 16 prompt tokens each, `SECONDS` s of sending
@@ -17,7 +17,7 @@ import asyncio
 import numpy as np
 
 from llmcap.live.loopback import serving_loopback
-from llmcap.live.replay import ReplayResult, replay_async
+from llmcap.live.trace_replay import ReplayResult, replay_async
 
 BOUND_MS = 5.0
 SECONDS = 4.0

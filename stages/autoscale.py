@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.catalog import load_model
     from llmcap.config import load_params
     from llmcap.planning import StepTimes
-    from llmcap.report.autoscale import markdown, plot_instances, summary
+    from llmcap.report.autoscale_whatif import markdown, plot_instances, summary
     from llmcap.sizing.autoscale_plan import plan_whatif
     from llmcap.trace import load_trace
     from stages import tracking, validation

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> str:
     from llmcap.perf.corrections import describe
     from llmcap.replaycheck import check_unit, unit_from_plan
     from llmcap.replaycheck.runs import run_label
-    from llmcap.report.replay import write_replay_report
+    from llmcap.report.replay_check import write_replay_report
     from llmcap.sizing.measured import with_corrections
     from llmcap.trace import load_trace, write_table
     from llmcap.trace.schema import block_size_of

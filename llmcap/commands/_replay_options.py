@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from llmcap.credentials import DEFAULT_API_KEY_ENV
-from llmcap.live.replay import RATE_PER_PROCESS
+from llmcap.live.trace_replay import RATE_PER_PROCESS
 
 EndpointOpt = Annotated[
     str,

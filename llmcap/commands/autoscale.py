@@ -1,5 +1,5 @@
 """`llmcap autoscale --trace FILE --model M --gpu G [--tp N] --slo-ttft-p99 MS ...`: a what-if day served by a
-static pool and by autoscaled pools (`llmcap.sizing.autoscale`), simulated, with T_ready and cold caches.
+static pool and by autoscaled pools (`llmcap.sizing.autoscale_whatif`), simulated, with T_ready and cold caches.
 
 One replica's max feasible rate G comes from `--instance-rps` or from the sizing search on the trace (as
 `llmcap size` does for one candidate). The report: GPU-hours and attainment (whole day, worst window) per
@@ -66,11 +66,11 @@ from llmcap.commands._trace_input import positive, read_trace_input
 from llmcap.deployment import ENGINE, EngineOptions, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.perf.model import StepTimeModel
-from llmcap.report.autoscale import flat_comparison, forecast_lines
-from llmcap.report.autoscale import summary as report_summary
+from llmcap.report.autoscale_whatif import flat_comparison, forecast_lines
+from llmcap.report.autoscale_whatif import summary as report_summary
 from llmcap.sim import AutoscaleConfig, EngineConfig
-from llmcap.sizing.autoscale import AutoscaleWhatIf, PoolRate, autoscale_whatif
 from llmcap.sizing.autoscale_plan import forecast_day
+from llmcap.sizing.autoscale_whatif import AutoscaleWhatIf, PoolRate, autoscale_whatif
 from llmcap.sizing.params import AutoscaleParams, ReadyPhases, SearchParams, SloParams
 from llmcap.sizing.search import search_max_rate
 from llmcap.sizing.simeval import SimEvaluate

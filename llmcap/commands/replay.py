@@ -1,7 +1,7 @@
 """`llmcap replay --endpoint URL --trace T`: send a trace open loop to any OpenAI-compatible streaming
 server (vLLM, SGLang, TensorRT-LLM serve, `llmcap twin serve`) and report what came back.
 
-Every request leaves at its scheduled time whatever the server does (`llmcap.live.replay`); errors,
+Every request leaves at its scheduled time whatever the server does (`llmcap.live.trace_replay`); errors,
 timeouts and cut streams are rows with their status and count as SLO misses. `--max-concurrency N` replays
 closed loop instead (`llmcap.live.closedloop`): a product's concurrency, not capacity, and the output says so.
 
@@ -71,8 +71,8 @@ from llmcap.credentials import api_key_from_env, redact_url
 from llmcap.errors import LlmcapError
 from llmcap.live.closedloop import CAVEAT
 from llmcap.live.prompts import APIS
-from llmcap.live.replay import ReplayResult, replay_async
 from llmcap.live.served import first_served_model
+from llmcap.live.trace_replay import ReplayResult, replay_async
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import goodput
 from llmcap.trace import mean_rate, write_table

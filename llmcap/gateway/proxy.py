@@ -31,7 +31,7 @@ import pyarrow as pa
 from llmcap.gateway.metrics import GatewayMetrics
 from llmcap.gateway.split import PREFIX_TOKENS, TrafficSplit, sticky_key
 from llmcap.live.client import SSEEvents, StreamResult
-from llmcap.live.replay import request_row
+from llmcap.live.trace_replay import request_row
 from llmcap.sim.records import REQUEST_SCHEMA
 from llmcap.twin.http import HttpServer, Request, Responder
 

@@ -15,7 +15,7 @@ from llmcap.live.profiler import (
     measure_endpoint,
     to_profile,
 )
-from llmcap.live.replay import ReplayResult, replay, replay_async
+from llmcap.live.trace_replay import ReplayResult, replay, replay_async
 
 __all__ = [
     "BenchRun",

@@ -1,5 +1,5 @@
 """The replay runs: each seed's excerpt of the trace at each scale of the predicted rate, measured against an
-endpoint (open loop, `llmcap.live.replay`) and predicted by the simulator, as request records.
+endpoint (open loop, `llmcap.live.trace_replay`) and predicted by the simulator, as request records.
 
 Both record tables have the shared request schema (`llmcap.sim.records.REQUEST_SCHEMA`) plus `run` (the
 scale, e.g. "0.8x") and `excerpt_seed`; times are on the excerpt's clock (its first arrival is 0).
@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.perf.model import StepTimeModel
 from llmcap.sim import SimConfig, simulate
 from llmcap.sim.records import REQUEST_SCHEMA

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from llmcap.report import capacity_network as kv_network
 from llmcap.report import capacity_plots as plots
-from llmcap.report import replay as replay_check
+from llmcap.report import replay_check
 from llmcap.report.capacity_header import header
 from llmcap.report.capacity_markup import Section, esc, figure, fmt, html_table, md_table, paragraphs
 from llmcap.sizing.headroom import COMBINATION_RULE

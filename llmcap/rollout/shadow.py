@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from llmcap.gateway import Gateway, GatewayConfig, ShadowTarget
-from llmcap.live.replay import ReplayResult, replay_async
+from llmcap.live.trace_replay import ReplayResult, replay_async
 from llmcap.rollout.gates import GateResult, Prediction, Tolerances, evaluate
 from llmcap.rollout.observe import Observation, ScrapeSource
 

@@ -6,7 +6,7 @@ Every `interval_s` the cluster reads vLLM's own gauges from each ready replica a
     N_target(t) = clamp(max(N_floor(t), N_reactive(t)), min_replicas, max_replicas)
 
 - N_floor(t): the step schedule in the config (a forecast of the rate ÷ one instance's max rate, computed
-  by the caller, e.g. `llmcap.sizing.autoscale`). It counts every replica asked for, ready or starting:
+  by the caller, e.g. `llmcap.sizing.autoscale_whatif`). It counts every replica asked for, ready or starting:
   a floor has to be ordered T_ready ahead, which is the caller's job.
 - N_reactive(t): Kubernetes HPA's rule on vLLM's own gauges averaged over ready replicas and over the last
   `metric_window_s` of ticks (as a PromQL avg_over_time would feed an HPA external metric), desired =

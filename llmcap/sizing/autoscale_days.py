@@ -1,4 +1,4 @@
-"""The day an autoscaling what-if serves (`llmcap.sizing.autoscale`): a synthesized diurnal day, or the trace's
+"""The day an autoscaling what-if serves (`llmcap.sizing.autoscale_whatif`): a synthesized diurnal day, or the trace's
 held-back part as it came. Either gives its rate curve, its peak and its requests."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sized plan's deployment on a diurnal day: static vs autoscaled (`llmcap.sizing.autoscale`), from what the
+"""The sized plan's deployment on a diurnal day: static vs autoscaled (`llmcap.sizing.autoscale_whatif`), from what the
 size step decided (its capacity summary) and the same candidate rows, step models and router it used."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
 from llmcap.first_token import first_token_from
 from llmcap.sim import AutoscaleConfig, LinkConfig, PDConfig
-from llmcap.sizing.autoscale import AutoscaleWhatIf, Day, DiurnalDay, PoolRate, TraceDay, autoscale_whatif
+from llmcap.sizing.autoscale_whatif import AutoscaleWhatIf, Day, DiurnalDay, PoolRate, TraceDay, autoscale_whatif
 from llmcap.sizing.forecast import Forecast, fit_seasonality
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.params import AutoscaleParams, SizeParams

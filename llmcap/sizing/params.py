@@ -236,7 +236,7 @@ class ComputeParams(_Strict):
 
 
 class AutoscaleParams(_ReadyTime):
-    """Stage `autoscale`: the chosen plan on a synthesized diurnal day, static vs autoscaled (`llmcap.sizing.autoscale`)."""
+    """Stage `autoscale`: the chosen plan on a synthesized diurnal day, static vs autoscaled (`llmcap.sizing.autoscale_whatif`)."""
 
     enabled: bool = True
     amplitude: float = Field(default=0.6, ge=0, lt=1)

@@ -13,7 +13,7 @@ import pytest
 
 from llmcap.gateway import GatewayConfig, ShadowTarget
 from llmcap.live.metrics import parse_metrics
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from tests.gateway._gateway import columns, running_gateway
 from tests.twin._twin import SERVED, running_twin
 

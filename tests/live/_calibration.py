@@ -10,7 +10,7 @@ model, the workload they replay, and a replay measured from both sides.
   the profile, which the acceptance checks use to scale each repeat's prediction (in-situ calibration).
 - `azure_workload`: the Azure 2023 conversation trace, transformed to suit this engine (see there).
 - `engine_config`: the simulator's `EngineConfig` from the engine's own settings.
-- `measure_replay`: an open-loop replay (`llmcap.live.replay`) plus the engine's own TTFT / ITL
+- `measure_replay`: an open-loop replay (`llmcap.live.trace_replay`) plus the engine's own TTFT / ITL
   histograms over exactly that replay (/metrics scraped before and after). The fixture starts the
   engine with fine log-spaced buckets (`histogram_buckets`, 4% wide) so their quantiles resolve a
   few-ms ITL; vLLM's default ITL buckets start at 10 ms.

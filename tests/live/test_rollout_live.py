@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.rollout.driver import AdminWeights, RolloutPlan, run_rollout
 from llmcap.rollout.gates import Tolerances
 from llmcap.rollout.observe import ScrapeSource

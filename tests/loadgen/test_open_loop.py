@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from llmcap.live.loopback import serving_loopback
-from llmcap.live.replay import peak_rate, processes_for, replay_async
+from llmcap.live.trace_replay import peak_rate, processes_for, replay_async
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 # "On time" in a test on a shared 2-core VM (other sessions' engines run at higher priority): the median

@@ -31,7 +31,7 @@ import pytest
 
 from flows import server
 from llmcap import exit_codes
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.rollout.predict import predict_share, predictions_doc
 from tests.conftest import ROOT
 from tests.twin._twin import FAST, SERVED, deployment, twin_server

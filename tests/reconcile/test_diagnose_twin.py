@@ -16,7 +16,7 @@ import pytest
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.deployment import EngineOptions, sim_config, step_model
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.reconcile.diagnose import Diagnosis, diagnose
 from llmcap.reconcile.params import DiagnoseParams
 from llmcap.reconcile.series import record

@@ -25,7 +25,7 @@ import pytest
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.deployment import EngineOptions, sim_config
-from llmcap.live.replay import replay
+from llmcap.live.trace_replay import replay
 from llmcap.perf.corrections import apply_corrections
 from llmcap.reconcile.params import ReconcileParams
 from llmcap.reconcile.run import reconcile

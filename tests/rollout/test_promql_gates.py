@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from llmcap.gateway import GatewayConfig
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.rollout.driver import RolloutPlan, run_rollout
 from llmcap.rollout.gates import evaluate
 from llmcap.rollout.observe import ScrapeSource

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from llmcap.gateway import Gateway, GatewayConfig
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from llmcap.rollout.driver import RolloutPlan, run_rollout
 from llmcap.rollout.gates import Tolerances
 from llmcap.rollout.observe import ScrapeSource

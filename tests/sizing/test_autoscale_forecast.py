@@ -14,8 +14,8 @@ from _workloads import MODEL, canonical, table  # noqa: E402
 
 from llmcap.perf.model import LinearStepModel  # noqa: E402
 from llmcap.sim import AutoscaleConfig, EngineConfig  # noqa: E402
-from llmcap.sizing.autoscale import DiurnalDay, PoolRate, TraceDay, autoscale_whatif, scale_up_points  # noqa: E402
 from llmcap.sizing.autoscale_plan import forecast_day  # noqa: E402
+from llmcap.sizing.autoscale_whatif import DiurnalDay, PoolRate, TraceDay, autoscale_whatif, scale_up_points  # noqa: E402
 from llmcap.sizing.forecast import DAY_S, WEEK_S, fit_seasonality  # noqa: E402
 from llmcap.sizing.params import AutoscaleParams, ReadyPhases, SearchParams, SloParams  # noqa: E402
 from llmcap.sizing.search import search_max_rate  # noqa: E402
@@ -201,7 +201,7 @@ def test_a_gpu_budget_caps_the_autoscaled_plan_not_the_static_one():
     assert free.autoscaled[0].peak_replicas == 5 and capped.autoscaled[0].peak_replicas == 4
     assert capped.static_counts == {"both": 5} and capped.max_total_gpus == 8
     assert capped.autoscaled[0].gpu_hours < free.autoscaled[0].gpu_hours
-    from llmcap.report.autoscale import markdown
+    from llmcap.report.autoscale_whatif import markdown
 
     assert "share a budget of 8 GPUs" in markdown(capped) and "the static plan needs 10, above it" in markdown(
         capped

@@ -13,7 +13,7 @@ from _workloads import MODEL, canonical, table  # noqa: E402
 
 from llmcap.errors import LlmcapError  # noqa: E402
 from llmcap.sim import AutoscaleConfig, EngineConfig  # noqa: E402
-from llmcap.sizing.autoscale import DiurnalDay, PoolRate, autoscale_whatif, forecast_floor  # noqa: E402
+from llmcap.sizing.autoscale_whatif import DiurnalDay, PoolRate, autoscale_whatif, forecast_floor  # noqa: E402
 from llmcap.sizing.params import SearchParams, SloParams  # noqa: E402
 from llmcap.sizing.search import search_max_rate  # noqa: E402
 from llmcap.sizing.simeval import SimEvaluate  # noqa: E402

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 from llmcap.report.capacity_plots import latency_panels
-from llmcap.report.replay import render_markdown as replay_markdown
+from llmcap.report.replay_check import render_markdown as replay_markdown
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import itl_name
 from tests.conftest import TRACES

@@ -13,7 +13,7 @@ import pytest
 
 from llmcap.live.client import async_client, stream_completion, token_prompt
 from llmcap.live.metrics import parse_metrics
-from llmcap.live.replay import replay_async
+from llmcap.live.trace_replay import replay_async
 from tests.twin._twin import SERVED, running_twin
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.timing]

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 
 from llmcap.live.metrics import parse_metrics
-from llmcap.live.replay import replay
+from llmcap.live.trace_replay import replay
 from llmcap.sim import simulate, weighted_quantiles
 from tests.twin._twin import deployment, twin_server
 

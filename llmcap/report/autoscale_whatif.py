@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from llmcap.sizing.autoscale import AutoscaleWhatIf, PlanOutcome, scale_up_points  # noqa: E402
+from llmcap.sizing.autoscale_whatif import AutoscaleWhatIf, PlanOutcome, scale_up_points  # noqa: E402
 
 _PNG_META = {"Software": "llmcap"}
 
