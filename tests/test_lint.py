@@ -1,5 +1,5 @@
-"""Lint: ruff with the rules pyproject.toml selects (unused or undefined names, redefinitions, syntax errors)
-over every Python file of the repository."""
+"""Lint and format: ruff with the rules pyproject.toml selects (names, syntax, imports, bugbear, pyupgrade, simplify)
+and `ruff format` at its 120 columns, over every Python file of the repository."""
 
 from __future__ import annotations
 
@@ -28,3 +28,20 @@ def test_ruff_would_catch_an_unused_import(tmp_path) -> None:
         text=True,
     )
     assert out.returncode == 1 and "F401" in out.stdout
+
+
+def test_the_tree_is_formatted() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_ruff_would_catch_an_unformatted_file_and_a_bugbear(tmp_path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x=[]):\n    return zip(x,x)\n")
+    config = ["--config", str(ROOT / "pyproject.toml")]
+    fmt = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", *config, str(bad)], capture_output=True)
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", *config, str(bad)], capture_output=True, text=True)
+    assert fmt.returncode == 1
+    assert lint.returncode == 1 and "B006" in lint.stdout and "B905" in lint.stdout
