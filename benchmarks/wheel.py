@@ -38,7 +38,7 @@ SIZE = [
     "--slo-itl-p99",
     "100",
     "--json",
-]  # the pipeline's SLOs; fmt: skip
+]  # the pipeline's SLOs
 
 
 def _walls(clis: dict[str, list[str]], args: list[str], runs: int) -> dict[str, tuple[float, str]]:
