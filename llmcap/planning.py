@@ -25,8 +25,9 @@ from llmcap.report.capacity import CapacityReport, Provenance, Sources, capacity
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.kvbudget import EngineKV, apply_engine_kv, from_fingerprint, kv_budget_summary
 from llmcap.sizing.measured import MeasuredModels, measured_models, with_corrections
+from llmcap.sizing.outcome import SizingOutcome
 from llmcap.sizing.params import SizeParams
-from llmcap.sizing.plan import SizingOutcome, class_pools, size_deployments
+from llmcap.sizing.plan import class_pools, size_deployments
 from llmcap.sizing.pools import PoolComparison
 from llmcap.sizing.summary import CapacitySummary, PoolSizes, RequestClassPools, SizingSummary
 from llmcap.trace.stats import label_mix

@@ -15,8 +15,8 @@ from numpy.typing import ArrayLike
 from llmcap.report.capacity_sections import render_html, render_markdown
 from llmcap.sizing.headroom import CapacityPlan
 from llmcap.sizing.ledger import Ledger
+from llmcap.sizing.outcome import SizingOutcome
 from llmcap.sizing.params import SloParams
-from llmcap.sizing.plan import SizingOutcome
 from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.table import write_parquet

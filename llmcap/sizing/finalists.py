@@ -1,4 +1,4 @@
-"""The shapes settled on the whole trace (`Sizer.settle`): each one's analytic plan beside its scenario fit, and
+"""The shapes settled on the whole trace (`Sizer.scenarios`, `Sizer.pick`): each one's analytic plan beside its scenario fit, and
 how the chosen one is picked among them."""
 
 from __future__ import annotations
@@ -66,6 +66,15 @@ def closeness(f: Finalist) -> tuple[float, float]:
     limit), then the cheaper."""
     failed = f.fit.failed
     return (1.0 if failed is None else failed.attainment, -f.fit.plan.usd_per_hour)
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    """The shapes fitted in every scenario (`Sizer.scenarios`), before one is picked."""
+
+    finalists: tuple[Finalist, ...]  # in analytic cost order
+    considered: int  # shapes with an analytic plan
+    following: SizedRow | None  # the cheapest shape left out of the shortlist (None: none was)
 
 
 @dataclass(frozen=True)

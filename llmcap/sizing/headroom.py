@@ -28,13 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
-from numpy.typing import ArrayLike
+import pyarrow as pa
+from numpy.typing import ArrayLike, NDArray
 
 from llmcap.errors import LlmcapError
-from llmcap.sizing.analytic import ceil_count, demand_growth
+from llmcap.sizing.analytic import ceil_count, demand_growth, windowed_peak_rate
 from llmcap.sizing.params import HeadroomParams
 from llmcap.sizing.placement import Placement, place
 from llmcap.trace.stats import window_counts
+from llmcap.trace.synth import mean_rate, scale_rate
 
 RISKS = ("traffic", "memory", "failure", "deployment", "control")
 
@@ -293,6 +295,30 @@ def planning_demand(target_rps: float, params: HeadroomParams, arrival_s: ArrayL
     else:
         growth, src = 0.0, "no ramp given and no arrivals"
     return Demand(traffic_plan(target_rps, p, arrival_s), growth, src)
+
+
+@dataclass(frozen=True)
+class PlanningTraffic:
+    """One plan's traffic, derived once from its trace (`planning_traffic`) and handed to every step that needs it."""
+
+    target_rps: float
+    arrival_s: NDArray[np.float64]  # the trace's arrivals as replayed at the target (rate-scaled)
+    demand: Demand
+
+    @property
+    def planning_rps(self) -> float:
+        return self.demand.traffic.planning_rps
+
+    def peak_rps(self, window_s: float) -> float:
+        """The planning traffic's peak `window_s`-windowed rate: the bursts the replay at the planning rate carries."""
+        return windowed_peak_rate(self.arrival_s, window_s) * self.planning_rps / self.target_rps
+
+
+def planning_traffic(trace: pa.Table, target_rps: float | None, params: HeadroomParams) -> PlanningTraffic:
+    """The planning traffic of `trace` at `target_rps` (None: the trace's own mean rate)."""
+    target = target_rps if target_rps is not None else mean_rate(trace)
+    arrivals = scale_rate(trace, target).column("arrival_s").to_numpy()
+    return PlanningTraffic(target, arrivals, planning_demand(target, params, arrivals))
 
 
 def plan_pools(demand: Demand, pools: list[PoolInput] | tuple[PoolInput, ...], params: HeadroomParams) -> CapacityPlan:

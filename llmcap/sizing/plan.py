@@ -1,186 +1,63 @@
-"""Step 4 end to end: feasible candidates + trace + SLOs → searched max rates → sized, costed deployments.
+"""Step 4 end to end: feasible candidates + trace + SLOs → sized, costed deployments, in five phases (`PHASES`) on one
+planning traffic (`llmcap.sizing.headroom.planning_traffic`: the target rate, the trace replayed at it, the planning
+demand), derived once and handed to the one `Sizer` of the plan.
 
-1. Bound: every feasible candidate gets analytic upper bounds on one instance's rate (prefill compute,
-   decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle (an
-   upper bound at any rate). The disaggregated roles are searched first (below); then
-   aggregated candidates in order of bound per GPU, in batches of `shortlist`, while a bound can still
-   beat the best goodput per GPU found (branch and bound, at most `max_simulated`); once a best is known, a
-   candidate's search starts at the rate it needs to beat it and stops there if that rate fails. Every
-   pruned or stopped candidate is listed in the notes with its reason.
-2. Search: each simulated unit's max feasible rate by bracket + bisection on the rate-scaled trace
-   (`llmcap.sizing.search`; seeds replay different excerpts, long enough at each rate for a queue to show,
-   and an overloaded run fails whatever its attainment); evaluations go through the executor. Each answer
-   is confirmed on the whole trace at that rate, stepping down until it holds (`confirm_whole_trace`: the
-   chosen candidate's, re-choosing until the cheapest plan is a confirmed one; or every candidate's); the
-   notes say what each confirmation did and which rates stay unconfirmed.
-   Disaggregated rows are searched per role (`llmcap.sizing.pd_search`): each prefill row's and each decode
-   row's own per-instance rate G_P / G_D, beside an ample other pool; every pairing (any GPU types,
-   any prefill layout) is then sized pool by pool — no fixed P:D unit.
-3. Size: each option's pools are sized from the planning rate with headroom per pool, in req/s, rounded
-   once (`llmcap.sizing.headroom`), with cost: the analytic plan, which ranks the shapes.
-4. Settle: the `final_shortlist` cheapest shapes by analytic plan are each simulated end to end on the whole
+1. Prune (analytic bounds, excerpts): every feasible candidate gets analytic upper bounds on one instance's rate
+   (prefill compute, decode bandwidth, KV by Little's law) from its step-time model, and its attainment when idle
+   (an upper bound at any rate). The disaggregated roles are searched first (`llmcap.sizing.pd_search`: each
+   prefill row's and each decode row's own per-instance rate G_P / G_D, beside an ample other pool; every pairing,
+   any GPU types and prefill layouts, sized pool by pool — no fixed P:D unit); then aggregated candidates in order
+   of bound per GPU, in batches of `shortlist`, while a bound can still beat the best goodput per GPU found
+   (branch and bound, at most `max_simulated`; once a best is known, a candidate's search starts at the rate it
+   needs to beat it and stops there if that rate fails). Each simulated unit's max feasible rate comes from
+   bracket + bisection on rate-scaled excerpts (`llmcap.sizing.search`; seeds replay different excerpts, long
+   enough at each rate for a queue to show, and an overloaded run fails whatever its attainment), through the
+   executor. Each row's pools are sized from the planning rate with headroom per pool, in req/s, rounded once
+   (`llmcap.sizing.headroom`), with cost: the analytic plan, which ranks the shapes. Every pruned or stopped
+   candidate is listed in the notes with its reason.
+2. Whole trace: the cheapest row's max rate is confirmed on the whole trace at that rate, stepping down until it
+   holds (`confirm_whole_trace`: the chosen candidate's, re-choosing until the cheapest plan is a confirmed one;
+   or every candidate's, in phase 1); the notes say what each confirmation did and which rates stay unconfirmed.
+3. Scenarios: the `final_shortlist` cheapest shapes by analytic plan are each simulated end to end on the whole
    trace at the planning rate in every scenario (node loss, rolling upgrade; `llmcap.sizing.scenarios`);
-   instances are added per pool until all pass (up to the shape's cost limit, `max_cost_factor` ×
-   its analytic $/h or `max_usd_per_hour`), and each pool is settled at its minimum (one fewer fails a
-   scenario). The cheapest shape that passes is the answer; when none passes, the closest is shown with the
-   verdict "fails" (the CLI and the stage exit non-zero). The four-ledger floor (`llmcap.sizing.ledger`) is
-   reported beside it.
+   instances are added per pool until all pass (up to the shape's cost limit, `max_cost_factor` × its analytic
+   $/h or `max_usd_per_hour`), and each pool is settled at its minimum (one fewer fails a scenario).
+4. Choose: the cheapest shape that passes is the answer (fitted again under the other routers where the trace
+   has prefix hashes); when none passes, the closest is shown with the verdict "fails" (the CLI and the stage
+   exit non-zero).
+5. Range: the chosen plan judged on `count_seeds` and fitted again at the ends of the step-time model's error
+   (`llmcap.sizing.uncertainty`).
+Then the planned deployment is replayed on the whole trace for the report (`llmcap.sizing.outcome`), the
+four-ledger floor (`llmcap.sizing.ledger`) beside it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from llmcap.catalog import ModelSpec
 from llmcap.errors import LlmcapError
-from llmcap.sim import SimResult
-from llmcap.sizing.analytic import windowed_peak_rate
 from llmcap.sizing.executor import Executor
-from llmcap.sizing.headroom import COMBINATION_RULE, CapacityPlan
-from llmcap.sizing.ledger import Ledger, four_ledgers
+from llmcap.sizing.finalists import Shortlist
+from llmcap.sizing.headroom import planning_traffic
 from llmcap.sizing.measured import MeasuredModels
-from llmcap.sizing.network import Provisioning, provision
-from llmcap.sizing.network import table_columns as network_columns
+from llmcap.sizing.outcome import Choice, SizingOutcome, sizing_outcome
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.pd_search import disaggregated
 from llmcap.sizing.pools import Pool, PoolComparison, compare_pools
-from llmcap.sizing.scenarios import FitResult
-from llmcap.sizing.search import SearchResult
-from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.sizer import Sizer
-from llmcap.sizing.slo import deadlines, definitions
-from llmcap.sizing.summary import FinalistSummary, PoolPlanSummary, SizingSummary
-from llmcap.sizing.table import capacity_row, capacity_table, pairing_row, pool_configurations
+from llmcap.sizing.summary import SizingSummary
 from llmcap.sizing.uncertainty import CountRange
-from llmcap.sizing.units import Lengths, RoleRow, SizedRow
+from llmcap.sizing.units import SizedRow
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SizingEvidence:
-    """What the report shows beside the table: each searched row's curve, the chosen plan before and after
-    the scenario simulations, the four-ledger floor, and the planned deployment's replay."""
-
-    curves: Mapping[str, SearchResult]
-    chosen: str
-    plan: CapacityPlan
-    records: pa.Table  # per request (REQUEST_SCHEMA) of the replay described by `replay`
-    kv_usage: Mapping[str, tuple[np.ndarray, np.ndarray]]  # series -> (times s, usage fraction)
-    notes: tuple[str, ...]
-    analytic: CapacityPlan
-    fit: FitResult | None
-    ledger: Ledger
-    replay: str
-    count_range: tuple[str, ...]
-    finalists: tuple[str, ...] = ()  # each shape settled on the whole trace, a line each
-    network: dict[str, Any] | None = (
-        None  # P/D: the chosen plan's link provisioning and the replay's handoff percentiles
-    )
-
-
-@dataclass(frozen=True)
-class SizingOutcome:
-    table: pa.Table
-    evidence: SizingEvidence
-    summary: SizingSummary
-
-
-def _kv_usage(records_ts: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per pool (role) and time bin: the mean and the max KV usage over its replicas (a few lines, however many replicas)."""
-    out = {}
-    for role in sorted(set(records_ts.column("role").to_pylist())):
-        part = records_ts.filter(pc.equal(records_ts["role"], role))
-        n = len(set(part.column("replica").to_pylist()))
-        agg = part.group_by("t_s").aggregate([("kv_usage", "mean"), ("kv_usage", "max")]).sort_by("t_s")
-        t = agg["t_s"].to_numpy()
-        name = "instances" if role == "both" else role
-        if n > 1:
-            out[f"{name}: max over {n} replicas"] = (t, agg["kv_usage_max"].to_numpy())
-        out[f"{name}: mean over {n} replicas" if n > 1 else f"{name}: 1 replica"] = (t, agg["kv_usage_mean"].to_numpy())
-    return out
-
-
-def ledger_check(lengths: Lengths, row: SizedRow, rate_rps: float, plan: CapacityPlan) -> Ledger:
-    """The four-ledger floor of `row`'s configuration at `rate_rps` (`llmcap.sizing.ledger`), beside `plan`'s count."""
-    pre, dec = row.unit, row.decode or row.unit
-    return four_ledgers(
-        rate_rps,
-        lengths.isl,
-        lengths.osl,
-        lengths.cached,
-        prefill_tokens_s=pre.bounds.prefill_compute * float((lengths.isl - lengths.cached).mean()),
-        prefill_gpus=pre.gpus,
-        decode_tokens_s=dec.bounds.decode_bandwidth * float(lengths.osl.mean()),
-        decode_gpus=dec.gpus,
-        decode_step_s=dec.decode_step_s,
-        kv_tokens_per_instance=float(dec.row["kv_tokens_per_instance"]),
-        kv_bytes_per_token=dec.engine.kv_bytes_per_token,
-        nic_bytes_s_per_gpu=pre.gpu.nic_bytes_s,
-        disaggregated=row.decode is not None,
-        final_gpus=plan.total_gpus,
-    )
-
-
-def _table_rows(
-    workload_id: str,
-    rows: Sequence[SizedRow],
-    roles: Sequence[RoleRow],
-    settled: Mapping[str, bool],
-    provisioned: Callable[[SizedRow], Provisioning | None],
-) -> list[dict[str, Any]]:
-    out = [
-        capacity_row(workload_id, r.key, r.mode, r.config, r.result, r.unit.gpus, r.plan, scenarios=settled.get(r.key))
-        for r in rows
-        if r.mode == "aggregated"
-    ]
-    out += [
-        capacity_row(workload_id, r.unit.key, r.role, r.unit.config, r.result, r.unit.gpus * r.instances) for r in roles
-    ]
-    for r in rows:
-        if r.mode == "disaggregated":
-            assert r.pd_roles is not None
-            pr, dr = r.pd_roles
-            out.append(
-                pairing_row(
-                    workload_id,
-                    r.key,
-                    r.config,
-                    (pr.result, pr.rate, pr.unit.gpus),
-                    (dr.result, dr.rate, dr.unit.gpus),
-                    r.plan,
-                    settled.get(r.key),
-                )
-                | network_columns(provisioned(r))
-            )
-    return out
-
-
-def _pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]:
-    configs = pool_configurations(chosen)
-    return {
-        q.name: {
-            "configuration": configs.get(q.name, chosen),
-            "per_instance_rps": q.pool.per_instance_rps,
-            "gpus_per_instance": q.pool.gpus_per_instance,
-            "base_instances": q.base_instances,
-            "instances": q.instances,
-            "gpus": q.gpus,
-            "usd_per_hour": q.usd_per_hour,
-            "headroom": {i.risk: {"rps": i.rps, "instances": i.instances, "reasoning": i.reasoning} for i in q.items},
-            "placement": q.placement.describe(),
-        }
-        for q in plan.pools
-    }
 
 
 SHOWN_REASONS = 4  # distinct reasons named in the one-line error; the CLI lists every candidate's beside it
@@ -203,10 +80,10 @@ def no_feasible_candidate(candidates: pd.DataFrame) -> str:
 
 
 PHASES = (
-    "disaggregated pools",
-    "aggregated candidates",
-    "choice (whole-trace confirmation)",
+    "prune (analytic bounds, excerpts)",
+    "whole trace (confirming the cheapest)",
     "scenarios (settling the shortlisted shapes)",
+    "choice",
     "count range",
     "planned deployment replay",
 )
@@ -224,28 +101,31 @@ def size_deployments(
     simulate_scenarios: bool = True,
     on_phase: Callable[[int, int, str], None] | None = None,
 ) -> SizingOutcome:
-    """The capacity table, report and summary for `trace` over the feasible rows of `candidates`
-    (`measured`: calibrated step models that replace the roofline for matching candidates;
+    """The capacity table, report and summary for `trace` over the feasible rows of `candidates`, phase by phase as
+    the module docstring says (`measured`: calibrated step models that replace the roofline for matching candidates;
     `simulate_scenarios` False: the analytic per-pool plan without the scenario simulations;
     `on_phase(done, total, name)`: before each of `PHASES` and once at the end, for a progress bar)."""
     feasible = candidates[candidates["feasible"]]
     if feasible.empty:
         raise LlmcapError(no_feasible_candidate(candidates))
+    traffic = planning_traffic(trace, params.target_rps, params.headroom)
+    sizer = Sizer(trace, model, params, traffic, executor, progress or log.info, measured)
     phase = _phase_clock(on_phase)
-    sizer = Sizer(trace, model, params, executor, progress or log.info, measured)
-    choice = _settle(sizer, _searched_rows(sizer, feasible, phase), simulate_scenarios, phase)
-    chosen, plan, fitted = choice.chosen, choice.plan, choice.fitted
+    phase(0)
+    rows = _prune(sizer, feasible)
+    phase(1)
+    cheapest, rows = sizer.confirm_cheapest(rows)
+    phase(2)
+    shortlist = sizer.scenarios(rows) if simulate_scenarios else None
+    phase(3)
+    choice = _choose(sizer, cheapest, rows, shortlist)
     phase(4)
-    spread = sizer.count_range(chosen, fitted.minimality) if fitted is not None and fitted.ok else None
-    provisioned = _provisioning(sizer)
-    table = capacity_table(_table_rows(workload_id, choice.rows, sizer.roles, choice.settled, provisioned))
-    # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
+    spread = _count_range(sizer, choice)
     phase(5)
-    sim = sizer.replay(chosen, plan)
-    evidence = _evidence(sizer, choice, sim, spread, provisioned(chosen))
-    summary = _summary(sizer, choice, sim, spread, evidence, len(feasible))
+    # the planned deployment replayed on the whole trace at the planning rate, for the report's CDFs and KV plot
+    out = sizing_outcome(workload_id, sizer, choice, sizer.replay(choice.chosen, choice.plan), spread, len(feasible))
     phase(len(PHASES))
-    return SizingOutcome(table, evidence, summary)
+    return out
 
 
 def _phase_clock(on_phase: Callable[[int, int, str], None] | None) -> Callable[[int], None]:
@@ -263,49 +143,26 @@ def _phase_clock(on_phase: Callable[[int, int, str], None] | None) -> Callable[[
     return phase
 
 
-def _searched_rows(sizer: Sizer, feasible: pd.DataFrame, phase: Callable[[int], None]) -> list[SizedRow]:
-    """Phases 0 and 1: the disaggregated pairings, then the aggregated candidates (the pairings' best goodput per GPU
-    is the incumbent their branch and bound must beat)."""
+def _prune(sizer: Sizer, feasible: pd.DataFrame) -> list[SizedRow]:
+    """Phase 1: the disaggregated pairings, then the aggregated candidates (the pairings' best goodput per GPU is the
+    incumbent their branch and bound must beat), each with its analytic plan."""
     rows: list[SizedRow] = []
     dis = feasible[feasible["mode"] == "disaggregated"]
-    phase(0)
     if sizer.params.pd_prefill_shortlist > 0 and not dis.empty:
         rows += disaggregated(sizer, dis)
     incumbent = max((r.balanced_rps_per_gpu for r in rows), default=0.0)
-    phase(1)
     if (feasible["mode"] == "aggregated").any():
         rows = sizer.aggregated(feasible[feasible["mode"] == "aggregated"], incumbent) + rows
     return rows
 
 
-@dataclass(frozen=True)
-class _Choice:
-    """The chosen row among `rows` (their plans the fitted ones where settled) and how it was settled."""
-
-    chosen: SizedRow
-    rows: list[SizedRow]
-    analytic: CapacityPlan  # the chosen shape's plan before the scenario simulations
-    fitted: FitResult | None = None  # None: the scenarios were not simulated
-    routers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    finalists: list[FinalistSummary] | None = None
-    settled: dict[str, bool] = field(default_factory=dict)  # shape -> whether its fit passes
-
-    @property
-    def plan(self) -> CapacityPlan:
-        assert self.chosen.plan is not None
-        return self.chosen.plan
-
-
-def _settle(sizer: Sizer, rows: list[SizedRow], simulate_scenarios: bool, phase: Callable[[int], None]) -> _Choice:
-    """Phases 2 and 3: the cheapest row (confirmed on the whole trace), then the shortlisted shapes settled in every
-    scenario (`Sizer.settle`) unless the scenarios are not simulated."""
-    phase(2)
-    chosen, rows = sizer.choose(rows)
-    assert chosen.plan is not None
-    phase(3)
-    if not simulate_scenarios:
-        return _Choice(chosen, rows, chosen.plan)
-    outcome = sizer.settle(rows)
+def _choose(sizer: Sizer, cheapest: SizedRow, rows: list[SizedRow], shortlist: Shortlist | None) -> Choice:
+    """Phase 4: the cheapest finalist that passes every scenario (`Sizer.pick`), the rows' plans the fitted ones where
+    settled; without scenarios (`shortlist` None), the `cheapest` row by analytic plan."""
+    assert cheapest.plan is not None
+    if shortlist is None:
+        return Choice(cheapest, rows, cheapest.plan)
+    outcome = sizer.pick(shortlist)
     fitted, finalists = outcome.chosen.fit, [f.describe() for f in outcome.finalists]
     fits = {f.row.key: f.fit for f in outcome.finalists}
     rows = [replace(r, plan=fits[r.key].plan) if r.key in fits else r for r in rows]
@@ -317,101 +174,13 @@ def _settle(sizer: Sizer, rows: list[SizedRow], simulate_scenarios: bool, phase:
             f"within its cost limit; the closest is shown: {outcome.chosen.line()}"
         )
     settled = {key: f.ok for key, f in fits.items()}
-    return _Choice(chosen, rows, outcome.chosen.row.plan, fitted, outcome.routers, finalists, settled)
+    return Choice(chosen, rows, outcome.chosen.row.plan, fitted, outcome.routers, finalists, settled)
 
 
-def _provisioning(sizer: Sizer) -> Callable[[SizedRow], Provisioning | None]:
-    """A row's P→D links (`llmcap.sizing.network`): bursts are the planning traffic's windowed peak."""
-    params = sizer.params
-    peak = windowed_peak_rate(sizer.scaled_arrivals, params.headroom.traffic_window_s) * sizer.planning / sizer.target
-    mean_isl = float(sizer.lengths.isl.mean())
-
-    def provisioned(row: SizedRow) -> Provisioning | None:
-        return provision(row, mean_isl, peak, params.pd_network_overhead)
-
-    return provisioned
-
-
-def _evidence(
-    sizer: Sizer, choice: _Choice, sim: SimResult, spread: CountRange | None, link: Provisioning | None
-) -> SizingEvidence:
-    """What the report shows beside the table, from the replay `sim` of the chosen plan (its prefix tiers noted)."""
-    chosen, plan, fitted = choice.chosen, choice.plan, choice.fitted
-    counts = " + ".join(f"{q.name} {q.instances}" for q in plan.pools)
-    replay = f"the planned deployment ({counts} instances) on the whole trace ({sim.records.num_rows:,} requests) at {plan.planning_rps:.4g} req/s"
-    curves = {r.key: r.result for r in choice.rows if r.mode == "aggregated"} | {
-        f"{r.role}: {r.unit.key}": r.result for r in sizer.roles
-    }
-    network = (
-        None
-        if link is None
-        else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
-    )
-    for t in sim.summary.get("prefix_tiers") or ():
-        sizer.notes.append(
-            f"prefix tier {t['tier']} ({replay}): {t['hit_ratio']:.1%} of prompt tokens loaded from it, "
-            f"load {t['load_s']:,.1f} s, {t['lookups']:,} lookups {t['lookup_s']:,.1f} s, saved prefill ≈ "
-            f"{t['saved_prefill_s']:,.1f} s: net {t['net_gain_s']:+,.1f} s"
-        )
-    return SizingEvidence(
-        curves,
-        chosen.key,
-        plan,
-        sim.records,
-        _kv_usage(sim.timeseries),
-        notes=tuple(sizer.notes),
-        analytic=choice.analytic,
-        fit=fitted,
-        ledger=ledger_check(sizer.lengths, chosen, sizer.target, plan),
-        replay=replay,
-        count_range=() if spread is None else tuple(spread.lines()),
-        finalists=tuple(f["line"] for f in choice.finalists or ()),
-        network=network,
-    )
-
-
-def _summary(
-    sizer: Sizer, choice: _Choice, sim: SimResult, spread: CountRange | None, evidence: SizingEvidence, feasible: int
-) -> SizingSummary:
-    """The sizing summary (`llmcap.sizing.summary`) of `choice`, `feasible` candidates in all."""
-    chosen, plan, fitted, params, rows = choice.chosen, choice.plan, choice.fitted, sizer.params, choice.rows
-    return {
-        "verdict": "analytic" if fitted is None else "passes" if fitted.ok else "fails",
-        "target_rps": sizer.target,
-        "slo_definitions": definitions(params.slo, chosen.mode == "disaggregated", deadlines(sizer.trace)),
-        "planning_rps": plan.planning_rps,
-        "chosen": chosen.key,
-        "mode": chosen.mode,
-        "router": sizer.params.router,
-        "admission_policy": params.admission_policy,
-        "routers_compared": choice.routers or None,
-        "pd_ratio": None
-        if chosen.mode == "aggregated"
-        else f"{plan.pool('prefill').instances}:{plan.pool('decode').instances}",
-        "max_rps_per_unit": chosen.result.max_rate,
-        "gpus_per_unit": chosen.gpus_per_unit,
-        "base_instances": plan.base_instances,
-        "base_gpus": plan.base_gpus,
-        "instances": plan.total_instances,
-        "gpus": plan.total_gpus,
-        "usd_per_hour": plan.usd_per_hour,
-        "pool_plans": _pool_summary(plan, chosen.key),
-        "analytic_gpus": choice.analytic.total_gpus,
-        "combination_rule": COMBINATION_RULE,
-        "scenarios": None if fitted is None else [r.describe() for r in fitted.results],
-        "scenarios_pass": None if fitted is None else fitted.ok,
-        "finalists": choice.finalists,
-        "minimality": None if fitted is None else [m.note for m in fitted.minimality],
-        "fit_history": None if fitted is None else list(fitted.history),
-        "count_range": None if spread is None else spread.as_dict(),
-        "ledger": evidence.ledger.as_dict(),
-        "prefix_tiers": sim.summary.get("prefix_tiers"),
-        "network": evidence.network,
-        "deployment": sizer.planned(chosen, plan).to_dict(),
-        "candidates_feasible": feasible,
-        "candidates_simulated": len(rows) - sum(r.mode == "disaggregated" for r in rows) + len(sizer.roles),
-        "notes": list(sizer.notes),
-    }
+def _count_range(sizer: Sizer, choice: Choice) -> CountRange | None:
+    """Phase 5: the chosen plan's count range (`Sizer.count_range`), where its fit passes."""
+    fitted = choice.fitted
+    return sizer.count_range(choice.chosen, fitted.minimality) if fitted is not None and fitted.ok else None
 
 
 def class_pools(

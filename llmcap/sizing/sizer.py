@@ -1,7 +1,9 @@
-"""The sizing search over the feasible candidates (`Sizer`), phase by phase as `llmcap.sizing.plan`
-describes: aggregated candidates by branch and bound, the choice with its whole-trace confirmation, the
-scenario fit (its finalists in `llmcap.sizing.finalists`), the count range and the replay of the planned
-deployment. The disaggregated roles are searched in `llmcap.sizing.pd_search`, on this state."""
+"""The state one plan's sizing shares (`Sizer`: the trace, its planning traffic, the params, the executor) and its
+phases as `llmcap.sizing.plan` runs them: aggregated candidates by branch and bound (`aggregated`), the whole-trace
+confirmation of the cheapest (`confirm_cheapest`), the scenario fit of the shortlisted shapes (`scenarios`, its
+finalists in `llmcap.sizing.finalists`), the choice among them (`pick`), the count range (`count_range`) and the
+replay of the planned deployment (`replay`). The disaggregated roles are searched in `llmcap.sizing.pd_search`, on
+this state."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from llmcap.sim import LinkConfig, SimConfig, SimResult
 from llmcap.sizing.availability import states as availability_states
 from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
 from llmcap.sizing.executor import Executor
-from llmcap.sizing.finalists import Finalist, Settled, analytic_cost, closeness
-from llmcap.sizing.headroom import CapacityPlan, PoolInput, plan_pools, planning_demand
+from llmcap.sizing.finalists import Finalist, Settled, Shortlist, analytic_cost, closeness
+from llmcap.sizing.headroom import CapacityPlan, PlanningTraffic, PoolInput, plan_pools
 from llmcap.sizing.measured import MeasuredModels
 from llmcap.sizing.nearmiss import NearMiss, NoFeasiblePlan, idle_miss, near_misses
 from llmcap.sizing.params import SizeParams
@@ -42,17 +44,17 @@ from llmcap.sizing.units import (
     search_metric,
     unit_evaluate,
 )
-from llmcap.trace.synth import mean_rate, scale_rate
 
 
 class Sizer:
-    """State shared by the steps of one sizing run (the trace, targets, params, executor)."""
+    """State shared by the phases of one plan's sizing; `traffic`: its planning traffic (`planning_traffic`)."""
 
     def __init__(
         self,
         trace: pa.Table,
         model: ModelSpec,
         params: SizeParams,
+        traffic: PlanningTraffic,
         executor: Executor | None,
         say: Callable[[str], None],
         measured: MeasuredModels | None,
@@ -60,16 +62,20 @@ class Sizer:
         self.trace, self.model, self.params, self.executor, self.say = trace, model, params, executor, say
         self.measured = measured
         self.lengths = Lengths.of(trace)
-        self.target = params.target_rps if params.target_rps is not None else mean_rate(trace)
-        # the planning traffic, once: every plan's pools are sized from it (`plan`)
-        self.scaled_arrivals = scale_rate(trace, self.target).column("arrival_s").to_numpy()
-        self.demand = planning_demand(self.target, params.headroom, self.scaled_arrivals)
-        self.planning = self.demand.traffic.planning_rps
+        self.traffic = traffic  # every plan's pools are sized from it (`plan`)
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []
         self.idle_misses: list[
             NearMiss
         ] = []  # rows ruled out before any simulation: not even idle do they meet the SLOs
+
+    @property
+    def target(self) -> float:
+        return self.traffic.target_rps
+
+    @property
+    def planning(self) -> float:
+        return self.traffic.planning_rps
 
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
@@ -89,7 +95,7 @@ class Sizer:
         return PoolInput(name, rate, unit.gpus, unit.gpu.gpus_per_node, unit.gpu.usd_per_gpu_hour, p99, cap)
 
     def plan(self, pools: Sequence[PoolInput]) -> CapacityPlan:
-        return plan_pools(self.demand, tuple(pools), self.params.headroom)
+        return plan_pools(self.traffic.demand, tuple(pools), self.params.headroom)
 
     def sized(self, row: SizedRow, result: SearchResult) -> SizedRow:
         """Aggregated `row` with `result` and the plan for its max rate (none at rate 0); a confirmation is noted."""
@@ -180,7 +186,7 @@ class Sizer:
         )
         return PdFactory(self.trace, prefill, decode, link, self.params)
 
-    def choose(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
+    def confirm_cheapest(self, rows: list[SizedRow]) -> tuple[SizedRow, list[SizedRow]]:
         """The cheapest sized row; in mode "chosen" an aggregated one is confirmed on the whole trace first,
         re-choosing while a confirmation steps the cheapest down (each row is confirmed at most once). A P/D
         pairing needs no confirmation: its whole deployment is simulated in every scenario."""
@@ -317,16 +323,20 @@ class Sizer:
             return [p.router, "prefix_aware"]
         return [p.router]
 
-    def settle(self, rows: list[SizedRow]) -> Settled:
+    def scenarios(self, rows: list[SizedRow]) -> Shortlist:
         """The `final_shortlist` cheapest shapes by analytic plan, each fitted on the whole trace in every scenario
-        (`fit`); the cheapest whose fit passes is chosen and fitted again under the other routers (`routers()`),
-        the router needing the cheaper passing plan kept. With none passing, the closest miss is `chosen` and
-        `ok` is False: the plan shown is not an answer."""
-        p = self.params
+        (`fit_job`), run together (`jobs`)."""
         sized = sorted((r for r in rows if r.plan is not None), key=analytic_cost)
-        shapes = sized[: p.final_shortlist]
+        shapes = sized[: self.params.final_shortlist]
         self.say(f"settling the counts of {len(shapes)} shape(s) on the whole trace in every scenario")
         finalists = [Finalist(r, f) for r, f in zip(shapes, self.jobs([self.fit_job(r) for r in shapes]), strict=True)]
+        return Shortlist(tuple(finalists), len(sized), sized[len(shapes)] if len(sized) > len(shapes) else None)
+
+    def pick(self, shortlist: Shortlist) -> Settled:
+        """The cheapest finalist whose fit passes, fitted again under the other routers (`routers()`), the router needing
+        the cheaper passing plan kept. With none passing, the closest miss is `chosen` and `ok` is False: the plan
+        shown is not an answer."""
+        finalists = list(shortlist.finalists)
         passing = [f for f in finalists if f.fit.ok]
         chosen = (
             min(passing, key=lambda f: (f.fit.plan.usd_per_hour, finalists.index(f)))
@@ -339,11 +349,11 @@ class Sizer:
             finalists = [
                 chosen if f.row.key == chosen.row.key else f for f in finalists
             ]  # its fit under the router kept
-        if len(sized) > len(shapes):
-            following = sized[len(shapes)]
+        following = shortlist.following
+        if following is not None:
             assert following.plan is not None
             self.notes.append(
-                f"settled on the whole trace: the {len(shapes)} cheapest analytic plans of {len(sized)} (final_shortlist); "
+                f"settled on the whole trace: the {len(shortlist.finalists)} cheapest analytic plans of {shortlist.considered} (final_shortlist); "
                 f"the next, {following.key}, started at ${following.plan.usd_per_hour:,.2f}/h"
             )
         return Settled(chosen, tuple(finalists), routers)

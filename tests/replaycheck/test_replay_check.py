@@ -15,6 +15,7 @@ from llmcap.perf import decode_step_time, prefill_time
 from llmcap.replaycheck import unit_from_plan
 from llmcap.replaycheck.compare import bucket_labels, bucket_of, verdict
 from llmcap.replaycheck.runs import _run_hashes, plan_runs
+from llmcap.sizing.headroom import planning_traffic
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.sizer import Sizer
 from llmcap.sizing.units import Lengths, candidate_key, make_unit
@@ -75,7 +76,8 @@ def test_a_pd_unit_is_what_the_size_stage_simulated(candidates) -> None:
         make_unit(model, prefill.to_dict(), lengths, params.slo),
         make_unit(model, decode.to_dict(), lengths, params.slo),
     )
-    factory = Sizer(trace, model, params, None, lambda _: None, None).pd_factory(p_unit, d_unit)
+    traffic = planning_traffic(trace, None, params.headroom)
+    factory = Sizer(trace, model, params, traffic, None, lambda _: None, None).pd_factory(p_unit, d_unit)
     sized = factory(1, 1)  # the evaluate the size stage builds for one prefill + one decode instance
     assert config.pd is not None and (config.pd.prefill_replicas, config.pd.decode_replicas) == (1, 1)
     assert config.pd.link == sized.pd.link

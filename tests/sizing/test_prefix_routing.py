@@ -8,6 +8,7 @@ import pytest
 
 from llmcap.candidates import EnumerationSpec, enumerate_candidates
 from llmcap.catalog import load_model
+from llmcap.sizing.headroom import planning_traffic
 from llmcap.sizing.params import SearchParams, SizeParams, SloParams
 from llmcap.sizing.plan import size_deployments
 from llmcap.sizing.sizer import Sizer
@@ -63,10 +64,12 @@ def test_routing_is_searched_on_the_chosen_plan_and_the_cheaper_kept(trace):
 
 
 def test_no_routing_search_without_hashes_or_when_off(trace):
-    say = lambda _msg: None  # noqa: E731
-    assert Sizer(trace, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens", "prefix_aware"]
+    def sizer(t, params):
+        return Sizer(t, MODEL, params, planning_traffic(t, None, params.headroom), None, lambda _msg: None, None)
+
+    assert sizer(trace, PARAMS).routers() == ["least_outstanding_tokens", "prefix_aware"]
     off = PARAMS.model_copy(update={"prefix_routing": "off"})
-    assert Sizer(trace, MODEL, off, None, say, None).routers() == ["least_outstanding_tokens"]
+    assert sizer(trace, off).routers() == ["least_outstanding_tokens"]
     plain = trace.drop_columns(["hash_ids"])
-    assert Sizer(plain, MODEL, PARAMS, None, say, None).routers() == ["least_outstanding_tokens"]
+    assert sizer(plain, PARAMS).routers() == ["least_outstanding_tokens"]
     assert np.all(Lengths.of(plain).cached == 0)
