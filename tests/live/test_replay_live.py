@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from llmcap.live import trace_replay as replay
+from llmcap.live import replay
 from llmcap.sim.records import REQUEST_SCHEMA
 
 pytestmark = pytest.mark.live

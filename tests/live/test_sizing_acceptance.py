@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from llmcap.live import trace_replay as replay
+from llmcap.live import replay
 from llmcap.reconcile.repeatability import majority
 from llmcap.sim.records import with_client_latency
 from llmcap.sizing.params import SearchParams, SloParams
