@@ -190,11 +190,6 @@ class Sizer:
         """The cheapest sized row; in mode "chosen" an aggregated one is confirmed on the whole trace first,
         re-choosing while a confirmation steps the cheapest down (each row is confirmed at most once). A P/D
         pairing needs no confirmation: its whole deployment is simulated in every scenario."""
-
-        def cost(r: SizedRow) -> tuple[float, float, str]:
-            assert r.plan is not None
-            return (r.plan.usd_per_hour, -r.balanced_rps_per_gpu, r.key)
-
         while True:
             sized = [r for r in rows if r.plan is not None]
             if not sized:
@@ -202,7 +197,7 @@ class Sizer:
                     (f"{q.role}: {q.unit.key}", q.result) for q in self.roles
                 ]
                 raise NoFeasiblePlan(near_misses(searched, self.params.slo, self.idle_misses))
-            chosen = min(sized, key=cost)
+            chosen = min(sized, key=analytic_cost)
             if (
                 self.params.confirm_whole_trace == "off"
                 or chosen.result.confirmation is not None
