@@ -209,16 +209,18 @@ class ReplayParams(_Strict):
     rate_scales: list[Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: [0.8, 1.0, 1.2],
         min_length=2,
-        description="multiples of the predicted max feasible rate; the lowest must hold, the highest must fail",
+        description="multiples of the load where the simulator predicts the unit stops holding its share of the trace; "
+        "the lowest must hold, the highest must fail",
     )
     excerpt_requests: int = Field(
-        40,
+        480,
         ge=2,
-        description="consecutive trace requests replayed per run (each run's attainment is "
-        "judged with a 95% bound: a 99% target needs ≥ 381 judged requests to hold)",
+        description="requests per run: the unit's share of one window of the trace (the window is the same at every "
+        "scale); each run's attainment is judged with a 95% bound, and a 99% target needs ≥ 381 judged requests "
+        "(of the 80% a run judges) to hold",
     )
     excerpt_seeds: list[Annotated[int, Field(ge=0)]] = Field(
-        default_factory=lambda: [0], min_length=1, description="each seed replays a different excerpt at every rate"
+        default_factory=lambda: [0], min_length=1, description="each seed replays another window of the trace"
     )
     isl_buckets: list[PositiveInt] = Field(
         default_factory=lambda: [4096, 16384], description="ISL bucket edges (tokens)"

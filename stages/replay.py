@@ -1,5 +1,6 @@
-"""Stage `replay` (step 5): the chosen plan's unit replayed open loop at 0.8x / 1.0x / 1.2x of its predicted
-max feasible rate, beside the simulator's prediction of the same excerpts.
+"""Stage `replay` (step 5): the chosen plan's unit replayed open loop on its share of the trace (as the plan's
+router sends one instance) at 0.8x / 1.0x / 1.2x of the load where the simulator predicts it stops holding the
+SLOs, beside the simulator's prediction of the same requests.
 
     python -m stages.replay --trace data/interim/trace.parquet --candidates data/processed/candidates.parquet
         --capacity-summary data/reports/capacity/summary.json --step-model data/processed/step_model.json
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> str:
         mlflow.log_metrics(
             {
                 "rate_rps": s["rate_rps"],
+                "load": s["load"],
                 "requests_sent": s["requests_sent"],
                 "verdict.knee_in_band": float(v["knee_in_band"]),
             }

@@ -10,22 +10,26 @@ from its `max_context_len`.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from llmcap.catalog import get_gpu, load_model
 from llmcap.deployment import EngineOptions, decode_step_model, sim_config, step_model
 from llmcap.errors import LlmcapError
 from llmcap.first_token import first_token_from
 from llmcap.perf.model import StepTimeModel
+from llmcap.replaycheck.share import Share
 from llmcap.sim import SimConfig
 from llmcap.sizing.measured import ConfigKey, MeasuredModels
-from llmcap.sizing.planned import sized_blocks
+from llmcap.sizing.planned import PlannedDeployment, sized_blocks
 from llmcap.sizing.units import candidate_key, candidate_row
+from llmcap.trace.synth import mean_rate
 
 _PD_KEY = re.compile(r"^P\[(?P<prefill>.+)\]\+D\[(?P<decode>.+)\]$")
 
@@ -40,6 +44,21 @@ class PlanUnit:
     rate_rps: float  # the plan's max feasible rate of this unit
     rate_basis: str  # where that rate comes from
     corrected: MeasuredModels = field(default_factory=dict)  # the plan's corrected step models by configuration
+    planning_rps: float | None = None  # the plan's planning rate (None: the trace's own mean rate)
+    deployment: PlannedDeployment | None = None  # the plan's deployment record, where summary.json has one
+    pool_instances: int | None = None  # instances in the pool the unit's (prefill) instance comes from
+
+    def share(self, trace: pa.Table) -> Share:
+        """How the unit's requests are drawn from the trace: as the plan's router sends one instance of its pool,
+        by simulating the recorded deployment; a round-robin split over planning rate / G instances where the
+        record is missing or its steps cannot be rebuilt from it."""
+        planning = self.planning_rps if self.planning_rps is not None else mean_rate(trace)
+        pool = "instances" if self.mode == "aggregated" else "prefill"
+        if self.deployment is not None and self.pool_instances:
+            with contextlib.suppress(LlmcapError):  # a measured or corrected plan's steps are not in the record
+                self.deployment.step_times()
+                return Share(planning, float(self.pool_instances), self.deployment, pool)
+        return Share(planning, planning / self.rate_rps)
 
     def configuration_keys(self) -> tuple[ConfigKey, ConfigKey]:
         """(prefill or only instance, decode instance) configuration keys."""
@@ -106,8 +125,37 @@ def unit_from_plan(
     Aggregated: one instance at the plan's per-instance rate. Disaggregated: one prefill and one decode
     instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
     chosen, mode, pools = str(summary["chosen"]), str(summary["mode"]), summary["pool_plans"]
-    if mode == "aggregated":
-        return _aggregated_unit(summary, candidates, chosen, model, pools)
+    unit = _aggregated_unit if mode == "aggregated" else _pd_unit
+    return replace(
+        unit(summary, candidates, chosen, model, pools, pd_link_latency_s, ttft_includes_handoff),
+        planning_rps=None if summary.get("planning_rps") is None else float(summary["planning_rps"]),
+        deployment=_deployment(summary),
+        pool_instances=_instances(pools["instances" if mode == "aggregated" else "prefill"]),
+    )
+
+
+def _deployment(summary: Mapping[str, Any]) -> PlannedDeployment | None:
+    """The plan's deployment record; None where there is none or it is not whole (the unit's traffic is then a
+    round-robin share, which its runs say)."""
+    with contextlib.suppress(LlmcapError):
+        return PlannedDeployment.from_dict(summary["deployment"]) if "deployment" in summary else None
+    return None
+
+
+def _instances(pool: Mapping[str, Any]) -> int | None:
+    return int(pool["instances"]) if "instances" in pool else None
+
+
+def _pd_unit(
+    summary: Mapping[str, Any],
+    candidates: pd.DataFrame,
+    chosen: str,
+    model: str,
+    pools: Mapping[str, Any],
+    pd_link_latency_s: float,
+    ttft_includes_handoff: bool,
+) -> PlanUnit:
+    mode = str(summary["mode"])
     match = _PD_KEY.match(chosen)
     if mode != "disaggregated" or match is None:
         raise LlmcapError(
@@ -131,7 +179,12 @@ def unit_from_plan(
 
 
 def _aggregated_unit(
-    summary: Mapping[str, Any], candidates: pd.DataFrame, chosen: str, model: str, pools: Mapping[str, Any]
+    summary: Mapping[str, Any],
+    candidates: pd.DataFrame,
+    chosen: str,
+    model: str,
+    pools: Mapping[str, Any],
+    *_: Any,
 ) -> PlanUnit:
     """One instance of the chosen candidate, with the KV blocks the plan sized, at the plan's per-instance rate."""
     row = candidate_row(candidates, chosen, ("both",))

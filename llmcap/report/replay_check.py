@@ -36,6 +36,7 @@ def _run_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         "seed",
         "rate req/s",
         "requests",
+        "drawn as",
         "measured ok/unfinished/rejected",
         "measured attainment",
         "predicted attainment",
@@ -51,6 +52,7 @@ def _run_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 str(r["excerpt_seed"]),
                 _f(r["rate_rps"], 4),
                 str(m["requests"]),
+                str(r.get("traffic", "an excerpt stretched to the rate")),
                 f"{st['ok']}/{st['unfinished']}/{st['rejected']}",
                 _f(m["attainment"], 3),
                 _f(p["attainment"], 3),
@@ -89,11 +91,22 @@ def _lines(s: dict[str, Any]) -> list[str]:
         else "the configured endpoint"
     )
     lines = [
-        f"Unit: {u['description']} ({u['mode']}); predicted max feasible rate {u['rate_rps']:.4g} req/s ({u['rate_basis']}).",
-        f"Measured against {source}; {s['requests_sent']:,} requests sent in {len(s['runs'])} runs of {s['excerpt_requests']} "
-        f"requests (seeds {s['excerpt_seeds']}), SLO attainment target {s['attainment_target']:.0%}.",
+        f"Unit: {u['description']} ({u['mode']}); the size stage's per-instance rate {u['rate_rps']:.4g} req/s ({u['rate_basis']}).",
+        *(
+            [
+                f"Runs at {', '.join(f'{x:g}' for x in s['rate_scales'])} x {s['knee']['load']:.3g}x the planning rate "
+                f"({s['rate_rps']:.4g} req/s to the unit at 1x): {s['knee']['basis']}."
+            ]
+            if "knee" in s
+            else []
+        ),
+        f"Measured against {source}; {s['requests_sent']:,} requests sent in {len(s['runs'])} runs "
+        f"({s['excerpt_requests']} at the lowest scale; seeds {s['excerpt_seeds']}), SLO attainment target "
+        f"{s['attainment_target']:.0%}"
+        + (", the runs replayed all at once, one twin each." if s.get("concurrent_runs") else "."),
+        *([f"Traffic: {s['traffic']}."] if "traffic" in s else []),
         f"Verdict (measured): {v['measured']['text']}.",
-        f"Verdict (predicted, same excerpts): {v['predicted']['text']}.",
+        f"Verdict (predicted, same requests): {v['predicted']['text']}.",
     ]
     if s["dilation"] != 1.0:
         lines.append(

@@ -13,9 +13,11 @@ import pytest
 from llmcap.config import ReplayParams
 from llmcap.replaycheck import check_replay
 from llmcap.replaycheck.runs import RECORD_SCHEMA, plan_runs, predict
+from llmcap.replaycheck.share import Share
 from llmcap.sim import SimConfig
 from llmcap.sizing.params import SloParams
 from llmcap.sizing.slo import attainment
+from llmcap.trace.synth import mean_rate
 from tests.live._calibration import azure_workload, engine_config
 
 pytestmark = pytest.mark.live
@@ -24,11 +26,16 @@ REQUESTS = 20
 SLO = SloParams(ttft_ms=1000, ttft_ms_per_1k_isl=500, itl_ms=200, warmup_frac=0.1, drain_frac=0.1)
 
 
+def _round_robin(trace, rate: float) -> Share:
+    """The unit's share of the trace at `rate` req/s: a round robin over the trace's rate / `rate` instances."""
+    return Share(planning_rps=mean_rate(trace), instances_per_unit_rate=mean_rate(trace) / rate)
+
+
 def _predicted_max_rate(trace, prediction, lo: float = 0.2, hi: float = 50.0) -> float:
     """The simulator's max feasible rate of this excerpt (bisection on the rate): the rate the check scales."""
     for _ in range(12):
         mid = (lo * hi) ** 0.5
-        (run,) = plan_runs(trace, mid, [1.0], [0], REQUESTS)  # seed 0's excerpt, as the check's first seed
+        (run,) = plan_runs(trace, _round_robin(trace, mid), 1.0, [1.0], [0], REQUESTS)  # seed 0's, as the check's
         lo, hi = (mid, hi) if attainment(predict(run, *prediction), SLO) >= SLO.attainment_target else (lo, mid)
     return lo
 
@@ -40,7 +47,9 @@ def test_replay_check_against_the_real_engine(vllm_engine, calibration) -> None:
     params = ReplayParams(
         excerpt_requests=REQUESTS, isl_buckets=[512, 2048], osl_buckets=[16], timeout_s=60, max_drain_s=30
     )
-    check = check_replay(trace, rate, prediction, vllm_engine.base_url, vllm_engine.model, params, SLO)
+    check = check_replay(
+        trace, _round_robin(trace, rate), 1.0, prediction, vllm_engine.base_url, vllm_engine.model, params, SLO
+    )
 
     m, p, s = check.measured, check.predicted, check.summary
     # every request sent is one row, once, with a status; the prediction holds the same requests

@@ -15,10 +15,12 @@ from llmcap.perf import decode_step_time, prefill_time
 from llmcap.replaycheck import unit_from_plan
 from llmcap.replaycheck.compare import bucket_labels, bucket_of, verdict
 from llmcap.replaycheck.runs import _run_hashes, plan_runs
+from llmcap.replaycheck.share import Share
 from llmcap.sizing.headroom import planning_traffic
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.sizer import Sizer
 from llmcap.sizing.units import Lengths, candidate_key, make_unit
+from llmcap.trace.synth import scale_rate
 from ops.reproduce import MEASURED, compare, out_flags
 
 MODEL = "Llama-3.1-8B"
@@ -176,8 +178,10 @@ def test_buckets() -> None:
     ]
 
 
-def test_runs_replay_one_excerpt_per_seed_at_every_scale() -> None:
-    runs = plan_runs(_trace(), 2.0, [0.8, 1.0, 1.2], [0, 5], 20)
+def test_runs_replay_one_window_per_seed_at_every_scale_as_a_round_robin_share() -> None:
+    trace = _trace()  # 2 req/s
+    share = Share(planning_rps=2.0, instances_per_unit_rate=4.0)  # a round robin over 4 instances
+    runs = plan_runs(trace, share, 1.5, [0.8, 1.0, 1.2], [0, 5], 20)
     assert [(r.label, r.seed) for r in runs] == [
         ("0.8x", 0),
         ("1x", 0),
@@ -186,11 +190,19 @@ def test_runs_replay_one_excerpt_per_seed_at_every_scale() -> None:
         ("1x", 5),
         ("1.2x", 5),
     ]
+    on_clock = scale_rate(trace, 2.0)
     for r in runs:
-        arrival = r.requests.column("arrival_s").to_numpy()
-        assert arrival[0] == 0.0 and r.requests.num_rows / arrival[-1] == pytest.approx(r.rate_rps)
+        # every 4th request of an 80-request window, its gaps kept on the planning clock / the run's load
+        assert r.requests.num_rows == 20 and "round-robin share 1 in 4" in r.traffic
+        arrival, ids = r.requests.column("arrival_s").to_numpy(), r.requests.column("request_id").to_numpy()
+        source = on_clock.column("arrival_s").to_numpy()[ids]
+        assert arrival[0] == 0.0 and np.diff(ids).tolist() == [4] * 19
+        np.testing.assert_allclose(arrival, (source - source[0]) / (r.scale * 1.5), atol=1e-9)
     assert runs[0].requests.column("request_id") == runs[2].requests.column("request_id")
     assert runs[0].requests.column("request_id") != runs[3].requests.column("request_id")
+    # above the planning rate there is no share to take: every request of the window, closer together
+    (fast,) = plan_runs(trace, Share(planning_rps=2.0, instances_per_unit_rate=0.5), 1.0, [1.0], [0], 20)
+    assert fast.requests.num_rows == 20 and fast.rate_rps == pytest.approx(4.0 * 20 / 19, rel=0.3)
     # no run finds its prompts cached by an earlier one: shared prefixes are shared within a run only
     hashes = pa.array([[1, 2, 3], [1, 2, 9], None])
     prompts_of = lambda seed: prompts(
