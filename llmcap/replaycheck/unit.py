@@ -122,12 +122,18 @@ def unit_from_plan(
     """The replay unit of the size stage's `summary` (summary.json) over its `candidates` table; P/D TTFT ends
     where the size stage's SLO says (`slo.ttft_includes_handoff`: the decode instance's first token).
 
-    Aggregated: one instance at the plan's per-instance rate. Disaggregated: one prefill and one decode
-    instance (P/D 1:1), at the smaller of the two pools' per-instance rates — a 1:1 pair serves no more."""
+    Aggregated: one instance, with the plan's per-instance rate. Disaggregated: one prefill and one decode
+    instance (P/D 1:1), with the smaller of the two pools' per-instance rates — a 1:1 pair serves no more. The
+    plan's planning rate and deployment record come along: the check draws the unit's traffic from them
+    (`PlanUnit.share`)."""
     chosen, mode, pools = str(summary["chosen"]), str(summary["mode"]), summary["pool_plans"]
-    unit = _aggregated_unit if mode == "aggregated" else _pd_unit
+    unit = (
+        _aggregated_unit(summary, candidates, chosen, model, pools)
+        if mode == "aggregated"
+        else _pd_unit(summary, candidates, chosen, model, pools, pd_link_latency_s, ttft_includes_handoff)
+    )
     return replace(
-        unit(summary, candidates, chosen, model, pools, pd_link_latency_s, ttft_includes_handoff),
+        unit,
         planning_rps=None if summary.get("planning_rps") is None else float(summary["planning_rps"]),
         deployment=_deployment(summary),
         pool_instances=_instances(pools["instances" if mode == "aggregated" else "prefill"]),
@@ -184,7 +190,6 @@ def _aggregated_unit(
     chosen: str,
     model: str,
     pools: Mapping[str, Any],
-    *_: Any,
 ) -> PlanUnit:
     """One instance of the chosen candidate, with the KV blocks the plan sized, at the plan's per-instance rate."""
     row = candidate_row(candidates, chosen, ("both",))
