@@ -64,13 +64,15 @@ def share_knee(
         while hi / lo > 1 + REL_TOL:
             mid = math.sqrt(lo * hi)
             lo, hi = (mid, hi) if holds(mid) else (lo, mid)
+    if held[hi]:  # held all the way to the cap: bracket the cap
+        lo = hi
     rate = sum(r.rate_rps for r in tried[lo]) / len(tried[lo])
     where = (
         f"{share.router}'s share of the trace; bisection over the load from the plan's traffic, {len(held)} simulations"
     )
     if not held[lo]:
         basis = f"no load down to {lo:.3g}x the planning rate held in simulation on {where}: bracketing that floor"
-    elif held[hi]:
+    elif lo == hi:
         basis = f"every load up to the search's cap of {hi:g}x the planning rate held in simulation on {where}"
     else:
         basis = f"the simulator's highest load at which this unit holds the SLOs on {where}"

@@ -9,7 +9,7 @@ import pytest
 
 from llmcap.config import ReplayParams
 from llmcap.perf import build_step_model
-from llmcap.replaycheck.knee import share_knee
+from llmcap.replaycheck.knee import REACH, share_knee
 from llmcap.replaycheck.runs import plan_runs, predict
 from llmcap.replaycheck.share import Share
 from llmcap.sim import EngineConfig, SimConfig
@@ -75,3 +75,15 @@ def test_the_knee_is_where_the_prediction_of_the_share_stops_holding() -> None:
         return attainment(predict(run, *prediction), SLO) >= SLO.attainment_target
 
     assert holds(knee.load) and not holds(knee.load * 1.05)
+
+
+def test_a_share_that_holds_at_every_load_brackets_the_search_cap_and_says_so() -> None:
+    loose = SloParams(ttft_ms=1e7, itl_ms=1e6, warmup_frac=0.1, drain_frac=0.1)
+    share = Share(10.0, 4.0)  # a round robin: no deployment record
+    prediction = (
+        SimConfig(engine=ENGINE),
+        build_step_model(MODEL, GPU, tp=1, weight_quant="fp8", kv_dtype="fp8"),
+        None,
+    )
+    knee = share_knee(_trace(400), share, prediction, ReplayParams(excerpt_requests=50), loose)
+    assert knee.held and knee.load == REACH and "cap of 64x" in knee.basis and "round-robin" in knee.basis
