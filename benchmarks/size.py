@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from llmcap.catalog import load_model
+from llmcap.catalog import ModelSpec, load_model
 from llmcap.config import load_params
 from llmcap.sizing.executor import make_executor
 from llmcap.sizing.params import SizeParams
@@ -50,8 +50,9 @@ def _phase_timer() -> tuple[Callable[[int, int, str], None], dict[str, float]]:
     return on_phase, times
 
 
-def _timed(label: str, trace: pa.Table, candidates: pd.DataFrame, size: SizeParams, workers: int) -> None:
-    model = load_model(load_params(ROOT / "params.yaml").enumerate.model)
+def _timed(
+    label: str, trace: pa.Table, candidates: pd.DataFrame, model: ModelSpec, size: SizeParams, workers: int
+) -> None:
     size = size.model_copy(update={"compute": size.compute.model_copy(update={"workers": workers})})
     on_phase, phases = _phase_timer()
     t0 = time.perf_counter()
@@ -71,15 +72,16 @@ def main() -> None:
     if not (trace_path.exists() and cand_path.exists()):
         print("size search: skipped — run `make plan` first (needs the pipeline's trace and candidates)")
         return
-    size = load_params(ROOT / "params.yaml").size
+    params = load_params(ROOT / "params.yaml")
+    size, model = params.size, load_model(params.enumerate.model)
     trace, candidates = load_trace(trace_path), pq.read_table(cand_path).to_pandas()
     two = min(2, os.cpu_count() or 1)
     for workers in sorted({1, two}):
-        _timed("the pipeline's trace", trace, candidates, size, workers)
+        _timed("the pipeline's trace", trace, candidates, model, size, workers)
     bursty = synthesize(ingest(AZURE_CONV).trace, 9000, BURSTY, np.random.default_rng(0))
-    _timed("bursty MMPP, Azure conversation lengths", bursty, candidates, size, two)
+    _timed("bursty MMPP, Azure conversation lengths", bursty, candidates, model, size, two)
     if os.environ.get("LLMCAP_BENCH_SCALE") == "1":
         hour = synthesize(
             trace, 360_000, ArrivalSpec(process="poisson", rate_rps=100.0, seed=0), np.random.default_rng(0)
         )
-        _timed("one hour at 100 req/s", hour, candidates, size, two)
+        _timed("one hour at 100 req/s", hour, candidates, model, size, two)

@@ -170,10 +170,9 @@ def check_unit(
 ) -> ReplayCheck:
     """The plan's unit replayed on its share of the trace (`unit.share`: as the plan's router sends it one
     instance), at `params.rate_scales` x the load where the simulator predicts the unit stops holding that share
-    (`share_knee`), against
-    `params.endpoint` serving `model` (its runs one after another), or, with no endpoint, against the unit's
-    digital twin: one twin per run, started for the check and replayed all at once (time-dilated by
-    `params.twin_dilation`; each stopped by its PID afterwards). The prediction is `unit.simulation()`: the
+    (`share_knee`), against `params.endpoint` serving `model` (its runs one after another), or, with no endpoint,
+    against the unit's digital twin: one twin per run, started for the check and replayed all at once
+    (time-dilated by `params.twin_dilation`; each stopped by its PID afterwards). The prediction is `unit.simulation()`: the
     config and roofline step models the twin serves."""
     prediction = unit.simulation()
     head: dict[str, Any] = {
