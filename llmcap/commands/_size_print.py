@@ -145,7 +145,8 @@ def print_plan(outcome, model_name: str, step_line: dict, serve, model: str, ove
         )
     for pool, q in s["pool_plans"].items():
         print(
-            f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance)"
+            f"  {pool}: {q['instances']} × {q['gpus_per_instance']} GPU (base {q['base_instances']}, G = {q['per_instance_rps']:.3g} req/s per instance "
+            f"from excerpts; the router's split of the whole-trace replay: mean {q['routed_rps']['mean']:.3g}, busiest {q['routed_rps']['busiest']:.3g} req/s)"
         )
         for risk, h in q["headroom"].items():
             print(f"    +{h['instances']} {risk} (+{h['rps']:.3g} req/s): {h['reasoning']}")

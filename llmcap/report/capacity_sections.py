@@ -22,6 +22,7 @@ from llmcap.report import replay_check
 from llmcap.report.capacity_header import header
 from llmcap.report.capacity_markup import Section, esc, figure, fmt, html_table, md_table, paragraphs
 from llmcap.sizing.headroom import COMBINATION_RULE
+from llmcap.sizing.outcome import routed_rates
 from llmcap.sizing.slo import itl_name
 from llmcap.sizing.table import pool_configurations
 
@@ -220,13 +221,17 @@ def _headroom_rows(report: CapacityReport) -> list[list[str]]:
     rows: list[list[str]] = []
     for q in report.plan.pools:
         g = q.pool.per_instance_rps
+        routed = ""
+        if report.records is not None:  # what G estimates, as the plan's router split the replay
+            r = routed_rates(report.records, q.name, q.instances)
+            routed = f"; the router's split of the replay: mean {r['mean']:.4g}, busiest {r['busiest']:.4g} req/s"
         rows.append(
             [
                 q.name,
                 "base",
                 f"{q.target_rps:.4g}",
                 str(q.base_instances),
-                f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance",
+                f"ceil({q.target_rps:.4g} / {g:.4g}) at G = {g:.4g} req/s per instance (excerpt search){routed}",
             ]
         )
         rows += [[q.name, i.risk, f"+{i.rps:.4g}", f"+{i.instances}", i.reasoning] for i in q.items]

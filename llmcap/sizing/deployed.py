@@ -30,6 +30,7 @@ class PdFactory:
     link: LinkConfig
     params: SizeParams
     whole_trace: bool = False  # evaluates that replay the whole trace (scenarios)
+    rate_factor: float = 1.0  # `trace`'s mean rate ÷ the planning trace's (`llmcap.sizing.checked`)
 
     def __call__(self, n_p: int, n_d: int) -> SimEvaluate:
         pd_cfg = PDConfig(
@@ -39,24 +40,33 @@ class PdFactory:
             first_token_from=first_token_from(self.params.slo.ttft_includes_handoff),
             decode_engine=self.decode.engine,
         )
-        ev = unit_evaluate(self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode)
+        ev = unit_evaluate(
+            self.trace, self.params, self.prefill, pd=pd_cfg, decode=self.decode, rate_factor=self.rate_factor
+        )
         return ev.whole_trace() if self.whole_trace else ev
 
 
 @dataclass(frozen=True)
 class WholeTrace:
-    """Serving instances per pool → a sized row's deployment replaying the whole trace (a class, not a closure, so
-    it pickles to workers): `unit`'s instances, or with `pd` that factory's P/D pools."""
+    """Serving instances per pool → a sized row's deployment replaying all of `trace` (the whole trace or its busiest
+    span, `llmcap.sizing.checked`; a class, not a closure, so it pickles to workers): `unit`'s instances, or with
+    `pd` that factory's P/D pools."""
 
     trace: pa.Table
     params: SizeParams
     unit: Unit
     pd: PdFactory | None = None
+    rate_factor: float = 1.0  # `trace`'s mean rate ÷ the planning trace's
 
     def __call__(self, counts: Mapping[str, int]) -> SimEvaluate:
         if self.pd is None:
             return unit_evaluate(
-                self.trace, self.params, self.unit, replicas=counts["instances"], excerpt=self.trace.num_rows
+                self.trace,
+                self.params,
+                self.unit,
+                replicas=counts["instances"],
+                excerpt=self.trace.num_rows,
+                rate_factor=self.rate_factor,
             )
         return self.pd(counts["prefill"], counts["decode"])
 

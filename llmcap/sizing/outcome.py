@@ -20,7 +20,7 @@ from llmcap.sizing.scenarios import FitResult
 from llmcap.sizing.search import SearchResult
 from llmcap.sizing.simeval import handoff_metrics, ok_rows
 from llmcap.sizing.sizer import Sizer
-from llmcap.sizing.slo import deadlines, definitions
+from llmcap.sizing.slo import attainment, deadlines, definitions, with_deadlines
 from llmcap.sizing.summary import FinalistSummary, PoolPlanSummary, SizingSummary
 from llmcap.sizing.table import capacity_row, capacity_table, pairing_row, pool_configurations
 from llmcap.sizing.uncertainty import CountRange
@@ -126,12 +126,28 @@ def table_rows(
     return out
 
 
-def pool_summary(plan: CapacityPlan, chosen: str) -> dict[str, PoolPlanSummary]:
+def routed_rates(records: pa.Table, pool: str, instances: int) -> dict[str, float]:
+    """The share of a replay each of a pool's `instances` got from the router (req/s over the replay's arrival span):
+    the mean and the busiest instance's. `pool`: "decode" counts decode instances, any other the prefill/serving ones
+    (a request the engine rejected was routed nowhere)."""
+    column = "decode_replica" if pool == "decode" else "prefill_replica"
+    replica = records.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
+    arrival = records.column("arrival_s").to_numpy()
+    span = float(arrival.max() - arrival.min()) if arrival.size > 1 else 0.0
+    if span <= 0 or instances < 1:
+        return {"mean": 0.0, "busiest": 0.0}
+    counts = np.bincount(replica[~np.isnan(replica)].astype(np.int64), minlength=instances)
+    return {"mean": float(counts.sum() / instances / span), "busiest": float(counts.max() / span)}
+
+
+def pool_summary(plan: CapacityPlan, chosen: str, replay: pa.Table) -> dict[str, PoolPlanSummary]:
+    """Each pool of `plan` as the summary lists it; `replay`: the planned deployment's whole-trace records."""
     configs = pool_configurations(chosen)
     return {
         q.name: {
             "configuration": configs.get(q.name, chosen),
             "per_instance_rps": q.pool.per_instance_rps,
+            "routed_rps": routed_rates(replay, q.name, q.instances),
             "gpus_per_instance": q.pool.gpus_per_instance,
             "base_instances": q.base_instances,
             "instances": q.instances,
@@ -189,6 +205,12 @@ def evidence(
         if link is None
         else {"provisioning": link.as_dict(), "replay_handoff_ms": handoff_metrics(sim, ok_rows(sim.records))}
     )
+    if not sizer.checked.whole:  # the checks saw a span: say how the plan fares on all of it
+        held = attainment(with_deadlines(sim.records, sizer.trace), sizer.params.slo)
+        sizer.notes.append(
+            f"the whole-deployment checks replayed {sizer.checked.describe()}; {replay}: attainment {held:.4f} "
+            f"(target {sizer.params.slo.attainment_target:g})"
+        )
     for t in sim.summary.get("prefix_tiers") or ():
         sizer.notes.append(
             f"prefix tier {t['tier']} ({replay}): {t['hit_ratio']:.1%} of prompt tokens loaded from it, "
@@ -237,12 +259,13 @@ def summary(
         "instances": plan.total_instances,
         "gpus": plan.total_gpus,
         "usd_per_hour": plan.usd_per_hour,
-        "pool_plans": pool_summary(plan, chosen.key),
+        "pool_plans": pool_summary(plan, chosen.key, sim.records),
         "analytic_gpus": choice.analytic.total_gpus,
         "combination_rule": COMBINATION_RULE,
         "scenarios": None if fitted is None else [r.describe() for r in fitted.results],
         "scenarios_pass": None if fitted is None else fitted.ok,
         "finalists": choice.finalists,
+        "checked_traffic": sizer.checked.describe(),
         "minimality": None if fitted is None else [m.note for m in fitted.minimality],
         "fit_history": None if fitted is None else list(fitted.history),
         "count_range": None if spread is None else spread.as_dict(),

@@ -292,6 +292,9 @@ class PrefixTier(_Strict):
         return f"{self.name}:{self.gb:g}:{self.gbps:g}:{self.lookup_ms:g}"
 
 
+MIN_CHECKED_REQUESTS = 1000  # the shortest busiest span `whole_trace_max_requests` may ask for
+
+
 class SizeParams(_Strict):
     """Stage `size` (step 4): SLOs, the search, headroom, where evaluations run, and how much to simulate."""
 
@@ -305,6 +308,10 @@ class SizeParams(_Strict):
     """Fewest requests per search evaluation: each seed replays a different run of at least this many
     consecutive requests (more at high rates: `steady`)."""
     steady: SteadyParams = SteadyParams()
+    whole_trace_max_requests: int = Field(default=20_000, ge=0)
+    """A trace with more requests than this has its whole-deployment checks (confirmation, scenario fit, router and
+    count range) replay its busiest span of this many consecutive requests instead (`llmcap.sizing.checked`; the
+    report names it); the planned deployment's final replay still runs on the whole trace. 0 = always the whole trace."""
     confirm_whole_trace: Literal["chosen", "all", "off"] = "chosen"
     """Confirm max rates by simulating the whole trace at them, stepping down until one holds: `chosen` = the
     cheapest plan's candidate (re-choosing until the cheapest is confirmed), `all` = every searched one
@@ -332,6 +339,10 @@ class SizeParams(_Strict):
     analytic prefill bound per dollar); every pairing with a searched decode row is sized. 0 = no P/D."""
     pd_decode_shortlist: int = Field(default=1, ge=1)
     """Disaggregated: decode rows whose pool rate G_D is searched (best per layout by analytic decode bound per dollar)."""
+    pd_search_max_instances: int = Field(default=8, ge=1)
+    """Disaggregated: the largest pool a role's per-instance rate is searched in (at that pool's share of the planning
+    rate). A larger pool multiplexes a little better but costs simulation in proportion to its traffic; the whole-trace
+    scenario fit settles the real counts."""
     pd_link_latency_s: float = Field(default=20e-6, ge=0)
     """KV-transfer link latency; bandwidth = the prefill instance's NICs (catalog)."""
     pd_network_overhead: float = Field(default=1.25, ge=1)
@@ -362,6 +373,16 @@ class SizeParams(_Strict):
     (`llmcap.sizing.uncertainty`; two more scenario fits). False: the range is seeds only."""
     max_usd_per_hour: float | None = Field(default=None, gt=0)
     """An absolute cost limit on every plan ($/h); None = only `max_cost_factor`."""
+
+    @model_validator(mode="after")
+    def _span_long_enough(self) -> SizeParams:
+        if 0 < self.whole_trace_max_requests < MIN_CHECKED_REQUESTS:
+            raise ValueError(
+                f"whole_trace_max_requests {self.whole_trace_max_requests}: a busiest span of fewer than "
+                f"{MIN_CHECKED_REQUESTS:,} requests cannot judge an attainment target; set 0 (always the whole trace) "
+                f"or at least {MIN_CHECKED_REQUESTS:,}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_split(self) -> SizeParams:

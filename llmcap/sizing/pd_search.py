@@ -110,26 +110,43 @@ def role_rates(
     queues every short prompt behind a long one, so G depends on n). n = ceil(λ / (¼ × bound)) first (a
     pool under per-request latency targets runs at a quarter to a half of its analytic bound); when the
     measured rate implies a count more than a quarter (and more than one instance) away, searched once
-    more at that count. The search starts at λ, the rate the pool is sized to carry."""
+    more at that count. A pool needing more than `pd_search_max_instances` is searched at that many, its share
+    of λ (its simulations cost in proportion to the rate they replay). The search starts at the rate the pool
+    searched is sized to carry: λ, or its share."""
     p, lam = sizer.params, sizer.planning
-    sizes = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
+    cap = p.pd_search_max_instances
+    needed = {u.key: max(1, math.ceil(lam / (0.25 * bound(u)))) for u in units}
 
     def off(u: Unit) -> bool:
         r = rows[u.key].rate
-        return r > 0 and abs(ceil_count(lam / r) - sizes[u.key]) > max(1, 0.25 * sizes[u.key])
+        return r > 0 and abs(min(cap, ceil_count(lam / r)) - min(cap, needed[u.key])) > max(
+            1, 0.25 * min(cap, needed[u.key])
+        )
 
     rows: dict[str, RoleRow] = {}
     todo = list(units)
     for _ in range(2):
+        sizes = {u.key: min(cap, needed[u.key]) for u in todo}
         evals = {u.key: make_eval(u, sizes[u.key]) for u in todo}
-        tasks = [SearchTask(f"{role}[{u.key}]", evals[u.key][0], p.slo.attainment_target, p.search, lam) for u in todo]
+        tasks = [
+            SearchTask(
+                f"{role}[{u.key}]",
+                evals[u.key][0],
+                p.slo.attainment_target,
+                p.search,
+                lam * sizes[u.key] / needed[u.key],
+            )
+            for u in todo
+        ]
         res = search_candidates(tasks, sizer.executor)
         for u in todo:
             n = sizes[u.key]
-            rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], f"searched as a pool of {n} {evals[u.key][1]}", n)
+            share = "" if n == needed[u.key] else f" (of the {needed[u.key]} its rate needs: pd_search_max_instances)"
+            how = f"searched as a pool of {n}{share} {evals[u.key][1]}"
+            rows[u.key] = RoleRow(role, u, res[f"{role}[{u.key}]"], how, n)
         todo = [u for u in todo if off(u)]
         for u in todo:
-            sizes[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
+            needed[u.key] = max(1, ceil_count(lam / rows[u.key].rate))
         if not todo:
             break
     return [rows[u.key] for u in units]

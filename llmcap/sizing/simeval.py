@@ -147,6 +147,7 @@ class SimEvaluate:
     pd: PDConfig | None = None
     decode_model: StepTimeModel | None = None  # P/D: the decode pool's, when its parallelism differs
     steady: SteadyParams = SteadyParams()
+    rate_factor: float = 1.0  # `trace`'s mean rate ÷ the planning trace's (a busiest span: `llmcap.sizing.checked`)
 
     timeseries_bins: int = 500  # per-replica gauges: about this many bins over the excerpt's span
 
@@ -171,7 +172,8 @@ class SimEvaluate:
     def workload(self, rate: float, seed: int, requests: int | None = None) -> pa.Table:
         """What one run at `rate` replays: seed's excerpt of `requests` (default: `requests_at(rate)`) requests."""
         n = self.requests_at(rate) if requests is None else requests
-        return scale_rate(spread_ties(excerpt(self.trace, n, seed), np.random.default_rng(seed)), rate)
+        part = spread_ties(excerpt(self.trace, n, seed), np.random.default_rng(seed))
+        return scale_rate(part, rate * self.rate_factor)
 
     def simulate(self, rate: float, seed: int, requests: int | None = None) -> SimResult:
         """One run at `rate` on `workload(rate, seed, requests)`."""

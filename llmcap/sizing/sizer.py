@@ -22,6 +22,7 @@ from llmcap.perf.model_error import model_error
 from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import LinkConfig, SimConfig, SimResult
 from llmcap.sizing.availability import states as availability_states
+from llmcap.sizing.checked import checked_traffic
 from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.finalists import Finalist, Settled, Shortlist, analytic_cost, closeness
@@ -63,6 +64,7 @@ class Sizer:
         self.measured = measured
         self.lengths = Lengths.of(trace)
         self.traffic = traffic  # every plan's pools are sized from it (`plan`)
+        self.checked = checked_traffic(trace, params.whole_trace_max_requests)  # what whole-deployment checks replay
         self.notes: list[str] = []
         self.roles: list[RoleRow] = []
         self.idle_misses: list[
@@ -80,11 +82,16 @@ class Sizer:
     def evaluate(self, unit: Unit, replicas: int = 1, excerpt: int | None = None) -> SimEvaluate:
         return unit_evaluate(self.trace, self.params, unit, replicas=replicas, excerpt=excerpt)
 
+    def whole_evaluate(self, unit: Unit) -> SimEvaluate:
+        """One instance of `unit` replaying the checked traffic (the whole trace or its busiest span) at every rate."""
+        c = self.checked
+        return unit_evaluate(c.trace, self.params, unit, excerpt=c.trace.num_rows, rate_factor=c.rate_factor)
+
     def search_task(self, unit: Unit, best_per_gpu: float = 0.0) -> SearchTask:
         """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all"), cut
         short when it fails at the rate it needs to beat `best_per_gpu` (branch and bound on measured rates)."""
         p, ev = self.params, self.evaluate(unit)
-        confirm = ev.whole_trace() if p.confirm_whole_trace == "all" else None
+        confirm = self.whole_evaluate(unit) if p.confirm_whole_trace == "all" else None
         floor = best_per_gpu * unit.gpus if best_per_gpu > 0 and p.confirm_whole_trace != "all" else None
         return SearchTask(unit.key, ev, p.slo.attainment_target, p.search, 0.5 * unit.bounds.rate, confirm, floor)
 
@@ -166,7 +173,7 @@ class Sizer:
                     self.notes.append(
                         f"stopped {u.key}: fails at {res.upper_rate:.4g} req/s, the rate it needs to beat the best goodput per GPU found"
                     )
-                row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.evaluate(u).whole_trace())
+                row = SizedRow(u.key, "aggregated", res, None, u, whole_trace=self.whole_evaluate(u))
                 out.append(self.sized(row, res))
                 if res.best is not None and res.max_rate > 0:
                     best = max(best, res.max_rate * res.best.mean_attainment / u.gpus)
@@ -215,16 +222,22 @@ class Sizer:
         return chosen, rows
 
     def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
-        """`row`'s deployment at `plan`'s counts, simulated on the whole trace at the planning rate."""
-        return self._whole_trace(row)(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
+        """`row`'s deployment at `plan`'s counts, simulated on the whole trace (even where the checks replay its busiest
+        span) at the planning rate."""
+        whole = self._whole_trace(row, self.trace, 1.0)
+        return whole(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
 
-    def _whole_trace(self, row: SizedRow) -> WholeTrace:
-        """Serving instances per pool → `row`'s deployment replaying the whole trace (with the sizer's router now)."""
+    def _whole_trace(
+        self, row: SizedRow, trace: pa.Table | None = None, rate_factor: float | None = None
+    ) -> WholeTrace:
+        """Serving instances per pool → `row`'s deployment replaying `trace` (default: the checked traffic) at the
+        planning clock (with the sizer's router now)."""
+        if trace is None or rate_factor is None:
+            trace, rate_factor = self.checked.trace, self.checked.rate_factor
         if row.decode is None:
-            return WholeTrace(self.trace, self.params, row.unit)
-        return WholeTrace(
-            self.trace, self.params, row.unit, replace(self.pd_factory(row.unit, row.decode), whole_trace=True)
-        )
+            return WholeTrace(trace, self.params, row.unit, rate_factor=rate_factor)
+        pd = replace(self.pd_factory(row.unit, row.decode), trace=trace, whole_trace=True, rate_factor=rate_factor)
+        return WholeTrace(trace, self.params, row.unit, pd, rate_factor)
 
     def planned(self, row: SizedRow, plan: CapacityPlan) -> PlannedDeployment:
         """`row`'s deployment at `plan`'s counts as the record `llmcap simulate --plan` replays (`llmcap.sizing.planned`)."""

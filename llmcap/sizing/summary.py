@@ -15,7 +15,8 @@ class HeadroomSummary(TypedDict):
 
 class PoolPlanSummary(TypedDict):
     configuration: str  # the pool's candidate key
-    per_instance_rps: float  # G: one instance's max feasible rate
+    per_instance_rps: float  # G: one instance's max feasible rate (excerpt search; it seeds the count)
+    routed_rps: dict[str, float]  # "mean" and "busiest" instance's arrivals/s as the plan's router split the replay
     gpus_per_instance: int
     base_instances: int
     instances: int
@@ -85,6 +86,7 @@ class SizingSummary(TypedDict):
     scenarios: list[str] | None
     scenarios_pass: bool | None
     finalists: list[FinalistSummary] | None  # the shapes settled on the whole trace, cheapest analytic plan first
+    checked_traffic: str  # what the whole-deployment checks replayed: the whole trace, or its busiest span
     minimality: list[str] | None
     fit_history: list[str] | None
     count_range: dict[str, Any] | None

@@ -55,13 +55,12 @@ def stack_distances(hash_ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, n
 def reuse_at(distances: np.ndarray, offsets: np.ndarray, capacity_blocks: int) -> np.ndarray:
     """Leading blocks of each request found in an LRU cache of `capacity_blocks` blocks, from `stack_distances`."""
     hit = (distances >= 0) & (distances < capacity_blocks)
-    lengths = np.diff(offsets)
-    misses_before = np.concatenate(([0], np.cumsum(~hit)))  # misses before each access, over the whole trace
-    leading = hit & (
-        misses_before[:-1] == np.repeat(misses_before[offsets[:-1]], lengths)
-    )  # no miss earlier in its request
-    row = np.repeat(np.arange(lengths.size), lengths)
-    return np.bincount(row, weights=leading, minlength=lengths.size).astype(np.int64)
+    starts = offsets[:-1]
+    misses = np.flatnonzero(~hit)
+    # each request's first miss at or after its start (the end of the trace when none): its leading hits end there
+    after = np.searchsorted(misses, starts)
+    first_miss = np.append(misses, offsets[-1])[after]
+    return np.minimum(first_miss - starts, np.diff(offsets)).astype(np.int64)
 
 
 def leading_reuse_lru(hash_ids: pa.Array | pa.ChunkedArray, capacity_blocks: int) -> np.ndarray:

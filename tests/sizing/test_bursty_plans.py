@@ -116,3 +116,16 @@ def test_no_listed_shape_that_passes_costs_less_than_the_chosen_one(sized):
     rows = outcome.table.to_pylist()
     passing = [r for r in rows if r["scenarios"] == "pass"]
     assert passing and all(r["usd_per_hour"] >= s["usd_per_hour"] - 1e-9 for r in passing), name
+
+
+def test_a_plan_checked_on_the_busiest_span_holds_on_the_whole_trace(candidates):
+    """A trace longer than `whole_trace_max_requests` is checked on its busiest period only (a third of this one); the
+    plan that comes out passes every scenario when its deployment replays the whole trace, outside the sizer."""
+    trace = _bursty(0)
+    params = PARAMS.model_copy(update={"whole_trace_max_requests": REQUESTS // 3})
+    s = size_deployments(trace, candidates, MODEL, params).summary
+    assert s["verdict"] == "passes" and s["checked_traffic"].startswith("the busiest span of the trace: requests ")
+    planned = PlannedDeployment.from_dict(s["deployment"])
+    for scenario, counts in planned.scenarios.items():
+        check = planned.judge(planned.replay(trace, counts))
+        assert check.passes, f"{scenario} {counts}: {check.line()}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -89,6 +90,21 @@ def test_plan_sizes_a_deployment_that_meets_the_target(outcome, trace):
     rep = capacity_report(outcome, PARAMS.slo)
     assert rep.records is not None and rep.records.num_rows == trace.num_rows and rep.kv_usage
     assert "Not simulated." not in render_html(rep) and f"({trace.num_rows:,} requests)" in rep.replay
+    assert s["checked_traffic"] == f"the whole trace ({trace.num_rows:,} requests)"  # short: no busiest span
+
+
+def test_each_pools_routed_rates_split_the_replay_the_plan_serves(outcome):
+    s = outcome.summary
+    replay = capacity_report(outcome, PARAMS.slo).records
+    assert replay is not None
+    span = pc.max(replay["arrival_s"]).as_py() - pc.min(replay["arrival_s"]).as_py()
+    for pool, q in s["pool_plans"].items():
+        routed = q["routed_rps"]
+        column = replay["decode_replica" if pool == "decode" else "prefill_replica"]
+        served = int(pc.sum(pc.is_valid(column)).as_py())  # every request routed to an instance of the pool
+        # the instances' shares add up to every routed request over the replay's span; the busiest has at least its share
+        assert routed["mean"] * q["instances"] == pytest.approx(served / span)
+        assert routed["busiest"] >= routed["mean"] > 0
 
 
 def test_pd_pairings_size_each_pool_from_its_own_searched_rate(outcome):
