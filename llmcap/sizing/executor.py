@@ -2,7 +2,8 @@
 
 - `LocalExecutor(workers=1)`: in-process, a plain loop (no pickling; easiest to debug and profile).
 - `LocalExecutor(workers>1)`: a `ProcessPoolExecutor` with the "spawn" start method (a forked child of a
-  threaded parent — Dask, matplotlib — can deadlock).
+  threaded parent — Dask, matplotlib — can deadlock), started when the executor is made, its workers importing
+  the sizer's modules (about half a second) while the caller prepares its first tasks.
 - `DaskExecutor(address)`: a `dask.distributed.Client` on an existing scheduler. dask is imported here
   only, and only when used.
 `fn` and the items must pickle for the last two (module-level functions, `functools.partial`, dataclasses).
@@ -11,6 +12,7 @@ Executors are context managers; `close()` releases the pool / client and is idem
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -43,12 +45,24 @@ class _Closing:
         raise NotImplementedError
 
 
+WARM_MODULES = ("llmcap.sizing.deployed", "llmcap.sizing.search")  # what every sizing task unpickles into
+
+
+def _warm() -> None:
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+
+
 class LocalExecutor(_Closing):
     def __init__(self, workers: int = 1) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.workers = workers
-        self._pool: ProcessPoolExecutor | None = None  # started on first parallel map
+        self._pool: ProcessPoolExecutor | None = None
+        if workers > 1:  # started now, importing the sizer's modules while the caller prepares its first tasks
+            self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(workers):
+                self._pool.submit(_warm)
 
     def slots(self) -> int:
         return self.workers

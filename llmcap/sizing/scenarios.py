@@ -10,7 +10,9 @@ prefill queues, the KV handoff, decode KV):
 A scenario passes when attainment ≥ the target, the run is stable (`llmcap.sizing.stability`) and meets
 its run-level targets (token-level ITL), and the
 KV-holding pool's P99 KV tokens per instance stay ≤ kv_safe_fraction × capacity. Scenarios that serve the
-same instances are one simulation.
+same instances are one simulation. While the fit searches, a scenario serving at least as many instances in every
+pool as one that passed is taken to pass unsimulated (for P/D, the two thinnest scenarios stand for the five); the
+plan it ends on has every scenario simulated.
 
 Fit: while a scenario fails, instances are added to the pool it points at (the pool the scenario takes
 instances from; the traffic scenario's misses: TTFT the prefill pool, ITL and KV the decode pool): one, then
@@ -197,18 +199,34 @@ def _simulate(
             cache[key] = run(dict(key))
 
 
+def _dominates(thin: Scenario, sc: Scenario) -> bool:
+    """Whether `thin` serves no more instances than `sc` in any pool: with attainment monotone in the counts, `sc`
+    passes when `thin` does. Availability scenarios are judged on their own mix: never either side."""
+    here = dict(sc.serving)
+    return not sc.states and not thin.states and all(here[p] >= n for p, n in thin.serving)
+
+
 def check(
     plan: CapacityPlan,
     run: RunDeployment,
     judge: Judge,
     cache: dict[tuple, EvalResult],
     parallel: Parallel | None = None,
+    complete: bool = True,
 ) -> list[ScenarioResult]:
     """Every scenario of `plan`, simulated once per distinct deployment (`cache` across calls); stops at the first failure
-    (with `parallel`, the next scenarios are simulated together with the one needed now)."""
-    out = []
+    (with `parallel`, the next scenarios are simulated together with the one needed now). `complete` False (a probe
+    of the fit's search): a scenario another one dominates (`_dominates`) is left out, not simulated."""
+    out: list[ScenarioResult] = []
     # the thinnest deployment first: likeliest to fail (availability, appended last with every instance serving, stays last)
     order = sorted(scenarios(plan, judge.availability is not None), key=lambda s: sum(n for _, n in s.serving))
+    if not complete:
+        # a scenario dominated by an earlier one is reached only when that one passed (the check stops at a failure)
+        kept: list[Scenario] = []
+        for sc in order:
+            if not any(_dominates(thin, sc) for thin in kept):
+                kept.append(sc)
+        order = kept
     width = 1 if parallel is None else max(1, parallel.width)
     for k, sc in enumerate(order):
         needed = [d for d in sc.deployments() if d not in cache]
@@ -323,7 +341,7 @@ def fit(
     failing: dict[str, int] = dict(known_failing or {})
     steps: dict[str, int] = {}
     last = ""
-    results = check(plan, run, judge, cache, parallel)
+    results = check(plan, run, judge, cache, parallel, complete=False)
     while not all(r.passed for r in results):
         bad = next(r for r in results if not r.passed)
         options = _growth_options(plan, bad, steps, last, judge, max_usd_per_hour)
@@ -350,7 +368,7 @@ def fit(
         )
         history.append(f"{_counts_txt(plan.counts())}: {bad.describe()} → +{step} {pool}{compared}")
         plan, last, steps[pool] = grown, pool, step
-        results = check(plan, run, judge, cache, parallel)
+        results = check(plan, run, judge, cache, parallel, complete=False)
     history.append(f"{_counts_txt(plan.counts())}: every scenario passes")
     minimal: dict[str, Minimality] = {}
     settled_at: dict[str, dict[str, int]] = {}  # pool -> the counts when it was last settled
@@ -385,7 +403,7 @@ def _settle(
     current count, then stepped down one at a time while one fewer passes at the other pools' current counts."""
 
     def passes(candidate: CapacityPlan) -> tuple[bool, list[ScenarioResult]]:
-        tried = check(candidate, run, judge, cache, parallel)
+        tried = check(candidate, run, judge, cache, parallel, complete=False)
         return all(r.passed for r in tried), tried
 
     def shrink_to(n: int) -> bool:  # `pool` at n passes every scenario: keep it

@@ -395,11 +395,11 @@ def _two_each(counts: Mapping[str, int]) -> EvalResult:
     return EvalResult(0.5 if short_p or short_d else 1.0, {"ttft_misses": float(short_p), "itl_misses": float(short_d)})
 
 
-def test_a_growth_already_simulated_is_read_back_and_the_other_one_simulated() -> None:
+def test_a_growth_simulated_for_the_comparison_is_read_back_when_the_grown_plan_is_checked() -> None:
     # 2-GPU instances, 4 a node, one node may be lost in either pool. Prefill 2 (1 + 1), decode 4 (2 + 2): a
-    # width-3 check simulates all three scenarios at once — decode's loss {2, 2} passes, prefill's loss {1, 4} fails,
-    # traffic {2, 4}. Growing prefill by a node's share (+2: 4 sits 2 + 2, a loss leaves 2) gives {2, 4}, already
-    # simulated; growing decode (+1) gives {1, 5}, which is not: both are compared
+    # width-3 check simulates decode's loss {2, 2} (passes) and prefill's loss {1, 4} (fails) at once; traffic
+    # {2, 4} serves more than decode's loss in both pools, so the search leaves it to that. Growing prefill by a
+    # node's share (+2: 4 sits 2 + 2, a loss leaves 2) and growing decode (+1) are compared: {2, 4} and {1, 5}
     pools = [PoolInput("prefill", RATE / 2, 2, 8, 2.0), PoolInput("decode", RATE / 4, 2, 8, 3.0)]
     plan = plan_headroom(RATE, pools, NODE_LOSS).with_counts({"prefill": 2, "decode": 4})
     batches = Batches(_two_each)
@@ -409,10 +409,15 @@ def test_a_growth_already_simulated_is_read_back_and_the_other_one_simulated() -
         "(+2 prefill: 1.0000; +1 decode: 0.5000)",
         "prefill 4, decode 4: every scenario passes",
     )
-    assert batches.batches[:2] == [
-        [{"prefill": 2, "decode": 2}, {"prefill": 1, "decode": 4}, {"prefill": 2, "decode": 4}],
-        [{"prefill": 1, "decode": 5}],
+    assert batches.batches[:3] == [
+        [{"prefill": 2, "decode": 2}, {"prefill": 1, "decode": 4}],
+        [{"prefill": 2, "decode": 4}, {"prefill": 1, "decode": 5}],
+        # the grown plan: prefill's loss {2, 4} read back, decode's loss simulated, traffic {4, 4} implied
+        [{"prefill": 4, "decode": 2}],
     ]
+    # the plan the fit ends on has every scenario simulated: traffic last, once the one-fewer probes are done
+    assert batches.batches[-1] == [{"prefill": 4, "decode": 4}]
+    assert [r.scenario.name for r in fitted.results] == ["node loss: prefill", "node loss: decode", "traffic"]
     assert fitted.ok is True and fitted.plan.counts() == {"prefill": 4, "decode": 4}
     # prefill 3 sits 2 + 1 and decode 3 sits 2 + 1: a loss leaves 1 of either
     assert {m.pool: m.instances for m in fitted.minimality} == {"prefill": 3, "decode": 3}
