@@ -22,7 +22,7 @@ from llmcap.perf.model_error import model_error
 from llmcap.perf.scaled import ScaledStepModel
 from llmcap.sim import LinkConfig, SimConfig, SimResult
 from llmcap.sizing.availability import states as availability_states
-from llmcap.sizing.checked import checked_traffic
+from llmcap.sizing.checked import CheckedTraffic, checked_traffic
 from llmcap.sizing.deployed import Deployed, FitJob, Job, PdFactory, SeedJob, WholeTrace, run_job
 from llmcap.sizing.executor import Executor
 from llmcap.sizing.finalists import Finalist, Settled, Shortlist, analytic_cost, closeness
@@ -224,16 +224,14 @@ class Sizer:
     def replay(self, row: SizedRow, plan: CapacityPlan) -> SimResult:
         """`row`'s deployment at `plan`'s counts, simulated on the whole trace (even where the checks replay its busiest
         span) at the planning rate."""
-        whole = self._whole_trace(row, self.trace, 1.0)
+        whole = self._whole_trace(row, checked_traffic(self.trace, 0))
         return whole(plan.counts()).simulate(plan.planning_rps, self.params.search.seeds[0])
 
-    def _whole_trace(
-        self, row: SizedRow, trace: pa.Table | None = None, rate_factor: float | None = None
-    ) -> WholeTrace:
-        """Serving instances per pool → `row`'s deployment replaying `trace` (default: the checked traffic) at the
-        planning clock (with the sizer's router now)."""
-        if trace is None or rate_factor is None:
-            trace, rate_factor = self.checked.trace, self.checked.rate_factor
+    def _whole_trace(self, row: SizedRow, checked: CheckedTraffic | None = None) -> WholeTrace:
+        """Serving instances per pool → `row`'s deployment replaying `checked` (default: the sizer's, the whole trace or
+        its busiest span) on the planning clock (with the sizer's router now)."""
+        c = checked or self.checked
+        trace, rate_factor = c.trace, c.rate_factor
         if row.decode is None:
             return WholeTrace(trace, self.params, row.unit, rate_factor=rate_factor)
         pd = replace(self.pd_factory(row.unit, row.decode), trace=trace, whole_trace=True, rate_factor=rate_factor)
