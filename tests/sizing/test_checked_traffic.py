@@ -32,9 +32,9 @@ def _trace(arrival: np.ndarray, isl: np.ndarray | None = None) -> pa.Table:
     )
 
 
-def _arrivals(gaps: dict[tuple[int, int], float]) -> np.ndarray:
-    """1,000 arrivals one second apart, except the gaps before requests [a, b), which are `gaps[(a, b)]` seconds."""
-    gap = np.ones(1000)
+def _arrivals(gaps: dict[tuple[int, int], float], n: int = 1000) -> np.ndarray:
+    """`n` arrivals one second apart, except the gaps before requests [a, b), which are `gaps[(a, b)]` seconds."""
+    gap = np.ones(n)
     gap[0] = 0.0
     for (a, b), g in gaps.items():
         gap[a:b] = g
@@ -77,14 +77,20 @@ def test_the_busiest_span_is_judged_by_work_per_second_not_arrivals():
 
 
 def test_the_span_is_replayed_on_the_whole_traces_planning_clock():
-    trace = _trace(BUSY)
-    params = SizeParams(whole_trace_max_requests=100)
+    trace = _trace(_arrivals({(3001, 4000): 0.6}, n=5000))  # requests 3000–3999 arrive 0.6 s apart
+    params = SizeParams(whole_trace_max_requests=1000)
     traffic = planning_traffic(trace, 2.5, params.headroom)
     sizer = Sizer(trace, load_model("Llama-3.1-8B"), params, traffic, None, lambda _msg: None, None)
     checked = sizer.checked
-    assert checked.first == 600
+    assert checked.first == 3000
     # what a whole-deployment evaluation of the span replays (its workload needs no step model or engine)
-    ev = SimEvaluate(checked.trace, None, None, params.slo, 100, rate_factor=checked.rate_factor)  # type: ignore[arg-type]
+    span = checked.trace.num_rows
+    ev = SimEvaluate(checked.trace, None, None, params.slo, span, rate_factor=checked.rate_factor)  # type: ignore[arg-type]
     replayed = ev.workload(traffic.planning_rps, 0).column("arrival_s").to_numpy()
     whole = scale_rate(trace, traffic.planning_rps).column("arrival_s").to_numpy()
-    assert np.diff(replayed) == pytest.approx(np.diff(whole[600:700]))  # the gaps those requests have in the whole
+    assert np.diff(replayed) == pytest.approx(np.diff(whole[3000:4000]))  # the gaps those requests have in the whole
+
+
+def test_a_span_too_short_to_judge_a_target_is_refused():
+    with pytest.raises(ValueError, match="whole_trace_max_requests 100: a busiest span of fewer than 1,000"):
+        SizeParams(whole_trace_max_requests=100)
