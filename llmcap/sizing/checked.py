@@ -2,8 +2,7 @@
 `size.whole_trace_max_requests` its busiest span of that many consecutive requests.
 
 A whole-deployment simulation costs time in proportion to the requests it replays, and the scenario fit, the router
-comparison and the count range run dozens of them: on an hour at 100 req/s (360,000 requests) they would take most of
-an hour. The span replayed instead is the trace's busiest period: of the spans of that many requests arriving at most
+comparison and the count range run dozens of them. The span replayed instead is the trace's busiest period: of the spans of that many requests arriving at most
 `MAX_DENSITY` times the trace's mean rate, the one whose arrivals ask the most work per second (prompt + output
 tokens ÷ its arrival span). The density cap keeps it a period of the trace, with its bursts and the calm between them,
 rather than a cluster of bursts packed end to end, which no stretch of the real traffic sustains (at a 99% target it

@@ -3,7 +3,7 @@
 - `LocalExecutor(workers=1)`: in-process, a plain loop (no pickling; easiest to debug and profile).
 - `LocalExecutor(workers>1)`: a `ProcessPoolExecutor` with the "spawn" start method (a forked child of a
   threaded parent — Dask, matplotlib — can deadlock), started when the executor is made, its workers importing
-  the sizer's modules (about half a second) while the caller prepares its first tasks.
+  the sizer's modules while the caller prepares its first tasks.
 - `DaskExecutor(address)`: a `dask.distributed.Client` on an existing scheduler. dask is imported here
   only, and only when used.
 `fn` and the items must pickle for the last two (module-level functions, `functools.partial`, dataclasses).

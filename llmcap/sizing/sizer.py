@@ -85,7 +85,7 @@ class Sizer:
     def whole_evaluate(self, unit: Unit) -> SimEvaluate:
         """One instance of `unit` replaying the checked traffic (the whole trace or its busiest span) at every rate."""
         c = self.checked
-        return unit_evaluate(c.trace, self.params, unit, excerpt=c.trace.num_rows, rate_factor=c.rate_factor)
+        return WholeTrace(c.trace, self.params, unit, rate_factor=c.rate_factor)({"instances": 1})
 
     def search_task(self, unit: Unit, best_per_gpu: float = 0.0) -> SearchTask:
         """One instance's search from half its analytic bound (confirmed on the whole trace in mode "all"), cut

@@ -89,8 +89,8 @@ class Lengths:
         pair index. ~3x fewer prompts to time on Mooncake."""
         grain = np.exp2(np.maximum(0.0, np.floor(np.log2(np.maximum(self.isl, 1.0))) - np.log2(ISL_STEPS)))
         isl = np.maximum(np.floor(self.isl / grain) * grain, self.cached)
-        # whole token counts below 2^31: one int64 key per pair sorts as the (ISL, cached) pairs do, and np.unique
-        # on it is ~20x faster than on the stacked columns (axis=1) on a 360k-request trace
+        # whole token counts below 2^31: one int64 key per pair sorts as the (ISL, cached) pairs do, and a 1-D
+        # np.unique is far cheaper than one over stacked columns (axis=1) on long traces
         key = (isl.astype(np.int64) << 32) | self.cached.astype(np.int64)
         keys, inverse = np.unique(key, return_inverse=True)
         pairs = np.stack([(keys >> 32).astype(np.float64), (keys & 0xFFFFFFFF).astype(np.float64)])
