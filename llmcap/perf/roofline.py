@@ -330,8 +330,15 @@ class RooflineModel:
         return CompiledRoofline(self, max_tokens)
 
     def timing_form(self) -> CompiledRoofline:
-        """The simulator times a roofline through its compiled tables (see `StepTimeModel`)."""
-        return self.compile()
+        """The simulator times a roofline through its compiled tables (see `StepTimeModel`), shared by every
+        simulation of this configuration in the process."""
+        from llmcap.perf.roofline_compiled import shared_tables
+
+        return shared_tables(self)
+
+    def identity(self) -> tuple[object, ...]:
+        """What the step times are a function of (a hashable key: the GPU spec holds a dict, hence its repr)."""
+        return (type(self), self.model, repr(self.gpu), self.parallelism, self.policy, self.kv_dtype, self.params)
 
     def breakdown(self, batch: StepBatch, index: int = 0) -> list[OpCost]:
         """Every op of batch `index` that does work (time, FLOPs, bytes, bound), in execution order; their

@@ -4,6 +4,7 @@ arithmetic, so it lives beside it in this package)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,25 @@ F64 = NDArray[np.float64]
 # exact path. 2**20 tokens is far past any engine's max_num_batched_tokens + max_num_seqs.
 MAX_TABLE_TOKENS = 1 << 20
 _TABLE_BLOCK = 2048  # tables grow by whole blocks of token counts
+
+
+# `shared_tables`: the compiled rooflines this process keeps, most recently used last
+SHARED_TABLES = 16
+_shared: OrderedDict[tuple[object, ...], CompiledRoofline] = OrderedDict()
+
+
+def shared_tables(roofline: RooflineModel) -> CompiledRoofline:
+    """The process's one `CompiledRoofline` of this configuration: every simulation of it reads (and grows)
+    the same tables instead of tabulating them again. Sharing changes no bit (entries are computed in fixed
+    blocks); the last `SHARED_TABLES` configurations are kept."""
+    key = roofline.identity()
+    compiled = _shared.pop(key, None)
+    if compiled is None:
+        compiled = CompiledRoofline(roofline)
+    _shared[key] = compiled
+    while len(_shared) > SHARED_TABLES:
+        _shared.popitem(last=False)
+    return compiled
 
 
 class CompiledRoofline:
@@ -73,6 +93,7 @@ class CompiledRoofline:
         self._groups1 = [(self._windows[g], c) for g, c in self._stage_groups[0]] if par.pp == 1 else []
         self.scalar = ScalarRoofline(self.attention, self._overhead, self._groups1)
         self._scalars = [self.scalar]  # and the scaled views (`scaled_scalar`): every one reads the tables as they grow
+        self._scaled: dict[float, ScalarRoofline] = {}  # one view per factor: a shared model's list stays bounded
         self._n = 0
         self._ta, self._la, self._hop = (
             np.zeros((par.pp, par.pp, 0)),
@@ -115,9 +136,12 @@ class CompiledRoofline:
 
     def scaled_scalar(self, factor: float) -> ScalarRoofline:
         """The scalar path with every step time × `factor` (`llmcap.perf.scaled`), on this model's tables."""
-        view = ScalarRoofline(self.attention, self._overhead, self._groups1, factor)
-        view.set_tables(self._ta1, self._la1)
-        self._scalars.append(view)
+        view = self._scaled.get(factor)
+        if view is None:
+            view = ScalarRoofline(self.attention, self._overhead, self._groups1, factor)
+            view.set_tables(self._ta1, self._la1)
+            self._scalars.append(view)
+            self._scaled[factor] = view
         return view
 
     # ---------------------------------------------------------------- evaluation

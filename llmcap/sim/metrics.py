@@ -78,26 +78,27 @@ def itl_distribution(run: ClusterRun) -> tuple[np.ndarray, np.ndarray]:
     """Every inter-token gap as exact (value, weight) pairs: one pair per engine step (its duration,
     weighted by the decodes whose previous token ended the step before), plus one per irregular gap
     (the first token after a recompute or a handoff)."""
-    vals, wts = [], []
+    durations: list[np.ndarray] = []  # every exact replica's step-log chunks, joined once
+    weights: list[np.ndarray] = []
     hist = None
     for rep in run.replicas:
-        d, w = rep.step_log()
         if rep.hist is not None:
+            d, w = rep.step_log()
             h = rep.hist + itl_histogram(d, w)
             hist = h if hist is None else hist + h
             continue
-        keep = w > 0
-        vals.append(d[keep])
-        wts.append(w[keep])
+        durations += rep.chunk_d
+        weights += rep.chunk_w
     extra = np.asarray(run.recorder.extra_gaps, dtype=np.float64)
     if hist is not None:  # histogram mode: (geometric bin centre, tokens) for every non-empty bin
         hist = hist + itl_histogram(extra, np.ones(extra.size, dtype=np.int64))
         nz = np.flatnonzero(hist)
         centre = HIST_MIN_S * 10.0 ** ((nz + 0.5) / HIST_BINS_PER_DECADE)
         return centre, hist[nz]
-    vals.append(extra)
-    wts.append(np.ones(extra.size, dtype=np.int64))
-    return np.concatenate(vals), np.concatenate(wts)
+    values = np.concatenate([*durations, extra])
+    counts = np.concatenate([*weights, np.ones(extra.size, dtype=np.int64)])
+    keep = counts > 0
+    return values[keep], counts[keep]
 
 
 _SELECT_MIN = 1 << 14  # below this many values one sort is cheap
@@ -138,34 +139,48 @@ def _select(values: np.ndarray, weights: np.ndarray, targets: list[float], below
 
 
 def timeseries_table(run: ClusterRun) -> pa.Table:
-    parts = []
+    """Every replica's sampled gauges and per-bin counters, one replica after another, built as one table."""
+    samples, finals, replica, start, res, blocks, roles = [], [], [], [], [], [], []
     for rep in run.replicas:
         ts = np.frombuffer(rep.ts, dtype=np.int64).reshape(-1, 8)
         if ts.shape[0] == 0:
             continue
-        final = np.array(rep.state_at(run.end_s), dtype=np.int64)
-        counts = np.diff(np.vstack([ts[:, 3:], final[None, 3:]]), axis=0)  # cumulative counters -> per bin
-        m = ts.shape[0]
-        cols = {
-            "replica": np.full(m, rep.index, dtype=np.int32),
-            "role": pa.array([rep.role], pa.string()).take(np.zeros(m, dtype=np.int32)),
-            "t_s": np.arange(rep.grid_i - m, rep.grid_i)
-            * rep.res,  # (an autoscaled replica's grid starts when it was asked for)
-            "running": ts[:, 0].astype(np.int32),
-            "waiting": ts[:, 1].astype(np.int32),
-            "kv_used_blocks": ts[:, 2].copy(),
-            "kv_usage": ts[:, 2] / rep.kv.num_blocks,
-            "tokens": counts[:, 0],
-            "steps": counts[:, 1],
-            "prefix_hit_tokens": counts[:, 2],
-            "preemptions": counts[:, 3],
-            "finished": counts[:, 4],
-        }
-        parts.append(pa.Table.from_pydict(cols, schema=TIMESERIES_SCHEMA))  # one replica at a time: bounded temporaries
-        del ts, counts, cols
-    if not parts:
+        samples.append(ts)
+        finals.append(np.array(rep.state_at(run.end_s), dtype=np.int64))
+        replica.append(rep.index)
+        start.append(rep.grid_i - ts.shape[0])  # (an autoscaled replica's grid starts when it was asked for)
+        res.append(rep.res)
+        blocks.append(rep.kv.num_blocks)
+        roles.append(rep.role)
+    if not samples:
         return TIMESERIES_SCHEMA.empty_table()
-    return pa.concat_tables(parts)
+    rows = np.array([len(ts) for ts in samples])
+    ts = np.concatenate(samples)
+    # cumulative counters -> per bin: each replica's next sample (its final state after its last one)
+    nxt = np.empty_like(ts[:, 3:])
+    nxt[:-1] = ts[1:, 3:]
+    last = np.cumsum(rows) - 1
+    nxt[last] = np.stack(finals)[:, 3:]
+    counts = nxt - ts[:, 3:]
+    first = np.repeat(last + 1 - rows, rows)
+    names = sorted(set(roles))
+    cols = {
+        "replica": np.repeat(np.array(replica, dtype=np.int32), rows),
+        "role": pa.DictionaryArray.from_arrays(
+            np.repeat(np.array([names.index(r) for r in roles], dtype=np.int32), rows), names
+        ).cast(pa.string()),
+        "t_s": (np.repeat(np.array(start), rows) + np.arange(len(ts)) - first) * np.repeat(np.array(res), rows),
+        "running": ts[:, 0].astype(np.int32),
+        "waiting": ts[:, 1].astype(np.int32),
+        "kv_used_blocks": ts[:, 2].copy(),
+        "kv_usage": ts[:, 2] / np.repeat(np.array(blocks), rows),
+        "tokens": counts[:, 0],
+        "steps": counts[:, 1],
+        "prefix_hit_tokens": counts[:, 2],
+        "preemptions": counts[:, 3],
+        "finished": counts[:, 4],
+    }
+    return pa.Table.from_pydict(cols, schema=TIMESERIES_SCHEMA)
 
 
 def _pcts(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:

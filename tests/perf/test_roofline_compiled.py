@@ -160,6 +160,32 @@ def test_a_scaled_scalar_view_times_every_step_times_its_factor_as_the_tables_gr
     )  # scaled for long prompts only: no scalar view
 
 
+def test_simulations_of_one_configuration_share_its_tables_and_its_scaled_views(monkeypatch) -> None:
+    from llmcap.perf import roofline_compiled
+    from llmcap.perf.scaled import ScaledStepModel
+
+    one = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8")
+    again = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8")  # built apart (as on another job)
+    other = build_step_model("Llama-3.1-8B", "h100", weight_quant="fp8", kv_dtype="fp8")
+    assert isinstance(one, RooflineModel) and isinstance(again, RooflineModel) and isinstance(other, RooflineModel)
+    shared, other_tables = one.timing_form(), other.timing_form()
+    assert again.timing_form() is shared and other_tables is not shared
+    # grown by one simulation, the shared tables time every step as a fresh compile does, bit for bit
+    shared.step_time_scalar(9000.0, 9000.0 * 4500.0, 1.0, 200.0, 200.0 * 3000.0)
+    fresh = one.compile()
+    rows = [(9000.0, 9000.0 * 4500.0, 1.0, 200.0, 200.0 * 3000.0), (0.0, 0.0, 0.0, 64.0, 64.0 * 2048.0)]
+    assert [shared.step_time_scalar(*r) for r in rows] == [fresh.step_time_scalar(*r) for r in rows]
+    # one scaled view per factor, however many simulations ask for it: the shared model's views stay few
+    views = [ScaledStepModel(again, 1.2).timing_form().scalar for _ in range(3)]
+    assert views[0] is not None and all(v is views[0] for v in views)
+    assert ScaledStepModel(one, 0.8).timing_form().scalar is not views[0]
+    # the process keeps the last SHARED_TABLES configurations: a third one asked for drops the least recent
+    monkeypatch.setattr(roofline_compiled, "SHARED_TABLES", 2)
+    assert other.timing_form() is not one.timing_form() is shared  # `one`'s now the most recent
+    build_step_model("Llama-3.1-8B", "h100", tp=2).timing_form()
+    assert one.timing_form() is shared and other.timing_form() is not other_tables
+
+
 def test_off_table_batches_take_the_exact_path() -> None:
     exact = build_step_model("Llama-3.1-70B", "h100", tp=4, pp=2)
     assert isinstance(exact, RooflineModel)

@@ -5,6 +5,7 @@ with prefill_pairs = new·context + new·(new + 1)/2 and a decode's context = pr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from llmcap.perf.model import LinearStepModel
@@ -154,3 +155,25 @@ def test_request_that_can_never_fit_is_rejected() -> None:
     # 64 + 10 - 1 = 73 tokens need 5 blocks of 16 > 4
     assert big["status"] == "rejected" and big["admitted_s"] is None and big["prefill_replica"] is None
     assert small["status"] == "ok"
+
+
+def test_a_long_requests_itl_stats_are_its_gaps_order_statistics() -> None:
+    # A decodes 600 tokens while short requests (one gap each) of many prompt lengths come and go, so A's
+    # gaps are far from sorted, and more of them than the step log sorts (it selects the statistics it reads)
+    short = 40
+    t = table(
+        {
+            "arrival_s": [0.0] + [5.0 + 19.0 * k for k in range(short)],
+            "isl": [8] + [8 * ((7 * k) % 23 + 1) for k in range(short)],
+            "osl": [600] + [2] * short,
+        }
+    )
+    r = simulate(t, MODEL, SimConfig(engine=EngineConfig(num_blocks=200)))
+    a, *others = rows(r)
+    gaps = list(np.repeat(r.itl_values, r.itl_weights))
+    for other in others:
+        gaps.remove(other["itl_max_s"])  # each short request's one gap: the rest are A's
+    assert len(gaps) == 599 and a["finish_s"] > others[-1]["finish_s"]
+    assert a["itl_p50_s"] == pytest.approx(np.quantile(gaps, 0.5), rel=1e-12)
+    assert a["itl_p99_s"] == pytest.approx(np.quantile(gaps, 0.99), rel=1e-12)
+    assert a["itl_max_s"] == max(gaps)
