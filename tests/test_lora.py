@@ -15,6 +15,7 @@ from llmcap.lora import lora_slot_bytes
 from llmcap.memory import MemoryParams, plan_memory
 from llmcap.parallelism import Parallelism
 from llmcap.vllm_serve import serve_argv
+from tests._size_cli import size_args
 
 LLAMA_8B = load_model("Llama-3.1-8B")  # hidden 4096, 32 heads / 8 KV heads of 128, MLP 14336, 32 layers
 # per layer and rank unit (A's in + B's out), TP 1: q 4096+4096, k and v 4096+1024, o 4096+4096, gate and up
@@ -75,31 +76,7 @@ def test_size_with_max_loras_plans_the_smaller_kv_and_serves_with_it(tmp_path, m
         "arrival_s,isl,osl,adapter\n"
         + "".join(f"{i * 0.5},{500 + i},{50 + i},{'a' if i % 2 else 'b'}\n" for i in range(60))
     )
-    args = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "fp8",
-        "--kv-dtype",
-        "fp8",
-        "--no-pd",
-        "--slo-ttft-p99",
-        "2000",
-        "--slo-itl-p99",
-        "100",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "40",
-        "--json",
-    ]
+    args = size_args(trace=trace, excerpt=40)
     plain, lora = (CliRunner().invoke(app, [*args, *extra]) for extra in ((), ("--max-loras", "4")))
     assert plain.exit_code == lora.exit_code == 0, lora.output
     p, q = json.loads(plain.stdout), json.loads(lora.stdout)

@@ -15,6 +15,7 @@ from llmcap.cli import app
 from llmcap.commands._fleet import model_classes
 from llmcap.errors import LlmcapError
 from llmcap.sizing.fleet import ClassPlan, Fleet, split_by_model
+from tests._size_cli import size_args
 from tests.conftest import TRACES
 
 
@@ -90,27 +91,7 @@ def test_the_fleet_adds_the_classes_and_compares_the_single_view() -> None:
     assert not failing.passes and "fails a scenario: not an answer" in failing.classes[1].line()
 
 
-ARGS = [
-    "size",
-    "--gpu",
-    "h100",
-    "--tp",
-    "1,2",
-    "--weight-quant",
-    "fp8",
-    "--kv-dtype",
-    "fp8",
-    "--no-pd",
-    "--slo-ttft-p99",
-    "2000",
-    "--slo-itl-p99",
-    "100",
-    "--shortlist",
-    "1",
-    "--excerpt",
-    "100",
-    "--json",
-]
+ARGS = size_args(models=(), tp="1,2")  # each test names its trace and models
 
 
 def _write(path: Path, rows: list[dict], labelled: bool) -> Path:

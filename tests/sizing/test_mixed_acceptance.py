@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from llmcap.cli import app
 from llmcap.sizing.fleet import ClassPlan, Fleet
+from tests._size_cli import size_args
 
 N = 240
 BLOCK = 16
@@ -54,7 +55,7 @@ def _hit_ratio(rows: list[dict], labels: tuple[str, ...]) -> float:
 
 
 def _run(*args: str) -> tuple[int, dict]:
-    r = CliRunner().invoke(app, [*args, "--json"])
+    r = CliRunner().invoke(app, list(args))
     assert r.exit_code in (0, 1), r.output
     return r.exit_code, json.loads(r.stdout)
 
@@ -68,7 +69,9 @@ def test_isolated_tenants_reuse_no_prefix_across_the_boundary(trace, tmp_path) -
         ("model,adapter", ("model", "adapter")),
         ("model,adapter,tenant", ("model", "adapter", "tenant")),
     ):
-        _, summary = _run("trace", "inspect", str(trace), "--hash-block-size", str(BLOCK), "--prefix-scope", scope)
+        _, summary = _run(
+            "trace", "inspect", str(trace), "--hash-block-size", str(BLOCK), "--prefix-scope", scope, "--json"
+        )
         ratios[scope] = summary["prefix"]["ideal_hit_ratio"]
         assert ratios[scope] == pytest.approx(_hit_ratio(ROWS, labels))
     assert (
@@ -102,40 +105,12 @@ def test_isolated_tenants_reuse_no_prefix_across_the_boundary(trace, tmp_path) -
 
 def test_a_pool_per_model_with_the_adapters_inside_and_their_cost(trace, tmp_path) -> None:
     code, fleet = _run(
-        "size",
-        "--trace",
-        str(trace),
-        "--hash-block-size",
-        str(BLOCK),
-        "--prefix-scope",
-        "model,adapter,tenant",
-        "--model",
-        "chat=Llama-3.1-8B",
-        "--model",
-        "code=Qwen2.5-7B",
-        "--max-loras",
-        "2",
-        "--max-lora-rank",
-        "16",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "fp8",
-        "--kv-dtype",
-        "fp8",
-        "--no-pd",
-        "--slo-ttft-p99",
-        "2000",
-        "--slo-itl-p99",
-        "100",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "100",
-        "--out",
-        str(tmp_path / "plan"),
+        *size_args(
+            *("--hash-block-size", str(BLOCK), "--prefix-scope", "model,adapter,tenant"),
+            *("--max-loras", "2", "--max-lora-rank", "16", "--out", str(tmp_path / "plan")),
+            trace=trace,
+            models=("chat=Llama-3.1-8B", "code=Qwen2.5-7B"),
+        )
     )
     assert code == 0
     chat, coder = fleet["classes"]

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmcap.cli import app
+from tests._size_cli import size_args
 from tests.conftest import TRACES
 
 
@@ -27,29 +28,7 @@ def _size(tmp_path, table: pa.Table) -> tuple[dict, str]:
     pq.write_table(table, path)
     r = CliRunner().invoke(
         app,
-        [
-            "size",
-            "--trace",
-            str(path),
-            "--model",
-            "Llama-3.1-8B",
-            "--gpu",
-            "h100",
-            "--tp",
-            "1",
-            "--weight-quant",
-            "fp8",
-            "--kv-dtype",
-            "fp8",
-            "--no-pd",
-            "--slo-ttft-p99",
-            "2000",
-            "--shortlist",
-            "1",
-            "--excerpt",
-            "100",
-            "--json",
-        ],
+        size_args(trace=path, slos=("--slo-ttft-p99", "2000")),
     )
     assert r.exit_code == 0, r.output
     return json.loads(r.stdout), r.stderr

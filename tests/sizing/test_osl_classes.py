@@ -14,6 +14,7 @@ from llmcap.cli import app
 from llmcap.errors import LlmcapError
 from llmcap.sizing.params import SizeParams
 from llmcap.sizing.plan import request_classes
+from tests._size_cli import size_args
 
 N = 300
 
@@ -60,33 +61,7 @@ def test_size_compares_the_long_cap_pool_with_the_shared_one(tmp_path, monkeypat
         "arrival_s,isl,osl,max_tokens\n"
         + "".join(f"{i * 0.2:.1f},{200 + (i * 37) % 800},{_osl(i)},{_cap(i) or ''}\n" for i in range(N))
     )
-    args = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "fp8",
-        "--kv-dtype",
-        "fp8",
-        "--no-pd",
-        "--slo-ttft-p99",
-        "2000",
-        "--slo-itl-p99",
-        "100",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "100",
-        "--admission-policy",
-        "trtllm-guaranteed-no-evict",
-        "--json",
-    ]
+    args = size_args("--admission-policy", "trtllm-guaranteed-no-evict", trace=trace)
     r = CliRunner().invoke(app, [*args, "--pools-split-cap", "8"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)

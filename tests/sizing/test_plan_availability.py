@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from llmcap.cli import app
 from llmcap.exit_codes import SLO_MISSED
 from llmcap.sizing.params import HeadroomParams
+from tests._size_cli import size_args
 
 DOWN = HeadroomParams().node_repair_h / (
     HeadroomParams().node_mtbf_h + HeadroomParams().node_repair_h
@@ -30,37 +31,7 @@ def plan(tmp_path_factory) -> tuple[Path, Path, dict]:
     )
     r = CliRunner().invoke(
         app,
-        [
-            "size",
-            "--trace",
-            str(trace),
-            "--model",
-            "Llama-3.1-8B",
-            "--gpu",
-            "h100",
-            "--tp",
-            "1",
-            "--weight-quant",
-            "fp8",
-            "--kv-dtype",
-            "fp8",
-            "--no-pd",
-            "--slo-ttft-p99",
-            "2000",
-            "--slo-itl-p99",
-            "100",
-            "--shortlist",
-            "1",
-            "--excerpt",
-            "100",
-            "--slo-availability",
-            "0.99",
-            "--target-rps",
-            "100",
-            "--out",
-            str(root / "plan"),
-            "--json",
-        ],
+        size_args("--slo-availability", "0.99", "--target-rps", "100", "--out", str(root / "plan"), trace=trace),
     )
     assert r.exit_code == 0, r.output
     return trace, root / "plan" / "summary.json", json.loads(r.stdout)

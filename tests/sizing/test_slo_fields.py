@@ -25,6 +25,7 @@ from llmcap.perf.model import LinearStepModel
 from llmcap.sim import EngineConfig, LinkConfig, PDConfig, SimConfig, simulate
 from llmcap.sizing.params import DistributionTarget, SloParams
 from llmcap.sizing.slo import attainment, deadlines, misses, run_checks, run_miss, with_deadlines
+from tests._size_cli import size_args
 from tests.conftest import TRACES
 from tests.sim._workloads import table
 from tests.sizing.conftest import make_records
@@ -150,31 +151,7 @@ def test_size_plans_for_a_percentile_target_beside_the_per_request_one(tmp_path,
     monkeypatch.delenv("COLUMNS", raising=False)
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:301]) + "\n")
-    args = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "fp8",
-        "--kv-dtype",
-        "fp8",
-        "--no-pd",
-        "--slo-ttft-p99",
-        "2000",
-        "--slo-itl-p99",
-        "100",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "100",
-        "--json",
-    ]
+    args = size_args(trace=trace)
 
     def size(*extra: str) -> tuple[int, dict]:
         r = CliRunner().invoke(app, [*args, *extra])
@@ -252,31 +229,7 @@ def test_size_plans_for_the_traces_deadlines(tmp_path, monkeypatch) -> None:
         )
         r = CliRunner().invoke(
             app,
-            [
-                "size",
-                "--trace",
-                str(path),
-                "--model",
-                "Llama-3.1-8B",
-                "--gpu",
-                "h100",
-                "--tp",
-                "1",
-                "--weight-quant",
-                "fp8",
-                "--kv-dtype",
-                "fp8",
-                "--no-pd",
-                "--slo-ttft-p99",
-                "2000",
-                "--slo-itl-p99",
-                "100",
-                "--shortlist",
-                "1",
-                "--excerpt",
-                "100",
-                "--json",
-            ],
+            size_args(trace=path),
         )
         return r.exit_code, json.loads(r.stdout)
 

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from llmcap.trace import ingest, load_trace, write_table
 from llmcap.trace.schema import CANONICAL_SCHEMA
+from tests._size_cli import size_args
 
 
 def _csv(path: Path, rows: list[str]) -> Path:
@@ -113,33 +114,7 @@ def test_size_fits_max_model_len_to_the_caps_and_says_what_it_reserved(tmp_path:
     # 60 requests: prompts 500..559, outputs 50..109, each capped at 4 × its output (200..436)
     rows = [f"{i * 0.5},{500 + i},{50 + i},{4 * (50 + i)}" for i in range(60)]
     trace = _csv(tmp_path / "capped.csv", rows)
-    args = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "fp8",
-        "--kv-dtype",
-        "fp8",
-        "--no-pd",
-        "--slo-ttft-p99",
-        "2000",
-        "--slo-itl-p99",
-        "100",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "40",
-        "--json",
-        "--admission-policy",
-        "trtllm-guaranteed-no-evict",
-    ]
+    args = size_args("--admission-policy", "trtllm-guaranteed-no-evict", trace=trace, excerpt=40)
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
