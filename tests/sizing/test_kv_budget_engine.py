@@ -19,6 +19,7 @@ from llmcap.errors import LlmcapError
 from llmcap.perf import CalibratedFit, EnvironmentFingerprint, LinearStepModel
 from llmcap.planning import StepTimes
 from llmcap.sizing.kvbudget import EngineKV, apply_engine_kv, kv_budget_summary
+from tests._size_cli import size_args
 from tests.conftest import TRACES
 from tests.perf.test_profile_table import _profile
 
@@ -137,35 +138,14 @@ def _write_profile(tmp_path: Path, name: str, kv_capacity_tokens: int | None) ->
 def test_a_smaller_engine_kv_raises_the_count_and_the_report_shows_both(tmp_path: Path) -> None:
     trace = tmp_path / "azure_head.csv"
     trace.write_text("\n".join(TRACES["azure_conv"].read_text().splitlines()[:1201]) + "\n")
-    base = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "bf16",
-        "--kv-dtype",
-        "bf16",
-        "--no-pd",
-        "--goodput",
-        "ttft:2000",
-        "--goodput",
-        "itl:100",
-        "--attainment",
-        "0.95",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "200",
+    base = size_args(
         "--target-rps",
         "20",
-        "--json",
-    ]
+        trace=trace,
+        quant="bf16",
+        excerpt=200,
+        slos=("--goodput", "ttft:2000", "--goodput", "itl:100", "--attainment", "0.95"),
+    )
     planned = runner.invoke(app, [*base, "--profile", str(_write_profile(tmp_path, "plan", None))])
     assert planned.exit_code == 0, planned.output
     out = tmp_path / "out"

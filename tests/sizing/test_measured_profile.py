@@ -15,6 +15,7 @@ from llmcap.cli import app
 from llmcap.errors import LlmcapError
 from llmcap.perf import CalibratedFit, EnvironmentFingerprint, LinearStepModel
 from llmcap.sizing.measured import config_key, load_profile, measured_models
+from tests._size_cli import size_args
 from tests.conftest import TRACES
 from tests.perf.test_profile_table import _profile
 
@@ -118,33 +119,12 @@ def test_simulate_times_steps_with_the_profile(tmp_path):
 
 def test_size_times_the_matching_candidate_with_the_profile(tmp_path):
     trace = _trace(tmp_path, 1500)
-    base = [
-        "size",
-        "--trace",
-        str(trace),
-        "--model",
-        "Llama-3.1-8B",
-        "--gpu",
-        "h100",
-        "--tp",
-        "1",
-        "--weight-quant",
-        "bf16",
-        "--kv-dtype",
-        "bf16",
-        "--no-pd",
-        "--goodput",
-        "ttft:2000",
-        "--goodput",
-        "itl:100",
-        "--attainment",
-        "0.95",
-        "--shortlist",
-        "1",
-        "--excerpt",
-        "200",
-        "--json",
-    ]
+    base = size_args(
+        trace=trace,
+        quant="bf16",
+        excerpt=200,
+        slos=("--goodput", "ttft:2000", "--goodput", "itl:100", "--attainment", "0.95"),
+    )
     roofline = json.loads(runner.invoke(app, base).stdout)
     r = runner.invoke(app, [*base, "--profile", str(_write(tmp_path, "p", **H100)), "--out", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
