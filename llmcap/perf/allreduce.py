@@ -17,11 +17,11 @@ NCCL: there the ring.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from llmcap.perf.comm import Link, ring_allreduce_time
+from llmcap.perf.model import F64
 
-F64 = NDArray[np.float64]
 CUSTOM_MAX_BYTES = 8 * 1024 * 1024  # vLLM CustomAllreduce.max_size
 
 

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec
 from llmcap.catalog.models import ModelSpec
 from llmcap.memory import kv_bytes_per_token_layer_rank
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
-
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ from llmcap.catalog.gpus import GpuSpec
 from llmcap.perf.allreduce import allreduce_time
 from llmcap.perf.comm import link_for
 from llmcap.perf.efficiency import RooflineParams, attention_half, matmul_efficiency
-
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
 
 MATMUL_DTYPES = ("bf16", "fp8")
 OPS = ("gemm", "attn_prefill", "attn_decode", "copy", "allreduce")

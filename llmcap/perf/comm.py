@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
 from llmcap.catalog.gpus import GpuSpec
 from llmcap.perf.efficiency import RooflineParams
-
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
 
 
 @cache

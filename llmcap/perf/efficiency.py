@@ -8,10 +8,10 @@ they are the starting point that profiling (llmcap.perf calibration) corrects.
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field
 
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
 
 
 class RooflineParams(BaseModel):

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from numpy.typing import NDArray
 
-F64 = NDArray[np.float64]
+from llmcap.perf.model import F64
+
 Bound = Literal["compute", "memory", "communication", "overhead"]
 
 # Breakdown order (ops absent from a configuration are left out).

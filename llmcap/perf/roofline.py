@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
-from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec, get_gpu
 from llmcap.catalog.model_config import load_model
@@ -60,7 +59,7 @@ from llmcap.perf.calibration import Calibration, calibrated_params
 from llmcap.perf.comm import all_to_all_time, gather_time, link_for, p2p_time
 from llmcap.perf.cuda_graphs import padded_rows
 from llmcap.perf.efficiency import RooflineParams, matmul_efficiency
-from llmcap.perf.model import StepBatch
+from llmcap.perf.model import F64, StepBatch
 from llmcap.perf.ops import COMM_OPS, OPS, Bound, OpAccumulator, OpCost
 from llmcap.perf.roofline_shapes import Gemm, LayerKind, RankShapes, compute_dtype
 
@@ -68,8 +67,6 @@ __all__ = ["COMM_OPS", "OPS", "OpAccumulator", "OpCost", "RooflineModel", "build
 
 if TYPE_CHECKING:
     from llmcap.perf.roofline_compiled import CompiledRoofline
-
-F64 = NDArray[np.float64]
 
 
 class RooflineModel:

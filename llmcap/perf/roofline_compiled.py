@@ -8,21 +8,19 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import NDArray
 
 from llmcap.catalog.gpus import GpuSpec
 from llmcap.catalog.models import ModelSpec
 from llmcap.parallelism import Parallelism
 from llmcap.perf.attention import decode_attention_time, layer_attention_time
 from llmcap.perf.efficiency import RooflineParams
-from llmcap.perf.model import StepBatch
+from llmcap.perf.model import F64, StepBatch
 from llmcap.perf.ops import OpCost
 from llmcap.perf.roofline_scalar import ScalarRoofline
 
 if TYPE_CHECKING:  # the model is read, never built, here: it builds this (RooflineModel.compile)
     from llmcap.perf.roofline import RooflineModel
 
-F64 = NDArray[np.float64]
 
 # Tables grow on demand up to this many tokens; integer steps beyond it (and non-integer ones) take the
 # exact path. 2**20 tokens is far past any engine's max_num_batched_tokens + max_num_seqs.
