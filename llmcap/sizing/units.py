@@ -230,7 +230,7 @@ def make_unit(
     chunk = engine.max_num_batched_tokens
     # Prefill bound from the trace's whole length distribution (each prompt alone, in its chunks, with its
     # own prefix hits), not from the mean prompt: attention grows with context, so E[t(ISL)] > t(E[ISL]).
-    # The roofline's compiled tables time them faster (a copy of its own: the simulator compiles afresh).
+    # The roofline's compiled tables time them faster (a copy of its own, outside the tables simulations share).
     timing = step.compile() if isinstance(step, RooflineModel) else step
     alone = prefill_alone(timing, lengths, chunk)
     # the largest decode batch the scheduler and the KV allow at the mean request length
