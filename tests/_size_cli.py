@@ -1,6 +1,6 @@
 """The `llmcap size` command line the CLI tests share: a small aggregated search (one shortlisted candidate, short
-excerpts) of fp8 weights and KV (`quant`) on H100, TTFT p99 ≤ 2 s and ITL p99 ≤ 100 ms, the summary as JSON on stdout. Each test
-adds the options it is about."""
+excerpts) of fp8 weights and KV (`quant`) on H100, TTFT p99 ≤ 2 s and ITL p99 ≤ 100 ms, the summary as JSON on
+stdout. Each test adds the options it is about."""
 
 from __future__ import annotations
 

@@ -162,14 +162,13 @@ def timeseries_table(run: ClusterRun) -> pa.Table:
     last = np.cumsum(rows) - 1
     nxt[last] = np.stack(finals)[:, 3:]
     counts = nxt - ts[:, 3:]
-    first = np.repeat(last + 1 - rows, rows)
-    names = sorted(set(roles))
+    names = sorted(set(roles))  # the role column as codes into its few names
     cols = {
         "replica": np.repeat(np.array(replica, dtype=np.int32), rows),
-        "role": pa.DictionaryArray.from_arrays(
-            np.repeat(np.array([names.index(r) for r in roles], dtype=np.int32), rows), names
-        ).cast(pa.string()),
-        "t_s": (np.repeat(np.array(start), rows) + np.arange(len(ts)) - first) * np.repeat(np.array(res), rows),
+        "role": pa.DictionaryArray.from_arrays(np.repeat([names.index(r) for r in roles], rows), names).cast(
+            pa.string()
+        ),
+        "t_s": np.concatenate([np.arange(s, s + n) * r for s, n, r in zip(start, rows.tolist(), res, strict=True)]),
         "running": ts[:, 0].astype(np.int32),
         "waiting": ts[:, 1].astype(np.int32),
         "kv_used_blocks": ts[:, 2].copy(),

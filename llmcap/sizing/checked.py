@@ -2,13 +2,14 @@
 `size.whole_trace_max_requests` its busiest span of that many consecutive requests.
 
 A whole-deployment simulation costs time in proportion to the requests it replays, and the scenario fit, the router
-comparison and the count range run dozens of them. The span replayed instead is the trace's busiest period: of the spans of that many requests arriving at most
-`MAX_DENSITY` times the trace's mean rate, the one whose arrivals ask the most work per second (prompt + output
-tokens ÷ its arrival span). The density cap keeps it a period of the trace, with its bursts and the calm between them,
-rather than a cluster of bursts packed end to end, which no stretch of the real traffic sustains (at a 99% target it
-would size for bursts alone; its queues would not even drain inside it). It is replayed on the planning clock of the
-whole trace (`rate_factor`: its own mean rate ÷ the trace's), so the plan is checked at the planning rate's peak
-period, as capacity is planned for the peak hour; the report names the span.
+comparison and the count range run dozens of them. The span replayed instead is the trace's busiest period: of the
+spans of that many requests arriving at most `MAX_DENSITY` times the trace's mean rate, the one whose arrivals ask
+the most work per second (prompt + output tokens ÷ its arrival span). The density cap keeps it a period of the
+trace, with its bursts and the calm between them, rather than a cluster of bursts packed end to end, which no
+stretch of the real traffic sustains (at a 99% target it would size for bursts alone; its queues would not even
+drain inside it). It is replayed on the planning clock of the whole trace (`rate_factor`: its own mean rate ÷ the
+trace's), so the plan is checked at the planning rate's peak period, as capacity is planned for the peak hour; the
+report names the span.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def test_simulations_of_one_configuration_share_its_tables_and_its_scaled_views(
     assert ScaledStepModel(one, 0.8).timing_form().scalar is not views[0]
     # the process keeps the last SHARED_TABLES configurations: a third one asked for drops the least recent
     monkeypatch.setattr(roofline_compiled, "SHARED_TABLES", 2)
-    assert other.timing_form() is not one.timing_form() is shared  # `one`'s now the most recent
+    assert other.timing_form() is other_tables and one.timing_form() is shared  # `one`'s now the most recent
     build_step_model("Llama-3.1-8B", "h100", tp=2).timing_form()
     assert one.timing_form() is shared and other.timing_form() is not other_tables
 
